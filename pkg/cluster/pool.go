@@ -1,0 +1,256 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// ErrClusterNotFound is returned for a cluster name that no member holds.
+var ErrClusterNotFound = errors.New("cluster not found")
+
+// EngageFunc hands a started member to the rest of the manager. It runs for
+// as long as the member: it returns once ctx has ended and everything it
+// started for the member has stopped.
+type EngageFunc func(ctx context.Context, clusterName string, cl cluster.Cluster)
+
+// Options configure every member of a Pool.
+type Options struct {
+	// Engage is called, in the member's own goroutine, once the member's
+	// cache has its indexes. Required.
+	Engage EngageFunc
+
+	// Scheme maps Go types to kinds in every member. Defaults to client-go's
+	// scheme.
+	Scheme *runtime.Scheme
+
+	// Logger is the base logger; each member adds the key "cluster".
+	// Defaults to controller-runtime's logger.
+	Logger logr.Logger
+
+	// Policy decides which kubeconfigs are accepted. The zero value is the
+	// strictest policy.
+	Policy Policy
+
+	// QPS and Burst limit each member's client. Default to 50 and 100.
+	QPS   float32
+	Burst int
+
+	// Configure, if set, adjusts each member's cluster.Options after the
+	// pool's defaults: its own HTTP client, managedFields stripped from
+	// cached objects, and ReaderFailOnMissingInformer, so that reading a kind
+	// no controller watches fails instead of starting an informer in every
+	// member (use GetAPIReader for such reads). It is called once per member
+	// with fresh options, so maps it sets are never shared between members.
+	Configure func(clusterName string, o *cluster.Options)
+}
+
+func (o *Options) setDefaults() error {
+	if o.Engage == nil {
+		return errors.New("cluster pool: Options.Engage is required")
+	}
+	if o.Scheme == nil {
+		o.Scheme = clientgoscheme.Scheme
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logf.Log.WithName("pool")
+	}
+	if o.QPS == 0 {
+		o.QPS = 50
+	}
+	if o.Burst == 0 {
+		o.Burst = 100
+	}
+	return nil
+}
+
+type index struct {
+	obj     client.Object
+	field   string
+	extract client.IndexerFunc
+}
+
+// Pool holds the running members by name. Members set before Start wait
+// for it; members set after it start at once. When Start's context ends,
+// every member is stopped and Start returns.
+//
+// The pool never holds its lock during network I/O or while a member stops.
+type Pool struct {
+	opts Options
+
+	// mu guards everything below.
+	mu      sync.Mutex
+	ctx     context.Context // nil until Start
+	stopped bool
+	members map[string]*member
+	indexes []index
+}
+
+var _ manager.LeaderElectionRunnable = (*Pool)(nil)
+
+// NewPool returns an empty pool.
+func NewPool(opts Options) (*Pool, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	return &Pool{opts: opts, members: map[string]*member{}}, nil
+}
+
+// Start starts the members already set and blocks until ctx ends; then it
+// stops every member and returns.
+func (p *Pool) Start(ctx context.Context) error {
+	p.mu.Lock()
+	if p.ctx != nil {
+		p.mu.Unlock()
+		return errors.New("cluster pool: already started")
+	}
+	p.ctx = ctx
+	for _, m := range p.members {
+		m.start(ctx, p)
+	}
+	p.mu.Unlock()
+
+	<-ctx.Done()
+
+	p.mu.Lock()
+	p.stopped = true
+	members := p.members
+	p.members = map[string]*member{}
+	p.mu.Unlock()
+	stopAll(members)
+	return nil
+}
+
+// NeedLeaderElection is true: only the leader runs member caches.
+func (p *Pool) NeedLeaderElection() bool { return true }
+
+// Set adds the member reg registers. A member of that name with a
+// different kubeconfig is replaced: it is stopped, then the new one
+// starts. The same kubeconfig again does nothing. A kubeconfig that is
+// refused removes the member of that name, so what runs is always what is
+// registered.
+func (p *Pool) Set(reg Registration) error {
+	name := reg.ClusterName
+	if err := ValidateName(name); err != nil {
+		return &RefusedError{Reason: "InvalidClusterName", Message: err.Error()}
+	}
+	p.mu.Lock()
+	old := p.members[name]
+	p.mu.Unlock()
+	if old != nil && old.fingerprint == sha256.Sum256(reg.Kubeconfig) {
+		return nil
+	}
+
+	m, err := newMember(name, reg.Kubeconfig, &p.opts)
+	if err != nil {
+		p.Remove(name)
+		return err
+	}
+
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		m.stop()
+		return errors.New("cluster pool: stopped")
+	}
+	old = p.members[name]
+	p.members[name] = m
+	p.mu.Unlock()
+
+	if old != nil {
+		old.stop()
+	}
+	p.mu.Lock()
+	// Start only if m is still the member of that name: a concurrent Set or
+	// Remove may have replaced it while old stopped.
+	if p.ctx != nil && p.members[name] == m {
+		m.start(p.ctx, p)
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// Remove stops and forgets the member name. It returns once everything the
+// member started has ended and its connections are closed, and reports
+// whether there was such a member.
+func (p *Pool) Remove(name string) bool {
+	p.mu.Lock()
+	m, ok := p.members[name]
+	delete(p.members, name)
+	p.mu.Unlock()
+	if ok {
+		m.stop()
+	}
+	return ok
+}
+
+// Get returns the cluster of member name, or ErrClusterNotFound.
+func (p *Pool) Get(name string) (cluster.Cluster, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m, ok := p.members[name]; ok {
+		return m.cluster, nil
+	}
+	return nil, fmt.Errorf("%w: %q", ErrClusterNotFound, name)
+}
+
+// Names returns the names of all members, sorted.
+func (p *Pool) Names() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	names := make([]string, 0, len(p.members))
+	for name := range p.members {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// IndexField adds a field index to every member: the current ones now, and
+// each later one before it is engaged. It returns the errors of current
+// members, joined; a later member logs its own.
+func (p *Pool) IndexField(ctx context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
+	p.mu.Lock()
+	p.indexes = append(p.indexes, index{obj: obj, field: field, extract: extract})
+	all := slices.Clone(p.indexes)
+	members := make([]*member, 0, len(p.members))
+	for _, m := range p.members {
+		members = append(members, m)
+	}
+	p.mu.Unlock()
+
+	var errs []error
+	for _, m := range members {
+		if err := m.applyIndexes(ctx, all); err != nil {
+			errs = append(errs, fmt.Errorf("cluster %q: %w", m.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Pool) indexesSnapshot() []index {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.indexes)
+}
+
+// stopAll stops members in parallel, so one slow member doesn't hold up
+// the rest.
+func stopAll(members map[string]*member) {
+	var wg sync.WaitGroup
+	for _, m := range members {
+		wg.Go(m.stop)
+	}
+	wg.Wait()
+}

@@ -1,0 +1,41 @@
+// Package engage is the engagement protocol: how clusters reach the
+// components that work on them, and how their events reach a fleet
+// controller's queue.
+//
+// # Vocabulary
+//
+// An [Aware] is a component that works on clusters, such as a fleet
+// controller. Engage(ctx, clusterName, cl) hands it one cluster; ctx lives
+// exactly as long as the cluster stays in the fleet ("" names the hub).
+//
+// A [Request] is a controller-runtime request tagged with the name of the
+// cluster it came from.
+//
+// # The engager
+//
+// The [Engager] hands every cluster to every aware. The member pool calls
+// [Engager.Serve] once per member, for the member's whole life; awares
+// registered with [Engager.Add] after members joined are handed those
+// members too. Each (cluster, aware) pair is engaged in its own goroutine
+// and retried with capped, jittered exponential backoff until it succeeds
+// or the cluster leaves, so one slow or failing aware, or one slow
+// cluster, delays nothing but itself. Serve returns once the cluster's
+// context has ended and every engagement goroutine for it has returned.
+//
+// # Sources
+//
+// A [Kind] is a multi-cluster source. controller-runtime's source.Kind
+// never removes its event handler, and a source added to a running
+// controller runs under the controller's context rather than the
+// cluster's. A Kind instead registers its handler directly on the
+// cluster's informer under the engagement's context, and removes it with
+// RemoveEventHandler when that context ends. It does not wait for the
+// informer to sync: it returns a channel that closes when the handler has
+// seen the initial list, and the caller bounds that wait.
+//
+// Handlers are controller-runtime's own. Each cluster gets a view of the
+// controller's queue that tags every request with the cluster's name and
+// keeps the priority of initial-list events low. Handlers that need the
+// cluster, such as owner handlers, which need its REST mapper, are built
+// per engagement by a [HandlerFunc].
+package engage

@@ -1,0 +1,134 @@
+package engage
+
+import (
+	"context"
+	"fmt"
+
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+)
+
+// Queue is the shared queue of one fleet controller.
+type Queue = workqueue.TypedRateLimitingInterface[Request]
+
+// HandlerFunc builds the event handler for one cluster. Handlers that need
+// the cluster, such as owner handlers, which need its REST mapper, are
+// built anew for each engagement.
+type HandlerFunc func(cl cluster.Cluster) handler.EventHandler
+
+// Kind is a multi-cluster source of one kind. Started for a cluster, it
+// registers its handler on that cluster's informer, tags every request the
+// handler makes with the cluster's name, and removes the registration when
+// the engagement ends. Other engagements of the same informer are left
+// alone, so one controller can drop a cluster that others keep.
+type Kind struct {
+	obj        client.Object
+	newHandler HandlerFunc
+	predicates []predicate.Predicate
+}
+
+// NewKind returns a source of obj's kind whose events pass predicates and
+// go to the handler newHandler builds for each cluster.
+func NewKind(obj client.Object, newHandler HandlerFunc, predicates ...predicate.Predicate) *Kind {
+	return &Kind{obj: obj, newHandler: newHandler, predicates: predicates}
+}
+
+// String names the kind for logs.
+func (k *Kind) String() string { return fmt.Sprintf("kind source: %T", k.obj) }
+
+// Start registers the handler on cl's informer for the kind, under ctx,
+// without waiting for the informer to sync. Events go to q as requests
+// tagged with clusterName until ctx ends, and then the registration is
+// removed. The returned channel closes once the handler has seen the
+// informer's initial list.
+func (k *Kind) Start(ctx context.Context, clusterName string, cl cluster.Cluster, q Queue) (synced <-chan struct{}, err error) {
+	informer, err := cl.GetCache().GetInformer(ctx, k.obj, cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, fmt.Errorf("getting informer for %T: %w", k.obj, err)
+	}
+	log := logf.FromContext(ctx).WithValues("cluster", clusterName)
+	h := &eventHandler{
+		ctx:        logf.IntoContext(ctx, log),
+		handler:    k.newHandler(cl),
+		queue:      &clusterQueue{clusterName: clusterName, queue: q},
+		predicates: k.predicates,
+	}
+	reg, err := informer.AddEventHandler(h)
+	if err != nil {
+		return nil, fmt.Errorf("adding event handler for %T: %w", k.obj, err)
+	}
+	context.AfterFunc(ctx, func() {
+		if err := informer.RemoveEventHandler(reg); err != nil {
+			log.Error(err, "Removing event handler", "source", k.String())
+		}
+	})
+	return reg.HasSyncedChecker().Done(), nil
+}
+
+// eventHandler turns informer notifications into handler calls, dropping
+// them once its context has ended.
+type eventHandler struct {
+	ctx        context.Context
+	handler    handler.EventHandler
+	queue      *clusterQueue
+	predicates []predicate.Predicate
+}
+
+var _ toolscache.ResourceEventHandler = (*eventHandler)(nil)
+
+func (h *eventHandler) OnAdd(obj any, isInInitialList bool) {
+	o, ok := obj.(client.Object)
+	if h.ctx.Err() != nil || !ok {
+		return
+	}
+	evt := event.CreateEvent{Object: o, IsInInitialList: isInInitialList}
+	for _, p := range h.predicates {
+		if !p.Create(evt) {
+			return
+		}
+	}
+	h.handler.Create(h.ctx, evt, h.queue)
+}
+
+func (h *eventHandler) OnUpdate(oldObj, newObj any) {
+	o, okOld := oldObj.(client.Object)
+	n, okNew := newObj.(client.Object)
+	if h.ctx.Err() != nil || !okOld || !okNew {
+		return
+	}
+	evt := event.UpdateEvent{ObjectOld: o, ObjectNew: n}
+	for _, p := range h.predicates {
+		if !p.Update(evt) {
+			return
+		}
+	}
+	h.handler.Update(h.ctx, evt, h.queue)
+}
+
+func (h *eventHandler) OnDelete(obj any) {
+	if h.ctx.Err() != nil {
+		return
+	}
+	unknown := false
+	if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj, unknown = tombstone.Obj, true
+	}
+	o, ok := obj.(client.Object)
+	if !ok {
+		return
+	}
+	evt := event.DeleteEvent{Object: o, DeleteStateUnknown: unknown}
+	for _, p := range h.predicates {
+		if !p.Delete(evt) {
+			return
+		}
+	}
+	h.handler.Delete(h.ctx, evt, h.queue)
+}

@@ -1,0 +1,131 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	fleetcluster "github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/engage"
+)
+
+// controller is a fleet controller as an engage.Aware: it starts its
+// sources in each cluster it is handed and drops that cluster's work when
+// the cluster leaves. Its controller-runtime controller owns the queue and
+// the workers; the controller hands its queue over by starting the one
+// source it knows of, start.
+type controller struct {
+	name        string
+	clusters    Clusters
+	sources     []*engage.Kind
+	syncTimeout time.Duration
+	do          Reconciler
+
+	// ready closes when the controller-runtime controller has started;
+	// ctx and queue are set before.
+	ready chan struct{}
+	ctx   context.Context
+	queue engage.Queue
+
+	// mu guards engaged: each engaged cluster's engagement context. A
+	// cluster's requests are reconciled only while its context lives.
+	mu      sync.Mutex
+	engaged map[string]context.Context
+}
+
+var _ engage.Aware = (*controller)(nil)
+
+func (c *controller) String() string { return "controller " + c.name }
+
+// start receives the queue from the controller-runtime controller.
+func (c *controller) start(ctx context.Context, q engage.Queue) error {
+	c.ctx, c.queue = ctx, q
+	close(c.ready)
+	return nil
+}
+
+// Engage starts every source of the controller in cl and waits, at most
+// syncTimeout, until each has seen its informer's initial list.
+func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.Cluster) error {
+	if !c.clusters.include(clusterName) {
+		return nil
+	}
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return nil
+	}
+	// The engagement ends with the cluster or with the controller.
+	ctx, cancel := context.WithCancel(ctx)
+	stopWithController := context.AfterFunc(c.ctx, cancel)
+
+	c.mu.Lock()
+	c.engaged[clusterName] = ctx
+	c.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		stopWithController()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.engaged[clusterName] == ctx {
+			delete(c.engaged, clusterName)
+		}
+	})
+
+	timeout := time.NewTimer(c.syncTimeout)
+	defer timeout.Stop()
+	for _, src := range c.sources {
+		synced, err := src.Start(ctx, clusterName, cl, c.queue)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("%s: %w", src, err)
+		}
+		select {
+		case <-synced:
+		case <-ctx.Done():
+			return nil
+		case <-timeout.C:
+			cancel()
+			return fmt.Errorf("%s: informer not synced within %s", src, c.syncTimeout)
+		}
+	}
+	return nil
+}
+
+// Reconcile runs the user's reconciler for requests of engaged clusters,
+// under a context that ends when the cluster leaves, and drops the rest.
+func (c *controller) Reconcile(ctx context.Context, req Request) (reconcile.Result, error) {
+	c.mu.Lock()
+	clusterCtx, ok := c.engaged[req.ClusterName]
+	c.mu.Unlock()
+	if !ok || clusterCtx.Err() != nil {
+		return reconcile.Result{}, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(clusterCtx, cancel)
+	defer stop()
+	return c.do.Reconcile(ctx, req)
+}
+
+// Clusters says which clusters a fleet controller watches.
+type Clusters int
+
+const (
+	// Members watches every member cluster, not the hub. The default.
+	Members Clusters = iota
+	// Hub watches only the hub.
+	Hub
+	// HubAndMembers watches the hub and every member.
+	HubAndMembers
+)
+
+func (c Clusters) include(clusterName string) bool {
+	if clusterName == fleetcluster.HubName {
+		return c != Members
+	}
+	return c != Hub
+}

@@ -1,0 +1,147 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/engage"
+)
+
+// DefaultNamespace is the default fleet namespace.
+const DefaultNamespace = "fleet-system"
+
+// Options configure a Manager.
+type Options struct {
+	// Options configure the hub's controller-runtime manager. Its Secret
+	// cache is narrowed to the registration Secrets of the fleet namespace,
+	// so the hub client reads no other Secrets from the cache.
+	// Controller.CacheSyncTimeout also bounds how long a fleet controller
+	// waits for a member's informers to sync (default 2 minutes).
+	manager.Options
+
+	// Namespace is the fleet namespace, where registration Secrets live.
+	// Defaults to DefaultNamespace.
+	Namespace string
+
+	// KubeconfigPolicy decides which member kubeconfigs are accepted. The
+	// zero value is the strictest policy.
+	KubeconfigPolicy cluster.Policy
+
+	// MemberQPS and MemberBurst limit each member's client. Default to 50
+	// and 100.
+	MemberQPS   float32
+	MemberBurst int
+
+	// ConfigureMember, if set, adjusts each member's cluster.Options, for
+	// example its cache transforms, namespaces or selectors. It is called
+	// once per member with fresh options.
+	ConfigureMember func(clusterName string, o *crcluster.Options)
+}
+
+// Manager runs a fleet: the hub's controller-runtime manager, which it
+// embeds, plus the provider that turns registration Secrets into members,
+// the member pool and the engager that hands clusters to fleet
+// controllers.
+//
+// Start it like any manager. With leader election, only the leader starts
+// member caches and fleet controllers; other replicas keep only the hub
+// side warm.
+type Manager struct {
+	manager.Manager
+
+	namespace string
+	pool      *cluster.Pool
+	engager   *engage.Engager
+}
+
+// New returns a fleet manager for the hub cfg points at.
+func New(cfg *rest.Config, opts Options) (*Manager, error) {
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
+	}
+	opts.Cache.ByObject = maps.Clone(opts.Cache.ByObject)
+	if opts.Cache.ByObject == nil {
+		opts.Cache.ByObject = map[client.Object]cache.ByObject{}
+	}
+	opts.Cache.ByObject[&corev1.Secret{}] = cache.ByObject{
+		Namespaces: map[string]cache.Config{opts.Namespace: {}},
+		Label:      labels.SelectorFromSet(labels.Set{cluster.KubeconfigLabel: "true"}),
+	}
+
+	hub, err := manager.New(cfg, opts.Options)
+	if err != nil {
+		return nil, fmt.Errorf("creating hub manager: %w", err)
+	}
+	log := hub.GetLogger()
+	m := &Manager{
+		Manager:   hub,
+		namespace: opts.Namespace,
+		engager:   engage.NewEngager(engage.Options{Logger: log.WithName("engager")}),
+	}
+	m.pool, err = cluster.NewPool(cluster.Options{
+		Engage:    m.engager.Serve,
+		Scheme:    hub.GetScheme(),
+		Logger:    log.WithName("member"),
+		Policy:    opts.KubeconfigPolicy,
+		QPS:       opts.MemberQPS,
+		Burst:     opts.MemberBurst,
+		Configure: opts.ConfigureMember,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := hub.Add(m.pool); err != nil {
+		return nil, err
+	}
+	// The hub is engaged like a member, under the name "", for as long as
+	// this replica leads.
+	if err := hub.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		m.engager.Serve(ctx, cluster.HubName, hub)
+		return nil
+	})); err != nil {
+		return nil, err
+	}
+	if err := addProvider(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// GetCluster returns the cluster named clusterName: the hub for "", else
+// the member, or an error wrapping cluster.ErrClusterNotFound.
+func (m *Manager) GetCluster(_ context.Context, clusterName string) (crcluster.Cluster, error) {
+	if clusterName == cluster.HubName {
+		return m.Manager, nil
+	}
+	return m.pool.Get(clusterName)
+}
+
+// ClusterNames returns the names of the engaged members, sorted.
+func (m *Manager) ClusterNames() []string {
+	return slices.DeleteFunc(m.engager.Clusters(), func(name string) bool { return name == cluster.HubName })
+}
+
+// GetFieldIndexer returns an indexer that adds each index to the hub and
+// to every member, including members that join later.
+func (m *Manager) GetFieldIndexer() client.FieldIndexer { return fleetIndexer{m} }
+
+type fleetIndexer struct{ m *Manager }
+
+func (f fleetIndexer) IndexField(ctx context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
+	return errors.Join(
+		f.m.Manager.GetFieldIndexer().IndexField(ctx, obj, field, extract),
+		f.m.pool.IndexField(ctx, obj, field, extract),
+	)
+}
