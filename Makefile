@@ -1,0 +1,35 @@
+# fleet-manager. `make demo` and `make test` set up everything they need.
+
+SHELL := /usr/bin/env bash
+BIN := $(CURDIR)/bin
+export KUBEBUILDER_ASSETS := $(BIN)
+GO_TEST_FLAGS ?= -race -timeout 15m
+
+.PHONY: all build test envtest demo bench lint manifests fuzz
+
+all: build
+
+build:
+	go build -o $(BIN)/fleet-manager ./cmd/fleet-manager
+
+## envtest: build kube-apiserver, etcd and kubectl from the Go module proxy into bin/ (only when missing or changed).
+envtest:
+	hack/envtest.sh kube-apiserver etcd kubectl
+
+## test: unit and envtest suites, with the race detector, plus a short fuzz run.
+test: envtest
+	go vet ./...
+	go test $(GO_TEST_FLAGS) ./...
+	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 10s ./pkg/cluster
+
+## demo: a local hub and two members, a fleet-wide ConfigMap reporter, until Ctrl-C.
+demo: envtest
+	go run ./cmd/fleet-manager demo $(DEMO_FLAGS)
+
+## bench: the Go benchmarks.
+bench: envtest
+	go test -run '^$$' -bench . -benchmem ./...
+
+lint:
+	gofmt -l . | tee /dev/stderr | (! read)
+	go vet ./...

@@ -1,0 +1,35 @@
+// Package cluster owns member clusters: from a registration (a name and a
+// kubeconfig) to a running controller-runtime cluster.Cluster, and the pool
+// that holds them by name.
+//
+// # Registration
+//
+// [FromSecret] reads the native Secret format. Every kubeconfig then passes
+// through [Policy.Parse], which checks the raw parsed config before any
+// client exists, because building a client already reads the files a
+// kubeconfig names. A refusal is a [RefusedError] whose Reason suits a
+// status condition and whose message never holds credentials. Member names
+// are DNS-1123 subdomains ([ValidateName]); "" ([HubName]) is the hub.
+//
+// # Members
+//
+// Each member owns its HTTP transport: a dialer of its own keeps
+// client-go's TLS cache from sharing a connection between members, and
+// when the member stops every connection it opened is closed. Its cache
+// strips managedFields and fails reads of kinds no informer watches
+// (ReaderFailOnMissingInformer) instead of quietly starting a cluster-wide
+// informer in every member; read such kinds with GetAPIReader. Options.
+// Configure adjusts the rest per member.
+//
+// # Lifecycle
+//
+// [Pool.Set] adds a member, or replaces it when its kubeconfig changed;
+// [Pool.Remove] removes it. Each member runs in its own context, derived
+// from the one [Pool.Start] was given: its field indexes are applied first
+// ([Pool.IndexField] reaches current and later members), then its cluster
+// starts and Options.Engage is called for the member's whole life.
+// Stopping a member cancels that context and waits until the cluster and
+// Engage have returned; then its connections are closed. Nothing a member
+// started outlives it. The pool never holds its lock during network I/O
+// or while a member stops.
+package cluster
