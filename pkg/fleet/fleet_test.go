@@ -1,0 +1,405 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/fleetkube/fleet-manager/internal/testenv"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+)
+
+// One hub and two members for the whole suite. Each test works in
+// namespaces of its own and runs its own manager on a fleet namespace of
+// its own.
+var (
+	hub           *envtest.Environment
+	members       []*envtest.Environment
+	hubClient     client.Client
+	memberClients []client.Client
+	kubeconfigs   [][]byte
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		os.Exit(m.Run()) // envtest tests skip themselves
+	}
+	logf.SetLogger(logr.Discard())
+	envs, err := testenv.Start(3)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		hub, members = envs[0], envs[1:]
+		if hubClient, err = client.New(hub.Config, client.Options{}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		for _, env := range members {
+			cl, err := client.New(env.Config, client.Options{})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			// One request now, so the client's connection predates any
+			// goroutine baseline.
+			if err := cl.List(context.Background(), &corev1.NamespaceList{}); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			kc, err := testenv.Kubeconfig(env, "fleet-manager")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			memberClients = append(memberClients, cl)
+			kubeconfigs = append(kubeconfigs, kc)
+		}
+		return m.Run()
+	}()
+	testenv.Stop(envs)
+	os.Exit(code)
+}
+
+var fleetNamespaces atomic.Int32
+
+// fleetEnv is one test's fleet: a manager on a fleet namespace of its own,
+// and what it logged.
+type fleetEnv struct {
+	mgr       *fleet.Manager
+	namespace string
+	logs      *logLines
+}
+
+func startFleet(t *testing.T) *fleetEnv {
+	t.Helper()
+	if hub == nil {
+		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
+	}
+	ns := fmt.Sprintf("fleet-%d", fleetNamespaces.Add(1))
+	createNamespace(t, hubClient, ns)
+	logs := &logLines{}
+	mgr, err := fleet.New(hub.Config, fleet.Options{
+		Options: manager.Options{
+			Logger:                 logs.logger(),
+			Metrics:                metricsserver.Options{BindAddress: "0"},
+			HealthProbeBindAddress: "0",
+			// Every test runs a manager with the same built-in controller.
+			Controller: config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: 30 * time.Second},
+		},
+		Namespace: ns,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	return &fleetEnv{mgr: mgr, namespace: ns, logs: logs}
+}
+
+func (f *fleetEnv) register(t *testing.T, name string, kubeconfig []byte) *corev1.Secret {
+	t.Helper()
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: map[string]string{cluster.KubeconfigLabel: "true"}},
+		Data:       map[string][]byte{cluster.KubeconfigKey: kubeconfig},
+	}
+	if err := hubClient.Create(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (f *fleetEnv) waitEngaged(t *testing.T, names ...string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("clusters %v engaged", names), func() bool {
+		engaged := f.mgr.ClusterNames()
+		for _, n := range names {
+			if !slices.Contains(engaged, n) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// recorder is a reconciler that remembers every request.
+type recorder struct {
+	mu   sync.Mutex
+	seen []fleet.Request
+}
+
+func (r *recorder) Reconcile(_ context.Context, req fleet.Request) (reconcile.Result, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen = append(r.seen, req)
+	return reconcile.Result{}, nil
+}
+
+func (r *recorder) has(req fleet.Request) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.seen, req)
+}
+
+func (r *recorder) waitFor(t *testing.T, reqs ...fleet.Request) {
+	t.Helper()
+	for _, req := range reqs {
+		eventually(t, "reconcile of "+req.String(), func() bool { return r.has(req) })
+	}
+}
+
+func request(clusterName, namespace, name string) fleet.Request {
+	return fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}}
+}
+
+// inNamespace keeps a controller to its test's objects.
+func inNamespace(ns string) predicate.Predicate {
+	return predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == ns })
+}
+
+func watchConfigMaps(t *testing.T, f *fleetEnv, name, ns string, clusters fleet.Clusters, r fleet.Reconciler) {
+	t.Helper()
+	err := fleet.NewControllerManagedBy(f.mgr).
+		Named(name).
+		For(&corev1.ConfigMap{}, fleet.WithPredicates(inNamespace(ns))).
+		WatchClusters(clusters).
+		Complete(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func createNamespace(t *testing.T, cl client.Client, name string) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := client.IgnoreAlreadyExists(cl.Create(t.Context(), ns)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func createConfigMap(t *testing.T, cl client.Client, namespace, name string) {
+	t.Helper()
+	createNamespace(t, cl, namespace)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	if err := cl.Create(t.Context(), cm); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls cond for up to a minute: long enough for a loaded
+// machine, and the tests assert outcomes, not durations.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logLines collects what a logger wrote.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: 1})
+}
+
+func (l *logLines) find(parts ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.lines, func(line string) bool {
+		for _, p := range parts {
+			if !strings.Contains(line, p) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestRequestsCarryTheirClusterName(t *testing.T) {
+	f := startFleet(t)
+	r := &recorder{}
+	watchConfigMaps(t, f, "routing", "routing", fleet.HubAndMembers, r)
+	f.register(t, "alpha", kubeconfigs[0])
+	f.register(t, "beta", kubeconfigs[1])
+	f.waitEngaged(t, "alpha", "beta")
+
+	createConfigMap(t, memberClients[0], "routing", "same")
+	createConfigMap(t, memberClients[1], "routing", "same")
+	createConfigMap(t, hubClient, "routing", "same")
+	r.waitFor(t, request("alpha", "routing", "same"), request("beta", "routing", "same"), request("", "routing", "same"))
+}
+
+func TestReconcilerUsesTheMembersClient(t *testing.T) {
+	f := startFleet(t)
+	reconciler := fleet.ReconcilerFunc(func(ctx context.Context, req fleet.Request) (reconcile.Result, error) {
+		if strings.HasSuffix(req.Name, "-seen") {
+			return reconcile.Result{}, nil
+		}
+		cl, err := f.mgr.GetCluster(ctx, req.ClusterName)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		src := &corev1.ConfigMap{}
+		if err := cl.GetClient().Get(ctx, req.NamespacedName, src); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		seen := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name + "-seen"},
+			Data:       map[string]string{"cluster": req.ClusterName, "uid": string(src.UID)},
+		}
+		return reconcile.Result{}, client.IgnoreAlreadyExists(cl.GetClient().Create(ctx, seen))
+	})
+	watchConfigMaps(t, f, "writer", "readwrite", fleet.Members, reconciler)
+	f.register(t, "writer", kubeconfigs[0])
+	createConfigMap(t, memberClients[0], "readwrite", "source")
+
+	src, seen := &corev1.ConfigMap{}, &corev1.ConfigMap{}
+	eventually(t, "the reconciler's write in the member", func() bool {
+		return memberClients[0].Get(t.Context(), types.NamespacedName{Namespace: "readwrite", Name: "source-seen"}, seen) == nil
+	})
+	if err := memberClients[0].Get(t.Context(), types.NamespacedName{Namespace: "readwrite", Name: "source"}, src); err != nil {
+		t.Fatal(err)
+	}
+	if seen.Data["cluster"] != "writer" || seen.Data["uid"] != string(src.UID) {
+		t.Fatalf("reconciler wrote %v; want cluster writer and uid %s", seen.Data, src.UID)
+	}
+}
+
+func TestDeletedSecretDisengagesItsMember(t *testing.T) {
+	f := startFleet(t)
+	r := &recorder{}
+	watchConfigMaps(t, f, "removal", "removal", fleet.Members, r)
+	f.register(t, "keep", kubeconfigs[1])
+	createConfigMap(t, memberClients[1], "removal", "before")
+	r.waitFor(t, request("keep", "removal", "before"))
+	baseline := goleak.IgnoreCurrent()
+
+	gone := f.register(t, "gone", kubeconfigs[0])
+	createConfigMap(t, memberClients[0], "removal", "before")
+	r.waitFor(t, request("gone", "removal", "before"))
+
+	if err := hubClient.Delete(t.Context(), gone); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "gone disengaged", func() bool {
+		_, err := f.mgr.GetCluster(t.Context(), "gone")
+		return !slices.Contains(f.mgr.ClusterNames(), "gone") && err != nil
+	})
+	createConfigMap(t, memberClients[0], "removal", "after")
+	createConfigMap(t, memberClients[1], "removal", "after")
+	r.waitFor(t, request("keep", "removal", "after"))
+	if r.has(request("gone", "removal", "after")) {
+		t.Fatal("a request came from a member whose Secret was deleted")
+	}
+	eventually(t, "the removed member's goroutines to end", func() bool {
+		return goleak.Find(baseline) == nil
+	})
+}
+
+func TestChangedKubeconfigReengages(t *testing.T) {
+	f := startFleet(t)
+	r := &recorder{}
+	watchConfigMaps(t, f, "repoint", "repoint", fleet.Members, r)
+	s := f.register(t, "moving", kubeconfigs[0])
+	createConfigMap(t, memberClients[0], "repoint", "first")
+	r.waitFor(t, request("moving", "repoint", "first"))
+
+	s.Data[cluster.KubeconfigKey] = kubeconfigs[1]
+	if err := hubClient.Update(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	createConfigMap(t, memberClients[1], "repoint", "second")
+	r.waitFor(t, request("moving", "repoint", "second"))
+	cl, err := f.mgr.GetCluster(t.Context(), "moving")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSuffix(cl.GetConfig().Host, "/"), strings.TrimSuffix(members[1].Config.Host, "/"); got != want {
+		t.Fatalf("cluster moving points at %s, want %s", got, want)
+	}
+}
+
+func TestControllerAddedLaterSeesEngagedMembers(t *testing.T) {
+	f := startFleet(t)
+	f.register(t, "early-a", kubeconfigs[0])
+	f.register(t, "early-b", kubeconfigs[1])
+	f.waitEngaged(t, "early-a", "early-b")
+	createConfigMap(t, memberClients[0], "late", "existing")
+	createConfigMap(t, memberClients[1], "late", "existing")
+
+	r := &recorder{}
+	watchConfigMaps(t, f, "late", "late", fleet.Members, r)
+	r.waitFor(t, request("early-a", "late", "existing"), request("early-b", "late", "existing"))
+	createConfigMap(t, memberClients[0], "late", "new")
+	createConfigMap(t, memberClients[1], "late", "new")
+	r.waitFor(t, request("early-a", "late", "new"), request("early-b", "late", "new"))
+}
+
+func TestBrokenSecretIsReportedAndIsolated(t *testing.T) {
+	f := startFleet(t)
+	r := &recorder{}
+	watchConfigMaps(t, f, "isolation", "isolation", fleet.Members, r)
+	f.register(t, "broken", []byte("apiVersion: v1\nclusters: [ {"))
+	f.register(t, "healthy", kubeconfigs[0])
+	createConfigMap(t, memberClients[0], "isolation", "works")
+	r.waitFor(t, request("healthy", "isolation", "works"))
+
+	eventually(t, "the refusal in the log", func() bool {
+		return f.logs.find("Registration refused", `"cluster"="broken"`, `"reason"="KubeconfigMalformed"`)
+	})
+	eventually(t, "the refusal as an Event on the Secret", func() bool {
+		events := &eventsv1.EventList{}
+		if err := hubClient.List(t.Context(), events, client.InNamespace(f.namespace)); err != nil {
+			return false
+		}
+		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.Name == "broken" && e.Reason == "KubeconfigMalformed"
+		})
+	})
+	if slices.Contains(f.mgr.ClusterNames(), "broken") {
+		t.Fatal("a refused Secret was engaged")
+	}
+}
