@@ -1,0 +1,19 @@
+// Command fleet-manager runs a fleet of Kubernetes clusters from a hub.
+//
+// Usage:
+//
+//	fleet-manager [run] [flags]   run the manager against a hub (the default)
+//	fleet-manager demo [flags]    run a local hub, two members and an example controller
+//
+// run connects to the hub (--hub-kubeconfig, else the in-cluster config,
+// else $KUBECONFIG and the default loading rules), registers every member
+// whose kubeconfig Secret sits in the fleet namespace, and serves metrics
+// and health probes. A member being down never fails /readyz.
+//
+// demo needs kube-apiserver and etcd in $KUBEBUILDER_ASSETS, which
+// `make demo` builds into bin/.
+//
+// Both commands log with controller-runtime's zap logger (see the --zap-*
+// flags); klog, used by client-go, goes to the same logger. The exit code
+// is 0 on a clean stop, 1 on an error and 2 on bad usage.
+package main
