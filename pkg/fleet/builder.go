@@ -14,7 +14,6 @@ import (
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 )
@@ -152,7 +151,7 @@ func (b *Builder) Complete(r Reconciler) error {
 	if err != nil {
 		return err
 	}
-	if err := ctrl.Watch(source.TypedFunc[Request](c.start)); err != nil {
+	if err := ctrl.Watch(engagements{c}); err != nil {
 		return err
 	}
 	b.mgr.engager.Add(c)

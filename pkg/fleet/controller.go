@@ -16,8 +16,8 @@ import (
 // controller is a fleet controller as an engage.Aware: it starts its
 // sources in each cluster it is handed and drops that cluster's work when
 // the cluster leaves. Its controller-runtime controller owns the queue and
-// the workers; the controller hands its queue over by starting the one
-// source it knows of, start.
+// the workers; it hands its queue over by starting the one source it
+// knows of, engagements.
 type controller struct {
 	name        string
 	clusters    Clusters
@@ -41,12 +41,18 @@ var _ engage.Aware = (*controller)(nil)
 
 func (c *controller) String() string { return "controller " + c.name }
 
-// start receives the queue from the controller-runtime controller.
-func (c *controller) start(ctx context.Context, q engage.Queue) error {
-	c.ctx, c.queue = ctx, q
-	close(c.ready)
+// engagements is the controller-runtime source of a fleet controller:
+// started by the controller, it receives the controller's queue and opens
+// the controller to engagements.
+type engagements struct{ c *controller }
+
+func (e engagements) Start(ctx context.Context, q engage.Queue) error {
+	e.c.ctx, e.c.queue = ctx, q
+	close(e.c.ready)
 	return nil
 }
+
+func (e engagements) String() string { return "fleet engagements of " + e.c.name }
 
 // Engage starts every source of the controller in cl and waits, at most
 // syncTimeout, until each has seen its informer's initial list.

@@ -1,0 +1,161 @@
+package engage_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+
+	"github.com/fleetkube/fleet-manager/pkg/engage"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// aware records engagements and fails the first failures calls.
+type aware struct {
+	mu       sync.Mutex
+	failures int
+	calls    map[string]int
+	engaged  chan string
+	ended    chan string
+}
+
+func newAware(failures int) *aware {
+	return &aware{failures: failures, calls: map[string]int{}, engaged: make(chan string, 10), ended: make(chan string, 10)}
+}
+
+func (a *aware) Engage(ctx context.Context, name string, _ cluster.Cluster) error {
+	a.mu.Lock()
+	a.calls[name]++
+	fail := a.calls[name] <= a.failures
+	a.mu.Unlock()
+	if fail {
+		return errors.New("not yet")
+	}
+	a.engaged <- name
+	context.AfterFunc(ctx, func() { a.ended <- name })
+	return nil
+}
+
+func (a *aware) callsFor(name string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.calls[name]
+}
+
+func receive(t *testing.T, ch <-chan string) string {
+	t.Helper()
+	select {
+	case s := <-ch:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing received")
+		return ""
+	}
+}
+
+// serve runs Serve in the background; the returned stop cancels it and
+// waits for it to return.
+func serve(e *engage.Engager, name string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.Serve(ctx, name, nil)
+	}()
+	return func() { cancel(); <-done }
+}
+
+func TestEngagerHandsEveryClusterToEveryAware(t *testing.T) {
+	e := engage.NewEngager(engage.Options{})
+	early := newAware(0)
+	e.Add(early)
+	stopA := serve(e, "a")
+	stopB := serve(e, "b")
+	got := []string{receive(t, early.engaged), receive(t, early.engaged)}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("early aware engaged %v, want [a b]", got)
+	}
+
+	late := newAware(0)
+	e.Add(late)
+	got = []string{receive(t, late.engaged), receive(t, late.engaged)}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("late aware engaged %v, want [a b]", got)
+	}
+	if names := e.Clusters(); !slices.Equal(names, []string{"a", "b"}) {
+		t.Fatalf("Clusters() = %v, want [a b]", names)
+	}
+
+	stopA()
+	// Serve returned, so both awares have seen a's context end.
+	ended := []string{receive(t, early.ended), receive(t, late.ended)}
+	if ended[0] != "a" || ended[1] != "a" {
+		t.Fatalf("ended %v, want a for both awares", ended)
+	}
+	if names := e.Clusters(); !slices.Equal(names, []string{"b"}) {
+		t.Fatalf("Clusters() after a left = %v, want [b]", names)
+	}
+	stopB()
+}
+
+func TestEngagerRetriesWithBackoff(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Now())
+	e := engage.NewEngager(engage.Options{
+		Clock:        clock,
+		RetryBackoff: &wait.Backoff{Duration: time.Second, Factor: 2, Steps: 10, Cap: time.Minute},
+	})
+	flaky := newAware(2)
+	e.Add(flaky)
+	stop := serve(e, "flaky")
+	defer stop()
+
+	// First call fails; the retry waits one second, the next two.
+	waitFor(t, func() bool { return flaky.callsFor("flaky") == 1 && clock.HasWaiters() })
+	clock.Step(999 * time.Millisecond)
+	if flaky.callsFor("flaky") != 1 {
+		t.Fatal("retried before the backoff elapsed")
+	}
+	clock.Step(time.Millisecond)
+	waitFor(t, func() bool { return flaky.callsFor("flaky") == 2 && clock.HasWaiters() })
+	clock.Step(2 * time.Second)
+	if got := receive(t, flaky.engaged); got != "flaky" {
+		t.Fatalf("engaged %q, want flaky", got)
+	}
+	if n := flaky.callsFor("flaky"); n != 3 {
+		t.Fatalf("Engage called %d times, want 3", n)
+	}
+}
+
+func TestEngagerStopsRetryingWhenClusterLeaves(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Now())
+	e := engage.NewEngager(engage.Options{Clock: clock})
+	never := newAware(1 << 30)
+	e.Add(never)
+	stop := serve(e, "doomed")
+	waitFor(t, func() bool { return clock.HasWaiters() })
+	stop() // returns only once the retry loop has ended
+	if n := never.callsFor("doomed"); n != 1 {
+		t.Fatalf("Engage called %d times, want 1", n)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
