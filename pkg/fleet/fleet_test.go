@@ -21,7 +21,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -401,5 +403,56 @@ func TestBrokenSecretIsReportedAndIsolated(t *testing.T) {
 	})
 	if slices.Contains(f.mgr.ClusterNames(), "broken") {
 		t.Fatal("a refused Secret was engaged")
+	}
+}
+
+func TestOwnsAndWatchesResolveWithinEachMember(t *testing.T) {
+	f := startFleet(t)
+	r := &recorder{}
+	// The For watch admits no event of its own, so every request below
+	// comes from the Owns or the Watches handler.
+	none := predicate.NewPredicateFuncs(func(client.Object) bool { return false })
+	toConfigMap := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		target, ok := o.GetLabels()["points-to"]
+		if !ok {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: target}}}
+	})
+	err := fleet.NewControllerManagedBy(f.mgr).
+		Named("owners").
+		For(&corev1.ConfigMap{}, fleet.WithPredicates(none)).
+		Owns(&corev1.Secret{}).
+		Watches(&corev1.ServiceAccount{}, toConfigMap).
+		WithEventFilter(inNamespace("owners")).
+		Complete(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.register(t, "owner-a", kubeconfigs[0])
+	f.register(t, "owner-b", kubeconfigs[1])
+	f.waitEngaged(t, "owner-a", "owner-b")
+
+	createConfigMap(t, memberClients[0], "owners", "parent")
+	parent := &corev1.ConfigMap{}
+	if err := memberClients[0].Get(t.Context(), types.NamespacedName{Namespace: "owners", Name: "parent"}, parent); err != nil {
+		t.Fatal(err)
+	}
+	child := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "owners", Name: "child"}}
+	if err := controllerutil.SetControllerReference(parent, child, memberClients[0].Scheme()); err != nil {
+		t.Fatal(err)
+	}
+	if err := memberClients[0].Create(t.Context(), child); err != nil {
+		t.Fatal(err)
+	}
+	createNamespace(t, memberClients[1], "owners")
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "owners", Name: "pointer", Labels: map[string]string{"points-to": "mapped"}}}
+	if err := memberClients[1].Create(t.Context(), sa); err != nil {
+		t.Fatal(err)
+	}
+
+	r.waitFor(t, request("owner-a", "owners", "parent"), request("owner-b", "owners", "mapped"))
+	if r.has(request("owner-b", "owners", "parent")) || r.has(request("owner-a", "owners", "mapped")) {
+		t.Fatal("a request was tagged with the wrong cluster")
 	}
 }
