@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -22,6 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/configmapreport"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
@@ -68,9 +68,6 @@ func demoCommand(args []string, stderr io.Writer) error {
 	if f.timeout <= 0 {
 		return usageErrorf(fs, "-timeout must be positive")
 	}
-	if err := checkAssets(); err != nil {
-		return err
-	}
 	setupLogging(&f.zap)
 
 	// Unlike ctrl.SetupSignalHandler, a second signal does not exit at
@@ -83,21 +80,6 @@ func demoCommand(args []string, stderr io.Writer) error {
 		return nil // interrupted while setting up: not a failure
 	}
 	return err
-}
-
-// checkAssets fails unless $KUBEBUILDER_ASSETS holds the binaries envtest
-// runs.
-func checkAssets() error {
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		return errors.New("KUBEBUILDER_ASSETS is not set: run `make demo`, which builds kube-apiserver and etcd into bin/, or point it at a directory holding them")
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
-			return fmt.Errorf("%s not found in KUBEBUILDER_ASSETS (%s): run `make envtest` to build it", bin, dir)
-		}
-	}
-	return nil
 }
 
 // demo is one run of the demo: a hub and two members, each a local
@@ -140,7 +122,7 @@ func (d *demo) run(ctx context.Context) (err error) {
 	envs, err := d.startAPIServers(names)
 	defer func() {
 		d.say("stopping the API servers…")
-		if stopErr := stopAPIServers(envs); stopErr != nil {
+		if stopErr := controlplane.Stop(envs); stopErr != nil {
 			err = errors.Join(err, stopErr)
 			return
 		}
@@ -184,37 +166,19 @@ func (d *demo) run(ctx context.Context) (err error) {
 	return d.wait(ctx, mgrStopped)
 }
 
-// startAPIServers starts one control plane per name, in parallel. It
-// returns every control plane it made, started or not, so that the caller
-// can stop them all.
+// startAPIServers starts one control plane per name, in parallel.
 func (d *demo) startAPIServers(names []string) ([]*envtest.Environment, error) {
-	envs := make([]*envtest.Environment, len(names))
-	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	for i, name := range names {
+	for _, name := range names {
 		d.say("starting the %s API server…", name)
-		envs[i] = &envtest.Environment{ControlPlaneStartTimeout: time.Minute}
-		wg.Go(func() {
-			if _, err := envs[i].Start(); err != nil {
-				errs[i] = fmt.Errorf("starting the %s API server: %w", name, err)
-				return
-			}
-			d.say("%s API server is up at %s", name, envs[i].Config.Host)
-		})
 	}
-	wg.Wait()
-	return envs, errors.Join(errs...)
-}
-
-// stopAPIServers stops the control planes in parallel.
-func stopAPIServers(envs []*envtest.Environment) error {
-	errs := make([]error, len(envs))
-	var wg sync.WaitGroup
-	for i, env := range envs {
-		wg.Go(func() { errs[i] = env.Stop() })
+	envs, err := controlplane.Start(len(names))
+	if err != nil {
+		return nil, err
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	for i, name := range names {
+		d.say("%s API server is up at %s", name, envs[i].Config.Host)
+	}
+	return envs, nil
 }
 
 // register writes one native registration Secret per member on the hub,
@@ -230,13 +194,9 @@ func (d *demo) register(ctx context.Context, hubCfg *rest.Config, members []*env
 	}
 	for i, env := range members {
 		name := demoMembers[i]
-		user, err := env.AddUser(envtest.User{Name: demoUser, Groups: []string{"system:masters"}}, nil)
+		kubeconfig, err := controlplane.AdminKubeconfig(env, demoUser)
 		if err != nil {
-			return fmt.Errorf("adding an admin to %s: %w", name, err)
-		}
-		kubeconfig, err := user.KubeConfig()
-		if err != nil {
-			return fmt.Errorf("writing the kubeconfig of %s: %w", name, err)
+			return fmt.Errorf("making an admin of %s: %w", name, err)
 		}
 		secret := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{

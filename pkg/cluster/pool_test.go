@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/fleetkube/fleet-manager/internal/testenv"
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 )
@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 	}
 	var err error
 	logf.SetLogger(logr.Discard())
-	if members, err = testenv.Start(2); err != nil {
+	if members, err = controlplane.Start(2); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 		memberClients = append(memberClients, cl)
 	}
 	code := m.Run()
-	testenv.Stop(members)
+	_ = controlplane.Stop(members)
 	os.Exit(code)
 }
 
@@ -69,7 +69,7 @@ func needEnvtest(t *testing.T) {
 
 func kubeconfig(t *testing.T, env *envtest.Environment) []byte {
 	t.Helper()
-	kc, err := testenv.Kubeconfig(env, "pool-test")
+	kc, err := controlplane.AdminKubeconfig(env, "pool-test")
 	if err != nil {
 		t.Fatal(err)
 	}

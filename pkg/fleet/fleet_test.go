@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/fleetkube/fleet-manager/internal/testenv"
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run()) // envtest tests skip themselves
 	}
 	logf.SetLogger(logr.Discard())
-	envs, err := testenv.Start(3)
+	envs, err := controlplane.Start(3)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -74,7 +74,7 @@ func TestMain(m *testing.M) {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
-			kc, err := testenv.Kubeconfig(env, "fleet-manager")
+			kc, err := controlplane.AdminKubeconfig(env, "fleet-manager")
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -84,7 +84,7 @@ func TestMain(m *testing.M) {
 		}
 		return m.Run()
 	}()
-	testenv.Stop(envs)
+	_ = controlplane.Stop(envs)
 	os.Exit(code)
 }
 
