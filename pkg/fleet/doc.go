@@ -3,10 +3,11 @@
 // # Setup
 //
 // [New] wraps the hub's controller-runtime manager in a [Manager]. Beside
-// the hub manager it runs three things: the provider, a hub controller that
-// reads registration Secrets (label fleet.fleetkube.io/kubeconfig: "true",
-// data key "kubeconfig", in the fleet namespace) and keeps the member pool
-// in step with them; the pool of members (package cluster); and the
+// the hub manager it runs three things: the provider, one hub controller per
+// registration format (native, and those of multicluster-runtime, Cluster
+// API and Argo CD when enabled), each reading its Secrets from a cache of
+// its own and keeping the member pool in step with them; a cluster name
+// claimed by two Secrets engages neither until one goes; the pool of members (package cluster); and the
 // engager (package engage), which hands the hub and every member to every
 // fleet controller.
 //

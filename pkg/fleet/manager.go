@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -24,16 +20,20 @@ const DefaultNamespace = "fleet-system"
 
 // Options configure a Manager.
 type Options struct {
-	// Options configure the hub's controller-runtime manager. Its Secret
-	// cache is narrowed to the registration Secrets of the fleet namespace,
-	// so the hub client reads no other Secrets from the cache.
+	// Options configure the hub's controller-runtime manager.
 	// Controller.CacheSyncTimeout also bounds how long a fleet controller
 	// waits for a member's informers to sync (default 2 minutes).
 	manager.Options
 
-	// Namespace is the fleet namespace, where registration Secrets live.
-	// Defaults to DefaultNamespace.
+	// Namespace is the fleet namespace, where native registration Secrets
+	// live. Defaults to DefaultNamespace.
 	Namespace string
+
+	// SecretFormats are the registration formats read besides the native
+	// one, such as cluster.ArgoCDFormat("argocd"). Each format's Secrets
+	// are cached apart, narrowed by its selectors, so the manager caches no
+	// other Secret of the hub.
+	SecretFormats []cluster.Format
 
 	// KubeconfigPolicy decides which member kubeconfigs are accepted. The
 	// zero value is the strictest policy.
@@ -61,9 +61,8 @@ type Options struct {
 type Manager struct {
 	manager.Manager
 
-	namespace string
-	pool      *cluster.Pool
-	engager   *engage.Engager
+	pool    *cluster.Pool
+	engager *engage.Engager
 }
 
 // New returns a fleet manager for the hub cfg points at.
@@ -71,24 +70,14 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace
 	}
-	opts.Cache.ByObject = maps.Clone(opts.Cache.ByObject)
-	if opts.Cache.ByObject == nil {
-		opts.Cache.ByObject = map[client.Object]cache.ByObject{}
-	}
-	opts.Cache.ByObject[&corev1.Secret{}] = cache.ByObject{
-		Namespaces: map[string]cache.Config{opts.Namespace: {}},
-		Label:      labels.SelectorFromSet(labels.Set{cluster.KubeconfigLabel: "true"}),
-	}
-
 	hub, err := manager.New(cfg, opts.Options)
 	if err != nil {
 		return nil, fmt.Errorf("creating hub manager: %w", err)
 	}
 	log := hub.GetLogger()
 	m := &Manager{
-		Manager:   hub,
-		namespace: opts.Namespace,
-		engager:   engage.NewEngager(engage.Options{Logger: log.WithName("engager")}),
+		Manager: hub,
+		engager: engage.NewEngager(engage.Options{Logger: log.WithName("engager")}),
 	}
 	m.pool, err = cluster.NewPool(cluster.Options{
 		Engage:    m.engager.Serve,
@@ -113,7 +102,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	})); err != nil {
 		return nil, err
 	}
-	if err := addProvider(m); err != nil {
+	if err := addProvider(m, append([]cluster.Format{cluster.NativeFormat(opts.Namespace)}, opts.SecretFormats...)); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -3,6 +3,10 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,87 +14,225 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 )
 
-// provider is the hub controller that turns registration Secrets into
-// members of the pool.
+// provider keeps the member pool in step with the registration Secrets of
+// every enabled format. Each format has a Secret cache of its own, narrowed
+// to that format's Secrets, and a hub controller reading from it.
+//
+// A cluster name claimed by two Secrets is a conflict: it is reported on
+// both, and neither is engaged until one of them goes.
 type provider struct {
-	client    client.Reader
-	pool      *cluster.Pool
-	recorder  events.EventRecorder
-	namespace string
+	pool     *cluster.Pool
+	recorder events.EventRecorder
 
-	// mu guards names: the cluster name each Secret registered, so that a
-	// deleted Secret, whose annotations are gone, still finds its member.
-	mu    sync.Mutex
-	names map[types.NamespacedName]string
+	// settleMu serializes settle, so that the pool sees each name's
+	// claims in the order they were made.
+	settleMu sync.Mutex
+
+	// mu guards claims and byName: the registration each Secret claims,
+	// and the Secrets claiming each name.
+	mu     sync.Mutex
+	claims map[secretRef]claim
+	byName map[string]map[secretRef]struct{}
 }
 
-func addProvider(m *Manager) error {
+// secretRef names a registration Secret of one format.
+type secretRef struct {
+	format string
+	types.NamespacedName
+}
+
+type claim struct {
+	secret *corev1.Secret
+	reg    cluster.Registration
+}
+
+func addProvider(m *Manager, formats []cluster.Format) error {
 	p := &provider{
-		client:    m.GetClient(),
-		pool:      m.pool,
-		recorder:  m.GetEventRecorder("fleet-manager"),
-		namespace: m.namespace,
-		names:     map[types.NamespacedName]string{},
+		pool:     m.pool,
+		recorder: m.GetEventRecorder("fleet-manager"),
+		claims:   map[secretRef]claim{},
+		byName:   map[string]map[secretRef]struct{}{},
 	}
-	inFleet := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetNamespace() == p.namespace && o.GetLabels()[cluster.KubeconfigLabel] == "true"
-	})
-	return builder.ControllerManagedBy(m.Manager).
-		Named("fleet-registrations").
-		For(&corev1.Secret{}, builder.WithPredicates(inFleet)).
-		Complete(p)
+	for _, f := range formats {
+		c, err := cache.New(m.GetConfig(), cache.Options{
+			HTTPClient:        m.GetHTTPClient(),
+			Scheme:            m.GetScheme(),
+			Mapper:            m.GetRESTMapper(),
+			DefaultNamespaces: namespaces(f.Namespaces),
+			ByObject:          map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: f.Label, Field: f.Field}},
+		})
+		if err != nil {
+			return fmt.Errorf("creating the %s Secret cache: %w", f.Name, err)
+		}
+		if err := m.Add(secretCache{c}); err != nil {
+			return err
+		}
+		r := &formatReconciler{provider: p, format: f, secrets: c}
+		err = builder.ControllerManagedBy(m.Manager).
+			Named("fleet-registrations-" + f.Name).
+			WatchesRawSource(source.Kind(c, &corev1.Secret{}, &handler.TypedEnqueueRequestForObject[*corev1.Secret]{},
+				predicate.NewTypedPredicateFuncs(f.Match))).
+			Complete(r)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-func (p *provider) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	secret := &corev1.Secret{}
-	err := p.client.Get(ctx, req.NamespacedName, secret)
-	if apierrors.IsNotFound(err) || err == nil && !secret.DeletionTimestamp.IsZero() {
-		p.forget(ctx, req.NamespacedName)
-		return reconcile.Result{}, nil
+func namespaces(names []string) map[string]cache.Config {
+	if len(names) == 0 {
+		return nil
 	}
-	if err != nil {
-		return reconcile.Result{}, err
+	m := map[string]cache.Config{}
+	for _, n := range names {
+		m[n] = cache.Config{}
 	}
+	return m
+}
 
-	reg, err := cluster.FromSecret(secret)
-	p.mu.Lock()
-	previous, known := p.names[req.NamespacedName]
-	p.names[req.NamespacedName] = reg.ClusterName
-	p.mu.Unlock()
-	if known && previous != reg.ClusterName {
-		p.pool.Remove(previous)
-	}
-	if err == nil {
-		err = p.pool.Set(reg)
-	} else {
-		p.pool.Remove(reg.ClusterName)
-	}
-	if refused, ok := errors.AsType[*cluster.RefusedError](err); ok {
-		logf.FromContext(ctx).Error(err, "Registration refused", "cluster", reg.ClusterName, "reason", refused.Reason)
-		p.recorder.Eventf(secret, nil, corev1.EventTypeWarning, refused.Reason, "Register", "%s", refused.Message)
+// secretCache puts a format's Secret cache in the manager's cache group:
+// started on every replica, before any controller.
+type secretCache struct{ cache.Cache }
+
+func (c secretCache) GetCache() cache.Cache { return c.Cache }
+
+// formatReconciler turns one format's Secrets into claims.
+type formatReconciler struct {
+	*provider
+	format  cluster.Format
+	secrets client.Reader
+}
+
+func (r *formatReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ref := secretRef{format: r.format.Name, NamespacedName: req.NamespacedName}
+	secret := &corev1.Secret{}
+	err := r.secrets.Get(ctx, req.NamespacedName, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		r.withdraw(ctx, ref)
+		return reconcile.Result{}, nil
+	case err != nil:
+		return reconcile.Result{}, err
+	case !secret.DeletionTimestamp.IsZero() || !r.format.Match(secret):
+		r.withdraw(ctx, ref)
 		return reconcile.Result{}, nil
 	}
+	reg, err := r.format.Read(secret)
 	if err != nil {
-		return reconcile.Result{}, err
+		r.withdraw(ctx, ref)
+		r.refused(ctx, secret, reg.ClusterName, err)
+		return reconcile.Result{}, nil
 	}
-	logf.FromContext(ctx).V(1).Info("Registration accepted", "cluster", reg.ClusterName)
+	r.claim(ctx, ref, claim{secret: secret, reg: reg})
 	return reconcile.Result{}, nil
 }
 
-func (p *provider) forget(ctx context.Context, key types.NamespacedName) {
+// claim records that ref claims c, and settles the names involved.
+func (p *provider) claim(ctx context.Context, ref secretRef, c claim) {
 	p.mu.Lock()
-	name, ok := p.names[key]
-	delete(p.names, key)
-	p.mu.Unlock()
-	if ok && p.pool.Remove(name) {
-		logf.FromContext(ctx).Info("Registration removed", "cluster", name)
+	old, had := p.unrecord(ref)
+	p.claims[ref] = c
+	if p.byName[c.reg.ClusterName] == nil {
+		p.byName[c.reg.ClusterName] = map[secretRef]struct{}{}
 	}
+	p.byName[c.reg.ClusterName][ref] = struct{}{}
+	p.mu.Unlock()
+	if had && old.reg.ClusterName != c.reg.ClusterName {
+		p.settle(ctx, old.reg.ClusterName)
+	}
+	p.settle(ctx, c.reg.ClusterName)
+}
+
+// withdraw forgets ref's claim, if any, and settles its name.
+func (p *provider) withdraw(ctx context.Context, ref secretRef) {
+	p.mu.Lock()
+	old, had := p.unrecord(ref)
+	p.mu.Unlock()
+	if had {
+		p.settle(ctx, old.reg.ClusterName)
+	}
+}
+
+// unrecord removes ref's claim. mu must be held.
+func (p *provider) unrecord(ref secretRef) (claim, bool) {
+	old, had := p.claims[ref]
+	if !had {
+		return claim{}, false
+	}
+	delete(p.claims, ref)
+	delete(p.byName[old.reg.ClusterName], ref)
+	if len(p.byName[old.reg.ClusterName]) == 0 {
+		delete(p.byName, old.reg.ClusterName)
+	}
+	return old, true
+}
+
+// settle makes the pool match the claims on name: no member without a
+// claim, the claimed member for one claim, and no member for a conflict.
+func (p *provider) settle(ctx context.Context, name string) {
+	p.settleMu.Lock()
+	defer p.settleMu.Unlock()
+	p.mu.Lock()
+	claimants := make([]claim, 0, len(p.byName[name]))
+	for _, ref := range slices.SortedFunc(maps.Keys(p.byName[name]), compareRefs) {
+		claimants = append(claimants, p.claims[ref])
+	}
+	p.mu.Unlock()
+
+	log := logf.FromContext(ctx).WithValues("cluster", name)
+	switch len(claimants) {
+	case 0:
+		if p.pool.Remove(name) {
+			log.Info("Registration removed")
+		}
+	case 1:
+		c := claimants[0]
+		if err := p.pool.Set(c.reg); err != nil {
+			p.refused(ctx, c.secret, name, err)
+			return
+		}
+		log.V(1).Info("Registration accepted")
+	default:
+		p.pool.Remove(name)
+		secrets := make([]string, len(claimants))
+		for i, c := range claimants {
+			secrets[i] = c.secret.Namespace + "/" + c.secret.Name
+		}
+		list := strings.Join(secrets, ", ")
+		log.Error(errConflict, "Registration refused", "reason", "ClusterNameConflict", "secrets", list)
+		for _, c := range claimants {
+			p.recorder.Eventf(c.secret, nil, corev1.EventTypeWarning, "ClusterNameConflict", "Register",
+				"cluster name %q is claimed by Secrets %s; none is engaged until only one claims it", name, list)
+		}
+	}
+}
+
+var errConflict = errors.New("two or more Secrets claim the same cluster name")
+
+// refused reports a refused registration in the log and as an Event on
+// its Secret. Refusals carry no credential; other errors are reported by
+// kind only, for the same reason.
+func (p *provider) refused(ctx context.Context, secret *corev1.Secret, name string, err error) {
+	reason, message := "RegistrationFailed", "the member could not be built"
+	if refusal, ok := errors.AsType[*cluster.RefusedError](err); ok {
+		reason, message = refusal.Reason, refusal.Message
+	}
+	logf.FromContext(ctx).Error(err, "Registration refused", "cluster", name, "reason", reason)
+	p.recorder.Eventf(secret, nil, corev1.EventTypeWarning, reason, "Register", "%s", message)
+}
+
+func compareRefs(a, b secretRef) int {
+	return strings.Compare(a.format+"/"+a.String(), b.format+"/"+b.String())
 }
