@@ -1,9 +1,17 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
 
+	"go.yaml.in/yaml/v3"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -12,9 +20,59 @@ import (
 // MaxKubeconfigBytes bounds the size of a kubeconfig read from a Secret.
 const MaxKubeconfigBytes = 1 << 20
 
+const malformedMessage = "kubeconfig is not a valid YAML or JSON Config"
+
+// maxYAMLDepth bounds the nesting of a kubeconfig document. Real ones nest
+// less than ten levels; extensions get some room above that.
+const maxYAMLDepth = 32
+
 // Policy says which optional kubeconfig features a member may use. The zero
-// value is the strictest policy.
-type Policy struct{}
+// value is the strictest policy; each field relaxes one check.
+//
+// Every cluster and user entry of a kubeconfig is checked, not only those of
+// the current context, and every server URL must be https:// with a host
+// unless AllowPlainHTTPLoopback says otherwise. Some things no policy allows: file references (token,
+// client certificate, client key, certificate authority), auth-provider
+// plugins, YAML anchors and aliases, and a current context that is missing
+// or names an unknown cluster or user.
+type Policy struct {
+	// AllowInsecureTLS allows insecure-skip-tls-verify, which turns off
+	// verification of the server's certificate.
+	//
+	// Defaults to false.
+	AllowInsecureTLS bool
+
+	// AllowExecCommands lists the exec plugin commands a kubeconfig may run.
+	// A command must match an entry exactly: "aws" does not allow
+	// "/usr/bin/aws", nor the other way round. The plugin's args and env
+	// are used as the kubeconfig gives them, so only list commands that
+	// cannot be talked into running arbitrary code.
+	//
+	// Defaults to nil: no exec plugin is allowed.
+	AllowExecCommands []string
+
+	// AllowPlainHTTPLoopback allows an http:// server URL whose host is a
+	// loopback address (127.0.0.0/8, ::1) or "localhost". Other http://
+	// servers are always refused.
+	//
+	// Defaults to false: every server URL must be https://.
+	AllowPlainHTTPLoopback bool
+
+	// AllowProxy allows a cluster's proxy-url. The proxy's host is still
+	// checked like a server's (see AllowLinkLocal).
+	//
+	// Defaults to false.
+	AllowProxy bool
+
+	// AllowLinkLocal allows server and proxy hosts that are link-local
+	// addresses (169.254.0.0/16, fe80::/10) or cloud metadata endpoints,
+	// such as 169.254.169.254 or metadata.google.internal. Only literal
+	// addresses and well-known metadata names are recognized; no name is
+	// resolved.
+	//
+	// Defaults to false.
+	AllowLinkLocal bool
+}
 
 // RefusedError is returned when a kubeconfig is malformed or breaks the
 // policy. Its message never contains credential material.
@@ -34,14 +92,17 @@ func refuse(reason, format string, args ...any) error {
 // Parse turns kubeconfig bytes into a rest.Config. Every kubeconfig a member
 // is built from passes through here. The policy is checked on the raw parsed
 // config, before a client exists, because building one already reads the
-// files a kubeconfig names.
+// files a kubeconfig names. Parse never reads files or runs commands.
 func (p Policy) Parse(data []byte) (*rest.Config, error) {
 	if len(data) > MaxKubeconfigBytes {
 		return nil, refuse("KubeconfigTooLarge", "kubeconfig is %d bytes, the limit is %d", len(data), MaxKubeconfigBytes)
 	}
+	if err := checkYAML(data); err != nil {
+		return nil, err
+	}
 	raw, err := clientcmd.Load(data)
 	if err != nil {
-		return nil, refuse("KubeconfigMalformed", "kubeconfig cannot be parsed")
+		return nil, refuse("KubeconfigMalformed", malformedMessage)
 	}
 	if err := p.check(raw); err != nil {
 		return nil, err
@@ -53,32 +114,166 @@ func (p Policy) Parse(data []byte) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// checkYAML refuses anchors, aliases and deep nesting before the document
+// is decoded. The decoder behind clientcmd.Load expands every alias and
+// stops a "billion laughs" only after some 400,000 expanded nodes (about
+// 100 MB); a node tree keeps aliases as pointers and stays as small as the
+// input.
+func checkYAML(data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return refuse("KubeconfigMalformed", malformedMessage)
+		}
+		if err := checkNode(&doc, 0); err != nil {
+			return err
+		}
+	}
+}
+
+func checkNode(n *yaml.Node, depth int) error {
+	if n.Kind == yaml.AliasNode || n.Anchor != "" {
+		return refuse("YAMLAliasRefused", "kubeconfig uses YAML anchors or aliases; write every value out in full")
+	}
+	if depth > maxYAMLDepth {
+		return refuse("KubeconfigTooDeep", "kubeconfig nests deeper than %d levels", maxYAMLDepth)
+	}
+	for _, child := range n.Content {
+		if err := checkNode(child, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (p Policy) check(raw *clientcmdapi.Config) error {
 	kctx, ok := raw.Contexts[raw.CurrentContext]
 	if raw.CurrentContext == "" || !ok {
 		return refuse("NoCurrentContext", "kubeconfig has no usable current context")
 	}
-	cl, ok := raw.Clusters[kctx.Cluster]
-	if !ok {
+	if _, ok := raw.Clusters[kctx.Cluster]; !ok {
 		return refuse("UnknownCluster", "current context names a cluster that does not exist")
 	}
-	user, ok := raw.AuthInfos[kctx.AuthInfo]
-	if !ok {
+	if _, ok := raw.AuthInfos[kctx.AuthInfo]; !ok {
 		return refuse("UnknownUser", "current context names a user that does not exist")
 	}
-	if cl.CertificateAuthority != "" || user.TokenFile != "" || user.ClientCertificate != "" || user.ClientKey != "" {
-		return refuse("FileReference", "kubeconfig refers to a file; embed the data instead")
+	// Sorted, so that a kubeconfig with several faults always gets the
+	// same reason.
+	for _, name := range slices.Sorted(maps.Keys(raw.Clusters)) {
+		if err := p.checkCluster(raw.Clusters[name]); err != nil {
+			return err
+		}
 	}
-	if user.Exec != nil {
-		return refuse("ExecPluginRefused", "exec plugins are not allowed")
-	}
-	if user.AuthProvider != nil {
-		return refuse("AuthProviderRefused", "auth-provider plugins are not allowed")
-	}
-	if cl.InsecureSkipTLSVerify {
-		return refuse("InsecureTLSRefused", "insecure-skip-tls-verify is not allowed")
+	for _, name := range slices.Sorted(maps.Keys(raw.AuthInfos)) {
+		if err := p.checkUser(raw.AuthInfos[name]); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+func (p Policy) checkCluster(cl *clientcmdapi.Cluster) error {
+	if cl.CertificateAuthority != "" {
+		return refuseFile("certificate-authority", "certificate-authority-data")
+	}
+	if cl.InsecureSkipTLSVerify && !p.AllowInsecureTLS {
+		return refuse("InsecureTLSRefused", "insecure-skip-tls-verify is not allowed")
+	}
+	server, err := url.Parse(cl.Server)
+	if err != nil || server.Hostname() == "" {
+		return refuse("ServerURLInvalid", "server must be an absolute URL with a host, such as https://host:6443")
+	}
+	host := normalizeHost(server.Hostname())
+	switch server.Scheme {
+	case "https":
+	case "http":
+		if !p.AllowPlainHTTPLoopback {
+			return refuse("PlainHTTPRefused", "server URL must use https")
+		}
+		if !isLoopback(host) {
+			return refuse("PlainHTTPRefused", "plain http is allowed only to a loopback address")
+		}
+	default:
+		return refuse("ServerURLInvalid", "server URL scheme must be https")
+	}
+	if err := p.checkHost("server", host); err != nil {
+		return err
+	}
+	if cl.ProxyURL == "" {
+		return nil
+	}
+	if !p.AllowProxy {
+		return refuse("ProxyRefused", "proxy-url is not allowed")
+	}
+	proxy, err := url.Parse(cl.ProxyURL)
+	if err != nil || proxy.Hostname() == "" || !slices.Contains([]string{"http", "https", "socks5"}, proxy.Scheme) {
+		return refuse("ProxyURLInvalid", "proxy-url must be an http, https or socks5 URL with a host")
+	}
+	return p.checkHost("proxy", normalizeHost(proxy.Hostname()))
+}
+
+func (p Policy) checkUser(user *clientcmdapi.AuthInfo) error {
+	switch {
+	case user.TokenFile != "":
+		return refuseFile("tokenFile", "token")
+	case user.ClientCertificate != "":
+		return refuseFile("client-certificate", "client-certificate-data")
+	case user.ClientKey != "":
+		return refuseFile("client-key", "client-key-data")
+	case user.AuthProvider != nil:
+		return refuse("AuthProviderRefused", "auth-provider plugins are not allowed; use a token or client certificate")
+	case user.Exec != nil && !slices.Contains(p.AllowExecCommands, user.Exec.Command):
+		return refuse("ExecPluginRefused", "exec plugin command is not in the policy's allowed list")
+	}
+	return nil
+}
+
+func refuseFile(field, embedded string) error {
+	return refuse("FileReference", "%s names a file, which is never read; put the content in %s instead", field, embedded)
+}
+
+// metadataHosts are cloud metadata endpoints outside the link-local ranges.
+var metadataHosts = []string{
+	"metadata.google.internal",
+	"metadata.goog",
+	"metadata",
+	"instance-data",
+	"instance-data.ec2.internal",
+	"fd00:ec2::254",   // AWS IMDS over IPv6
+	"100.100.100.200", // Alibaba Cloud
+}
+
+// checkHost refuses link-local and metadata hosts unless the policy allows
+// them. host must be normalized.
+func (p Policy) checkHost(what, host string) error {
+	if p.AllowLinkLocal {
+		return nil
+	}
+	addr, err := netip.ParseAddr(host)
+	if err == nil && addr.IsLinkLocalUnicast() || slices.Contains(metadataHosts, host) {
+		return refuse("LinkLocalAddressRefused", "%s host is a link-local or cloud metadata address", what)
+	}
+	return nil
+}
+
+// normalizeHost lower-cases host, drops a trailing dot and turns an
+// IPv4-mapped IPv6 address into IPv4, so that one spelling is compared.
+func normalizeHost(host string) string {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if addr, err := netip.ParseAddr(host); err == nil {
+		return addr.Unmap().String()
+	}
+	return host
+}
+
+func isLoopback(host string) bool {
+	addr, err := netip.ParseAddr(host)
+	return host == "localhost" || err == nil && addr.IsLoopback()
 }
 
 // scrub keeps the kind of a client-go error but none of its text, which can

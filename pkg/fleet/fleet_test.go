@@ -2,6 +2,8 @@ package fleet_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -18,6 +20,8 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -50,7 +54,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		os.Exit(m.Run()) // envtest tests skip themselves
 	}
-	logf.SetLogger(logr.Discard())
+	logf.SetLogger(suiteLogs.logger())
+	klog.SetLogger(suiteLogs.logger())
 	envs, err := controlplane.Start(3)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -82,7 +87,12 @@ func TestMain(m *testing.M) {
 			memberClients = append(memberClients, cl)
 			kubeconfigs = append(kubeconfigs, kc)
 		}
-		return m.Run()
+		code := m.Run()
+		if leaked := suiteLogs.credentialsIn(kubeconfigs); leaked != "" {
+			fmt.Fprintf(os.Stderr, "credential material appeared in the logs: %s\n", leaked)
+			return 1
+		}
+		return code
 	}()
 	_ = controlplane.Stop(envs)
 	os.Exit(code)
@@ -100,13 +110,20 @@ type fleetEnv struct {
 
 func startFleet(t *testing.T) *fleetEnv {
 	t.Helper()
+	return startFleetWith(t, nil)
+}
+
+// startFleetWith starts a fleet that also reads the formats formats
+// returns for the fleet's namespace.
+func startFleetWith(t *testing.T, formats func(fleetNamespace string) []cluster.Format) *fleetEnv {
+	t.Helper()
 	if hub == nil {
 		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
 	}
 	ns := fmt.Sprintf("fleet-%d", fleetNamespaces.Add(1))
 	createNamespace(t, hubClient, ns)
 	logs := &logLines{}
-	mgr, err := fleet.New(hub.Config, fleet.Options{
+	opts := fleet.Options{
 		Options: manager.Options{
 			Logger:                 logs.logger(),
 			Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -115,7 +132,11 @@ func startFleet(t *testing.T) *fleetEnv {
 			Controller: config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: 30 * time.Second},
 		},
 		Namespace: ns,
-	})
+	}
+	if formats != nil {
+		opts.SecretFormats = formats(ns)
+	}
+	mgr, err := fleet.New(hub.Config, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,18 +254,61 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// logLines collects what a logger wrote.
+// logLines collects what a logger wrote. Every test's lines are also
+// collected in suiteLogs, with klog's, and checked for credentials when
+// the suite ends.
 type logLines struct {
 	mu    sync.Mutex
 	lines []string
 }
 
+var suiteLogs = &logLines{}
+
+func (l *logLines) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+}
+
 func (l *logLines) logger() logr.Logger {
 	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.lines = append(l.lines, prefix+" "+args)
-	}, funcr.Options{Verbosity: 1})
+		l.add(prefix + " " + args)
+		if l != suiteLogs {
+			suiteLogs.add(prefix + " " + args)
+		}
+	}, funcr.Options{Verbosity: 4})
+}
+
+// credentialsIn returns the first log line holding key, certificate or
+// token material of any of kubeconfigs, or the hostile test's token.
+func (l *logLines) credentialsIn(kubeconfigs [][]byte) string {
+	secrets := []string{hostileToken}
+	for _, kc := range kubeconfigs {
+		raw, err := clientcmd.Load(kc)
+		if err != nil {
+			return "unparsable test kubeconfig: " + err.Error()
+		}
+		for _, user := range raw.AuthInfos {
+			for _, data := range [][]byte{user.ClientKeyData, user.ClientCertificateData} {
+				secrets = append(secrets, base64.StdEncoding.EncodeToString(data))
+				for _, line := range strings.Split(string(data), "\n") {
+					if len(line) > 40 { // a PEM body line
+						secrets = append(secrets, line)
+					}
+				}
+			}
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		for _, secret := range secrets {
+			if strings.Contains(line, secret) {
+				return line
+			}
+		}
+	}
+	return ""
 }
 
 func (l *logLines) find(parts ...string) bool {
@@ -380,29 +444,194 @@ func TestControllerAddedLaterSeesEngagedMembers(t *testing.T) {
 	r.waitFor(t, request("early-a", "late", "new"), request("early-b", "late", "new"))
 }
 
-func TestBrokenSecretIsReportedAndIsolated(t *testing.T) {
+// hostileToken is a credential in the hostile Secrets; it must never show
+// up in a log line.
+const hostileToken = "hostile-token-7f3a9c1e5b"
+
+// hostileKubeconfig is a kubeconfig for a server of the test's choosing
+// whose user entry is the YAML user.
+func hostileKubeconfig(server, user string) []byte {
+	return []byte(`apiVersion: v1
+kind: Config
+current-context: c
+contexts: [{name: c, context: {cluster: c, user: u}}]
+clusters: [{name: c, cluster: {server: "` + server + `"}}]
+users: [{name: u, user: ` + user + `}]
+`)
+}
+
+func TestHostileSecretsAreRefusedAndIsolated(t *testing.T) {
 	f := startFleet(t)
 	r := &recorder{}
 	watchConfigMaps(t, f, "isolation", "isolation", fleet.Members, r)
-	f.register(t, "broken", []byte("apiVersion: v1\nclusters: [ {"))
+	// Keyed by Secret name.
+	hostile := map[string]struct {
+		kubeconfig  []byte
+		clusterName string // the name annotation, if set
+		reason      string
+	}{
+		"malformed":  {kubeconfig: []byte("apiVersion: v1\nclusters: [ {"), reason: "KubeconfigMalformed"},
+		"exec":       {kubeconfig: hostileKubeconfig("https://10.0.0.1", `{exec: {command: /bin/sh, args: [-c, "touch /tmp/pwned"], apiVersion: client.authentication.k8s.io/v1}}`), reason: "ExecPluginRefused"},
+		"token-file": {kubeconfig: hostileKubeconfig("https://10.0.0.1", `{tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}`), reason: "FileReference"},
+		"metadata":   {kubeconfig: hostileKubeconfig("https://169.254.169.254", `{token: `+hostileToken+`}`), reason: "LinkLocalAddressRefused"},
+		"plain-http": {kubeconfig: hostileKubeconfig("http://10.0.0.1", `{token: `+hostileToken+`}`), reason: "PlainHTTPRefused"},
+		"no-context": {kubeconfig: []byte("apiVersion: v1\nkind: Config\nusers: [{name: u, user: {token: " + hostileToken + "}}]\n"), reason: "NoCurrentContext"},
+		"bad-name":   {kubeconfig: kubeconfigs[1], clusterName: "Bad_Name", reason: "InvalidClusterName"},
+	}
+	for name, h := range hostile {
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: map[string]string{cluster.KubeconfigLabel: "true"}},
+			Data:       map[string][]byte{cluster.KubeconfigKey: h.kubeconfig},
+		}
+		if h.clusterName != "" {
+			s.Annotations = map[string]string{cluster.ClusterNameAnnotation: h.clusterName}
+		}
+		if err := hubClient.Create(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
 	f.register(t, "healthy", kubeconfigs[0])
 	createConfigMap(t, memberClients[0], "isolation", "works")
 	r.waitFor(t, request("healthy", "isolation", "works"))
 
-	eventually(t, "the refusal in the log", func() bool {
-		return f.logs.find("Registration refused", `"cluster"="broken"`, `"reason"="KubeconfigMalformed"`)
-	})
-	eventually(t, "the refusal as an Event on the Secret", func() bool {
-		events := &eventsv1.EventList{}
-		if err := hubClient.List(t.Context(), events, client.InNamespace(f.namespace)); err != nil {
-			return false
-		}
-		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
-			return e.Regarding.Name == "broken" && e.Reason == "KubeconfigMalformed"
+	for name, h := range hostile {
+		eventually(t, name+" refused in the log", func() bool {
+			return f.logs.find("Registration refused", `"reason"="`+h.reason+`"`)
 		})
+		eventually(t, name+" refused as an Event on its Secret", func() bool {
+			events := &eventsv1.EventList{}
+			if err := hubClient.List(t.Context(), events, client.InNamespace(f.namespace)); err != nil {
+				return false
+			}
+			return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+				return e.Regarding.Name == name && e.Reason == h.reason && e.Type == corev1.EventTypeWarning
+			})
+		})
+	}
+	if names := f.mgr.ClusterNames(); !slices.Equal(names, []string{"healthy"}) {
+		t.Fatalf("engaged %v; only healthy may be", names)
+	}
+	if _, err := os.Stat("/tmp/pwned"); err == nil {
+		t.Fatal("an exec plugin from a Secret ran")
+	}
+}
+
+func TestEveryFormatEngagesItsMember(t *testing.T) {
+	capiNS, argoNS := "capi-formats", "argocd-formats"
+	createNamespace(t, hubClient, capiNS)
+	createNamespace(t, hubClient, argoNS)
+	f := startFleetWith(t, func(fleetNS string) []cluster.Format {
+		return []cluster.Format{
+			cluster.MulticlusterRuntimeFormat(fleetNS),
+			cluster.ClusterAPIFormat([]string{capiNS}),
+			cluster.ArgoCDFormat(argoNS),
+		}
 	})
-	if slices.Contains(f.mgr.ClusterNames(), "broken") {
-		t.Fatal("a refused Secret was engaged")
+	secrets := []*corev1.Secret{
+		{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "mcr-member", Labels: map[string]string{cluster.MulticlusterRuntimeLabel: "true"}},
+			Data:       map[string][]byte{cluster.KubeconfigKey: kubeconfigs[0]},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Namespace: capiNS, Name: "workload-kubeconfig", Labels: map[string]string{cluster.ClusterAPIClusterLabel: "workload"}},
+			Type:       cluster.ClusterAPISecretType,
+			Data:       map[string][]byte{cluster.ClusterAPIKey: kubeconfigs[1]},
+		},
+		{
+			// Same type, not a kubeconfig: Cluster API's CA Secret.
+			ObjectMeta: metav1.ObjectMeta{Namespace: capiNS, Name: "workload-ca"},
+			Type:       cluster.ClusterAPISecretType,
+			Data:       map[string][]byte{"tls.crt": []byte("x")},
+		},
+		argoCDSecret(t, argoNS, "argo-member", kubeconfigs[1]),
+	}
+	for _, s := range secrets {
+		if err := hubClient.Create(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.waitEngaged(t, "mcr-member", capiNS+".workload", "argo-member")
+	if names := f.mgr.ClusterNames(); len(names) != 3 {
+		t.Fatalf("engaged %v, want exactly the three registered members", names)
+	}
+	cl, err := f.mgr.GetCluster(t.Context(), "argo-member")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.GetAPIReader().List(t.Context(), &corev1.NamespaceList{}); err != nil {
+		t.Fatalf("the Argo CD member's credentials do not work: %v", err)
+	}
+}
+
+// argoCDSecret is an Argo CD cluster Secret carrying the server and
+// credentials of kubeconfig, as Argo CD writes them, with the extra keys
+// real ones have.
+func argoCDSecret(t *testing.T, namespace, name string, kubeconfig []byte) *corev1.Secret {
+	t.Helper()
+	raw, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx := raw.Contexts[raw.CurrentContext]
+	server, user := raw.Clusters[kctx.Cluster], raw.AuthInfos[kctx.AuthInfo]
+	config, err := json.Marshal(map[string]any{
+		"tlsClientConfig": map[string]any{
+			"caData":   server.CertificateAuthorityData,
+			"certData": user.ClientCertificateData,
+			"keyData":  user.ClientKeyData,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "cluster-" + name, Labels: map[string]string{cluster.ArgoCDSecretTypeLabel: cluster.ArgoCDClusterType}},
+		Data: map[string][]byte{
+			"name": []byte(name), "server": []byte(server.Server), "config": config,
+			"project": []byte("default"), "namespaces": []byte(""), "clusterResources": []byte("true"), "shard": []byte("0"),
+		},
+	}
+}
+
+func TestConflictingNamesEngageNeither(t *testing.T) {
+	f := startFleet(t)
+	claim := func(secretName string, kubeconfig []byte) *corev1.Secret {
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: secretName, Labels: map[string]string{cluster.KubeconfigLabel: "true"},
+				Annotations: map[string]string{cluster.ClusterNameAnnotation: "contested"}},
+			Data: map[string][]byte{cluster.KubeconfigKey: kubeconfig},
+		}
+		if err := hubClient.Create(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	claim("first", kubeconfigs[0])
+	f.waitEngaged(t, "contested")
+	second := claim("second", kubeconfigs[1])
+	for _, name := range []string{"first", "second"} {
+		eventually(t, "the conflict reported on "+name, func() bool {
+			events := &eventsv1.EventList{}
+			if err := hubClient.List(t.Context(), events, client.InNamespace(f.namespace)); err != nil {
+				return false
+			}
+			return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+				return e.Regarding.Name == name && e.Reason == "ClusterNameConflict"
+			})
+		})
+	}
+	eventually(t, "contested disengaged", func() bool { return !slices.Contains(f.mgr.ClusterNames(), "contested") })
+
+	if err := hubClient.Delete(t.Context(), second); err != nil {
+		t.Fatal(err)
+	}
+	f.waitEngaged(t, "contested")
+	cl, err := f.mgr.GetCluster(t.Context(), "contested")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSuffix(cl.GetConfig().Host, "/"), strings.TrimSuffix(members[0].Config.Host, "/"); got != want {
+		t.Fatalf("contested points at %s, want the remaining claim's %s", got, want)
 	}
 }
 
