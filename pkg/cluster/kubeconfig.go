@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
+	"syscall"
 
 	"go.yaml.in/yaml/v3"
 	"k8s.io/client-go/rest"
@@ -283,4 +285,22 @@ func scrub(err error) string {
 		return "empty config"
 	}
 	return "invalid client configuration"
+}
+
+// errLinkLocalDial is returned when a member's connection would reach a
+// link-local or metadata address, such as a host name that resolves to one.
+var errLinkLocalDial = errors.New("refusing to connect to a link-local or cloud metadata address")
+
+// dialControl checks each address a member's dialer is about to connect
+// to, after name resolution, so that a host name cannot lead where a
+// literal address may not.
+func (p Policy) dialControl(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	if p.checkHost("connection", normalizeHost(host)) != nil {
+		return errLinkLocalDial
+	}
+	return nil
 }

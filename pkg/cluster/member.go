@@ -50,8 +50,9 @@ func newMember(name string, kubeconfig []byte, opts *Options) (*member, error) {
 		done:        make(chan struct{}),
 	}
 	// A dialer of its own keeps client-go's TLS cache from sharing one
-	// transport between members, and lets stop close every connection.
-	m.dialer = connrotation.NewDialer((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
+	// transport between members, lets stop close every connection, and
+	// checks each resolved address against the policy.
+	m.dialer = connrotation.NewDialer((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: opts.Policy.dialControl}).DialContext)
 	cfg.Dial = m.dialer.DialContext
 	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
 	m.httpClient, err = rest.HTTPClientFor(cfg)
