@@ -8,29 +8,40 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/connrotation"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 )
 
-// member is one running member cluster: its own transport, its
-// cluster.Cluster, and the context both live in.
+// member is one registered member cluster. It owns its transport and its
+// prober for its whole life, and a connection (its cluster.Cluster and
+// engagement) while it is connected.
 type member struct {
 	name        string
 	fingerprint [sha256.Size]byte
-	cluster     cluster.Cluster
+	config      *rest.Config
 	httpClient  *http.Client
 	dialer      *connrotation.Dialer
 	log         logr.Logger
+	pool        *Pool
+	probe       probeFunc
 
-	// indexMu guards indexed, the number of the pool's indexes applied to
-	// this member's cache.
-	indexMu sync.Mutex
-	indexed int
+	// conn is the current connection, nil while there is none.
+	conn  atomic.Pointer[connection]
+	state atomic.Value // State
+
+	// disconnect and reconnect carry the prober's verdicts to run.
+	disconnect chan struct{}
+	reconnect  chan struct{}
 
 	// startOnce makes start idempotent; cancel and done are set by start.
 	startOnce sync.Once
@@ -38,84 +49,211 @@ type member struct {
 	done      chan struct{}
 }
 
-func newMember(name string, kubeconfig []byte, opts *Options) (*member, error) {
-	cfg, err := opts.Policy.Parse(kubeconfig)
+// connection is one life of a member's cluster.Cluster.
+type connection struct {
+	cluster cluster.Cluster
+
+	// indexMu guards indexed, the number of the pool's indexes applied to
+	// this connection's cache.
+	indexMu sync.Mutex
+	indexed int
+}
+
+func newMember(name string, kubeconfig []byte, p *Pool) (*member, error) {
+	cfg, err := p.opts.Policy.Parse(kubeconfig)
 	if err != nil {
 		return nil, err
 	}
 	m := &member{
 		name:        name,
 		fingerprint: sha256.Sum256(kubeconfig),
-		log:         opts.Logger.WithValues("cluster", name),
+		config:      cfg,
+		log:         p.opts.Logger.WithValues("cluster", name),
+		pool:        p,
+		disconnect:  make(chan struct{}, 1),
+		reconnect:   make(chan struct{}, 1),
 		done:        make(chan struct{}),
 	}
+	m.state.Store(StatePending)
 	// A dialer of its own keeps client-go's TLS cache from sharing one
-	// transport between members, lets stop close every connection, and
-	// checks each resolved address against the policy.
-	m.dialer = connrotation.NewDialer((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: opts.Policy.dialControl}).DialContext)
+	// transport between members, lets the member close every connection,
+	// and checks each resolved address against the policy.
+	m.dialer = connrotation.NewDialer((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: p.opts.Policy.dialControl}).DialContext)
 	cfg.Dial = m.dialer.DialContext
-	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
-	m.httpClient, err = rest.HTTPClientFor(cfg)
-	if err != nil {
+	cfg.QPS, cfg.Burst = p.opts.QPS, p.opts.Burst
+	if m.httpClient, err = rest.HTTPClientFor(cfg); err != nil {
 		return nil, refuse("KubeconfigInvalid", "cannot build a transport: %s", scrub(err))
 	}
-	m.cluster, err = cluster.New(cfg, func(o *cluster.Options) {
+	reviews, err := authenticationv1client.NewForConfigAndClient(cfg, m.httpClient)
+	if err != nil {
+		return nil, refuse("KubeconfigInvalid", "cannot build a client: %s", scrub(err))
+	}
+	// A SelfSubjectReview needs valid credentials, unlike /readyz, so a
+	// member whose credentials were revoked is not reported healthy.
+	m.probe = func(ctx context.Context) error {
+		_, err := reviews.SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		return err
+	}
+	return m, nil
+}
+
+func (m *member) newCluster() (cluster.Cluster, error) {
+	opts := &m.pool.opts
+	return cluster.New(m.config, func(o *cluster.Options) {
 		o.Scheme = opts.Scheme
 		o.Logger = m.log
 		o.HTTPClient = m.httpClient
 		o.Cache.DefaultTransform = cache.TransformStripManagedFields()
 		o.Cache.ReaderFailOnMissingInformer = true
 		if opts.Configure != nil {
-			opts.Configure(name, o)
+			opts.Configure(m.name, o)
 		}
 	})
-	if err != nil {
-		m.closeConnections()
-		return nil, fmt.Errorf("creating cluster %q: %w", name, err)
-	}
-	return m, nil
 }
 
-// start runs the member's cluster and engagement under a context derived
-// from ctx, applying the pool's indexes first so that no aware ever sees a
-// cache without them.
-func (m *member) start(ctx context.Context, p *Pool) {
+// start runs the member under a context derived from ctx.
+func (m *member) start(ctx context.Context) {
 	m.startOnce.Do(func() {
 		ctx, m.cancel = context.WithCancel(ctx)
-		go m.run(ctx, p)
+		go m.run(ctx)
 	})
 }
 
-func (m *member) run(ctx context.Context, p *Pool) {
+// run connects the member, and connects it again after each
+// disconnection once a probe succeeds, with capped, jittered exponential
+// backoff between attempts. The prober runs throughout.
+func (m *member) run(ctx context.Context) {
 	defer close(m.done)
-	defer m.cancel()
+	opts := &m.pool.opts
+	probing := make(chan struct{})
+	go func() {
+		defer close(probing)
+		(&prober{
+			clock:     opts.Clock,
+			health:    &health{opts: opts.Health, state: StateConnecting},
+			probe:     m.probe,
+			connected: func() bool { return m.conn.Load() != nil },
+			report:    m.report,
+		}).run(ctx)
+	}()
+	defer func() { <-probing }()
 
-	if err := m.applyIndexes(ctx, p.indexesSnapshot()); err != nil {
+	backoff := *opts.ReconnectBackoff
+	for {
+		m.setState(StateConnecting)
+		if err := m.connect(ctx); err != nil {
+			m.log.Error(err, "Connecting member failed")
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if m.State() == StateReady {
+			backoff = *opts.ReconnectBackoff
+		}
+		m.setState(StateDisconnected)
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.reconnect:
+		}
+		delay := backoff.Step()
+		m.log.Info("Reconnecting member", "after", delay)
+		t := opts.Clock.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// connect starts a connection: indexes first, then the cluster and its
+// engagement. It returns once ctx ends, the cluster fails, or the prober
+// disconnects the member, and everything the connection started has
+// ended and its network connections are closed.
+func (m *member) connect(ctx context.Context) error {
+	cl, err := m.newCluster()
+	if err != nil {
+		return fmt.Errorf("creating cluster: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	conn := &connection{cluster: cl}
+	if err := conn.applyIndexes(ctx, m.pool.indexesSnapshot()); err != nil {
 		m.log.Error(err, "Applying field indexes")
 	}
+	m.conn.Store(conn)
+	defer func() {
+		m.conn.Store(nil)
+		m.closeConnections()
+	}()
+	drain(m.disconnect)
+
+	var clusterErr error
 	clusterDone := make(chan struct{})
 	go func() {
 		defer close(clusterDone)
-		if err := m.cluster.Start(ctx); err != nil {
-			m.log.Error(err, "Member cluster stopped with an error")
-			m.cancel()
+		if clusterErr = cl.Start(ctx); clusterErr != nil {
+			cancel()
 		}
 	}()
-	m.log.Info("Engaging member")
-	p.opts.Engage(ctx, m.name, m.cluster)
+	engaged := make(chan struct{})
+	go func() {
+		defer close(engaged)
+		m.log.Info("Engaging member")
+		m.pool.opts.Engage(ctx, m.name, cl)
+	}()
+	select {
+	case <-ctx.Done():
+	case <-m.disconnect:
+		m.log.Info("Disconnecting member: probes kept failing", "disconnectAfter", m.pool.opts.Health.DisconnectAfter)
+		cancel()
+	}
+	<-engaged
 	<-clusterDone
 	m.log.Info("Disengaged member")
+	return clusterErr
 }
 
-// applyIndexes applies the indexes this member has not seen yet. The pool's
-// list only grows, so a count is enough to know which those are.
-func (m *member) applyIndexes(ctx context.Context, all []index) error {
-	m.indexMu.Lock()
-	defer m.indexMu.Unlock()
+// report takes each probe's result from the prober.
+func (m *member) report(result ProbeResult, state State) {
+	if old := m.state.Swap(state); old != state {
+		kv := []any{"from", old, "to", state}
+		if result.Err != nil {
+			kv = append(kv, "probeError", describeProbeError(result.Err))
+		}
+		m.log.Info("Member state changed", kv...)
+	}
+	switch {
+	case state == StateDisconnected && m.conn.Load() != nil:
+		signal(m.disconnect)
+	case state == StateConnecting && m.conn.Load() == nil:
+		signal(m.reconnect)
+	}
+	if observe := m.pool.opts.Observe; observe != nil {
+		observe(m.name, result, state)
+	}
+}
+
+func (m *member) setState(s State) {
+	if old := m.state.Swap(s); old != s {
+		m.log.Info("Member state changed", "from", old, "to", s)
+	}
+}
+
+// State returns the member's current state.
+func (m *member) State() State { return m.state.Load().(State) }
+
+// applyIndexes applies the indexes this connection has not seen yet. The
+// pool's list only grows, so a count is enough to know which those are.
+func (c *connection) applyIndexes(ctx context.Context, all []index) error {
+	c.indexMu.Lock()
+	defer c.indexMu.Unlock()
 	var errs []error
-	for ; m.indexed < len(all); m.indexed++ {
-		ix := all[m.indexed]
-		if err := m.cluster.GetFieldIndexer().IndexField(ctx, ix.obj, ix.field, ix.extract); err != nil {
+	for ; c.indexed < len(all); c.indexed++ {
+		ix := all[c.indexed]
+		if err := c.cluster.GetFieldIndexer().IndexField(ctx, ix.obj, ix.field, ix.extract); err != nil {
 			errs = append(errs, fmt.Errorf("index %s on %T: %w", ix.field, ix.obj, err))
 		}
 	}
@@ -135,7 +273,29 @@ func (m *member) stop() {
 
 func (m *member) closeConnections() {
 	m.dialer.CloseAll()
-	if m.httpClient != nil {
-		m.httpClient.CloseIdleConnections()
+	m.httpClient.CloseIdleConnections()
+}
+
+// describeProbeError says why a probe failed without quoting anything the
+// member sent: a hostile server chooses its response bodies.
+func describeProbeError(err error) string {
+	if status, ok := err.(apierrors.APIStatus); ok || errors.As(err, &status) {
+		s := status.Status()
+		return fmt.Sprintf("the API server answered %d %s", s.Code, s.Reason)
+	}
+	return err.Error()
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func drain(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
 	}
 }

@@ -7,18 +7,27 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
-// ErrClusterNotFound is returned for a cluster name that no member holds.
-var ErrClusterNotFound = errors.New("cluster not found")
+var (
+	// ErrClusterNotFound is returned for a cluster name that no member
+	// holds.
+	ErrClusterNotFound = errors.New("cluster not found")
+	// ErrClusterNotConnected is returned for a member that is registered
+	// but has no running cluster, such as a Disconnected one.
+	ErrClusterNotConnected = errors.New("cluster not connected")
+)
 
 // EngageFunc hands a started member to the rest of the manager. It runs for
 // as long as the member: it returns once ctx has ended and everything it
@@ -47,6 +56,22 @@ type Options struct {
 	QPS   float32
 	Burst int
 
+	// Health sets how members are probed and when they turn Unhealthy and
+	// Disconnected.
+	Health HealthOptions
+
+	// ReconnectBackoff spaces out the attempts to connect a Disconnected
+	// member again. Defaults to 1s doubling to 1m, with 20% jitter; a
+	// connection that became Ready resets it.
+	ReconnectBackoff *wait.Backoff
+
+	// Observe, if set, is told each probe's result and the state it led
+	// to, from the member's prober goroutine. It must not block.
+	Observe func(clusterName string, result ProbeResult, state State)
+
+	// Clock times probes and reconnections. Defaults to the real clock.
+	Clock clock.WithTicker
+
 	// Configure, if set, adjusts each member's cluster.Options after the
 	// pool's defaults: its own HTTP client, managedFields stripped from
 	// cached objects, and ReaderFailOnMissingInformer, so that reading a kind
@@ -71,6 +96,13 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Burst == 0 {
 		o.Burst = 100
+	}
+	o.Health.setDefaults()
+	if o.ReconnectBackoff == nil {
+		o.ReconnectBackoff = &wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 7, Cap: time.Minute}
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	return nil
 }
@@ -117,7 +149,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	p.ctx = ctx
 	for _, m := range p.members {
-		m.start(ctx, p)
+		m.start(ctx)
 	}
 	p.mu.Unlock()
 
@@ -131,6 +163,9 @@ func (p *Pool) Start(ctx context.Context) error {
 	stopAll(members)
 	return nil
 }
+
+// HealthOptions returns the pool's health options, defaults filled in.
+func (p *Pool) HealthOptions() HealthOptions { return p.opts.Health }
 
 // NeedLeaderElection is true: only the leader runs member caches.
 func (p *Pool) NeedLeaderElection() bool { return true }
@@ -152,7 +187,7 @@ func (p *Pool) Set(reg Registration) error {
 		return nil
 	}
 
-	m, err := newMember(name, reg.Kubeconfig, &p.opts)
+	m, err := newMember(name, reg.Kubeconfig, p)
 	if err != nil {
 		p.Remove(name)
 		return err
@@ -175,7 +210,7 @@ func (p *Pool) Set(reg Registration) error {
 	// Start only if m is still the member of that name: a concurrent Set or
 	// Remove may have replaced it while old stopped.
 	if p.ctx != nil && p.members[name] == m {
-		m.start(p.ctx, p)
+		m.start(p.ctx)
 	}
 	p.mu.Unlock()
 	return nil
@@ -195,14 +230,30 @@ func (p *Pool) Remove(name string) bool {
 	return ok
 }
 
-// Get returns the cluster of member name, or ErrClusterNotFound.
+// Get returns the running cluster of member name, or an error wrapping
+// ErrClusterNotFound or ErrClusterNotConnected.
 func (p *Pool) Get(name string) (cluster.Cluster, error) {
+	p.mu.Lock()
+	m, ok := p.members[name]
+	p.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrClusterNotFound, name)
+	}
+	if conn := m.conn.Load(); conn != nil {
+		return conn.cluster, nil
+	}
+	return nil, fmt.Errorf("%w: %q", ErrClusterNotConnected, name)
+}
+
+// State returns the state of member name, and false if there is no such
+// member.
+func (p *Pool) State(name string) (State, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m, ok := p.members[name]; ok {
-		return m.cluster, nil
+		return m.State(), true
 	}
-	return nil, fmt.Errorf("%w: %q", ErrClusterNotFound, name)
+	return "", false
 }
 
 // Names returns the names of all members, sorted.
@@ -232,7 +283,11 @@ func (p *Pool) IndexField(ctx context.Context, obj client.Object, field string, 
 
 	var errs []error
 	for _, m := range members {
-		if err := m.applyIndexes(ctx, all); err != nil {
+		conn := m.conn.Load()
+		if conn == nil {
+			continue // its next connection applies every index
+		}
+		if err := conn.applyIndexes(ctx, all); err != nil {
 			errs = append(errs, fmt.Errorf("cluster %q: %w", m.name, err))
 		}
 	}

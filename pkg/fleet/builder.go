@@ -131,6 +131,8 @@ func (b *Builder) Complete(r Reconciler) error {
 		clusters:    b.clusters,
 		syncTimeout: b.syncTimeout(),
 		do:          r,
+		memberState: b.mgr.pool.State,
+		holdFor:     b.mgr.pool.HealthOptions().Interval,
 		ready:       make(chan struct{}),
 		engaged:     map[string]context.Context{},
 	}

@@ -24,6 +24,10 @@ type controller struct {
 	sources     []*engage.Kind
 	syncTimeout time.Duration
 	do          Reconciler
+	// memberState reports a member's state; the work of an Unhealthy
+	// member is held for holdFor at a time.
+	memberState func(clusterName string) (fleetcluster.State, bool)
+	holdFor     time.Duration
 
 	// ready closes when the controller-runtime controller has started;
 	// ctx and queue are set before.
@@ -103,12 +107,16 @@ func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.
 
 // Reconcile runs the user's reconciler for requests of engaged clusters,
 // under a context that ends when the cluster leaves, and drops the rest.
+// Requests of an Unhealthy member wait in the queue without a worker.
 func (c *controller) Reconcile(ctx context.Context, req Request) (reconcile.Result, error) {
 	c.mu.Lock()
 	clusterCtx, ok := c.engaged[req.ClusterName]
 	c.mu.Unlock()
 	if !ok || clusterCtx.Err() != nil {
 		return reconcile.Result{}, nil
+	}
+	if state, _ := c.memberState(req.ClusterName); state == fleetcluster.StateUnhealthy {
+		return reconcile.Result{RequeueAfter: c.holdFor}, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

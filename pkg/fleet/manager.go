@@ -44,6 +44,10 @@ type Options struct {
 	MemberQPS   float32
 	MemberBurst int
 
+	// MemberHealth sets how members are probed and when they turn
+	// Unhealthy and Disconnected; see cluster.HealthOptions for defaults.
+	MemberHealth cluster.HealthOptions
+
 	// ConfigureMember, if set, adjusts each member's cluster.Options, for
 	// example its cache transforms, namespaces or selectors. It is called
 	// once per member with fresh options.
@@ -61,8 +65,9 @@ type Options struct {
 type Manager struct {
 	manager.Manager
 
-	pool    *cluster.Pool
-	engager *engage.Engager
+	pool     *cluster.Pool
+	engager  *engage.Engager
+	provider *provider
 }
 
 // New returns a fleet manager for the hub cfg points at.
@@ -87,6 +92,12 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		QPS:       opts.MemberQPS,
 		Burst:     opts.MemberBurst,
 		Configure: opts.ConfigureMember,
+		Health:    opts.MemberHealth,
+		Observe: func(clusterName string, result cluster.ProbeResult, _ cluster.State) {
+			if result.CredentialsRejected {
+				m.provider.recheck(clusterName)
+			}
+		},
 	})
 	if err != nil {
 		return nil, err

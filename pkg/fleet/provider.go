@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -44,6 +45,10 @@ type provider struct {
 	mu     sync.Mutex
 	claims map[secretRef]claim
 	byName map[string]map[secretRef]struct{}
+
+	// rechecks has one channel per format: sending a Secret there
+	// reconciles it again.
+	rechecks map[string]chan event.GenericEvent
 }
 
 // secretRef names a registration Secret of one format.
@@ -63,7 +68,9 @@ func addProvider(m *Manager, formats []cluster.Format) error {
 		recorder: m.GetEventRecorder("fleet-manager"),
 		claims:   map[secretRef]claim{},
 		byName:   map[string]map[secretRef]struct{}{},
+		rechecks: map[string]chan event.GenericEvent{},
 	}
+	m.provider = p
 	for _, f := range formats {
 		c, err := cache.New(m.GetConfig(), cache.Options{
 			HTTPClient:        m.GetHTTPClient(),
@@ -79,10 +86,13 @@ func addProvider(m *Manager, formats []cluster.Format) error {
 			return err
 		}
 		r := &formatReconciler{provider: p, format: f, secrets: c}
+		rechecks := make(chan event.GenericEvent, 64)
+		p.rechecks[f.Name] = rechecks
 		err = builder.ControllerManagedBy(m.Manager).
 			Named("fleet-registrations-" + f.Name).
 			WatchesRawSource(source.Kind(c, &corev1.Secret{}, &handler.TypedEnqueueRequestForObject[*corev1.Secret]{},
 				predicate.NewTypedPredicateFuncs(f.Match))).
+			WatchesRawSource(source.Channel(rechecks, &handler.EnqueueRequestForObject{})).
 			Complete(r)
 		if err != nil {
 			return err
@@ -137,6 +147,20 @@ func (r *formatReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	r.claim(ctx, ref, claim{secret: secret, reg: reg})
 	return reconcile.Result{}, nil
+}
+
+// recheck reconciles again every Secret claiming name, at once: a member
+// whose credentials were refused may have been given new ones. It never
+// blocks; a full channel means a recheck is already pending.
+func (p *provider) recheck(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for ref := range p.byName[name] {
+		select {
+		case p.rechecks[ref.format] <- event.GenericEvent{Object: p.claims[ref].secret}:
+		default:
+		}
+	}
 }
 
 // claim records that ref claims c, and settles the names involved.

@@ -1,0 +1,145 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+)
+
+// State is where a member is in its life.
+type State string
+
+const (
+	// StatePending: registered, waiting for the pool to start.
+	StatePending State = "Pending"
+	// StateConnecting: its cluster is starting, or starting again after a
+	// disconnection; no probe has succeeded since.
+	StateConnecting State = "Connecting"
+	// StateReady: engaged, and its last probe succeeded.
+	StateReady State = "Ready"
+	// StateUnhealthy: FailureThreshold probes in a row failed. Its work is
+	// held and its informers are kept, so a short blip costs no re-list.
+	StateUnhealthy State = "Unhealthy"
+	// StateDisconnected: probes kept failing for DisconnectAfter. Its
+	// cluster is torn down; probing goes on, and the next success
+	// reconnects it.
+	StateDisconnected State = "Disconnected"
+)
+
+// HealthOptions set how members are probed. With the defaults a dead
+// member is Unhealthy within 12 seconds.
+type HealthOptions struct {
+	// Interval between probes. Defaults to 4s.
+	Interval time.Duration
+	// Timeout of one probe. Defaults to 3s.
+	Timeout time.Duration
+	// FailureThreshold is the number of failed probes in a row that make
+	// a member Unhealthy. Defaults to 2.
+	FailureThreshold int
+	// DisconnectAfter is how long probes must keep failing before the
+	// member is Disconnected. Defaults to 1m.
+	DisconnectAfter time.Duration
+}
+
+func (o *HealthOptions) setDefaults() {
+	if o.Interval <= 0 {
+		o.Interval = 4 * time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 3 * time.Second
+	}
+	if o.FailureThreshold <= 0 {
+		o.FailureThreshold = 2
+	}
+	if o.DisconnectAfter <= 0 {
+		o.DisconnectAfter = time.Minute
+	}
+}
+
+// health turns probe results into a member's state. It is owned by one
+// prober goroutine.
+type health struct {
+	opts         HealthOptions
+	state        State
+	failures     int
+	failingSince time.Time
+}
+
+// record takes one probe result at now and returns the new state.
+// connected says whether the member's cluster is running.
+func (h *health) record(now time.Time, err error, connected bool) State {
+	if err == nil {
+		h.failures = 0
+		if connected {
+			h.state = StateReady
+		} else {
+			h.state = StateConnecting
+		}
+		return h.state
+	}
+	if h.failures == 0 {
+		h.failingSince = now
+	}
+	h.failures++
+	switch {
+	case h.state == StateDisconnected:
+	case now.Sub(h.failingSince) >= h.opts.DisconnectAfter:
+		h.state = StateDisconnected
+	case h.failures >= h.opts.FailureThreshold:
+		h.state = StateUnhealthy
+	}
+	return h.state
+}
+
+// probeFunc makes one probe of a member.
+type probeFunc func(ctx context.Context) error
+
+// prober probes at every interval until ctx ends, and reports each
+// result and the state it leads to.
+type prober struct {
+	clock  clock.WithTicker
+	health *health
+	probe  probeFunc
+	// connected reports whether the member's cluster is running.
+	connected func() bool
+	// report is called after each probe with its result and the state.
+	report func(result ProbeResult, state State)
+}
+
+// ProbeResult is the outcome of one probe.
+type ProbeResult struct {
+	Time     time.Time
+	Duration time.Duration
+	Err      error
+	// CredentialsRejected is true for a 401 or 403.
+	CredentialsRejected bool
+}
+
+// run probes at once, then at every interval, until ctx ends.
+func (p *prober) run(ctx context.Context) {
+	ticker := p.clock.NewTicker(p.health.opts.Interval)
+	defer ticker.Stop()
+	for {
+		start := p.clock.Now()
+		pctx, cancel := context.WithTimeout(ctx, p.health.opts.Timeout)
+		err := p.probe(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		result := ProbeResult{
+			Time:                start,
+			Duration:            p.clock.Since(start),
+			Err:                 err,
+			CredentialsRejected: apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err),
+		}
+		p.report(result, p.health.record(start, err, p.connected()))
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
