@@ -1,0 +1,132 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// scriptedProbes drives a prober on a fake clock: each probe returns the
+// error the test set, and every report is recorded.
+type scriptedProbes struct {
+	mu      sync.Mutex
+	err     error
+	states  []State
+	results []ProbeResult
+	probed  chan struct{}
+}
+
+func (s *scriptedProbes) probe(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *scriptedProbes) report(r ProbeResult, st State) {
+	s.mu.Lock()
+	s.states = append(s.states, st)
+	s.results = append(s.results, r)
+	s.mu.Unlock()
+	s.probed <- struct{}{}
+}
+
+func (s *scriptedProbes) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.err = err
+}
+
+func (s *scriptedProbes) last() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.states[len(s.states)-1]
+}
+
+func TestProberTurnsUnhealthyThenDisconnected(t *testing.T) {
+	opts := HealthOptions{Interval: 5 * time.Second, Timeout: time.Second, FailureThreshold: 3, DisconnectAfter: 30 * time.Second}
+	clock := clocktesting.NewFakeClock(time.Now())
+	probes := &scriptedProbes{probed: make(chan struct{})}
+	p := &prober{
+		clock:     clock,
+		health:    &health{opts: opts, state: StateConnecting},
+		probe:     probes.probe,
+		connected: func() bool { return true },
+		report:    probes.report,
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); p.run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	tick := func() State {
+		t.Helper()
+		for !clock.HasWaiters() {
+			time.Sleep(time.Millisecond)
+		}
+		clock.Step(opts.Interval)
+		<-probes.probed
+		return probes.last()
+	}
+
+	<-probes.probed // the first probe runs at once
+	if got := probes.last(); got != StateReady {
+		t.Fatalf("after a good probe: %s, want Ready", got)
+	}
+	probes.fail(errors.New("connection refused"))
+	for i := 1; i < opts.FailureThreshold; i++ {
+		if got := tick(); got != StateReady {
+			t.Fatalf("after %d failed probes: %s, want Ready until %d", i, got, opts.FailureThreshold)
+		}
+	}
+	if got := tick(); got != StateUnhealthy {
+		t.Fatalf("after %d failed probes: %s, want Unhealthy", opts.FailureThreshold, got)
+	}
+	// The first failure was at 5s; Disconnected once failing for 30s.
+	failures := opts.FailureThreshold
+	for ; time.Duration(failures)*opts.Interval < opts.DisconnectAfter; failures++ {
+		if got := tick(); got != StateUnhealthy {
+			t.Fatalf("after %d failed probes: %s, want Unhealthy", failures+1, got)
+		}
+	}
+	if got := tick(); got != StateDisconnected {
+		t.Fatalf("after failing for %s: %s, want Disconnected", opts.DisconnectAfter, got)
+	}
+	probes.fail(nil)
+	if got := tick(); got != StateReady {
+		t.Fatalf("after a good probe: %s, want Ready", got)
+	}
+}
+
+func TestHealthRecord(t *testing.T) {
+	opts := HealthOptions{FailureThreshold: 2, DisconnectAfter: time.Minute}
+	now := time.Now()
+	boom := errors.New("boom")
+	for name, tc := range map[string]struct {
+		start     State
+		steps     []error
+		connected bool
+		want      State
+	}{
+		"success while connected is Ready":         {StateConnecting, []error{nil}, true, StateReady},
+		"success while disconnected is Connecting": {StateDisconnected, []error{nil}, false, StateConnecting},
+		"one failure keeps Ready":                  {StateReady, []error{boom}, true, StateReady},
+		"threshold failures are Unhealthy":         {StateReady, []error{boom, boom}, true, StateUnhealthy},
+		"a success in between resets the count":    {StateReady, []error{boom, nil, boom}, true, StateReady},
+		"Disconnected stays until a success":       {StateDisconnected, []error{boom, boom, boom}, false, StateDisconnected},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := &health{opts: opts, state: tc.start}
+			var got State
+			for i, err := range tc.steps {
+				got = h.record(now.Add(time.Duration(i)*time.Second), err, tc.connected)
+			}
+			if got != tc.want {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
