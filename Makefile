@@ -26,6 +26,10 @@ test: envtest
 demo: envtest
 	go run ./cmd/fleet-manager demo $(DEMO_FLAGS)
 
+## manifests: regenerate deepcopy functions and CRDs from api/ (controller-gen is built into bin/ when missing or changed).
+manifests:
+	hack/controller-gen.sh object crd paths=./api/... output:crd:dir=deploy/crd
+
 ## bench: the Go benchmarks.
 bench: envtest
 	go test -run '^$$' -bench . -benchmem ./...

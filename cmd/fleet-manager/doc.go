@@ -8,7 +8,10 @@
 // run connects to the hub (--hub-kubeconfig, else the in-cluster config,
 // else $KUBECONFIG and the default loading rules), registers every member
 // whose kubeconfig Secret sits in the fleet namespace, and serves metrics
-// and health probes. A member being down never fails /readyz.
+// and health probes. A member being down never fails /readyz. The
+// --allow-* flags relax the kubeconfig policy; --multicluster-runtime-secrets,
+// --capi-secrets and --argocd-secrets also register the Secrets of those
+// tools.
 //
 // demo needs kube-apiserver and etcd in $KUBEBUILDER_ASSETS, which
 // `make demo` builds into bin/.

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
 
@@ -36,31 +39,19 @@ type runFlags struct {
 	memberQPS        float64
 	memberBurst      int
 	cacheSyncTimeout time.Duration
+	policy           cluster.Policy
+	mcrSecrets       bool
+	capiSecrets      bool
+	capiNamespaces   []string
+	argoCDSecrets    bool
+	argoCDNamespace  string
 	zap              zap.Options
 }
 
 func runCommand(args []string, stderr io.Writer) error {
-	var f runFlags
-	fs := newFlagSet("run", stderr, &f.zap)
-	fs.StringVar(&f.hubKubeconfig, "hub-kubeconfig", "", "Path to the hub's kubeconfig. Default: the in-cluster config, else $KUBECONFIG and the default loading rules.")
-	fs.StringVar(&f.namespace, "namespace", fleet.DefaultNamespace, "Fleet namespace on the hub: where member kubeconfig Secrets and the leader election Lease live.")
-	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", `Address the metrics endpoint binds to; "0" disables it.`)
-	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", `Address the /healthz and /readyz endpoints bind to; "0" disables them.`)
-	fs.BoolVar(&f.leaderElect, "leader-elect", false, "Elect a leader with a Lease, so that only one replica runs member caches and controllers.")
-	fs.Float64Var(&f.memberQPS, "member-qps", 50, "Queries per second each member's client may make.")
-	fs.IntVar(&f.memberBurst, "member-burst", 100, "Burst of queries each member's client may make.")
-	fs.DurationVar(&f.cacheSyncTimeout, "cache-sync-timeout", 2*time.Minute, "How long a controller waits for a cluster's informers to sync.")
-	if err := parse(fs, args); err != nil {
+	f, err := parseRunFlags(args, stderr)
+	if err != nil {
 		return err
-	}
-	if errs := validation.IsDNS1123Label(f.namespace); len(errs) > 0 {
-		return usageErrorf(fs, "invalid value %q for flag -namespace: %s", f.namespace, errs[0])
-	}
-	if f.memberQPS <= 0 || f.memberBurst <= 0 {
-		return usageErrorf(fs, "-member-qps and -member-burst must be positive")
-	}
-	if f.cacheSyncTimeout <= 0 {
-		return usageErrorf(fs, "-cache-sync-timeout must be positive")
 	}
 
 	log := setupLogging(&f.zap).WithName("setup")
@@ -73,6 +64,11 @@ func runCommand(args []string, stderr io.Writer) error {
 		return err
 	}
 
+	formats := f.secretFormats()
+	formatNames := []string{"native"}
+	for _, format := range formats {
+		formatNames = append(formatNames, format.Name)
+	}
 	mgr, err := fleet.New(cfg, fleet.Options{
 		Options: manager.Options{
 			Metrics:                       metricsserver.Options{BindAddress: f.metricsAddr},
@@ -83,9 +79,11 @@ func runCommand(args []string, stderr io.Writer) error {
 			LeaderElectionReleaseOnCancel: true,
 			Controller:                    config.Controller{CacheSyncTimeout: f.cacheSyncTimeout},
 		},
-		Namespace:   f.namespace,
-		MemberQPS:   float32(f.memberQPS),
-		MemberBurst: f.memberBurst,
+		Namespace:        f.namespace,
+		SecretFormats:    formats,
+		KubeconfigPolicy: f.policy,
+		MemberQPS:        float32(f.memberQPS),
+		MemberBurst:      f.memberBurst,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the fleet manager: %w", err)
@@ -99,11 +97,118 @@ func runCommand(args []string, stderr io.Writer) error {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
 
-	log.Info("Starting fleet manager", "host", cfg.Host, "namespace", f.namespace, "leaderElection", f.leaderElect)
+	log.Info("Starting fleet manager", "host", cfg.Host, "namespace", f.namespace, "leaderElection", f.leaderElect, "formats", formatNames)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the fleet manager: %w", err)
 	}
 	log.Info("Fleet manager stopped")
+	return nil
+}
+
+// parseRunFlags parses and checks the flags of run. Bad usage is printed
+// to stderr and returned as errUsage.
+func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
+	var f runFlags
+	var capiNamespaces string
+	fs := newFlagSet("run", stderr, &f.zap)
+	fs.StringVar(&f.hubKubeconfig, "hub-kubeconfig", "", "Path to the hub's kubeconfig. Default: the in-cluster config, else $KUBECONFIG and the default loading rules.")
+	fs.StringVar(&f.namespace, "namespace", fleet.DefaultNamespace, "Fleet namespace on the hub: where native (and multicluster-runtime) registration Secrets and the leader election Lease live.")
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", `Address the metrics endpoint binds to; "0" disables it.`)
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", `Address the /healthz and /readyz endpoints bind to; "0" disables them.`)
+	fs.BoolVar(&f.leaderElect, "leader-elect", false, "Elect a leader with a Lease, so that only one replica runs member caches and controllers.")
+	fs.Float64Var(&f.memberQPS, "member-qps", 50, "Queries per second each member's client may make.")
+	fs.IntVar(&f.memberBurst, "member-burst", 100, "Burst of queries each member's client may make.")
+	fs.DurationVar(&f.cacheSyncTimeout, "cache-sync-timeout", 2*time.Minute, "How long a controller waits for a cluster's informers to sync.")
+
+	// The kubeconfig policy: each flag relaxes one check.
+	fs.BoolVar(&f.policy.AllowInsecureTLS, "allow-insecure-tls", false, "Accept member kubeconfigs with insecure-skip-tls-verify. Default: refused.")
+	fs.Var((*stringList)(&f.policy.AllowExecCommands), "allow-exec-plugin", "Accept member kubeconfigs whose exec plugin runs this exact `command` (repeatable; \"aws\" does not match \"/usr/bin/aws\"). Default: every exec plugin is refused.")
+	fs.BoolVar(&f.policy.AllowPlainHTTPLoopback, "allow-plain-http-loopback", false, "Accept http:// member servers on a loopback address or localhost. Default: https only.")
+	fs.BoolVar(&f.policy.AllowProxy, "allow-proxy", false, "Accept member kubeconfigs with a proxy-url. Default: refused.")
+	fs.BoolVar(&f.policy.AllowLinkLocal, "allow-link-local", false, "Accept member server and proxy hosts that are link-local or cloud metadata addresses. Default: refused.")
+
+	// Registration formats besides the native one, which is always read.
+	fs.BoolVar(&f.mcrSecrets, "multicluster-runtime-secrets", false, "Also register multicluster-runtime kubeconfig Secrets in the fleet namespace. Default: off.")
+	fs.BoolVar(&f.capiSecrets, "capi-secrets", false, "Also register Cluster API kubeconfig Secrets. Default: off.")
+	fs.StringVar(&capiNamespaces, "capi-namespaces", "", "With -capi-secrets, the comma-separated namespaces to read Cluster API Secrets from. Default: all namespaces.")
+	fs.BoolVar(&f.argoCDSecrets, "argocd-secrets", false, "Also register Argo CD cluster Secrets. Default: off.")
+	fs.StringVar(&f.argoCDNamespace, "argocd-namespace", "argocd", "With -argocd-secrets, the namespace to read Argo CD cluster Secrets from.")
+	if err := parse(fs, args); err != nil {
+		return f, err
+	}
+
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if set["capi-namespaces"] && !f.capiSecrets {
+		return f, usageErrorf(fs, "-capi-namespaces needs -capi-secrets, which enables the format it configures")
+	}
+	if set["argocd-namespace"] && !f.argoCDSecrets {
+		return f, usageErrorf(fs, "-argocd-namespace needs -argocd-secrets, which enables the format it configures")
+	}
+	if capiNamespaces != "" {
+		f.capiNamespaces = strings.Split(capiNamespaces, ",")
+	}
+	if err := checkNamespaces(fs, "namespace", f.namespace); err != nil {
+		return f, err
+	}
+	if err := checkNamespaces(fs, "capi-namespaces", f.capiNamespaces...); err != nil {
+		return f, err
+	}
+	if err := checkNamespaces(fs, "argocd-namespace", f.argoCDNamespace); err != nil {
+		return f, err
+	}
+	if f.memberQPS <= 0 || f.memberBurst <= 0 {
+		return f, usageErrorf(fs, "-member-qps and -member-burst must be positive")
+	}
+	if f.cacheSyncTimeout <= 0 {
+		return f, usageErrorf(fs, "-cache-sync-timeout must be positive")
+	}
+	return f, nil
+}
+
+// checkNamespaces reports a usage error unless every name, given with flag
+// flagName, is a DNS-1123 label.
+func checkNamespaces(fs *flag.FlagSet, flagName string, names ...string) error {
+	for _, name := range names {
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			return usageErrorf(fs, "invalid value %q for flag -%s: %s", name, flagName, errs[0])
+		}
+	}
+	return nil
+}
+
+// secretFormats returns the registration formats the flags enable besides
+// the native one.
+func (f runFlags) secretFormats() []cluster.Format {
+	var formats []cluster.Format
+	if f.mcrSecrets {
+		formats = append(formats, cluster.MulticlusterRuntimeFormat(f.namespace))
+	}
+	if f.capiSecrets {
+		formats = append(formats, cluster.ClusterAPIFormat(f.capiNamespaces))
+	}
+	if f.argoCDSecrets {
+		formats = append(formats, cluster.ArgoCDFormat(f.argoCDNamespace))
+	}
+	return formats
+}
+
+// stringList is a repeatable flag: each use appends one value.
+type stringList []string
+
+// String may be called on a nil receiver, as flag.Value allows.
+func (l *stringList) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ",")
+}
+
+func (l *stringList) Set(value string) error {
+	if value == "" {
+		return errors.New("must not be empty")
+	}
+	*l = append(*l, value)
 	return nil
 }
 

@@ -216,20 +216,23 @@ func (m *member) connect(ctx context.Context) error {
 	return clusterErr
 }
 
-// report takes each probe's result from the prober.
+// report takes each probe's result from the prober. A member is
+// Disconnected only once its connection is torn down, so the prober's
+// verdict is passed to run, which records it then.
 func (m *member) report(result ProbeResult, state State) {
+	switch {
+	case state == StateDisconnected && m.conn.Load() != nil:
+		signal(m.disconnect)
+		state = m.State()
+	case state == StateConnecting && m.conn.Load() == nil:
+		signal(m.reconnect)
+	}
 	if old := m.state.Swap(state); old != state {
 		kv := []any{"from", old, "to", state}
 		if result.Err != nil {
 			kv = append(kv, "probeError", describeProbeError(result.Err))
 		}
 		m.log.Info("Member state changed", kv...)
-	}
-	switch {
-	case state == StateDisconnected && m.conn.Load() != nil:
-		signal(m.disconnect)
-	case state == StateConnecting && m.conn.Load() == nil:
-		signal(m.reconnect)
 	}
 	if observe := m.pool.opts.Observe; observe != nil {
 		observe(m.name, result, state)

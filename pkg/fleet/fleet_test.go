@@ -113,9 +113,9 @@ func startFleet(t *testing.T) *fleetEnv {
 	return startFleetWith(t, nil)
 }
 
-// startFleetWith starts a fleet that also reads the formats formats
-// returns for the fleet's namespace.
-func startFleetWith(t *testing.T, formats func(fleetNamespace string) []cluster.Format) *fleetEnv {
+// startFleetWith starts a fleet whose options configure adjusts; it is
+// given the fleet's namespace.
+func startFleetWith(t *testing.T, configure func(o *fleet.Options)) *fleetEnv {
 	t.Helper()
 	if hub == nil {
 		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
@@ -133,8 +133,8 @@ func startFleetWith(t *testing.T, formats func(fleetNamespace string) []cluster.
 		},
 		Namespace: ns,
 	}
-	if formats != nil {
-		opts.SecretFormats = formats(ns)
+	if configure != nil {
+		configure(&opts)
 	}
 	mgr, err := fleet.New(hub.Config, opts)
 	if err != nil {
@@ -194,6 +194,12 @@ func (r *recorder) has(req fleet.Request) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Contains(r.seen, req)
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.seen)
 }
 
 func (r *recorder) waitFor(t *testing.T, reqs ...fleet.Request) {
@@ -520,9 +526,9 @@ func TestEveryFormatEngagesItsMember(t *testing.T) {
 	capiNS, argoNS := "capi-formats", "argocd-formats"
 	createNamespace(t, hubClient, capiNS)
 	createNamespace(t, hubClient, argoNS)
-	f := startFleetWith(t, func(fleetNS string) []cluster.Format {
-		return []cluster.Format{
-			cluster.MulticlusterRuntimeFormat(fleetNS),
+	f := startFleetWith(t, func(o *fleet.Options) {
+		o.SecretFormats = []cluster.Format{
+			cluster.MulticlusterRuntimeFormat(o.Namespace),
 			cluster.ClusterAPIFormat([]string{capiNS}),
 			cluster.ArgoCDFormat(argoNS),
 		}

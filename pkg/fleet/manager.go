@@ -128,6 +128,12 @@ func (m *Manager) GetCluster(_ context.Context, clusterName string) (crcluster.C
 	return m.pool.Get(clusterName)
 }
 
+// MemberState returns the state of member clusterName, and false if no
+// such member is registered.
+func (m *Manager) MemberState(clusterName string) (cluster.State, bool) {
+	return m.pool.State(clusterName)
+}
+
 // ClusterNames returns the names of the engaged members, sorted.
 func (m *Manager) ClusterNames() []string {
 	return slices.DeleteFunc(m.engager.Clusters(), func(name string) bool { return name == cluster.HubName })

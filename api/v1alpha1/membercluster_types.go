@@ -1,0 +1,362 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RegistrationFormat is the kind of Secret a member cluster is registered
+// with.
+//
+// +kubebuilder:validation:Enum=native;multicluster-runtime;cluster-api;argocd
+type RegistrationFormat string
+
+const (
+	// FormatNative is fleet-manager's own format: a Secret in the fleet
+	// namespace labelled fleet.fleetkube.io/kubeconfig: "true".
+	FormatNative RegistrationFormat = "native"
+	// FormatMulticlusterRuntime is multicluster-runtime's kubeconfig
+	// provider Secret, labelled
+	// sigs.k8s.io/multicluster-runtime-kubeconfig: "true".
+	FormatMulticlusterRuntime RegistrationFormat = "multicluster-runtime"
+	// FormatClusterAPI is Cluster API's <cluster>-kubeconfig Secret of type
+	// cluster.x-k8s.io/secret.
+	FormatClusterAPI RegistrationFormat = "cluster-api"
+	// FormatArgoCD is Argo CD's cluster Secret, labelled
+	// argocd.argoproj.io/secret-type: cluster.
+	FormatArgoCD RegistrationFormat = "argocd"
+)
+
+// MemberState is where a member cluster is in its life:
+// Pending → Connecting → Ready ⇄ Unhealthy → Disconnected → Connecting …
+// A removed member has no MemberCluster.
+//
+// +kubebuilder:validation:Enum=Pending;Connecting;Ready;Unhealthy;Disconnected
+type MemberState string
+
+const (
+	// MemberStatePending: registered, not started yet; also the state of
+	// a member whose kubeconfig was refused (see CredentialsAccepted).
+	MemberStatePending MemberState = "Pending"
+	// MemberStateConnecting: its cache is starting, or starting again
+	// after a disconnection; no probe has succeeded since.
+	MemberStateConnecting MemberState = "Connecting"
+	// MemberStateReady: engaged, and its last probe succeeded.
+	MemberStateReady MemberState = "Ready"
+	// MemberStateUnhealthy: the failure threshold of probes in a row
+	// failed. Its work is held and its informers are kept.
+	MemberStateUnhealthy MemberState = "Unhealthy"
+	// MemberStateDisconnected: probes kept failing past the disconnect
+	// grace period. Its cache is torn down and its queued work dropped;
+	// probing goes on, and reconnection is retried with backoff.
+	MemberStateDisconnected MemberState = "Disconnected"
+)
+
+// ProbeResult is the outcome of one health probe.
+//
+// +kubebuilder:validation:Enum=Success;Failure
+type ProbeResult string
+
+const (
+	// ProbeResultSuccess: the member answered the authenticated probe.
+	ProbeResultSuccess ProbeResult = "Success"
+	// ProbeResultFailure: the probe timed out, could not connect, or got
+	// an error answer.
+	ProbeResultFailure ProbeResult = "Failure"
+)
+
+// Condition types of MemberClusterStatus.Conditions.
+const (
+	// ConditionReady is True while the member is engaged and healthy
+	// (State Ready), so that fleet-wide controllers reconcile its objects.
+	ConditionReady = "Ready"
+	// ConditionHealthy is the outcome of the recent health probes: False
+	// once the failure threshold is reached, True again after the next
+	// success, Unknown before the first probe.
+	ConditionHealthy = "Healthy"
+	// ConditionCredentialsAccepted is False when the registration's
+	// kubeconfig breaks the manager's policy, or the member rejects its
+	// credentials (401 or 403); True once a client was built from it and
+	// the member accepted it.
+	ConditionCredentialsAccepted = "CredentialsAccepted"
+)
+
+// Common condition reasons. When CredentialsAccepted is False because the
+// kubeconfig policy refused the Secret, its reason is the policy's own
+// (for example ExecPluginRefused or InsecureTLSRefused), and its message
+// says why, without any credential.
+const (
+	// ReasonEngaged (Ready True, or a ControllerCondition True): the
+	// member is engaged.
+	ReasonEngaged = "Engaged"
+	// ReasonPending (Ready False): the member is not started yet.
+	ReasonPending = "Pending"
+	// ReasonConnecting (Ready False): the member's cache is starting.
+	ReasonConnecting = "Connecting"
+	// ReasonUnhealthy (Ready False): the member fails its probes; its work
+	// is held.
+	ReasonUnhealthy = "Unhealthy"
+	// ReasonDisconnected (Ready False): the member was torn down and is
+	// being reconnected with backoff.
+	ReasonDisconnected = "Disconnected"
+	// ReasonCredentialsRefused (Ready False): the member cannot start
+	// because CredentialsAccepted is False.
+	ReasonCredentialsRefused = "CredentialsRefused"
+
+	// ReasonNotProbed (Healthy Unknown): no probe has finished yet.
+	ReasonNotProbed = "NotProbed"
+	// ReasonProbeSucceeded (Healthy True): the last probe succeeded.
+	ReasonProbeSucceeded = "ProbeSucceeded"
+	// ReasonProbeFailed (Healthy False): the failure threshold of probes
+	// in a row failed.
+	ReasonProbeFailed = "ProbeFailed"
+
+	// ReasonAccepted (CredentialsAccepted True): the kubeconfig passed the
+	// policy and the member accepted its credentials.
+	ReasonAccepted = "Accepted"
+	// ReasonUnauthorized (CredentialsAccepted False): the member answered
+	// 401; the manager re-reads the Secret at once.
+	ReasonUnauthorized = "Unauthorized"
+	// ReasonForbidden (CredentialsAccepted False): the member answered
+	// 403; the manager re-reads the Secret at once.
+	ReasonForbidden = "Forbidden"
+
+	// ReasonKindNotFound (a ControllerCondition False): a kind the
+	// controller watches does not exist in the member, e.g. a CRD that is
+	// not installed there. The member itself is unaffected.
+	ReasonKindNotFound = "KindNotFound"
+	// ReasonEngageFailed (a ControllerCondition False): engaging the
+	// controller with the member failed for another reason, or timed out.
+	ReasonEngageFailed = "EngageFailed"
+)
+
+// MaxRecentTransitions is how many state changes
+// MemberClusterStatus.RecentTransitions keeps; older ones are dropped. The
+// manager's journal keeps the longer history (`fleet-manager status`).
+const MaxRecentTransitions = 10
+
+// MaxLastErrorLength is the longest MemberClusterStatus.LastError the API
+// server accepts, in characters; writers shorten longer errors.
+const MaxLastErrorLength = 1024
+
+// MemberCluster is the hub's record of one member cluster: the Secret that
+// registers it, and how the manager sees it (state, health, probes, engaged
+// controllers). The manager creates it when it reads the registration,
+// keeps its status current, and deletes it itself when the Secret goes (a
+// cluster-scoped object cannot be owned by a namespaced Secret, and envtest
+// runs no garbage collector). The Secret's labels are copied onto its
+// metadata.labels, where placement selects members.
+//
+// MemberCluster is cluster-scoped and named after the cluster name: a
+// cluster can be registered from Secrets in several namespaces (Cluster
+// API, Argo CD), and its name is unique across the whole fleet. Cluster
+// names are DNS-1123 subdomains, so every cluster name is a valid object
+// name.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=mc,categories=fleet
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`,description="Where the member is in its life"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Status of the Ready condition"
+// +kubebuilder:printcolumn:name="Healthy",type=string,JSONPath=`.status.conditions[?(@.type=="Healthy")].status`,description="Status of the Healthy condition"
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.serverVersion`,description="Kubernetes version of the member's API server"
+// +kubebuilder:printcolumn:name="Failures",type=integer,JSONPath=`.status.consecutiveFailures`,description="Failed probes in a row"
+// +kubebuilder:printcolumn:name="Last Probe",type=date,JSONPath=`.status.lastProbeTime`,priority=1,description="When the last probe finished"
+// +kubebuilder:printcolumn:name="Format",type=string,JSONPath=`.spec.secretRef.format`,priority=1,description="Format of the registration Secret"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type MemberCluster struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata.name is the cluster name; metadata.labels are the
+	// registration Secret's labels.
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the registration this member comes from.
+	// +required
+	Spec MemberClusterSpec `json:"spec"`
+
+	// Status is how the manager sees the member. Only the manager writes
+	// it.
+	// +optional
+	Status MemberClusterStatus `json:"status,omitempty"`
+}
+
+// MemberClusterSpec is the registration a member cluster comes from. It is
+// written by the manager from the Secret, and an edit is overwritten.
+type MemberClusterSpec struct {
+	// SecretRef is the Secret that registers the cluster.
+	// +required
+	SecretRef SecretReference `json:"secretRef"`
+}
+
+// SecretReference names a registration Secret on the hub and its format.
+type SecretReference struct {
+	// Namespace of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// Name of the Secret. It differs from the cluster name when the
+	// format derives the name (Cluster API, Argo CD) or the Secret's
+	// fleet.fleetkube.io/cluster-name annotation overrides it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Format is how the Secret holds the kubeconfig: native,
+	// multicluster-runtime, cluster-api or argocd.
+	// +required
+	Format RegistrationFormat `json:"format"`
+}
+
+// MemberClusterStatus is how the manager sees a member cluster. It never
+// holds credentials or response bodies.
+type MemberClusterStatus struct {
+	// ObservedGeneration is the metadata.generation the status was last
+	// written for.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions are Ready, Healthy and CredentialsAccepted, each with a
+	// reason and a message. They are set from the first status write on.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// State is where the member is in its life. Set from the first status
+	// write on.
+	// +optional
+	State MemberState `json:"state,omitempty"`
+
+	// StateSince is when State last changed.
+	// +optional
+	StateSince *metav1.Time `json:"stateSince,omitempty"`
+
+	// RecentTransitions are the last state changes, oldest first, at most
+	// 10 (MaxRecentTransitions): the manager drops the oldest when it
+	// appends an eleventh. The last one matches State and StateSince.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	RecentTransitions []StateTransition `json:"recentTransitions,omitempty"`
+
+	// ServerVersion is the member API server's Kubernetes version
+	// (e.g. v1.37.1), as it reported after the last connection.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ServerVersion string `json:"serverVersion,omitempty"`
+
+	// LastProbeTime is when the last health probe finished. Unset before
+	// the first probe.
+	// +optional
+	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
+
+	// LastProbeResult is the outcome of the last health probe. Unset
+	// before the first probe.
+	// +optional
+	LastProbeResult ProbeResult `json:"lastProbeResult,omitempty"`
+
+	// ConsecutiveFailures is the number of probes in a row that failed;
+	// reset to 0 by a success.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ConsecutiveFailures int32 `json:"consecutiveFailures"`
+
+	// EngagedControllers are the names of the fleet-wide controllers the
+	// member is engaged with, sorted. Empty while the member is not
+	// engaged.
+	// +optional
+	// +listType=set
+	EngagedControllers []string `json:"engagedControllers,omitempty"`
+
+	// ControllerConditions say, per fleet-wide controller, whether it works
+	// with this member. A False entry, e.g. a kind missing in the member
+	// (ReasonKindNotFound), holds back only that controller: the member
+	// stays Ready and the other controllers go on.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	ControllerConditions []ControllerCondition `json:"controllerConditions,omitempty"`
+
+	// LastError is the last error the manager met with this member
+	// (connecting, syncing, probing), shortened to 1024 characters
+	// (MaxLastErrorLength); cleared when the member is Ready again. It never holds
+	// credentials or response bodies.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	LastError string `json:"lastError,omitempty"`
+}
+
+// StateTransition is one change of a member's state.
+type StateTransition struct {
+	// State is the state the member entered.
+	// +required
+	State MemberState `json:"state"`
+	// Time is when it entered it.
+	// +required
+	Time metav1.Time `json:"time"`
+	// Reason is a CamelCase word for why, e.g. ProbeFailed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+}
+
+// ControllerCondition is how one fleet-wide controller works with a member.
+type ControllerCondition struct {
+	// Name is the controller's name, as given to Named in its builder.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Status is True when the controller works with the member, False
+	// when it cannot, Unknown while it is being engaged.
+	// +required
+	// +kubebuilder:validation:Enum=True;False;Unknown
+	Status metav1.ConditionStatus `json:"status"`
+	// Reason is a CamelCase word for Status, e.g. KindNotFound.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`
+	Reason string `json:"reason"`
+	// Message says what is wrong in a sentence, e.g. which kind is
+	// missing.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	Message string `json:"message,omitempty"`
+	// LastTransitionTime is when Status last changed.
+	// +required
+	LastTransitionTime metav1.Time `json:"lastTransitionTime"`
+}
+
+// SetState records that the member entered state at now, for reason: it
+// sets State and StateSince and appends to RecentTransitions, dropping the
+// oldest beyond MaxRecentTransitions. It changes nothing and returns false
+// when state is the current state.
+func (s *MemberClusterStatus) SetState(state MemberState, reason string, now metav1.Time) bool {
+	if s.State == state {
+		return false
+	}
+	s.State = state
+	s.StateSince = &now
+	s.RecentTransitions = append(s.RecentTransitions, StateTransition{State: state, Time: now, Reason: reason})
+	if n := len(s.RecentTransitions) - MaxRecentTransitions; n > 0 {
+		s.RecentTransitions = append([]StateTransition(nil), s.RecentTransitions[n:]...)
+	}
+	return true
+}
+
+// MemberClusterList is a list of MemberClusters.
+//
+// +kubebuilder:object:root=true
+type MemberClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the list's metadata.
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the MemberClusters.
+	Items []MemberCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&MemberCluster{}, &MemberClusterList{})
+}

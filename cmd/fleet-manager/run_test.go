@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+)
+
+func TestRunFlags(t *testing.T) {
+	type format struct {
+		name       string
+		namespaces []string
+	}
+	cases := map[string]struct {
+		args    []string
+		policy  cluster.Policy
+		formats []format
+	}{
+		"defaults": {},
+		"policy": {
+			args: []string{"--allow-insecure-tls", "--allow-exec-plugin=kubelogin", "--allow-exec-plugin=argocd-k8s-auth",
+				"--allow-plain-http-loopback", "--allow-proxy", "--allow-link-local"},
+			policy: cluster.Policy{
+				AllowInsecureTLS:       true,
+				AllowExecCommands:      []string{"kubelogin", "argocd-k8s-auth"},
+				AllowPlainHTTPLoopback: true,
+				AllowProxy:             true,
+				AllowLinkLocal:         true,
+			},
+		},
+		"every format": {
+			args:    []string{"--namespace=fleet", "--multicluster-runtime-secrets", "--capi-secrets", "--argocd-secrets"},
+			formats: []format{{"multicluster-runtime", []string{"fleet"}}, {"cluster-api", nil}, {"argocd", []string{"argocd"}}},
+		},
+		"format namespaces": {
+			args:    []string{"--capi-secrets", "--capi-namespaces=team-a,team-b", "--argocd-secrets", "--argocd-namespace=gitops"},
+			formats: []format{{"cluster-api", []string{"team-a", "team-b"}}, {"argocd", []string{"gitops"}}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			f, err := parseRunFlags(tc.args, &stderr)
+			if err != nil {
+				t.Fatalf("parseRunFlags: %v\n%s", err, stderr.String())
+			}
+			if !reflect.DeepEqual(f.policy, tc.policy) {
+				t.Errorf("policy = %+v, want %+v", f.policy, tc.policy)
+			}
+			var got []format
+			for _, ft := range f.secretFormats() {
+				got = append(got, format{ft.Name, ft.Namespaces})
+			}
+			if !reflect.DeepEqual(got, tc.formats) {
+				t.Errorf("formats = %v, want %v", got, tc.formats)
+			}
+		})
+	}
+}
+
+func TestRunUsageErrors(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		want string // in the message
+	}{
+		"capi namespaces alone":       {args: []string{"--capi-namespaces=team-a"}, want: "-capi-namespaces needs -capi-secrets"},
+		"capi namespaces, capi off":   {args: []string{"--capi-secrets=false", "--capi-namespaces=team-a"}, want: "-capi-namespaces needs -capi-secrets"},
+		"argocd namespace alone":      {args: []string{"--argocd-namespace=argocd"}, want: "-argocd-namespace needs -argocd-secrets"},
+		"bad capi namespace":          {args: []string{"--capi-secrets", "--capi-namespaces=team-a,Team_B"}, want: `invalid value "Team_B" for flag -capi-namespaces`},
+		"empty capi namespace":        {args: []string{"--capi-secrets", "--capi-namespaces=team-a,"}, want: `invalid value "" for flag -capi-namespaces`},
+		"bad argocd namespace":        {args: []string{"--argocd-secrets", "--argocd-namespace=argo.cd"}, want: `invalid value "argo.cd" for flag -argocd-namespace`},
+		"bad fleet namespace":         {args: []string{"--namespace=Fleet"}, want: `invalid value "Fleet" for flag -namespace`},
+		"empty exec plugin":           {args: []string{"--allow-exec-plugin="}, want: "must not be empty"},
+		"positional argument":         {args: []string{"extra"}, want: `unexpected argument "extra"`},
+		"nonpositive cache sync time": {args: []string{"--cache-sync-timeout=0s"}, want: "-cache-sync-timeout must be positive"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			if _, err := parseRunFlags(tc.args, &stderr); !errors.Is(err, errUsage) {
+				t.Errorf("parseRunFlags: got %v, want errUsage", err)
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr = %q, want it to contain %q", stderr.String(), tc.want)
+			}
+			stderr.Reset()
+			if code := execute(append([]string{"run"}, tc.args...), &stderr); code != exitUsage {
+				t.Errorf("exit code = %d, want %d", code, exitUsage)
+			}
+		})
+	}
+}

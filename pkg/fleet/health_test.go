@@ -1,0 +1,105 @@
+package fleet_test
+
+import (
+	"net/url"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+)
+
+// quickHealth makes members fail and recover within seconds.
+func quickHealth(o *fleet.Options) {
+	o.MemberHealth = cluster.HealthOptions{
+		Interval:         200 * time.Millisecond,
+		Timeout:          500 * time.Millisecond,
+		FailureThreshold: 2,
+		DisconnectAfter:  2 * time.Second,
+	}
+}
+
+// viaProxy returns kubeconfig with its server moved to a proxy in front
+// of it, which the test can take down and up again.
+func viaProxy(t *testing.T, kubeconfig []byte) ([]byte, *controlplane.Proxy) {
+	t.Helper()
+	raw, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := raw.Clusters[raw.Contexts[raw.CurrentContext].Cluster]
+	u, err := url.Parse(server.Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := controlplane.StartProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	server.Server = "https://" + proxy.Addr()
+	out, err := clientcmd.Write(*raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, proxy
+}
+
+func (f *fleetEnv) waitState(t *testing.T, name string, want cluster.State) {
+	t.Helper()
+	eventually(t, name+" "+string(want), func() bool {
+		got, _ := f.mgr.MemberState(name)
+		return got == want
+	})
+}
+
+func TestMemberGoesDownAndComesBack(t *testing.T) {
+	f := startFleetWith(t, quickHealth)
+	r := &recorder{}
+	watchConfigMaps(t, f, "flaky", "flaky", fleet.Members, r)
+	kc, proxy := viaProxy(t, kubeconfigs[0])
+	f.register(t, "flaky", kc)
+	f.waitState(t, "flaky", cluster.StateReady)
+	createConfigMap(t, memberClients[0], "flaky", "before")
+	r.waitFor(t, request("flaky", "flaky", "before"))
+
+	proxy.Down()
+	f.waitState(t, "flaky", cluster.StateUnhealthy)
+	reconciledWhileUp := r.count()
+	f.waitState(t, "flaky", cluster.StateDisconnected)
+	createConfigMap(t, memberClients[0], "flaky", "while-down")
+	if _, err := f.mgr.GetCluster(t.Context(), "flaky"); err == nil {
+		t.Fatal("a Disconnected member still has a cluster")
+	}
+	if n := r.count(); n != reconciledWhileUp {
+		t.Fatalf("%d reconciles ran while the member was down", n-reconciledWhileUp)
+	}
+
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	f.waitState(t, "flaky", cluster.StateReady)
+	r.waitFor(t, request("flaky", "flaky", "while-down"))
+	createConfigMap(t, memberClients[0], "flaky", "after")
+	r.waitFor(t, request("flaky", "flaky", "after"))
+}
+
+func TestHungMemberDelaysOnlyItself(t *testing.T) {
+	f := startFleetWith(t, quickHealth)
+	r := &recorder{}
+	watchConfigMaps(t, f, "hung", "hung", fleet.Members, r)
+	kc, proxy := viaProxy(t, kubeconfigs[1])
+	proxy.Hang(true)
+	f.register(t, "hung", kc)
+	f.register(t, "responsive", kubeconfigs[0])
+
+	createConfigMap(t, memberClients[0], "hung", "works")
+	r.waitFor(t, request("responsive", "hung", "works"))
+	if state, _ := f.mgr.MemberState("hung"); state == cluster.StateReady {
+		t.Fatal("a member that never answers is Ready")
+	}
+	f.waitState(t, "hung", cluster.StateUnhealthy)
+}
