@@ -3,6 +3,7 @@ package engage
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,21 @@ type Options struct {
 
 	// Clock times the retries. Defaults to the real clock.
 	Clock clock.WithTicker
+
+	// Observe, if set, is told the outcome of every call to Engage: the
+	// cluster, the aware (named by its String method), how long the call
+	// took, and its error. It must not block.
+	Observe func(clusterName, aware string, took time.Duration, err error)
+}
+
+// Engagement is where one aware stands with one cluster.
+type Engagement struct {
+	// Aware names the aware, by its String method.
+	Aware string
+	// Engaged is true once Engage succeeded.
+	Engaged bool
+	// Err is the error of the last failed attempt, while not engaged.
+	Err error
 }
 
 // Engager hands every cluster to every aware. Awares added late are handed
@@ -34,6 +50,7 @@ type Engager struct {
 	log     logr.Logger
 	backoff wait.Backoff
 	clock   clock.WithTicker
+	observe func(clusterName, aware string, took time.Duration, err error)
 
 	// mu guards awares and clusters. Goroutines are added to an
 	// engagement's WaitGroup only while it is in clusters, under mu.
@@ -47,6 +64,9 @@ type engagement struct {
 	name string
 	cl   cluster.Cluster
 	wg   sync.WaitGroup
+
+	// outcomes is guarded by the engager's mu.
+	outcomes map[Aware]Engagement
 }
 
 // NewEngager returns an engager with no awares and no clusters.
@@ -55,6 +75,7 @@ func NewEngager(opts Options) *Engager {
 		log:      opts.Logger,
 		backoff:  wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: 8, Cap: 2 * time.Minute},
 		clock:    opts.Clock,
+		observe:  opts.Observe,
 		clusters: map[string]*engagement{},
 	}
 	if e.log.GetSink() == nil {
@@ -83,7 +104,7 @@ func (e *Engager) Add(a Aware) {
 // blocks until ctx ends and every engagement goroutine has returned. Its
 // signature matches cluster.EngageFunc.
 func (e *Engager) Serve(ctx context.Context, clusterName string, cl cluster.Cluster) {
-	eng := &engagement{ctx: ctx, name: clusterName, cl: cl}
+	eng := &engagement{ctx: ctx, name: clusterName, cl: cl, outcomes: map[Aware]Engagement{}}
 	e.mu.Lock()
 	e.clusters[clusterName] = eng
 	for _, a := range e.awares {
@@ -113,15 +134,43 @@ func (e *Engager) Clusters() []string {
 	return names
 }
 
+// Engagements returns where each aware stands with cluster clusterName,
+// sorted by aware; nil if the cluster is not being served.
+func (e *Engager) Engagements(clusterName string) []Engagement {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	eng, ok := e.clusters[clusterName]
+	if !ok {
+		return nil
+	}
+	out := make([]Engagement, 0, len(eng.outcomes))
+	for _, o := range eng.outcomes {
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b Engagement) int { return strings.Compare(a.Aware, b.Aware) })
+	return out
+}
+
 func (e *Engager) engage(eng *engagement, a Aware) {
 	backoff := e.backoff
+	name := describe(a)
 	for {
+		start := e.clock.Now()
 		err := a.Engage(eng.ctx, eng.name, eng.cl)
-		if err == nil || eng.ctx.Err() != nil {
+		if eng.ctx.Err() != nil {
+			return
+		}
+		e.mu.Lock()
+		eng.outcomes[a] = Engagement{Aware: name, Engaged: err == nil, Err: err}
+		e.mu.Unlock()
+		if e.observe != nil {
+			e.observe(eng.name, name, e.clock.Since(start), err)
+		}
+		if err == nil {
 			return
 		}
 		delay := backoff.Step()
-		e.log.Error(err, "Engaging cluster failed, will retry", "cluster", eng.name, "aware", describe(a), "retryAfter", delay)
+		e.log.Error(err, "Engaging cluster failed, will retry", "cluster", eng.name, "aware", name, "retryAfter", delay)
 		t := e.clock.NewTimer(delay)
 		select {
 		case <-eng.ctx.Done():

@@ -121,6 +121,9 @@ func TestEngagerRetriesWithBackoff(t *testing.T) {
 
 	// First call fails; the retry waits one second, the next two.
 	waitFor(t, func() bool { return flaky.callsFor("flaky") == 1 && clock.HasWaiters() })
+	if got := e.Engagements("flaky"); len(got) != 1 || got[0].Engaged || got[0].Err == nil {
+		t.Fatalf("after a failed attempt Engagements = %+v, want one, not engaged, with its error", got)
+	}
 	clock.Step(999 * time.Millisecond)
 	if flaky.callsFor("flaky") != 1 {
 		t.Fatal("retried before the backoff elapsed")
@@ -134,6 +137,10 @@ func TestEngagerRetriesWithBackoff(t *testing.T) {
 	if n := flaky.callsFor("flaky"); n != 3 {
 		t.Fatalf("Engage called %d times, want 3", n)
 	}
+	waitFor(t, func() bool {
+		got := e.Engagements("flaky")
+		return len(got) == 1 && got[0].Engaged && got[0].Err == nil
+	})
 }
 
 func TestEngagerStopsRetryingWhenClusterLeaves(t *testing.T) {
