@@ -132,6 +132,9 @@ func (d *demo) run(ctx context.Context) (err error) {
 		return err
 	}
 	hub, members := envs[0], envs[1:]
+	if err := controlplane.InstallCRDs(hub); err != nil {
+		return fmt.Errorf("installing the CRDs on the hub: %w", err)
+	}
 
 	if err := d.register(ctx, hub.Config, members); err != nil {
 		return err

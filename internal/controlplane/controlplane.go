@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/fleetkube/fleet-manager/deploy"
 )
 
 // Start starts n control planes in parallel. On error, the ones that
@@ -75,4 +77,15 @@ func checkAssets() error {
 		}
 	}
 	return nil
+}
+
+// InstallCRDs installs fleet-manager's CRDs, as deploy/crd holds them, into
+// env's API server and waits until they are served.
+func InstallCRDs(env *envtest.Environment) error {
+	crds, err := deploy.CRDs()
+	if err != nil {
+		return err
+	}
+	_, err = envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{CRDs: crds})
+	return err
 }

@@ -133,6 +133,7 @@ func (b *Builder) Complete(r Reconciler) error {
 		do:          r,
 		memberState: b.mgr.pool.State,
 		holdFor:     b.mgr.pool.HealthOptions().Interval,
+		metrics:     b.mgr.metrics,
 		ready:       make(chan struct{}),
 		engaged:     map[string]context.Context{},
 	}

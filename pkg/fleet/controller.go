@@ -28,6 +28,7 @@ type controller struct {
 	// member is held for holdFor at a time.
 	memberState func(clusterName string) (fleetcluster.State, bool)
 	holdFor     time.Duration
+	metrics     *fleetMetrics
 
 	// ready closes when the controller-runtime controller has started;
 	// ctx and queue are set before.
@@ -43,7 +44,7 @@ type controller struct {
 
 var _ engage.Aware = (*controller)(nil)
 
-func (c *controller) String() string { return "controller " + c.name }
+func (c *controller) String() string { return c.name }
 
 // engagements is the controller-runtime source of a fleet controller:
 // started by the controller, it receives the controller's queue and opens
@@ -122,7 +123,12 @@ func (c *controller) Reconcile(ctx context.Context, req Request) (reconcile.Resu
 	defer cancel()
 	stop := context.AfterFunc(clusterCtx, cancel)
 	defer stop()
-	return c.do.Reconcile(ctx, req)
+	start := time.Now()
+	result, err := c.do.Reconcile(ctx, req)
+	if clusterCtx.Err() == nil { // a removed cluster's series are gone for good
+		c.metrics.observeReconcile(c.name, req.ClusterName, time.Since(start), err)
+	}
+	return result, err
 }
 
 // Clusters says which clusters a fleet controller watches.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -19,7 +20,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -34,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
@@ -63,7 +67,16 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		hub, members = envs[0], envs[1:]
-		if hubClient, err = client.New(hub.Config, client.Options{}); err != nil {
+		if err := controlplane.InstallCRDs(hub); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		scheme := runtime.NewScheme()
+		if err := errors.Join(clientgoscheme.AddToScheme(scheme), fleetv1alpha1.AddToScheme(scheme)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if hubClient, err = client.New(hub.Config, client.Options{Scheme: scheme}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

@@ -5,12 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 )
@@ -68,6 +74,9 @@ type Manager struct {
 	pool     *cluster.Pool
 	engager  *engage.Engager
 	provider *provider
+	metrics  *fleetMetrics
+	// memberClusters is nil when the hub has no MemberCluster CRD.
+	memberClusters *memberClusters
 }
 
 // New returns a fleet manager for the hub cfg points at.
@@ -75,15 +84,25 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace
 	}
+	if opts.Scheme == nil {
+		opts.Scheme = runtime.NewScheme()
+		if err := clientgoscheme.AddToScheme(opts.Scheme); err != nil {
+			return nil, err
+		}
+	}
+	if err := fleetv1alpha1.AddToScheme(opts.Scheme); err != nil {
+		return nil, err
+	}
 	hub, err := manager.New(cfg, opts.Options)
 	if err != nil {
 		return nil, fmt.Errorf("creating hub manager: %w", err)
 	}
 	log := hub.GetLogger()
-	m := &Manager{
-		Manager: hub,
-		engager: engage.NewEngager(engage.Options{Logger: log.WithName("engager")}),
+	m := &Manager{Manager: hub}
+	if m.metrics, err = newFleetMetrics(crmetrics.Registry); err != nil {
+		return nil, err
 	}
+	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.observeEngage})
 	m.pool, err = cluster.NewPool(cluster.Options{
 		Engage:    m.engager.Serve,
 		Scheme:    hub.GetScheme(),
@@ -93,11 +112,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		Burst:     opts.MemberBurst,
 		Configure: opts.ConfigureMember,
 		Health:    opts.MemberHealth,
-		Observe: func(clusterName string, result cluster.ProbeResult, _ cluster.State) {
-			if result.CredentialsRejected {
-				m.provider.recheck(clusterName)
-			}
-		},
+		Observe:   m.observeProbe,
 	})
 	if err != nil {
 		return nil, err
@@ -116,7 +131,36 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	if err := addProvider(m, append([]cluster.Format{cluster.NativeFormat(opts.Namespace)}, opts.SecretFormats...)); err != nil {
 		return nil, err
 	}
+	m.provider.removed = m.metrics.forget
+	if _, err := hub.GetRESTMapper().RESTMapping(fleetv1alpha1.GroupVersion.WithKind("MemberCluster").GroupKind(), fleetv1alpha1.GroupVersion.Version); meta.IsNoMatchError(err) {
+		log.Info("The hub has no MemberCluster CRD: member status is not written (install deploy/crd)")
+		return m, nil
+	}
+	if m.memberClusters, err = addMemberClusters(m); err != nil {
+		return nil, err
+	}
+	m.provider.changed = m.memberClusters.notify
 	return m, nil
+}
+
+// observeProbe takes each probe of a member: a 401 or 403 rechecks its
+// Secret at once, and the status follows.
+func (m *Manager) observeProbe(clusterName string, result cluster.ProbeResult, state cluster.State) {
+	if result.CredentialsRejected {
+		m.provider.recheck(clusterName)
+	}
+	m.metrics.observeProbe(clusterName, result, state)
+	if m.memberClusters != nil {
+		m.memberClusters.observeProbe(clusterName, result, state)
+	}
+}
+
+// observeEngage takes each engagement attempt of a fleet controller.
+func (m *Manager) observeEngage(clusterName, controller string, took time.Duration, err error) {
+	m.metrics.observeEngage(clusterName, controller, took, err)
+	if m.memberClusters != nil && clusterName != cluster.HubName {
+		m.memberClusters.notify(clusterName)
+	}
 }
 
 // GetCluster returns the cluster named clusterName: the hub for "", else

@@ -46,6 +46,13 @@ type provider struct {
 	claims map[secretRef]claim
 	byName map[string]map[secretRef]struct{}
 
+	// refusals holds, per cluster name, why its one claim was refused.
+	refusals map[string]*cluster.RefusedError
+
+	// changed is told each name whose claims or refusal changed, and
+	// removed each name whose member was removed.
+	changed, removed func(name string)
+
 	// rechecks has one channel per format: sending a Secret there
 	// reconciles it again.
 	rechecks map[string]chan event.GenericEvent
@@ -58,6 +65,7 @@ type secretRef struct {
 }
 
 type claim struct {
+	ref    secretRef
 	secret *corev1.Secret
 	reg    cluster.Registration
 }
@@ -69,6 +77,9 @@ func addProvider(m *Manager, formats []cluster.Format) error {
 		claims:   map[secretRef]claim{},
 		byName:   map[string]map[secretRef]struct{}{},
 		rechecks: map[string]chan event.GenericEvent{},
+		refusals: map[string]*cluster.RefusedError{},
+		changed:  func(string) {},
+		removed:  func(string) {},
 	}
 	m.provider = p
 	for _, f := range formats {
@@ -145,7 +156,7 @@ func (r *formatReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		r.refused(ctx, secret, reg.ClusterName, err)
 		return reconcile.Result{}, nil
 	}
-	r.claim(ctx, ref, claim{secret: secret, reg: reg})
+	r.claim(ctx, ref, claim{ref: ref, secret: secret, reg: reg})
 	return reconcile.Result{}, nil
 }
 
@@ -208,39 +219,80 @@ func (p *provider) unrecord(ref secretRef) (claim, bool) {
 func (p *provider) settle(ctx context.Context, name string) {
 	p.settleMu.Lock()
 	defer p.settleMu.Unlock()
-	p.mu.Lock()
-	claimants := make([]claim, 0, len(p.byName[name]))
-	for _, ref := range slices.SortedFunc(maps.Keys(p.byName[name]), compareRefs) {
-		claimants = append(claimants, p.claims[ref])
-	}
-	p.mu.Unlock()
+	claimants := p.claimsOn(name)
 
 	log := logf.FromContext(ctx).WithValues("cluster", name)
+	defer p.changed(name)
+	p.setRefusal(name, nil)
 	switch len(claimants) {
 	case 0:
 		if p.pool.Remove(name) {
+			p.removed(name)
 			log.Info("Registration removed")
 		}
 	case 1:
 		c := claimants[0]
 		if err := p.pool.Set(c.reg); err != nil {
 			p.refused(ctx, c.secret, name, err)
+			refusal, ok := errors.AsType[*cluster.RefusedError](err)
+			if !ok {
+				refusal = &cluster.RefusedError{Reason: "RegistrationFailed", Message: "the member could not be built"}
+			}
+			p.setRefusal(name, refusal)
 			return
 		}
 		log.V(1).Info("Registration accepted")
 	default:
-		p.pool.Remove(name)
+		if p.pool.Remove(name) {
+			p.removed(name)
+		}
 		secrets := make([]string, len(claimants))
 		for i, c := range claimants {
 			secrets[i] = c.secret.Namespace + "/" + c.secret.Name
 		}
 		list := strings.Join(secrets, ", ")
+		p.setRefusal(name, &cluster.RefusedError{Reason: "ClusterNameConflict", Message: "the cluster name is claimed by Secrets " + list})
 		log.Error(errConflict, "Registration refused", "reason", "ClusterNameConflict", "secrets", list)
 		for _, c := range claimants {
 			p.recorder.Eventf(c.secret, nil, corev1.EventTypeWarning, "ClusterNameConflict", "Register",
 				"cluster name %q is claimed by Secrets %s; none is engaged until only one claims it", name, list)
 		}
 	}
+}
+
+func (p *provider) setRefusal(name string, refusal *cluster.RefusedError) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if refusal == nil {
+		delete(p.refusals, name)
+	} else {
+		p.refusals[name] = refusal
+	}
+}
+
+// refusal returns why name's registration was refused, or nil.
+func (p *provider) refusal(name string) *cluster.RefusedError {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refusals[name]
+}
+
+// claimsOn returns the claims on name, sorted by Secret.
+func (p *provider) claimsOn(name string) []claim {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]claim, 0, len(p.byName[name]))
+	for _, ref := range slices.SortedFunc(maps.Keys(p.byName[name]), compareRefs) {
+		out = append(out, p.claims[ref])
+	}
+	return out
+}
+
+// names returns every claimed cluster name.
+func (p *provider) names() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.byName))
 }
 
 var errConflict = errors.New("two or more Secrets claim the same cluster name")

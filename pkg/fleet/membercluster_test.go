@@ -1,0 +1,121 @@
+package fleet_test
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+)
+
+// memberCluster waits until the MemberCluster named name satisfies cond,
+// and returns it.
+func memberCluster(t *testing.T, name, what string, cond func(*fleetv1alpha1.MemberCluster) bool) *fleetv1alpha1.MemberCluster {
+	t.Helper()
+	mc := &fleetv1alpha1.MemberCluster{}
+	deadline := time.Now().Add(time.Minute)
+	for hubClient.Get(t.Context(), types.NamespacedName{Name: name}, mc) != nil || !cond(mc) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for MemberCluster %s %s; last seen: %+v", name, what, mc.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return mc
+}
+
+func condition(mc *fleetv1alpha1.MemberCluster, conditionType string) metav1.ConditionStatus {
+	if c := meta.FindStatusCondition(mc.Status.Conditions, conditionType); c != nil {
+		return c.Status
+	}
+	return ""
+}
+
+func TestMemberClusterFollowsItsMember(t *testing.T) {
+	f := startFleetWith(t, quickHealth)
+	watchConfigMaps(t, f, "status", "status", fleet.Members, &recorder{})
+	kc, proxy := viaProxy(t, kubeconfigs[0])
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "observed", Labels: map[string]string{cluster.KubeconfigLabel: "true", "region": "eu"}},
+		Data:       map[string][]byte{cluster.KubeconfigKey: kc},
+	}
+	if err := hubClient.Create(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+
+	mc := memberCluster(t, "observed", "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.State == fleetv1alpha1.MemberStateReady && condition(mc, fleetv1alpha1.ConditionReady) == metav1.ConditionTrue &&
+			len(mc.Status.EngagedControllers) == 1 && mc.Status.ServerVersion != ""
+	})
+	if mc.Labels["region"] != "eu" || mc.Spec.SecretRef.Name != "observed" || mc.Spec.SecretRef.Format != fleetv1alpha1.FormatNative {
+		t.Fatalf("MemberCluster does not reflect its Secret: labels %v, spec %+v", mc.Labels, mc.Spec)
+	}
+	if condition(mc, fleetv1alpha1.ConditionHealthy) != metav1.ConditionTrue || condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) != metav1.ConditionTrue {
+		t.Fatalf("conditions %+v, want Healthy and CredentialsAccepted True", mc.Status.Conditions)
+	}
+
+	proxy.Down()
+	memberCluster(t, "observed", "Unhealthy", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.State == fleetv1alpha1.MemberStateUnhealthy && condition(mc, fleetv1alpha1.ConditionHealthy) == metav1.ConditionFalse &&
+			mc.Status.ConsecutiveFailures >= 2 && mc.Status.LastError != ""
+	})
+	memberCluster(t, "observed", "Disconnected", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.State == fleetv1alpha1.MemberStateDisconnected && condition(mc, fleetv1alpha1.ConditionReady) == metav1.ConditionFalse
+	})
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	mc = memberCluster(t, "observed", "Ready again", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.State == fleetv1alpha1.MemberStateReady && mc.Status.ConsecutiveFailures == 0
+	})
+	var seen []fleetv1alpha1.MemberState
+	for _, tr := range mc.Status.RecentTransitions {
+		seen = append(seen, tr.State)
+	}
+	if !containsInOrder(seen, fleetv1alpha1.MemberStateReady, fleetv1alpha1.MemberStateUnhealthy, fleetv1alpha1.MemberStateDisconnected, fleetv1alpha1.MemberStateReady) {
+		t.Fatalf("transitions %v do not record Ready, Unhealthy, Disconnected, Ready", seen)
+	}
+
+	if err := hubClient.Delete(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "MemberCluster observed deleted", func() bool {
+		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Name: "observed"}, &fleetv1alpha1.MemberCluster{}))
+	})
+}
+
+func TestMemberClusterCarriesTheRefusal(t *testing.T) {
+	f := startFleet(t)
+	f.register(t, "refused", hostileKubeconfig("https://10.0.0.1", `{exec: {command: kubelogin, apiVersion: client.authentication.k8s.io/v1}}`))
+	mc := memberCluster(t, "refused", "refused", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) == metav1.ConditionFalse
+	})
+	accepted := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsAccepted)
+	if accepted.Reason != "ExecPluginRefused" || condition(mc, fleetv1alpha1.ConditionReady) != metav1.ConditionFalse {
+		t.Fatalf("conditions %+v, want CredentialsAccepted False for ExecPluginRefused and not Ready", mc.Status.Conditions)
+	}
+	if err := hubClient.DeleteAllOf(t.Context(), &corev1.Secret{}, client.InNamespace(f.namespace)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "MemberCluster refused deleted", func() bool {
+		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Name: "refused"}, &fleetv1alpha1.MemberCluster{}))
+	})
+}
+
+// containsInOrder reports whether want occurs in got as a subsequence.
+func containsInOrder[T comparable](got []T, want ...T) bool {
+	i := 0
+	for _, g := range got {
+		if i < len(want) && g == want[i] {
+			i++
+		}
+	}
+	return i == len(want)
+}

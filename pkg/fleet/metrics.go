@@ -1,0 +1,237 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+)
+
+// Label names and values of the fleet's series. Every series has a
+// cluster label, "" for the hub; no label holds free text, so the number
+// of series is bounded by clusters × controllers.
+const (
+	labelCluster    = "cluster"
+	labelController = "controller"
+	labelResult     = "result"
+	labelState      = "state"
+
+	resultSuccess = "success"
+	resultFailure = "failure"
+	resultError   = "error"
+)
+
+// memberStates are the values of fleet_member_state's state label.
+var memberStates = []cluster.State{
+	cluster.StatePending,
+	cluster.StateConnecting,
+	cluster.StateReady,
+	cluster.StateUnhealthy,
+	cluster.StateDisconnected,
+}
+
+// fleetMetrics are the per-cluster series of a fleet, registered once.
+//
+// A member's state is exposed twice, on purpose: fleet_member_ready is
+// the one series to alert on (fleet_member_ready == 0), and
+// fleet_member_state follows the kube-state-metrics habit of one series
+// per state, 1 for the current one, so a dashboard can count members by
+// state. Both stay bounded: five state series per cluster.
+//
+// The methods are safe for concurrent use.
+type fleetMetrics struct {
+	memberReady         *prometheus.GaugeVec
+	memberState         *prometheus.GaugeVec
+	probes              *prometheus.CounterVec
+	probeDuration       *prometheus.HistogramVec
+	consecutiveFailures *prometheus.GaugeVec
+	engageDuration      *prometheus.HistogramVec
+	engagements         *prometheus.CounterVec
+	reconciles          *prometheus.CounterVec
+	reconcileErrors     *prometheus.CounterVec
+	reconcileDuration   *prometheus.HistogramVec
+}
+
+// newFleetMetrics registers the fleet's series with reg. When they are
+// already registered there, as with several managers sharing
+// controller-runtime's global registry in one process, it uses the
+// registered ones.
+func newFleetMetrics(reg prometheus.Registerer) (*fleetMetrics, error) {
+	m := &fleetMetrics{
+		memberReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleet_member_ready",
+			Help: "Whether the cluster is Ready: engaged, and its last probe succeeded (1) or not (0).",
+		}, []string{labelCluster}),
+		memberState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleet_member_state",
+			Help: "The cluster's state: 1 for the current state, 0 for the others.",
+		}, []string{labelCluster, labelState}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_member_probes_total",
+			Help: "Health probes of the cluster, by result (success or failure).",
+		}, []string{labelCluster, labelResult}),
+		probeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fleet_member_probe_duration_seconds",
+			Help:    "How long the cluster's health probes took.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}, []string{labelCluster}),
+		consecutiveFailures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleet_member_consecutive_probe_failures",
+			Help: "Health probes of the cluster that failed in a row since its last success.",
+		}, []string{labelCluster}),
+		engageDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fleet_member_engage_duration_seconds",
+			Help:    "How long engaging the cluster with a controller took.",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120},
+		}, []string{labelCluster, labelController}),
+		engagements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_member_engagements_total",
+			Help: "Engagements of the cluster with a controller, by result (success or failure).",
+		}, []string{labelCluster, labelController, labelResult}),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_reconciles_total",
+			Help: "Reconciles per controller and cluster, by result (success or error).",
+		}, []string{labelController, labelCluster, labelResult}),
+		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_reconcile_errors_total",
+			Help: "Reconciles per controller and cluster that returned an error.",
+		}, []string{labelController, labelCluster}),
+		reconcileDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fleet_reconcile_duration_seconds",
+			Help: "How long reconciles took per controller and cluster.",
+			// controller-runtime's reconcile buckets.
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
+				1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60},
+			NativeHistogramBucketFactor:     1.1,
+			NativeHistogramMaxBucketNumber:  100,
+			NativeHistogramMinResetDuration: time.Hour,
+		}, []string{labelController, labelCluster}),
+	}
+	var err error
+	if m.memberReady, err = register(reg, m.memberReady); err != nil {
+		return nil, err
+	}
+	if m.memberState, err = register(reg, m.memberState); err != nil {
+		return nil, err
+	}
+	if m.probes, err = register(reg, m.probes); err != nil {
+		return nil, err
+	}
+	if m.probeDuration, err = register(reg, m.probeDuration); err != nil {
+		return nil, err
+	}
+	if m.consecutiveFailures, err = register(reg, m.consecutiveFailures); err != nil {
+		return nil, err
+	}
+	if m.engageDuration, err = register(reg, m.engageDuration); err != nil {
+		return nil, err
+	}
+	if m.engagements, err = register(reg, m.engagements); err != nil {
+		return nil, err
+	}
+	if m.reconciles, err = register(reg, m.reconciles); err != nil {
+		return nil, err
+	}
+	if m.reconcileErrors, err = register(reg, m.reconcileErrors); err != nil {
+		return nil, err
+	}
+	if m.reconcileDuration, err = register(reg, m.reconcileDuration); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register registers c with reg and returns it, or returns the collector
+// already registered in its place.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, fmt.Errorf("registering fleet metrics: %w", err)
+}
+
+// observeProbe records one health probe of a cluster and the state it led
+// to.
+func (m *fleetMetrics) observeProbe(clusterName string, result cluster.ProbeResult, state cluster.State) {
+	m.probeDuration.WithLabelValues(clusterName).Observe(result.Duration.Seconds())
+	countResult(m.probes, result.Err == nil, resultSuccess, resultFailure, clusterName)
+	if result.Err == nil {
+		m.consecutiveFailures.WithLabelValues(clusterName).Set(0)
+	} else {
+		m.consecutiveFailures.WithLabelValues(clusterName).Inc()
+	}
+	m.memberReady.WithLabelValues(clusterName).Set(boolValue(state == cluster.StateReady))
+	for _, s := range memberStates {
+		m.memberState.WithLabelValues(clusterName, string(s)).Set(boolValue(state == s))
+	}
+}
+
+// observeEngage records one engagement of a cluster with a controller.
+func (m *fleetMetrics) observeEngage(clusterName, controller string, took time.Duration, err error) {
+	m.engageDuration.WithLabelValues(clusterName, controller).Observe(took.Seconds())
+	countResult(m.engagements, err == nil, resultSuccess, resultFailure, clusterName, controller)
+}
+
+// observeReconcile records one reconcile by a controller for a cluster.
+// Like controller-runtime, a reconcile that returned an error counts as
+// an error, whatever its result.
+func (m *fleetMetrics) observeReconcile(controller, clusterName string, took time.Duration, err error) {
+	m.reconcileDuration.WithLabelValues(controller, clusterName).Observe(took.Seconds())
+	countResult(m.reconciles, err == nil, resultSuccess, resultError, controller, clusterName)
+	errs := m.reconcileErrors.WithLabelValues(controller, clusterName)
+	if err != nil {
+		errs.Inc()
+	} else {
+		errs.Add(0) // The series exists from the first reconcile.
+	}
+}
+
+// forget deletes every series of a cluster. Call it once the cluster's
+// prober and reconciles have ended: a later observation creates its
+// series again.
+func (m *fleetMetrics) forget(clusterName string) {
+	match := prometheus.Labels{labelCluster: clusterName}
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
+		m.memberReady,
+		m.memberState,
+		m.probes,
+		m.probeDuration,
+		m.consecutiveFailures,
+		m.engageDuration,
+		m.engagements,
+		m.reconciles,
+		m.reconcileErrors,
+		m.reconcileDuration,
+	} {
+		v.DeletePartialMatch(match)
+	}
+}
+
+// countResult increments the counter of ok's result in v and creates the
+// other result's series at 0, so both exist from the first observation
+// and rates of either are defined. labels are v's labels before result.
+func countResult(v *prometheus.CounterVec, ok bool, success, failure string, labels ...string) {
+	hit, miss := success, failure
+	if !ok {
+		hit, miss = failure, success
+	}
+	v.WithLabelValues(append(labels, hit)...).Inc()
+	v.WithLabelValues(append(labels, miss)...).Add(0)
+}
+
+// boolValue is 1 for true and 0 for false.
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
