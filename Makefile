@@ -17,8 +17,8 @@ envtest:
 	hack/envtest.sh kube-apiserver etcd kubectl
 
 ## test: unit and envtest suites, with the race detector, plus a short fuzz run.
+## (go test runs vet's high-confidence checks; `make lint` runs all of vet.)
 test: envtest
-	go vet ./...
 	go test $(GO_TEST_FLAGS) ./...
 	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 10s ./pkg/cluster
 

@@ -16,6 +16,6 @@ for cmd in "$@"; do
     continue
   fi
   echo "envtest: building ${cmd} into ${out} (cold: several minutes)"
-  (cd "${root}/hack/tools" && CGO_ENABLED=0 go build -trimpath -tags selinux,notest,grpcnotrace -o "${out}/${cmd}" "./${cmd}")
+  (cd "${root}/hack/tools" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -tags selinux,notest,grpcnotrace -o "${out}/${cmd}" "./${cmd}")
   echo "${want}" > "${stamp}"
 done
