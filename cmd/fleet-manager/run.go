@@ -39,6 +39,7 @@ type runFlags struct {
 	memberQPS        float64
 	memberBurst      int
 	cacheSyncTimeout time.Duration
+	health           cluster.HealthOptions
 	policy           cluster.Policy
 	mcrSecrets       bool
 	capiSecrets      bool
@@ -84,6 +85,7 @@ func runCommand(args []string, stderr io.Writer) error {
 		KubeconfigPolicy: f.policy,
 		MemberQPS:        float32(f.memberQPS),
 		MemberBurst:      f.memberBurst,
+		MemberHealth:     f.health,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the fleet manager: %w", err)
@@ -119,6 +121,10 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.Float64Var(&f.memberQPS, "member-qps", 50, "Queries per second each member's client may make.")
 	fs.IntVar(&f.memberBurst, "member-burst", 100, "Burst of queries each member's client may make.")
 	fs.DurationVar(&f.cacheSyncTimeout, "cache-sync-timeout", 2*time.Minute, "How long a controller waits for a cluster's informers to sync.")
+	fs.DurationVar(&f.health.Interval, "probe-interval", 4*time.Second, "How often each member is probed (an authenticated SelfSubjectReview).")
+	fs.DurationVar(&f.health.Timeout, "probe-timeout", 3*time.Second, "How long one probe may take.")
+	fs.IntVar(&f.health.FailureThreshold, "probe-failure-threshold", 2, "Failed probes in a row that make a member Unhealthy: its work is held, its caches kept.")
+	fs.DurationVar(&f.health.DisconnectAfter, "disconnect-after", time.Minute, "How long probes must keep failing before a member is Disconnected: torn down, then reconnected with backoff once a probe succeeds.")
 
 	// The kubeconfig policy: each flag relaxes one check.
 	fs.BoolVar(&f.policy.AllowInsecureTLS, "allow-insecure-tls", false, "Accept member kubeconfigs with insecure-skip-tls-verify. Default: refused.")
@@ -162,6 +168,9 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	}
 	if f.cacheSyncTimeout <= 0 {
 		return f, usageErrorf(fs, "-cache-sync-timeout must be positive")
+	}
+	if f.health.Interval <= 0 || f.health.Timeout <= 0 || f.health.FailureThreshold <= 0 || f.health.DisconnectAfter <= 0 {
+		return f, usageErrorf(fs, "-probe-interval, -probe-timeout, -probe-failure-threshold and -disconnect-after must be positive")
 	}
 	return f, nil
 }

@@ -273,3 +273,47 @@ func TestPoolRefusesBadRegistrations(t *testing.T) {
 		})
 	}
 }
+
+// openSockets counts this process's open sockets.
+func openSockets(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("cannot count sockets: %v", err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(target, "socket:") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestPoolChurnReturnsToBaseline(t *testing.T) {
+	needEnvtest(t)
+	kc := kubeconfig(t, members[0])
+	w := newWatcher()
+	defer w.queue.ShutDown()
+	pool := startPool(t, cluster.Options{Engage: w.engage})
+	baseline, sockets := goleak.IgnoreCurrent(), openSockets(t)
+
+	for range 50 {
+		if err := pool.Set(cluster.Registration{ClusterName: "churn", Kubeconfig: kc}); err != nil {
+			t.Fatal(err)
+		}
+		<-w.engaged
+		if !pool.Remove("churn") {
+			t.Fatal("Remove reported no member")
+		}
+	}
+	var leaked error
+	for range 100 {
+		leaked = goleak.Find(baseline, goleak.IgnoreTopFunction("time.Sleep"))
+		if leaked == nil && openSockets(t) <= sockets {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("after 50 engagements: %d sockets open, %d before; goroutines: %v", openSockets(t), sockets, leaked)
+}

@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -118,4 +119,33 @@ func containsInOrder[T comparable](got []T, want ...T) bool {
 		}
 	}
 	return i == len(want)
+}
+
+func TestMissingKindHoldsBackOnlyItsController(t *testing.T) {
+	f := startFleet(t)
+	working := &recorder{}
+	watchConfigMaps(t, f, "working", "missing-kind", fleet.Members, working)
+	// Members have no MemberCluster CRD: this controller cannot watch them.
+	err := fleet.NewControllerManagedBy(f.mgr).
+		Named("needs-crd").
+		For(&fleetv1alpha1.MemberCluster{}).
+		Complete(&recorder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.register(t, "lacking", kubeconfigs[0])
+	createConfigMap(t, memberClients[0], "missing-kind", "works")
+	working.waitFor(t, request("lacking", "missing-kind", "works"))
+
+	mc := memberCluster(t, "lacking", "with a KindNotFound controller condition", func(mc *fleetv1alpha1.MemberCluster) bool {
+		for _, c := range mc.Status.ControllerConditions {
+			if c.Name == "needs-crd" && c.Status == metav1.ConditionFalse && c.Reason == fleetv1alpha1.ReasonKindNotFound {
+				return true
+			}
+		}
+		return false
+	})
+	if mc.Status.State != fleetv1alpha1.MemberStateReady || !slices.Equal(mc.Status.EngagedControllers, []string{"working"}) {
+		t.Fatalf("state %s, engaged %v; want Ready with only the working controller engaged", mc.Status.State, mc.Status.EngagedControllers)
+	}
 }
