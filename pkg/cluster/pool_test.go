@@ -160,7 +160,7 @@ func TestPoolRemoveLeavesNothingBehind(t *testing.T) {
 	w := newWatcher()
 	defer w.queue.ShutDown()
 	pool := startPool(t, cluster.Options{Engage: w.engage})
-	baseline := goleak.IgnoreCurrent()
+	baseline, sockets := goleak.IgnoreCurrent(), openSockets(t)
 
 	if err := pool.Set(cluster.Registration{ClusterName: "leak-check", Kubeconfig: kc}); err != nil {
 		t.Fatal(err)
@@ -176,16 +176,24 @@ func TestPoolRemoveLeavesNothingBehind(t *testing.T) {
 	if _, err := pool.Get("leak-check"); err == nil {
 		t.Fatal("Get found a removed member")
 	}
-	// Idle HTTP/2 connections and informers stop asynchronously after
-	// their context ends; give them a bounded moment.
+	waitForBaseline(t, baseline, sockets)
+}
+
+// waitForBaseline waits until no goroutine outside baseline is left and
+// no more sockets are open than before. Idle HTTP/2 connections and
+// informers stop asynchronously after their context ends; they get a
+// bounded moment.
+func waitForBaseline(t *testing.T, baseline goleak.Option, sockets int) {
+	t.Helper()
 	var leaked error
 	for range 100 {
-		if leaked = goleak.Find(baseline, goleak.IgnoreTopFunction("time.Sleep")); leaked == nil {
+		leaked = goleak.Find(baseline, goleak.IgnoreTopFunction("time.Sleep"))
+		if leaked == nil && openSockets(t) <= sockets {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("goroutines outlived the removed member: %v", leaked)
+	t.Fatalf("%d sockets open, %d before; goroutines: %v", openSockets(t), sockets, leaked)
 }
 
 func TestPoolSetReplacesOnlyOnChange(t *testing.T) {
@@ -307,13 +315,5 @@ func TestPoolChurnReturnsToBaseline(t *testing.T) {
 			t.Fatal("Remove reported no member")
 		}
 	}
-	var leaked error
-	for range 100 {
-		leaked = goleak.Find(baseline, goleak.IgnoreTopFunction("time.Sleep"))
-		if leaked == nil && openSockets(t) <= sockets {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("after 50 engagements: %d sockets open, %d before; goroutines: %v", openSockets(t), sockets, leaked)
+	waitForBaseline(t, baseline, sockets)
 }

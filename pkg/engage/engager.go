@@ -2,6 +2,7 @@ package engage
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -126,12 +127,7 @@ func (e *Engager) Serve(ctx context.Context, clusterName string, cl cluster.Clus
 func (e *Engager) Clusters() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	names := make([]string, 0, len(e.clusters))
-	for name := range e.clusters {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(e.clusters))
 }
 
 // Engagements returns where each aware stands with cluster clusterName,

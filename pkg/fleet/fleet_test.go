@@ -438,12 +438,33 @@ func TestChangedKubeconfigReengages(t *testing.T) {
 	}
 	createConfigMap(t, memberClients[1], "repoint", "second")
 	r.waitFor(t, request("moving", "repoint", "second"))
-	cl, err := f.mgr.GetCluster(t.Context(), "moving")
+	f.wantHost(t, "moving", members[1])
+}
+
+// waitForWarning waits for a Warning Event with reason about the Secret
+// secretName of the fleet namespace.
+func (f *fleetEnv) waitForWarning(t *testing.T, secretName, reason string) {
+	t.Helper()
+	eventually(t, reason+" reported on Secret "+secretName, func() bool {
+		events := &eventsv1.EventList{}
+		if err := hubClient.List(t.Context(), events, client.InNamespace(f.namespace)); err != nil {
+			return false
+		}
+		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.Name == secretName && e.Reason == reason && e.Type == corev1.EventTypeWarning
+		})
+	})
+}
+
+// wantHost fails unless cluster name points at env's API server.
+func (f *fleetEnv) wantHost(t *testing.T, name string, env *envtest.Environment) {
+	t.Helper()
+	cl, err := f.mgr.GetCluster(t.Context(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.TrimSuffix(cl.GetConfig().Host, "/"), strings.TrimSuffix(members[1].Config.Host, "/"); got != want {
-		t.Fatalf("cluster moving points at %s, want %s", got, want)
+	if got, want := strings.TrimSuffix(cl.GetConfig().Host, "/"), strings.TrimSuffix(env.Config.Host, "/"); got != want {
+		t.Fatalf("cluster %s points at %s, want %s", name, got, want)
 	}
 }
 
@@ -517,15 +538,7 @@ func TestHostileSecretsAreRefusedAndIsolated(t *testing.T) {
 		eventually(t, name+" refused in the log", func() bool {
 			return f.logs.find("Registration refused", `"reason"="`+h.reason+`"`)
 		})
-		eventually(t, name+" refused as an Event on its Secret", func() bool {
-			events := &eventsv1.EventList{}
-			if err := hubClient.List(t.Context(), events, client.InNamespace(f.namespace)); err != nil {
-				return false
-			}
-			return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
-				return e.Regarding.Name == name && e.Reason == h.reason && e.Type == corev1.EventTypeWarning
-			})
-		})
+		f.waitForWarning(t, name, h.reason)
 	}
 	if names := f.mgr.ClusterNames(); !slices.Equal(names, []string{"healthy"}) {
 		t.Fatalf("engaged %v; only healthy may be", names)
@@ -629,15 +642,7 @@ func TestConflictingNamesEngageNeither(t *testing.T) {
 	f.waitEngaged(t, "contested")
 	second := claim("second", kubeconfigs[1])
 	for _, name := range []string{"first", "second"} {
-		eventually(t, "the conflict reported on "+name, func() bool {
-			events := &eventsv1.EventList{}
-			if err := hubClient.List(t.Context(), events, client.InNamespace(f.namespace)); err != nil {
-				return false
-			}
-			return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
-				return e.Regarding.Name == name && e.Reason == "ClusterNameConflict"
-			})
-		})
+		f.waitForWarning(t, name, "ClusterNameConflict")
 	}
 	eventually(t, "contested disengaged", func() bool { return !slices.Contains(f.mgr.ClusterNames(), "contested") })
 
@@ -645,13 +650,7 @@ func TestConflictingNamesEngageNeither(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitEngaged(t, "contested")
-	cl, err := f.mgr.GetCluster(t.Context(), "contested")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := strings.TrimSuffix(cl.GetConfig().Host, "/"), strings.TrimSuffix(members[0].Config.Host, "/"); got != want {
-		t.Fatalf("contested points at %s, want the remaining claim's %s", got, want)
-	}
+	f.wantHost(t, "contested", members[0])
 }
 
 func TestOwnsAndWatchesResolveWithinEachMember(t *testing.T) {
