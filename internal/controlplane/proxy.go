@@ -2,7 +2,9 @@ package controlplane
 
 import (
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 )
 
@@ -17,7 +19,8 @@ type Proxy struct {
 	mu       sync.Mutex
 	listener net.Listener
 	hang     bool
-	conns    map[net.Conn]struct{}
+	conns    map[net.Conn]struct{} // every open connection, both sides
+	accepted map[net.Conn]struct{} // the open connections clients made
 	wg       sync.WaitGroup
 }
 
@@ -27,13 +30,21 @@ func StartProxy(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{target: target, addr: l.Addr().String(), conns: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, addr: l.Addr().String(), conns: map[net.Conn]struct{}{}, accepted: map[net.Conn]struct{}{}}
 	p.serve(l)
 	return p, nil
 }
 
 // Addr is the proxy's host:port.
 func (p *Proxy) Addr() string { return p.addr }
+
+// Accepted returns the open connections clients made, so a test can tell
+// which connections a client closed and which it opened since.
+func (p *Proxy) Accepted() []net.Conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Collect(maps.Keys(p.accepted))
+}
 
 // Down closes the listener and every connection: dials are refused.
 func (p *Proxy) Down() {
@@ -98,6 +109,7 @@ func (p *Proxy) track(c net.Conn) bool {
 		return false
 	}
 	p.conns[c] = struct{}{}
+	p.accepted[c] = struct{}{}
 	return true
 }
 
@@ -105,6 +117,7 @@ func (p *Proxy) forward(c net.Conn) {
 	defer func() {
 		p.mu.Lock()
 		delete(p.conns, c)
+		delete(p.accepted, c)
 		p.mu.Unlock()
 		_ = c.Close()
 	}()

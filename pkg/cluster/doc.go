@@ -24,10 +24,17 @@
 // # Lifecycle
 //
 // [Pool.Set] adds a member, or replaces it when its kubeconfig changed;
-// [Pool.Remove] removes it. Each member runs in its own context, derived
-// from the one [Pool.Start] was given: its field indexes are applied first
-// ([Pool.IndexField] reaches current and later members), then its cluster
-// starts and Options.Engage is called for the member's whole life.
+// [Pool.Remove] removes it. A kubeconfig that changed only its bearer
+// token or client certificate rotates the running member's credentials
+// instead: its transport reads the token at every request and the
+// certificate at every TLS handshake, and its connections are closed so
+// that watches reconnect with the new credentials while the cache stays.
+// A changed server, CA or anything else replaces the member.
+//
+// Each member runs in its own context, derived from the one [Pool.Start]
+// was given: its field indexes are applied first ([Pool.IndexField]
+// reaches current and later members), then its cluster starts and
+// Options.Engage is called for the member's whole life.
 // Stopping a member cancels that context and waits until the cluster and
 // Engage have returned; then its connections are closed. Nothing a member
 // started outlives it. The pool never holds its lock during network I/O

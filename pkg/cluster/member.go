@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -26,14 +25,19 @@ import (
 // prober for its whole life, and a connection (its cluster.Cluster and
 // engagement) while it is connected.
 type member struct {
-	name        string
-	fingerprint [sha256.Size]byte
-	config      *rest.Config
-	httpClient  *http.Client
-	dialer      *connrotation.Dialer
-	log         logr.Logger
-	pool        *Pool
-	probe       probeFunc
+	name string
+	// config is what the member's clients are built from: the server and
+	// client settings of its kubeconfig, with the member's transport in
+	// place of TLS and credentials, so none of them can bypass it.
+	config     *rest.Config
+	httpClient *http.Client
+	dialer     *connrotation.Dialer
+	log        logr.Logger
+	pool       *Pool
+	probe      probeFunc
+
+	// creds are the current credentials, replaced by rotate.
+	creds atomic.Pointer[credentials]
 
 	// conn is the current connection, nil while there is none.
 	conn  atomic.Pointer[connection]
@@ -59,37 +63,43 @@ type connection struct {
 	indexed int
 }
 
-func newMember(name string, kubeconfig []byte, p *Pool) (*member, error) {
-	cfg, err := p.opts.Policy.Parse(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
+func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	m := &member{
-		name:        name,
-		fingerprint: sha256.Sum256(kubeconfig),
-		config:      cfg,
-		log:         p.opts.Logger.WithValues("cluster", name),
-		pool:        p,
-		disconnect:  make(chan struct{}, 1),
-		reconnect:   make(chan struct{}, 1),
-		done:        make(chan struct{}),
+		name:       name,
+		log:        p.opts.Logger.WithValues("cluster", name),
+		pool:       p,
+		disconnect: make(chan struct{}, 1),
+		reconnect:  make(chan struct{}, 1),
+		done:       make(chan struct{}),
 	}
+	m.creds.Store(creds)
 	m.state.Store(StatePending)
 	// A dialer of its own keeps client-go's TLS cache from sharing one
 	// transport between members, lets the member close every connection,
 	// and checks each resolved address against the policy.
 	m.dialer = connrotation.NewDialer((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: p.opts.Policy.dialControl}).DialContext)
-	cfg.Dial = m.dialer.DialContext
-	cfg.QPS, cfg.Burst = p.opts.QPS, p.opts.Burst
-	if m.httpClient, err = rest.HTTPClientFor(cfg); err != nil {
+	rt, err := m.newTransport(creds.config)
+	if err != nil {
 		return nil, refuse("KubeconfigInvalid", "cannot build a transport: %s", scrub(err))
 	}
-	reviews, err := authenticationv1client.NewForConfigAndClient(cfg, m.httpClient)
+	// With the transport set and no TLS or credentials, rest uses it as it
+	// is instead of building another.
+	m.config = rest.AnonymousClientConfig(creds.config)
+	m.config.TLSClientConfig = rest.TLSClientConfig{}
+	m.config.Dial, m.config.Proxy = nil, nil
+	m.config.Transport = rt
+	m.config.QPS, m.config.Burst = p.opts.QPS, p.opts.Burst
+	if m.httpClient, err = rest.HTTPClientFor(m.config); err != nil {
+		return nil, refuse("KubeconfigInvalid", "cannot build a transport: %s", scrub(err))
+	}
+	reviews, err := authenticationv1client.NewForConfigAndClient(m.config, m.httpClient)
 	if err != nil {
 		return nil, refuse("KubeconfigInvalid", "cannot build a client: %s", scrub(err))
 	}
 	// A SelfSubjectReview needs valid credentials, unlike /readyz, so a
-	// member whose credentials were revoked is not reported healthy.
+	// member whose credentials were revoked is not reported healthy. It
+	// goes through the same transport as the cache, so it sees the same
+	// credentials after a rotation.
 	m.probe = func(ctx context.Context) error {
 		_, err := reviews.SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		return err

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -170,24 +171,36 @@ func (p *Pool) HealthOptions() HealthOptions { return p.opts.Health }
 // NeedLeaderElection is true: only the leader runs member caches.
 func (p *Pool) NeedLeaderElection() bool { return true }
 
-// Set adds the member reg registers. A member of that name with a
-// different kubeconfig is replaced: it is stopped, then the new one
-// starts. The same kubeconfig again does nothing. A kubeconfig that is
-// refused removes the member of that name, so what runs is always what is
-// registered.
+// Set adds the member reg registers. A member of that name whose
+// kubeconfig differs only in its bearer token or client certificate keeps
+// running with the new credentials: its cache is kept, and its connections
+// are closed so that every client reconnects with them. A member with any
+// other difference, such as its server or CA, is replaced: it is stopped,
+// then the new one starts. The same kubeconfig again does nothing. A
+// kubeconfig that is refused removes the member of that name, so what runs
+// is always what is registered.
 func (p *Pool) Set(reg Registration) error {
 	name := reg.ClusterName
 	if err := ValidateName(name); err != nil {
 		return &RefusedError{Reason: "InvalidClusterName", Message: err.Error()}
 	}
+	fingerprint := sha256.Sum256(reg.Kubeconfig)
 	p.mu.Lock()
 	old := p.members[name]
 	p.mu.Unlock()
-	if old != nil && old.fingerprint == sha256.Sum256(reg.Kubeconfig) {
+	if old != nil && old.creds.Load().fingerprint == fingerprint {
 		return nil
 	}
 
-	m, err := newMember(name, reg.Kubeconfig, p)
+	creds, err := p.parse(fingerprint, reg.Kubeconfig)
+	if err != nil {
+		p.Remove(name)
+		return err
+	}
+	if old != nil && old.rotate(creds) {
+		return nil
+	}
+	m, err := newMember(name, creds, p)
 	if err != nil {
 		p.Remove(name)
 		return err
@@ -204,6 +217,7 @@ func (p *Pool) Set(reg Registration) error {
 	p.mu.Unlock()
 
 	if old != nil {
+		m.log.Info("Replacing member")
 		old.stop()
 	}
 	p.mu.Lock()
@@ -214,6 +228,15 @@ func (p *Pool) Set(reg Registration) error {
 	}
 	p.mu.Unlock()
 	return nil
+}
+
+// parse checks kubeconfig against the policy and reads its credentials.
+func (p *Pool) parse(fingerprint [sha256.Size]byte, kubeconfig []byte) (*credentials, error) {
+	cfg, err := p.opts.Policy.Parse(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return newCredentials(fingerprint, cfg)
 }
 
 // Remove stops and forgets the member name. It returns once everything the
@@ -260,12 +283,7 @@ func (p *Pool) State(name string) (State, bool) {
 func (p *Pool) Names() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	names := make([]string, 0, len(p.members))
-	for name := range p.members {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(p.members))
 }
 
 // IndexField adds a field index to every member: the current ones now, and
