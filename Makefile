@@ -5,7 +5,7 @@ BIN := $(CURDIR)/bin
 export KUBEBUILDER_ASSETS := $(BIN)
 GO_TEST_FLAGS ?= -race -timeout 15m
 
-.PHONY: all build test envtest demo bench lint manifests
+.PHONY: all build test fuzz envtest demo bench lint manifests
 
 all: build
 
