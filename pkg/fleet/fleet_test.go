@@ -703,3 +703,35 @@ func TestOwnsAndWatchesResolveWithinEachMember(t *testing.T) {
 		t.Fatal("a request was tagged with the wrong cluster")
 	}
 }
+
+func TestEventsAreWrittenToTheirMember(t *testing.T) {
+	f := startFleet(t)
+	reconciler := fleet.ReconcilerFunc(func(ctx context.Context, req fleet.Request) (reconcile.Result, error) {
+		cl, err := f.mgr.GetCluster(ctx, req.ClusterName)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		cm := &corev1.ConfigMap{}
+		if err := cl.GetClient().Get(ctx, req.NamespacedName, cm); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		recorder, err := f.mgr.GetClusterEventRecorder(ctx, req.ClusterName, "events-test")
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		recorder.Eventf(cm, nil, corev1.EventTypeNormal, "Seen", "Reconcile", "seen in %s", req.ClusterName)
+		return reconcile.Result{}, nil
+	})
+	watchConfigMaps(t, f, "events", "member-events", fleet.Members, reconciler)
+	f.register(t, "eventful", kubeconfigs[1])
+	createConfigMap(t, memberClients[1], "member-events", "noted")
+	eventually(t, "the Event in the member", func() bool {
+		events := &eventsv1.EventList{}
+		if err := memberClients[1].List(t.Context(), events, client.InNamespace("member-events")); err != nil {
+			return false
+		}
+		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.Name == "noted" && e.Reason == "Seen" && e.Note == "seen in eventful"
+		})
+	})
+}

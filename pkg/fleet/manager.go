@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -170,6 +171,17 @@ func (m *Manager) GetCluster(_ context.Context, clusterName string) (crcluster.C
 		return m.Manager, nil
 	}
 	return m.pool.Get(clusterName)
+}
+
+// GetClusterEventRecorder returns an event recorder named name for the cluster
+// clusterName: Events it records about that cluster's objects are written
+// to that cluster. "" is the hub.
+func (m *Manager) GetClusterEventRecorder(ctx context.Context, clusterName, name string) (events.EventRecorder, error) {
+	cl, err := m.GetCluster(ctx, clusterName)
+	if err != nil {
+		return nil, err
+	}
+	return cl.GetEventRecorder(name), nil
 }
 
 // MemberState returns the state of member clusterName, and false if no
