@@ -23,6 +23,11 @@ type Queue = workqueue.TypedRateLimitingInterface[Request]
 // built anew for each engagement.
 type HandlerFunc func(cl cluster.Cluster) handler.EventHandler
 
+// RequestHandler is an event handler that makes fleet requests itself,
+// naming their clusters, such as one that maps a hub object to requests
+// for members.
+type RequestHandler = handler.TypedEventHandler[client.Object, Request]
+
 // Kind is a multi-cluster source of one kind. Started for a cluster, it
 // registers its handler on that cluster's informer, tags every request the
 // handler makes with the cluster's name, and removes the registration when
@@ -30,14 +35,26 @@ type HandlerFunc func(cl cluster.Cluster) handler.EventHandler
 // alone, so one controller can drop a cluster that others keep.
 type Kind struct {
 	obj        client.Object
-	newHandler HandlerFunc
+	newHandler func(clusterName string, cl cluster.Cluster) RequestHandler
 	predicates []predicate.Predicate
 }
 
 // NewKind returns a source of obj's kind whose events pass predicates and
-// go to the handler newHandler builds for each cluster.
+// go to the handler newHandler builds for each cluster; the requests it
+// makes are tagged with the cluster's name.
 func NewKind(obj client.Object, newHandler HandlerFunc, predicates ...predicate.Predicate) *Kind {
-	return &Kind{obj: obj, newHandler: newHandler, predicates: predicates}
+	return &Kind{obj: obj, predicates: predicates, newHandler: func(clusterName string, cl cluster.Cluster) RequestHandler {
+		return tagged{clusterName: clusterName, handler: newHandler(cl)}
+	}}
+}
+
+// NewRequestKind returns a source of obj's kind whose events pass
+// predicates and go to the handler newHandler builds for each cluster,
+// which names the cluster of each request itself.
+func NewRequestKind(obj client.Object, newHandler func(clusterName string) RequestHandler, predicates ...predicate.Predicate) *Kind {
+	return &Kind{obj: obj, predicates: predicates, newHandler: func(clusterName string, _ cluster.Cluster) RequestHandler {
+		return newHandler(clusterName)
+	}}
 }
 
 // String names the kind for logs.
@@ -56,8 +73,8 @@ func (k *Kind) Start(ctx context.Context, clusterName string, cl cluster.Cluster
 	log := logf.FromContext(ctx).WithValues("cluster", clusterName)
 	h := &eventHandler{
 		ctx:        logf.IntoContext(ctx, log),
-		handler:    k.newHandler(cl),
-		queue:      &clusterQueue{clusterName: clusterName, queue: q},
+		handler:    k.newHandler(clusterName, cl),
+		queue:      q,
 		predicates: k.predicates,
 	}
 	reg, err := informer.AddEventHandler(h)
@@ -76,8 +93,8 @@ func (k *Kind) Start(ctx context.Context, clusterName string, cl cluster.Cluster
 // them once its context has ended.
 type eventHandler struct {
 	ctx        context.Context
-	handler    handler.EventHandler
-	queue      *clusterQueue
+	handler    RequestHandler
+	queue      Queue
 	predicates []predicate.Predicate
 }
 
@@ -131,4 +148,27 @@ func (h *eventHandler) OnDelete(obj any) {
 		}
 	}
 	h.handler.Delete(h.ctx, evt, h.queue)
+}
+
+// tagged runs a controller-runtime handler against a view of the queue
+// that tags its requests with one cluster's name.
+type tagged struct {
+	clusterName string
+	handler     handler.EventHandler
+}
+
+func (t tagged) Create(ctx context.Context, e event.CreateEvent, q Queue) {
+	t.handler.Create(ctx, e, &clusterQueue{clusterName: t.clusterName, queue: q})
+}
+
+func (t tagged) Update(ctx context.Context, e event.UpdateEvent, q Queue) {
+	t.handler.Update(ctx, e, &clusterQueue{clusterName: t.clusterName, queue: q})
+}
+
+func (t tagged) Delete(ctx context.Context, e event.DeleteEvent, q Queue) {
+	t.handler.Delete(ctx, e, &clusterQueue{clusterName: t.clusterName, queue: q})
+}
+
+func (t tagged) Generic(ctx context.Context, e event.GenericEvent, q Queue) {
+	t.handler.Generic(ctx, e, &clusterQueue{clusterName: t.clusterName, queue: q})
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -15,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	fleetcluster "github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 )
 
@@ -28,14 +33,18 @@ type Builder struct {
 	watches    []watch
 	predicates []predicate.Predicate
 	clusters   Clusters
+	filter     ClusterFilter
 	options    crcontroller.TypedOptions[Request]
 	err        error
 }
 
+// watch is one watch of a Builder: its source is made once the builder's
+// own predicates are known.
 type watch struct {
-	obj        client.Object
-	newHandler engage.HandlerFunc
+	newSource  func(predicates []predicate.Predicate) *engage.Kind
 	predicates []predicate.Predicate
+	// clusters overrides the builder's WatchClusters when set.
+	clusters *Clusters
 }
 
 // WatchOption adjusts one watch of a Builder.
@@ -44,6 +53,45 @@ type WatchOption func(*watch)
 // WithPredicates filters the events of one watch.
 func WithPredicates(predicates ...predicate.Predicate) WatchOption {
 	return func(w *watch) { w.predicates = append(w.predicates, predicates...) }
+}
+
+// InClusters makes one watch cover c instead of the builder's
+// WatchClusters, for example a watch of hub objects mapped to requests for
+// members with WatchesFleet.
+func InClusters(c Clusters) WatchOption {
+	return func(w *watch) { w.clusters = &c }
+}
+
+// MapFunc maps an object of cluster clusterName ("" is the hub) to
+// requests for any clusters.
+type MapFunc func(ctx context.Context, clusterName string, obj client.Object) []Request
+
+// ClusterFilter chooses the clusters a controller engages, by name and by
+// the labels of their registration (MemberCluster labels). The hub is
+// always accepted. It is evaluated when a cluster is engaged.
+type ClusterFilter func(clusterName string, labels map[string]string) bool
+
+// ClusterNamesFilter accepts the named clusters.
+func ClusterNamesFilter(names ...string) ClusterFilter {
+	return func(clusterName string, _ map[string]string) bool { return slices.Contains(names, clusterName) }
+}
+
+// ClusterSelectorFilter accepts the clusters whose labels selector matches.
+func ClusterSelectorFilter(selector labels.Selector) ClusterFilter {
+	return func(_ string, l map[string]string) bool { return selector.Matches(labels.Set(l)) }
+}
+
+// ToEveryMember maps an object to one request per engaged member, for the
+// object key returns: a hub object that concerns every member.
+func ToEveryMember(mgr *Manager, key func(client.Object) types.NamespacedName) MapFunc {
+	return func(_ context.Context, _ string, obj client.Object) []Request {
+		names := mgr.ClusterNames()
+		reqs := make([]Request, len(names))
+		for i, name := range names {
+			reqs[i] = Request{ClusterName: name, NamespacedName: key(obj)}
+		}
+		return reqs
+	}
 }
 
 // NewControllerManagedBy starts a fleet controller that mgr will run.
@@ -66,26 +114,72 @@ func (b *Builder) For(obj client.Object, opts ...WatchOption) *Builder {
 		return b
 	}
 	b.forObj = obj
-	b.watches = append(b.watches, newWatch(obj, func(crcluster.Cluster) handler.EventHandler {
-		return &handler.EnqueueRequestForObject{}
-	}, opts))
-	return b
+	return b.tagged(obj, func(crcluster.Cluster) handler.EventHandler { return &handler.EnqueueRequestForObject{} }, opts)
 }
 
 // Owns reconciles the controlling owner, of the For object's kind, of each
 // obj that changes. The owner is looked up in the same cluster, with that
 // cluster's REST mapper.
 func (b *Builder) Owns(obj client.Object, opts ...WatchOption) *Builder {
-	b.watches = append(b.watches, newWatch(obj, func(cl crcluster.Cluster) handler.EventHandler {
+	return b.tagged(obj, func(cl crcluster.Cluster) handler.EventHandler {
 		return handler.EnqueueRequestForOwner(cl.GetScheme(), cl.GetRESTMapper(), b.forObj, handler.OnlyControllerOwner())
-	}, opts))
-	return b
+	}, opts)
 }
 
 // Watches sends each event of obj to h, in every watched cluster. The
 // requests h makes are tagged with the cluster's name.
 func (b *Builder) Watches(obj client.Object, h handler.EventHandler, opts ...WatchOption) *Builder {
-	b.watches = append(b.watches, newWatch(obj, func(crcluster.Cluster) handler.EventHandler { return h }, opts))
+	return b.tagged(obj, func(crcluster.Cluster) handler.EventHandler { return h }, opts)
+}
+
+// WatchesMetadata is Watches for the metadata of obj's kind only: the
+// caches hold PartialObjectMetadata, which costs far less memory than whole
+// objects.
+func (b *Builder) WatchesMetadata(obj client.Object, h handler.EventHandler, opts ...WatchOption) *Builder {
+	gvk, err := apiutil.GVKForObject(obj, b.mgr.GetScheme())
+	if err != nil {
+		b.err = errors.Join(b.err, fmt.Errorf("WatchesMetadata: %w", err))
+		return b
+	}
+	metadata := &metav1.PartialObjectMetadata{}
+	metadata.SetGroupVersionKind(gvk)
+	return b.Watches(metadata, h, opts...)
+}
+
+// WatchesFleet sends each event of obj to fn, which names the cluster of
+// every request it makes: for example, with InClusters(Hub) and
+// ToEveryMember, a hub object enqueues one request per engaged member.
+func (b *Builder) WatchesFleet(obj client.Object, fn MapFunc, opts ...WatchOption) *Builder {
+	return b.add(func(predicates []predicate.Predicate) *engage.Kind {
+		return engage.NewRequestKind(obj, func(clusterName string) engage.RequestHandler {
+			return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []Request {
+				return fn(ctx, clusterName, o)
+			})
+		}, predicates...)
+	}, opts)
+}
+
+// WithClusterFilter makes the controller engage only the members filter
+// accepts.
+func (b *Builder) WithClusterFilter(filter ClusterFilter) *Builder {
+	b.filter = filter
+	return b
+}
+
+// tagged adds a watch whose handler's requests are tagged with the
+// cluster's name.
+func (b *Builder) tagged(obj client.Object, newHandler engage.HandlerFunc, opts []WatchOption) *Builder {
+	return b.add(func(predicates []predicate.Predicate) *engage.Kind {
+		return engage.NewKind(obj, newHandler, predicates...)
+	}, opts)
+}
+
+func (b *Builder) add(newSource func([]predicate.Predicate) *engage.Kind, opts []WatchOption) *Builder {
+	w := watch{newSource: newSource}
+	for _, o := range opts {
+		o(&w)
+	}
+	b.watches = append(b.watches, w)
 	return b
 }
 
@@ -128,7 +222,7 @@ func (b *Builder) Complete(r Reconciler) error {
 	}
 	c := &controller{
 		name:        name,
-		clusters:    b.clusters,
+		accepts:     b.accepts(),
 		syncTimeout: b.syncTimeout(),
 		do:          r,
 		memberState: b.mgr.pool.State,
@@ -138,7 +232,11 @@ func (b *Builder) Complete(r Reconciler) error {
 		engaged:     map[string]context.Context{},
 	}
 	for _, w := range b.watches {
-		c.sources = append(c.sources, engage.NewKind(w.obj, w.newHandler, append(w.predicates, b.predicates...)...))
+		clusters := b.clusters
+		if w.clusters != nil {
+			clusters = *w.clusters
+		}
+		c.sources = append(c.sources, scopedSource{kind: w.newSource(append(w.predicates, b.predicates...)), clusters: clusters})
 	}
 
 	opts := b.options
@@ -182,10 +280,20 @@ func (b *Builder) syncTimeout() time.Duration {
 	return 2 * time.Minute
 }
 
-func newWatch(obj client.Object, newHandler engage.HandlerFunc, opts []WatchOption) watch {
-	w := watch{obj: obj, newHandler: newHandler}
-	for _, o := range opts {
-		o(&w)
+// accepts returns the controller's cluster filter, reading each member's
+// labels from its registration; nil without a filter.
+func (b *Builder) accepts() func(string) bool {
+	if b.filter == nil {
+		return nil
 	}
-	return w
+	return func(clusterName string) bool {
+		if clusterName == fleetcluster.HubName {
+			return true
+		}
+		var l map[string]string
+		if claims := b.mgr.provider.claimsOn(clusterName); len(claims) > 0 {
+			l = claims[0].secret.Labels
+		}
+		return b.filter(clusterName, l)
+	}
 }

@@ -19,9 +19,10 @@ import (
 // the workers; it hands its queue over by starting the one source it
 // knows of, engagements.
 type controller struct {
-	name        string
-	clusters    Clusters
-	sources     []*engage.Kind
+	name string
+	// accepts filters the clusters the controller engages; nil accepts all.
+	accepts     func(clusterName string) bool
+	sources     []scopedSource
 	syncTimeout time.Duration
 	do          Reconciler
 	// memberState reports a member's state; the work of an Unhealthy
@@ -61,8 +62,11 @@ func (e engagements) String() string { return "fleet engagements of " + e.c.name
 
 // Engage starts every source of the controller in cl and waits, at most
 // syncTimeout, until each has seen its informer's initial list.
+//
+// A controller engages every cluster it accepts, also where none of its
+// sources watch: a watch elsewhere may map objects to requests for it.
 func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.Cluster) error {
-	if !c.clusters.include(clusterName) {
+	if c.accepts != nil && !c.accepts(clusterName) {
 		return nil
 	}
 	select {
@@ -88,7 +92,11 @@ func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.
 
 	timeout := time.NewTimer(c.syncTimeout)
 	defer timeout.Stop()
-	for _, src := range c.sources {
+	for _, scoped := range c.sources {
+		if !scoped.clusters.include(clusterName) {
+			continue
+		}
+		src := scoped.kind
 		synced, err := src.Start(ctx, clusterName, cl, c.queue)
 		if err != nil {
 			cancel()
@@ -131,7 +139,13 @@ func (c *controller) Reconcile(ctx context.Context, req Request) (reconcile.Resu
 	return result, err
 }
 
-// Clusters says which clusters a fleet controller watches.
+// scopedSource is a source and the clusters it watches.
+type scopedSource struct {
+	kind     *engage.Kind
+	clusters Clusters
+}
+
+// Clusters says which clusters a watch covers.
 type Clusters int
 
 const (

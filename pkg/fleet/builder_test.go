@@ -1,0 +1,116 @@
+package fleet_test
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+)
+
+// nothing admits no event: the For watch of a test that is about its
+// other watches.
+var nothing = predicate.NewPredicateFuncs(func(client.Object) bool { return false })
+
+func (r *recorder) times(req fleet.Request) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, seen := range r.seen {
+		if seen == req {
+			n++
+		}
+	}
+	return n
+}
+
+func TestHubObjectFansOutToEveryEngagedMember(t *testing.T) {
+	f := startFleet(t)
+	r := &recorder{}
+	key := func(o client.Object) types.NamespacedName { return client.ObjectKeyFromObject(o) }
+	err := fleet.NewControllerManagedBy(f.mgr).
+		Named("fanout").
+		For(&corev1.ConfigMap{}, fleet.WithPredicates(nothing)).
+		WatchesFleet(&corev1.ConfigMap{}, fleet.ToEveryMember(f.mgr, key), fleet.InClusters(fleet.Hub), fleet.WithPredicates(inNamespace("fanout"))).
+		Complete(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.register(t, "fan-a", kubeconfigs[0])
+	f.register(t, "fan-b", kubeconfigs[1])
+	gone := f.register(t, "fan-gone", kubeconfigs[0])
+	f.waitEngaged(t, "fan-a", "fan-b", "fan-gone")
+	if err := hubClient.Delete(t.Context(), gone); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "fan-gone disengaged", func() bool { return !slices.Contains(f.mgr.ClusterNames(), "fan-gone") })
+
+	createConfigMap(t, hubClient, "fanout", "announce")
+	createConfigMap(t, hubClient, "fanout", "barrier")
+	r.waitFor(t, request("fan-a", "fanout", "barrier"), request("fan-b", "fanout", "barrier"))
+	for _, member := range []string{"fan-a", "fan-b"} {
+		if n := r.times(request(member, "fanout", "announce")); n != 1 {
+			t.Errorf("%s got %d requests for the hub object, want 1", member, n)
+		}
+	}
+	if r.has(request("fan-gone", "fanout", "announce")) || r.has(request("", "fanout", "announce")) {
+		t.Fatal("a request went to a disengaged member or to the hub")
+	}
+}
+
+func TestClusterFilterSelectsMembersByLabel(t *testing.T) {
+	f := startFleet(t)
+	r := &recorder{}
+	err := fleet.NewControllerManagedBy(f.mgr).
+		Named("eu-only").
+		For(&corev1.ConfigMap{}, fleet.WithPredicates(inNamespace("filtered"))).
+		WithClusterFilter(fleet.ClusterSelectorFilter(labels.SelectorFromSet(labels.Set{"region": "eu"}))).
+		Complete(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, region := range map[string]string{"in-eu": "eu", "in-us": "us"} {
+		kc := kubeconfigs[0]
+		if region == "us" {
+			kc = kubeconfigs[1]
+		}
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: map[string]string{cluster.KubeconfigLabel: "true", "region": region}},
+			Data:       map[string][]byte{cluster.KubeconfigKey: kc},
+		}
+		if err := hubClient.Create(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.waitEngaged(t, "in-eu", "in-us")
+	createConfigMap(t, memberClients[1], "filtered", "us-object")
+	createConfigMap(t, memberClients[0], "filtered", "eu-object")
+	r.waitFor(t, request("in-eu", "filtered", "eu-object"))
+	if r.has(request("in-us", "filtered", "us-object")) {
+		t.Fatal("a member the filter rejects was reconciled")
+	}
+}
+
+func TestWatchesMetadata(t *testing.T) {
+	f := startFleet(t)
+	r := &recorder{}
+	err := fleet.NewControllerManagedBy(f.mgr).
+		Named("metadata").
+		For(&corev1.Secret{}, fleet.WithPredicates(nothing)).
+		WatchesMetadata(&corev1.ConfigMap{}, &handler.EnqueueRequestForObject{}, fleet.WithPredicates(inNamespace("metadata"))).
+		Complete(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.register(t, "thin", kubeconfigs[1])
+	createConfigMap(t, memberClients[1], "metadata", "light")
+	r.waitFor(t, request("thin", "metadata", "light"))
+}
