@@ -16,12 +16,16 @@ build:
 envtest:
 	hack/envtest.sh kube-apiserver etcd kubectl
 
-## test: unit and envtest suites, with the race detector, plus a short fuzz run
-## (without API servers: the fuzz workers need none).
-## (go test runs vet's high-confidence checks; `make lint` runs all of vet.)
+## test: unit and envtest suites, with the race detector. go test runs vet's
+## high-confidence checks (`make lint` runs all of vet) and the fuzz seeds.
 test: envtest
 	go test $(GO_TEST_FLAGS) ./...
-	KUBEBUILDER_ASSETS= go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 10s ./pkg/cluster
+
+## fuzz: fuzz the kubeconfig parser for FUZZTIME, without API servers (the
+## fuzz workers need none). CI runs it after make test.
+FUZZTIME ?= 10s
+fuzz:
+	KUBEBUILDER_ASSETS= go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./pkg/cluster
 
 ## demo: a local hub and two members, a fleet-wide ConfigMap reporter, until Ctrl-C.
 demo: envtest
