@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"context"
 	"slices"
 	"testing"
 
@@ -10,7 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
@@ -113,4 +116,20 @@ func TestWatchesMetadata(t *testing.T) {
 	f.register(t, "thin", kubeconfigs[1])
 	createConfigMap(t, memberClients[1], "metadata", "light")
 	r.waitFor(t, request("thin", "metadata", "light"))
+}
+
+func TestReconcileLoggerCarriesTheRequest(t *testing.T) {
+	f := startFleet(t)
+	done := &recorder{}
+	reconciler := fleet.ReconcilerFunc(func(ctx context.Context, req fleet.Request) (reconcile.Result, error) {
+		logf.FromContext(ctx).Info("Reconciling in test")
+		return done.Reconcile(ctx, req)
+	})
+	watchConfigMaps(t, f, "logging", "logging", fleet.Members, reconciler)
+	f.register(t, "logged", kubeconfigs[0])
+	createConfigMap(t, memberClients[0], "logging", "line")
+	done.waitFor(t, request("logged", "logging", "line"))
+	if !f.logs.find("Reconciling in test", `"controller"="logging"`, `"cluster"="logged"`, `"namespace"="logging"`, `"name"="line"`, `"reconcileID"=`) {
+		t.Fatal("the reconcile logger lacks controller, cluster, namespace, name or reconcileID")
+	}
 }
