@@ -3,13 +3,19 @@
 // # Setup
 //
 // [New] wraps the hub's controller-runtime manager in a [Manager]. Beside
-// the hub manager it runs three things: the provider, one hub controller per
-// registration format (native, and those of multicluster-runtime, Cluster
-// API and Argo CD when enabled), each reading its Secrets from a cache of
-// its own and keeping the member pool in step with them; a cluster name
-// claimed by two Secrets engages neither until one goes; the pool of members (package cluster); and the
-// engager (package engage), which hands the hub and every member to every
-// fleet controller.
+// the hub manager it runs:
+//   - the provider: one hub controller per registration format (native,
+//     and those of multicluster-runtime, Cluster API and Argo CD when
+//     enabled), each reading its Secrets from a cache of its own and
+//     keeping the member pool in step with them. A cluster name claimed by
+//     two Secrets engages neither until one goes;
+//   - the pool of members (package cluster), which connects, probes,
+//     disconnects and reconnects them;
+//   - the engager (package engage), which hands the hub and every member
+//     to every fleet controller;
+//   - the MemberCluster controller, which keeps one MemberCluster per
+//     registered cluster when the hub has the CRD;
+//   - per-cluster metrics on controller-runtime's registry.
 //
 // # Usage
 //
@@ -22,11 +28,12 @@
 // # Lifecycle
 //
 // Start the Manager like any manager. With leader election only the
-// leader runs member caches and fleet controllers. A member that leaves,
-// because its Secret was deleted or changed, is disengaged: its handlers
-// are removed, its queued requests are dropped when dequeued, a reconcile
-// already running for it has its context cancelled, and everything it
-// started ends before the pool lets go of it. A refused Secret is logged
-// with its reason and reported as an Event on the Secret, and affects no
-// other member.
+// leader runs member caches and fleet controllers. The requests of an
+// Unhealthy member wait in the queue. A member that leaves, because its
+// Secret was deleted or changed or it was Disconnected, is disengaged: its
+// handlers are removed, its queued requests are dropped when dequeued, a
+// reconcile already running for it has its context cancelled, and
+// everything it started ends before the pool lets go of it. A refused
+// Secret is logged with its reason, reported as an Event on the Secret and
+// on its MemberCluster, and affects no other member.
 package fleet
