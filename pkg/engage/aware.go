@@ -19,3 +19,12 @@ type Aware interface {
 	// for it may start, and whatever it started ends soon after.
 	Engage(ctx context.Context, clusterName string, cl cluster.Cluster) error
 }
+
+// Disengager is an Aware that must know, before the cluster's name can be
+// engaged again, that a cluster has left: the engager calls Disengage once
+// the cluster's context has ended and every Engage call for it returned,
+// and before Serve returns.
+type Disengager interface {
+	Aware
+	Disengage(clusterName string)
+}

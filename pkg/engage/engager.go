@@ -102,7 +102,8 @@ func (e *Engager) Add(a Aware) {
 }
 
 // Serve engages cl with every aware, now and as awares are added, and
-// blocks until ctx ends and every engagement goroutine has returned. Its
+// blocks until ctx ends, every engagement goroutine has returned and every
+// Disengager has been told. Its
 // signature matches cluster.EngageFunc.
 func (e *Engager) Serve(ctx context.Context, clusterName string, cl cluster.Cluster) {
 	eng := &engagement{ctx: ctx, name: clusterName, cl: cl, outcomes: map[Aware]Engagement{}}
@@ -119,8 +120,14 @@ func (e *Engager) Serve(ctx context.Context, clusterName string, cl cluster.Clus
 	if e.clusters[clusterName] == eng {
 		delete(e.clusters, clusterName)
 	}
+	awares := slices.Clone(e.awares)
 	e.mu.Unlock()
 	eng.wg.Wait()
+	for _, a := range awares {
+		if d, ok := a.(Disengager); ok {
+			d.Disengage(clusterName)
+		}
+	}
 }
 
 // Clusters returns the names of the clusters being served, sorted.

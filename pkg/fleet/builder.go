@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -34,8 +35,19 @@ type Builder struct {
 	predicates []predicate.Predicate
 	clusters   Clusters
 	filter     ClusterFilter
-	options    crcontroller.TypedOptions[Request]
+	options    ControllerOptions
 	err        error
+}
+
+// ControllerOptions are a fleet controller's options: controller-runtime's,
+// and those of its queue, which is fair across clusters.
+type ControllerOptions struct {
+	crcontroller.TypedOptions[Request]
+
+	// MaxConcurrentReconcilesPerCluster caps the reconciles of one cluster
+	// in flight, so that one slow member cannot hold every worker; its
+	// other requests wait in the queue. Defaults to 0: no cap.
+	MaxConcurrentReconcilesPerCluster int
 }
 
 // watch is one watch of a Builder: its source is made once the builder's
@@ -196,10 +208,11 @@ func (b *Builder) WatchClusters(c Clusters) *Builder {
 	return b
 }
 
-// WithOptions sets the controller-runtime controller's options. Reconciler
-// and LogConstructor are set by the builder. CacheSyncTimeout also bounds
-// the wait for each cluster's informers.
-func (b *Builder) WithOptions(options crcontroller.TypedOptions[Request]) *Builder {
+// WithOptions sets the controller's options. Reconciler and LogConstructor
+// are set by the builder. CacheSyncTimeout also bounds the wait for each
+// cluster's informers. NewQueue replaces the fair queue, and with it the
+// per-cluster cap and holding the work of Unhealthy members.
+func (b *Builder) WithOptions(options ControllerOptions) *Builder {
 	b.options = options
 	return b
 }
@@ -225,8 +238,6 @@ func (b *Builder) Complete(r Reconciler) error {
 		accepts:     b.accepts(),
 		syncTimeout: b.syncTimeout(),
 		do:          r,
-		memberState: b.mgr.pool.State,
-		holdFor:     b.mgr.pool.HealthOptions().Interval,
 		metrics:     b.mgr.metrics,
 		ready:       make(chan struct{}),
 		engaged:     map[string]context.Context{},
@@ -239,8 +250,19 @@ func (b *Builder) Complete(r Reconciler) error {
 		c.sources = append(c.sources, scopedSource{kind: w.newSource(append(w.predicates, b.predicates...)), clusters: clusters})
 	}
 
-	opts := b.options
+	opts := b.options.TypedOptions
 	opts.Reconciler = c
+	if opts.NewQueue == nil {
+		opts.NewQueue = func(name string, rateLimiter workqueue.TypedRateLimiter[Request]) workqueue.TypedRateLimitingInterface[Request] {
+			q := newFairQueue(name, func(o *fairQueueOptions) {
+				o.rateLimiter = rateLimiter
+				o.metricsProvider = b.mgr.queueMetrics
+				o.maxInFlightPerCluster = b.options.MaxConcurrentReconcilesPerCluster
+			})
+			c.fair.Store(q)
+			return q
+		}
+	}
 	log := b.mgr.GetLogger().WithValues("controller", name)
 	opts.LogConstructor = func(req *Request) logr.Logger {
 		if req == nil {
@@ -255,7 +277,7 @@ func (b *Builder) Complete(r Reconciler) error {
 	if err := ctrl.Watch(engagements{c}); err != nil {
 		return err
 	}
-	b.mgr.engager.Add(c)
+	b.mgr.addController(c)
 	return nil
 }
 

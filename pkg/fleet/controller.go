@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -25,11 +26,10 @@ type controller struct {
 	sources     []scopedSource
 	syncTimeout time.Duration
 	do          Reconciler
-	// memberState reports a member's state; the work of an Unhealthy
-	// member is held for holdFor at a time.
-	memberState func(clusterName string) (fleetcluster.State, bool)
-	holdFor     time.Duration
-	metrics     *fleetMetrics
+	// fair is the queue, once the controller-runtime controller made
+	// it; nil if the options bring a queue of their own.
+	fair atomic.Pointer[fairQueue]
+	metrics   *fleetMetrics
 
 	// ready closes when the controller-runtime controller has started;
 	// ctx and queue are set before.
@@ -43,7 +43,7 @@ type controller struct {
 	engaged map[string]context.Context
 }
 
-var _ engage.Aware = (*controller)(nil)
+var _ engage.Disengager = (*controller)(nil)
 
 func (c *controller) String() string { return c.name }
 
@@ -114,18 +114,33 @@ func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.
 	return nil
 }
 
+// Disengage drops the queued requests of a cluster that left.
+func (c *controller) Disengage(clusterName string) {
+	c.mu.Lock()
+	delete(c.engaged, clusterName)
+	c.mu.Unlock()
+	if q := c.fair.Load(); q != nil {
+		q.drop(clusterName)
+	}
+}
+
+// hold keeps a cluster's requests queued, without handing them to a
+// worker, while held.
+func (c *controller) hold(clusterName string, held bool) {
+	if q := c.fair.Load(); q != nil {
+		q.hold(clusterName, held)
+	}
+}
+
 // Reconcile runs the user's reconciler for requests of engaged clusters,
-// under a context that ends when the cluster leaves, and drops the rest.
-// Requests of an Unhealthy member wait in the queue without a worker.
+// under a context that ends when the cluster leaves, and drops the rest:
+// requests that were being handed out as their cluster left.
 func (c *controller) Reconcile(ctx context.Context, req Request) (reconcile.Result, error) {
 	c.mu.Lock()
 	clusterCtx, ok := c.engaged[req.ClusterName]
 	c.mu.Unlock()
 	if !ok || clusterCtx.Err() != nil {
 		return reconcile.Result{}, nil
-	}
-	if state, _ := c.memberState(req.ClusterName); state == fleetcluster.StateUnhealthy {
-		return reconcile.Result{RequeueAfter: c.holdFor}, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

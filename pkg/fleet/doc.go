@@ -22,17 +22,19 @@
 // [NewControllerManagedBy] builds a fleet controller. Its reconciler gets
 // a [Request], {ClusterName, NamespacedName}, with "" for the hub, and
 // reaches the cluster through [Manager.GetCluster]. One controller has one
-// shared queue; every watched cluster feeds it. [Manager.GetFieldIndexer]
+// shared queue, fair across clusters; every watched cluster feeds it.
+// [Manager.GetFieldIndexer]
 // adds an index to the hub and to every member, present and future.
 //
 // # Lifecycle
 //
 // Start the Manager like any manager. With leader election only the
 // leader runs member caches and fleet controllers. The requests of an
-// Unhealthy member wait in the queue. A member that leaves, because its
-// Secret was deleted or changed or it was Disconnected, is disengaged: its
-// handlers are removed, its queued requests are dropped when dequeued, a
-// reconcile already running for it has its context cancelled, and
+// Unhealthy member are held in the queue, without a worker. A member that
+// leaves, because its Secret was deleted or changed or it was
+// Disconnected, is disengaged: its handlers are removed, its queued
+// requests are dropped from the queue, a reconcile already running for it
+// has its context cancelled, and
 // everything it started ends before the pool lets go of it. A refused
 // Secret is logged with its reason, reported as an Event on the Secret and
 // on its MemberCluster, and affects no other member.

@@ -419,9 +419,14 @@ func TestDeletedSecretDisengagesItsMember(t *testing.T) {
 	if r.has(request("gone", "removal", "after")) {
 		t.Fatal("a request came from a member whose Secret was deleted")
 	}
-	eventually(t, "the removed member's goroutines to end", func() bool {
-		return goleak.Find(baseline) == nil
-	})
+	var leaked error
+	deadline := time.Now().Add(time.Minute)
+	for leaked = goleak.Find(baseline); leaked != nil && time.Now().Before(deadline); leaked = goleak.Find(baseline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if leaked != nil {
+		t.Fatalf("the removed member's goroutines did not end: %v", leaked)
+	}
 }
 
 func TestChangedKubeconfigReengages(t *testing.T) {

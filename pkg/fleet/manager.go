@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -76,6 +77,12 @@ type Manager struct {
 	engager  *engage.Engager
 	provider *provider
 	metrics  *fleetMetrics
+	// queueMetrics are the workqueue series of the fleet controllers.
+	queueMetrics *fairQueueMetricsProvider
+
+	// controllersMu guards controllers: every fleet controller built.
+	controllersMu sync.Mutex
+	controllers   []*controller
 	// memberClusters is nil when the hub has no MemberCluster CRD.
 	memberClusters *memberClusters
 }
@@ -101,6 +108,9 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	log := hub.GetLogger()
 	m := &Manager{Manager: hub}
 	if m.metrics, err = newFleetMetrics(crmetrics.Registry); err != nil {
+		return nil, err
+	}
+	if m.queueMetrics, err = newFairQueueMetricsProvider(crmetrics.Registry); err != nil {
 		return nil, err
 	}
 	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.observeEngage})
@@ -144,9 +154,23 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// observeProbe takes each probe of a member: a 401 or 403 rechecks its
-// Secret at once, and the status follows.
+// addController registers a fleet controller and engages it.
+func (m *Manager) addController(c *controller) {
+	m.controllersMu.Lock()
+	m.controllers = append(m.controllers, c)
+	m.controllersMu.Unlock()
+	m.engager.Add(c)
+}
+
+// observeProbe takes each probe of a member: the work of an Unhealthy
+// member is held, a 401 or 403 rechecks its Secret at once, and the status
+// follows.
 func (m *Manager) observeProbe(clusterName string, result cluster.ProbeResult, state cluster.State) {
+	m.controllersMu.Lock()
+	for _, c := range m.controllers {
+		c.hold(clusterName, state == cluster.StateUnhealthy)
+	}
+	m.controllersMu.Unlock()
 	if result.CredentialsRejected {
 		m.provider.recheck(clusterName)
 	}

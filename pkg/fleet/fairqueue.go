@@ -1,0 +1,1005 @@
+package fleet
+
+import (
+	"container/heap"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+)
+
+// unfinishedWorkPeriod is how often the queue's unfinished-work metrics
+// are updated, as in client-go's and controller-runtime's queues.
+const unfinishedWorkPeriod = 500 * time.Millisecond
+
+// fairQueueOptions configure a fairQueue.
+type fairQueueOptions struct {
+	// rateLimiter times AddRateLimited. Defaults to controller-runtime's:
+	// a per-item exponential backoff from 5ms to 1000s.
+	rateLimiter workqueue.TypedRateLimiter[Request]
+	// metricsProvider makes the queue's workqueue metrics, labelled with
+	// the queue's name; when it is a clusterDepthProvider too, the queue
+	// also counts its depth per cluster. Defaults to none (no metrics);
+	// newFairQueueMetricsProvider(metrics.Registry) writes
+	// controller-runtime's series. A queue named "" has no metrics, like
+	// controller-runtime's.
+	metricsProvider workqueue.MetricsProvider
+	// maxInFlightPerCluster caps the items of one cluster handed out by Get
+	// and not yet Done. Defaults to 0: no cap.
+	maxInFlightPerCluster int
+	// clock times AddAfter, AddRateLimited and the metrics. Defaults to the
+	// real clock.
+	clock clock.WithTicker
+}
+
+// fairQueueOption sets fairQueueOptions, like controller-runtime's
+// priorityqueue.Opt.
+type fairQueueOption func(*fairQueueOptions)
+
+// fairQueue is the work queue of a fleet controller: controller-runtime's
+// priority queue, fair across clusters.
+//
+// It keeps the contract of priorityqueue.New: an item queued twice is
+// queued once, with the higher priority and the earlier ready time (an
+// item raised to a higher priority goes to the back of that priority); an
+// item added again while it is being processed is handed out again only
+// after Done; higher priorities come out first; Len counts the ready
+// items, not those waiting for AddAfter or AddRateLimited; Get blocks
+// until an item can be handed out or the queue shuts down; after ShutDown
+// adds are ignored and Get returns shutdown at once. ShutDownWithDrain is
+// ShutDown, as in controller-runtime, which does not use draining.
+//
+// Within the highest priority with ready work it hands out one item of
+// each cluster in turn, so an item of a quiet cluster waits for at most
+// one item of each other cluster with ready work at that priority, not
+// for their backlog. Within a cluster items come out in the order they
+// became ready.
+//
+// Beyond the priority queue, hold keeps a cluster's items queued without
+// handing them out, drop removes a cluster's queued items, and
+// fairQueueOptions.maxInFlightPerCluster caps the items of one cluster in
+// flight. A held or capped cluster is skipped: no Get waits for it.
+//
+// # Implementation considerations
+//
+// Each cluster has a map of its queued items, a heap of its waiting items
+// by ready time, and per priority a heap of its ready items by ready
+// order. The clusters whose items can be handed out at a priority form a
+// ring for that priority; Get serves the head of the highest ring and
+// moves it to the back. A heap of clusters by their earliest waiting item
+// lets Get, Len and one background goroutine make items ready when their
+// time comes. Get costs O(log items of the cluster) plus O(priorities);
+// nothing scans all items. An item re-added while in flight is "parked":
+// counted as ready, in no heap, until Done. A cluster's structures live
+// from its first add or hold to its drop, as its depth series does.
+type fairQueue struct {
+	clock       clock.WithTicker
+	rateLimiter workqueue.TypedRateLimiter[Request]
+	maxInFlight int
+	metrics     *fairQueueMetrics // nil: no metrics
+
+	kick    chan struct{} // wakes the timer loop: the earliest ready time may have changed
+	done    chan struct{} // closed by ShutDown
+	stopped chan struct{} // closed when the timer loop has returned
+
+	// mu guards every field below, the clusters, items, levels and rings
+	// they point to, and the calls to metrics; cond, on mu, wakes the
+	// goroutines waiting in Get. The rate limiter and the metrics are
+	// called under mu: they have their own locks and never call back.
+	mu       sync.Mutex
+	cond     sync.Cond
+	shutdown bool
+	clusters map[string]*fqCluster // added or held since their drop, or still held or in flight
+	rings    []*fqRing             // non-empty rings, highest priority first
+	timers   fqTimers              // clusters with waiting items, earliest first
+	ready    int                   // ready items, parked ones included
+	seq      uint64                // next ready order
+}
+
+var _ priorityqueue.PriorityQueue[Request] = (*fairQueue)(nil)
+
+// newFairQueue returns a running fair queue named name (the controller's
+// name, which labels its metrics). ShutDown stops it.
+func newFairQueue(name string, opts ...fairQueueOption) *fairQueue {
+	var o fairQueueOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.rateLimiter == nil {
+		o.rateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[Request](5*time.Millisecond, 1000*time.Second)
+	}
+	if o.clock == nil {
+		o.clock = clock.RealClock{}
+	}
+	q := &fairQueue{
+		clock:       o.clock,
+		rateLimiter: o.rateLimiter,
+		maxInFlight: max(o.maxInFlightPerCluster, 0),
+		metrics:     newFairQueueMetrics(o.metricsProvider, name, o.clock),
+		kick:        make(chan struct{}, 1),
+		done:        make(chan struct{}),
+		stopped:     make(chan struct{}),
+		clusters:    map[string]*fqCluster{},
+	}
+	q.cond.L = &q.mu
+	go q.runTimers()
+	return q
+}
+
+// Add queues item, ready now, at priority 0.
+func (q *fairQueue) Add(item Request) {
+	q.AddWithOpts(priorityqueue.AddOpts{}, item)
+}
+
+// AddAfter queues item to be ready after the duration.
+func (q *fairQueue) AddAfter(item Request, after time.Duration) {
+	q.AddWithOpts(priorityqueue.AddOpts{After: after}, item)
+}
+
+// AddRateLimited queues item to be ready when the rate limiter says.
+func (q *fairQueue) AddRateLimited(item Request) {
+	q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true}, item)
+}
+
+// AddWithOpts queues items with the options: an item that is queued
+// already keeps the higher priority and the earlier ready time. After a
+// ShutDown it does nothing.
+func (q *fairQueue) AddWithOpts(o priorityqueue.AddOpts, items ...Request) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.shutdown {
+		return
+	}
+	priority := ptr.Deref(o.Priority, 0)
+	var now time.Time
+	for _, key := range items {
+		after := o.After
+		if o.RateLimited {
+			if d := q.rateLimiter.When(key); after == 0 || d < after {
+				after = d
+			}
+		}
+		var readyAt time.Time
+		if after > 0 {
+			if now.IsZero() {
+				now = q.clock.Now()
+			}
+			readyAt = now.Add(after)
+			q.metrics.retry()
+		}
+		q.lockedAdd(key, priority, readyAt)
+	}
+}
+
+// lockedAdd queues key, ready at readyAt, or now when readyAt is zero.
+func (q *fairQueue) lockedAdd(key Request, priority int, readyAt time.Time) {
+	wait := !readyAt.IsZero()
+	c := q.lockedCluster(key.ClusterName)
+	c.dropped = false
+	it, ok := c.items[key.NamespacedName]
+	if !ok {
+		it = &fqItem{key: key, priority: priority, seq: q.nextSeq()}
+		c.items[key.NamespacedName] = it
+		if wait {
+			it.state, it.readyAt = fqWaiting, readyAt
+			heap.Push(&c.waiting, it)
+			q.lockedFixTimer(c)
+		} else {
+			q.lockedMakeReady(c, it)
+		}
+		return
+	}
+
+	raise := priority > it.priority
+	if raise && it.state == fqReady {
+		q.lockedUnqueue(c, it)
+	}
+	if raise {
+		it.priority, it.seq = priority, q.nextSeq()
+	}
+	switch it.state {
+	case fqWaiting:
+		switch {
+		case !wait:
+			heap.Remove(&c.waiting, it.index)
+			q.lockedFixTimer(c)
+			q.lockedMakeReady(c, it)
+		case raise || readyAt.Before(it.readyAt):
+			if readyAt.Before(it.readyAt) {
+				it.readyAt = readyAt
+			}
+			heap.Fix(&c.waiting, it.index)
+			q.lockedFixTimer(c)
+		}
+	case fqReady:
+		if raise {
+			q.lockedQueue(c, it)
+		}
+	}
+}
+
+// lockedMakeReady makes a new or waiting item ready: queued, or parked
+// while its key is in flight.
+func (q *fairQueue) lockedMakeReady(c *fqCluster, it *fqItem) {
+	c.ready++
+	q.ready++
+	q.metrics.add(c, it)
+	if _, busy := c.inFlight[it.key.NamespacedName]; busy {
+		it.state, it.index = fqParked, -1
+		return
+	}
+	q.lockedQueue(c, it)
+}
+
+// lockedQueue puts a ready item in its level and wakes a Get when the
+// cluster can hand it out.
+func (q *fairQueue) lockedQueue(c *fqCluster, it *fqItem) {
+	it.state = fqReady
+	l := c.level(it.priority)
+	heap.Push(&l.items, it)
+	if !c.eligible {
+		return
+	}
+	if l.ring == nil {
+		q.lockedRingAppend(l)
+	}
+	q.cond.Signal()
+}
+
+// lockedUnqueue takes a queued item out of its level.
+func (q *fairQueue) lockedUnqueue(c *fqCluster, it *fqItem) {
+	l := c.level(it.priority)
+	heap.Remove(&l.items, it.index)
+	if l.items.Len() == 0 {
+		q.lockedRingRemove(l)
+	}
+}
+
+// Get hands out the next item; see GetWithPriority.
+func (q *fairQueue) Get() (Request, bool) {
+	item, _, shutdown := q.GetWithPriority()
+	return item, shutdown
+}
+
+// GetWithPriority blocks until an item can be handed out or the queue
+// shuts down, and returns the item and its priority. The caller must call
+// Done with the item once it has processed it. After ShutDown it returns
+// shutdown true at once.
+func (q *fairQueue) GetWithPriority() (item Request, priority int, shutdown bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for {
+		if q.shutdown {
+			return Request{}, 0, true
+		}
+		q.lockedPromote()
+		if it, ok := q.lockedPop(); ok {
+			if len(q.rings) > 0 {
+				q.cond.Signal() // There is more: pass it on to another waiter.
+			}
+			return it.key, it.priority, false
+		}
+		q.cond.Wait()
+	}
+}
+
+// lockedPop hands out the first item of the cluster at the head of the
+// highest ring and moves that cluster to the ring's back.
+func (q *fairQueue) lockedPop() (*fqItem, bool) {
+	if len(q.rings) == 0 {
+		return nil, false
+	}
+	r := q.rings[0]
+	l := r.head
+	it := heap.Pop(&l.items).(*fqItem)
+	if l.items.Len() == 0 {
+		q.lockedRingRemove(l)
+	} else {
+		r.head = l.next
+	}
+	c := l.cluster
+	delete(c.items, it.key.NamespacedName)
+	c.ready--
+	q.ready--
+	c.inFlight[it.key.NamespacedName] = q.metrics.get(c, it)
+	q.lockedUpdateEligible(c)
+	return it, true
+}
+
+// Done marks item as processed: a copy added meanwhile can be handed out,
+// and so can another item of its cluster when the cluster was at its cap.
+// Done of an item not in flight does nothing.
+func (q *fairQueue) Done(item Request) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	c := q.clusters[item.ClusterName]
+	if c == nil {
+		return
+	}
+	start, ok := c.inFlight[item.NamespacedName]
+	if !ok {
+		return
+	}
+	delete(c.inFlight, item.NamespacedName)
+	q.metrics.done(start)
+	if it := c.items[item.NamespacedName]; it != nil && it.state == fqParked {
+		q.lockedQueue(c, it)
+	}
+	q.lockedUpdateEligible(c)
+	q.lockedForgetIfIdle(c)
+}
+
+// Forget clears the rate limiter's history of item.
+func (q *fairQueue) Forget(item Request) {
+	q.rateLimiter.Forget(item)
+}
+
+// NumRequeues returns how often the rate limiter has timed item.
+func (q *fairQueue) NumRequeues(item Request) int {
+	return q.rateLimiter.NumRequeues(item)
+}
+
+// Len returns the number of ready items, including those of held or
+// capped clusters and those waiting for their copy in flight to be Done;
+// not those waiting for their time, as in controller-runtime.
+func (q *fairQueue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.lockedPromote()
+	return q.ready
+}
+
+// ShutDown stops the queue: later adds are ignored, and every Get returns
+// shutdown. It returns once the queue's goroutine has ended. Calling it
+// again does nothing.
+func (q *fairQueue) ShutDown() {
+	q.mu.Lock()
+	if !q.shutdown {
+		q.shutdown = true
+		close(q.done)
+		q.cond.Broadcast()
+	}
+	q.mu.Unlock()
+	<-q.stopped
+}
+
+// ShutDownWithDrain is ShutDown: like controller-runtime's priority queue,
+// it does not wait for the items in flight.
+func (q *fairQueue) ShutDownWithDrain() {
+	q.ShutDown()
+}
+
+// ShuttingDown reports whether ShutDown has been called.
+func (q *fairQueue) ShuttingDown() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.shutdown
+}
+
+// hold stops (held true) or resumes handing out clusterName's items. Held
+// items stay queued, counted by Len and deduplicated as usual; items
+// already in flight are not affected. A hold lasts until hold(name,
+// false), across drop.
+func (q *fairQueue) hold(clusterName string, held bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if _, known := q.clusters[clusterName]; !known && !held {
+		return
+	}
+	c := q.lockedCluster(clusterName)
+	c.held = held
+	q.lockedUpdateEligible(c)
+	q.lockedForgetIfIdle(c)
+}
+
+// drop removes every queued item of clusterName, ready, waiting or
+// parked, and clears their rate-limiter history, in O(items of the
+// cluster) without touching another cluster's items, and lets go of the
+// cluster once none of its items is in flight and it is not held. Items
+// in flight stay in flight: Done releases them, and one added again is
+// handed out only after its Done. Later adds are accepted.
+func (q *fairQueue) drop(clusterName string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	c := q.clusters[clusterName]
+	if c == nil {
+		return
+	}
+	for _, l := range c.levels {
+		q.lockedRingRemove(l)
+	}
+	for _, it := range c.items {
+		q.rateLimiter.Forget(it.key)
+	}
+	q.ready -= c.ready
+	q.metrics.drop(c)
+	c.items = map[types.NamespacedName]*fqItem{}
+	c.levels = nil
+	c.waiting.items = nil
+	c.ready = 0
+	c.dropped = true
+	q.lockedFixTimer(c)
+	q.lockedForgetIfIdle(c)
+}
+
+// lockedCluster returns clusterName's part of the queue, made on demand.
+func (q *fairQueue) lockedCluster(clusterName string) *fqCluster {
+	c := q.clusters[clusterName]
+	if c == nil {
+		c = &fqCluster{
+			name:       clusterName,
+			items:      map[types.NamespacedName]*fqItem{},
+			waiting:    fqItemHeap{less: fqLessWaiting},
+			timerIndex: -1,
+			inFlight:   map[types.NamespacedName]time.Time{},
+			eligible:   true,
+		}
+		q.clusters[clusterName] = c
+	}
+	return c
+}
+
+// lockedForgetIfIdle lets go of a dropped cluster once it has nothing
+// queued or in flight and is not held. Other clusters stay, so that a
+// cluster's structures are made once, not once per burst of work.
+func (q *fairQueue) lockedForgetIfIdle(c *fqCluster) {
+	if c.dropped && len(c.items) == 0 && len(c.inFlight) == 0 && !c.held {
+		delete(q.clusters, c.name)
+	}
+}
+
+// lockedUpdateEligible puts a cluster's levels in their rings when it may
+// hand out items (not held, below its cap), and takes them out when not.
+func (q *fairQueue) lockedUpdateEligible(c *fqCluster) {
+	eligible := !c.held && (q.maxInFlight == 0 || len(c.inFlight) < q.maxInFlight)
+	if eligible == c.eligible {
+		return
+	}
+	c.eligible = eligible
+	for _, l := range c.levels {
+		switch {
+		case !eligible:
+			q.lockedRingRemove(l)
+		case l.items.Len() > 0:
+			q.lockedRingAppend(l)
+			q.cond.Signal()
+		}
+	}
+}
+
+// lockedRingAppend puts a level at the back of its priority's ring.
+func (q *fairQueue) lockedRingAppend(l *fqLevel) {
+	i := 0
+	for i < len(q.rings) && q.rings[i].priority > l.priority {
+		i++
+	}
+	if i == len(q.rings) || q.rings[i].priority != l.priority {
+		r := &fqRing{priority: l.priority, head: l}
+		q.rings = append(q.rings, nil)
+		copy(q.rings[i+1:], q.rings[i:])
+		q.rings[i] = r
+		l.ring, l.prev, l.next = r, l, l
+		return
+	}
+	r := q.rings[i]
+	tail := r.head.prev
+	l.ring, l.prev, l.next = r, tail, r.head
+	tail.next, r.head.prev = l, l
+}
+
+// lockedRingRemove takes a level out of its ring, if it is in one, and
+// drops the ring when it is left empty.
+func (q *fairQueue) lockedRingRemove(l *fqLevel) {
+	r := l.ring
+	if r == nil {
+		return
+	}
+	if l.next == l {
+		for i, x := range q.rings {
+			if x == r {
+				q.rings = append(q.rings[:i], q.rings[i+1:]...)
+				break
+			}
+		}
+	} else {
+		l.prev.next, l.next.prev = l.next, l.prev
+		if r.head == l {
+			r.head = l.next
+		}
+	}
+	l.ring, l.prev, l.next = nil, nil, nil
+}
+
+// lockedFixTimer updates a cluster's place among the clusters with
+// waiting items, and wakes the timer loop when it is first.
+func (q *fairQueue) lockedFixTimer(c *fqCluster) {
+	switch {
+	case c.waiting.Len() == 0:
+		if c.timerIndex >= 0 {
+			heap.Remove(&q.timers, c.timerIndex)
+		}
+		return
+	case c.timerIndex < 0:
+		heap.Push(&q.timers, c)
+	default:
+		heap.Fix(&q.timers, c.timerIndex)
+	}
+	if q.timers[0] == c {
+		select {
+		case q.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// lockedPromote makes the waiting items whose time has come ready, the
+// earliest first. It returns the time it read; none when nothing waits.
+func (q *fairQueue) lockedPromote() (now time.Time) {
+	if len(q.timers) == 0 {
+		return now
+	}
+	now = q.clock.Now()
+	for len(q.timers) > 0 {
+		c := q.timers[0]
+		it := c.waiting.items[0]
+		if it.readyAt.After(now) {
+			break
+		}
+		heap.Pop(&c.waiting)
+		q.lockedFixTimer(c)
+		it.seq = q.nextSeq() // Ordered by when it became ready.
+		q.lockedMakeReady(c, it)
+	}
+	return now
+}
+
+// runTimers makes waiting items ready when their time comes, for the
+// goroutines blocked in Get, and updates the unfinished-work metrics. It
+// is the queue's only goroutine, and returns on ShutDown.
+func (q *fairQueue) runTimers() {
+	defer close(q.stopped)
+	var tick <-chan time.Time
+	if q.metrics != nil {
+		t := q.clock.NewTicker(unfinishedWorkPeriod)
+		defer t.Stop()
+		tick = t.C()
+	}
+	for {
+		ready, stop := q.nextTimer()
+		select {
+		case <-q.done:
+			stop()
+			return
+		case <-q.kick:
+		case <-ready:
+		case <-tick:
+			q.mu.Lock()
+			q.metrics.updateUnfinishedWork(q.clusters)
+			q.mu.Unlock()
+		}
+		stop()
+	}
+}
+
+// nextTimer makes the items due ready, and returns a channel that fires
+// when the next one is due (nil when none waits) and a func to stop it.
+func (q *fairQueue) nextTimer() (<-chan time.Time, func()) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.lockedPromote()
+	if len(q.timers) == 0 {
+		return nil, func() {}
+	}
+	t := q.clock.NewTimer(q.timers[0].waiting.items[0].readyAt.Sub(now))
+	return t.C(), func() { t.Stop() }
+}
+
+// nextSeq returns the next ready order. Call it under mu.
+func (q *fairQueue) nextSeq() uint64 {
+	q.seq++
+	return q.seq
+}
+
+// fqState is where a queued item is.
+type fqState int
+
+const (
+	fqWaiting fqState = iota // in its cluster's waiting heap
+	fqReady                  // in its level's heap
+	fqParked                 // ready, but its key is in flight: in no heap until Done
+)
+
+// fqItem is a queued item.
+type fqItem struct {
+	key      Request
+	priority int
+	seq      uint64    // ready order: lower first
+	readyAt  time.Time // when a waiting item becomes ready
+	addedAt  time.Time // when it became ready, for the latency metric
+	state    fqState
+	index    int // in its heap
+}
+
+// fqLessReady orders a level's items by when they became ready.
+func fqLessReady(a, b *fqItem) bool { return a.seq < b.seq }
+
+// fqLessWaiting orders waiting items by ready time, then as
+// controller-runtime does: higher priority, then earlier added.
+func fqLessWaiting(a, b *fqItem) bool {
+	if !a.readyAt.Equal(b.readyAt) {
+		return a.readyAt.Before(b.readyAt)
+	}
+	if a.priority != b.priority {
+		return a.priority > b.priority
+	}
+	return a.seq < b.seq
+}
+
+// fqCluster is one cluster's part of a fairQueue.
+type fqCluster struct {
+	name       string
+	items      map[types.NamespacedName]*fqItem   // queued: waiting, ready or parked
+	levels     []*fqLevel                         // ready items by priority, one level per priority seen
+	waiting    fqItemHeap                         // waiting items, earliest first
+	timerIndex int                                // in the queue's timers; -1 when not there
+	inFlight   map[types.NamespacedName]time.Time // handed out, not yet Done: when (with metrics)
+	ready      int                                // ready items, parked ones included
+	held       bool
+	dropped    bool                  // by drop, and nothing added since
+	eligible   bool                  // its non-empty levels are in their rings
+	depth      workqueue.GaugeMetric // per-cluster depth; nil until an add with metrics
+}
+
+// level returns the cluster's level of a priority, made on demand.
+func (c *fqCluster) level(priority int) *fqLevel {
+	for _, l := range c.levels {
+		if l.priority == priority {
+			return l
+		}
+	}
+	l := &fqLevel{cluster: c, priority: priority, items: fqItemHeap{less: fqLessReady}}
+	c.levels = append(c.levels, l)
+	return l
+}
+
+// fqLevel holds a cluster's queued ready items of one priority, in ready
+// order, and is the cluster's node in that priority's ring while it has
+// items and the cluster is eligible.
+type fqLevel struct {
+	cluster    *fqCluster
+	priority   int
+	items      fqItemHeap
+	ring       *fqRing // nil when not in a ring
+	prev, next *fqLevel
+}
+
+// fqRing is the circular list of the levels of one priority whose items
+// can be handed out; head is served next.
+type fqRing struct {
+	priority int
+	head     *fqLevel
+}
+
+// fqItemHeap is a heap of items under less that keeps each item's index.
+type fqItemHeap struct {
+	items []*fqItem
+	less  func(a, b *fqItem) bool
+}
+
+func (h *fqItemHeap) Len() int           { return len(h.items) }
+func (h *fqItemHeap) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
+func (h *fqItemHeap) Swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	h.items[i].index, h.items[j].index = i, j
+}
+func (h *fqItemHeap) Push(x any) {
+	it := x.(*fqItem)
+	it.index = len(h.items)
+	h.items = append(h.items, it)
+}
+func (h *fqItemHeap) Pop() any {
+	n := len(h.items) - 1
+	it := h.items[n]
+	h.items[n] = nil
+	h.items = h.items[:n]
+	it.index = -1
+	return it
+}
+
+// fqTimers is a heap of the clusters with waiting items, by their first
+// waiting item.
+type fqTimers []*fqCluster
+
+func (h fqTimers) Len() int { return len(h) }
+func (h fqTimers) Less(i, j int) bool {
+	return fqLessWaiting(h[i].waiting.items[0], h[j].waiting.items[0])
+}
+func (h fqTimers) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].timerIndex, h[j].timerIndex = i, j
+}
+func (h *fqTimers) Push(x any) {
+	c := x.(*fqCluster)
+	c.timerIndex = len(*h)
+	*h = append(*h, c)
+}
+func (h *fqTimers) Pop() any {
+	old := *h
+	n := len(old) - 1
+	c := old[n]
+	old[n] = nil
+	*h = old[:n]
+	c.timerIndex = -1
+	return c
+}
+
+// clusterDepthProvider is a workqueue.MetricsProvider that also counts a
+// queue's ready items per cluster.
+type clusterDepthProvider interface {
+	// newClusterDepthMetric returns the depth of clusterName in the queue
+	// name.
+	newClusterDepthMetric(name, clusterName string) workqueue.GaugeMetric
+	// deleteClusterDepthMetric deletes that series.
+	deleteClusterDepthMetric(name, clusterName string)
+}
+
+// fairQueueMetrics writes a queue's metrics as controller-runtime's
+// priority queue does: an item counts in depth and adds when it becomes
+// ready, and its latency runs from then to Get. A nil *fairQueueMetrics
+// writes nothing. Its methods are called under the queue's mu.
+type fairQueueMetrics struct {
+	name           string
+	clock          clock.PassiveClock
+	depth          workqueue.GaugeMetric
+	adds           workqueue.CounterMetric
+	latency        workqueue.HistogramMetric
+	workDuration   workqueue.HistogramMetric
+	unfinished     workqueue.SettableGaugeMetric
+	longestRunning workqueue.SettableGaugeMetric
+	retries        workqueue.CounterMetric
+	clusters       clusterDepthProvider // nil: no per-cluster depth
+}
+
+// newFairQueueMetrics returns the metrics of the queue name, or nil
+// without a provider or a name.
+func newFairQueueMetrics(p workqueue.MetricsProvider, name string, clk clock.PassiveClock) *fairQueueMetrics {
+	if p == nil || name == "" {
+		return nil
+	}
+	m := &fairQueueMetrics{
+		name:           name,
+		clock:          clk,
+		depth:          p.NewDepthMetric(name),
+		adds:           p.NewAddsMetric(name),
+		latency:        p.NewLatencyMetric(name),
+		workDuration:   p.NewWorkDurationMetric(name),
+		unfinished:     p.NewUnfinishedWorkSecondsMetric(name),
+		longestRunning: p.NewLongestRunningProcessorSecondsMetric(name),
+		retries:        p.NewRetriesMetric(name),
+	}
+	m.clusters, _ = p.(clusterDepthProvider)
+	return m
+}
+
+// add counts an item of c that became ready.
+func (m *fairQueueMetrics) add(c *fqCluster, it *fqItem) {
+	if m == nil {
+		return
+	}
+	m.adds.Inc()
+	m.depth.Inc()
+	if m.clusters != nil {
+		if c.depth == nil {
+			c.depth = m.clusters.newClusterDepthMetric(m.name, c.name)
+		}
+		c.depth.Inc()
+	}
+	it.addedAt = m.clock.Now()
+}
+
+// get counts an item of c handed out, and returns when, for done.
+func (m *fairQueueMetrics) get(c *fqCluster, it *fqItem) time.Time {
+	if m == nil {
+		return time.Time{}
+	}
+	now := m.clock.Now()
+	m.depth.Dec()
+	if c.depth != nil {
+		c.depth.Dec()
+	}
+	m.latency.Observe(now.Sub(it.addedAt).Seconds())
+	return now
+}
+
+// done observes the work duration of an item handed out at start.
+func (m *fairQueueMetrics) done(start time.Time) {
+	if m == nil {
+		return
+	}
+	m.workDuration.Observe(m.clock.Since(start).Seconds())
+}
+
+// retry counts an add with a delay.
+func (m *fairQueueMetrics) retry() {
+	if m == nil {
+		return
+	}
+	m.retries.Inc()
+}
+
+// drop uncounts c's ready items and deletes its depth series.
+func (m *fairQueueMetrics) drop(c *fqCluster) {
+	if m == nil {
+		return
+	}
+	for range c.ready {
+		m.depth.Dec()
+	}
+	if m.clusters != nil {
+		m.clusters.deleteClusterDepthMetric(m.name, c.name)
+		c.depth = nil
+	}
+}
+
+// updateUnfinishedWork sets the total and the longest time of the items
+// in flight.
+func (m *fairQueueMetrics) updateUnfinishedWork(clusters map[string]*fqCluster) {
+	var total, longest float64
+	for _, c := range clusters {
+		for _, start := range c.inFlight {
+			age := m.clock.Since(start).Seconds()
+			total += age
+			longest = max(longest, age)
+		}
+	}
+	m.unfinished.Set(total)
+	m.longestRunning.Set(longest)
+}
+
+// fairQueueMetricsProvider is a clusterDepthProvider writing
+// controller-runtime's workqueue_* series, labelled name and controller
+// with the queue's name as controller-runtime's queues are (depth with an
+// empty priority label, as its non-priority queues), and
+// fleet_queue_depth{controller, cluster}.
+type fairQueueMetricsProvider struct {
+	depth          *prometheus.GaugeVec
+	adds           *prometheus.CounterVec
+	latency        *prometheus.HistogramVec
+	workDuration   *prometheus.HistogramVec
+	unfinished     *prometheus.GaugeVec
+	longestRunning *prometheus.GaugeVec
+	retries        *prometheus.CounterVec
+	clusterDepth   *prometheus.GaugeVec
+}
+
+var _ clusterDepthProvider = (*fairQueueMetricsProvider)(nil)
+
+// newFairQueueMetricsProvider registers the series with reg, or uses
+// those registered there already. controller-runtime registers its
+// workqueue_* series on its registry (metrics.Registry) when its
+// controller packages load; these are described identically, so on that
+// registry they are controller-runtime's own series, registered once.
+func newFairQueueMetricsProvider(reg prometheus.Registerer) (*fairQueueMetricsProvider, error) {
+	names := []string{"name", "controller"}
+	buckets := prometheus.ExponentialBuckets(10e-9, 10, 12)
+	histogram := func(name, help string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Subsystem:                       "workqueue",
+			Name:                            name,
+			Help:                            help,
+			Buckets:                         buckets,
+			NativeHistogramBucketFactor:     1.1,
+			NativeHistogramMaxBucketNumber:  100,
+			NativeHistogramMinResetDuration: time.Hour,
+		}, names)
+	}
+	p := &fairQueueMetricsProvider{
+		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Subsystem: "workqueue",
+			Name:      "depth",
+			Help:      "Current depth of workqueue by workqueue and priority",
+		}, []string{"name", "controller", "priority"}),
+		adds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "workqueue",
+			Name:      "adds_total",
+			Help:      "Total number of adds handled by workqueue",
+		}, names),
+		latency:      histogram("queue_duration_seconds", "How long in seconds an item stays in workqueue before being requested"),
+		workDuration: histogram("work_duration_seconds", "How long in seconds processing an item from workqueue takes."),
+		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Subsystem: "workqueue",
+			Name:      "unfinished_work_seconds",
+			Help: "How many seconds of work has been done that " +
+				"is in progress and hasn't been observed by work_duration. Large " +
+				"values indicate stuck threads. One can deduce the number of stuck " +
+				"threads by observing the rate at which this increases.",
+		}, names),
+		longestRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Subsystem: "workqueue",
+			Name:      "longest_running_processor_seconds",
+			Help: "How many seconds has the longest running " +
+				"processor for workqueue been running.",
+		}, names),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "workqueue",
+			Name:      "retries_total",
+			Help:      "Total number of items added to the workqueue with a non-zero delay (rate-limited requeues, explicit RequeueAfter or AddAfter calls)",
+		}, names),
+		clusterDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleet_queue_depth",
+			Help: "Ready requests of the cluster in the controller's queue.",
+		}, []string{labelController, labelCluster}),
+	}
+	if err := errors.Join(
+		registerInto(reg, &p.depth),
+		registerInto(reg, &p.adds),
+		registerInto(reg, &p.latency),
+		registerInto(reg, &p.workDuration),
+		registerInto(reg, &p.unfinished),
+		registerInto(reg, &p.longestRunning),
+		registerInto(reg, &p.retries),
+		registerInto(reg, &p.clusterDepth),
+	); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// registerInto registers *c with reg, replacing it with the collector
+// registered already in its place if there is one.
+func registerInto[C prometheus.Collector](reg prometheus.Registerer, c *C) error {
+	var err error
+	*c, err = register(reg, *c)
+	return err
+}
+
+// NewDepthMetric returns the depth of the queue name.
+func (p *fairQueueMetricsProvider) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return p.depth.WithLabelValues(name, name, "")
+}
+
+// NewAddsMetric returns the adds of the queue name.
+func (p *fairQueueMetricsProvider) NewAddsMetric(name string) workqueue.CounterMetric {
+	return p.adds.WithLabelValues(name, name)
+}
+
+// NewLatencyMetric returns the queue latency of the queue name.
+func (p *fairQueueMetricsProvider) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return p.latency.WithLabelValues(name, name)
+}
+
+// NewWorkDurationMetric returns the work duration of the queue name.
+func (p *fairQueueMetricsProvider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return p.workDuration.WithLabelValues(name, name)
+}
+
+// NewUnfinishedWorkSecondsMetric returns the unfinished work of the queue
+// name.
+func (p *fairQueueMetricsProvider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.unfinished.WithLabelValues(name, name)
+}
+
+// NewLongestRunningProcessorSecondsMetric returns the longest running item
+// of the queue name.
+func (p *fairQueueMetricsProvider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.longestRunning.WithLabelValues(name, name)
+}
+
+// NewRetriesMetric returns the retries of the queue name.
+func (p *fairQueueMetricsProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return p.retries.WithLabelValues(name, name)
+}
+
+func (p *fairQueueMetricsProvider) newClusterDepthMetric(name, clusterName string) workqueue.GaugeMetric {
+	return p.clusterDepth.WithLabelValues(name, clusterName)
+}
+
+func (p *fairQueueMetricsProvider) deleteClusterDepthMetric(name, clusterName string) {
+	p.clusterDepth.DeleteLabelValues(name, clusterName)
+}

@@ -1,0 +1,870 @@
+package fleet
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// fqReq returns the request for object name in a cluster.
+func fqReq(clusterName, name string) Request {
+	return Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}}
+}
+
+// newTestFairQueue returns a fair queue on a fake clock, shut down when
+// the test ends.
+func newTestFairQueue(t *testing.T, opts ...fairQueueOption) (*fairQueue, *clocktesting.FakeClock) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Now())
+	q := newFairQueue("", append([]fairQueueOption{func(o *fairQueueOptions) { o.clock = clk }}, opts...)...)
+	t.Cleanup(q.ShutDown)
+	return q, clk
+}
+
+// fqWaitFor polls cond until it holds; it fails the test after a minute.
+// controller-runtime's queue adds through a goroutine and makes waiting
+// items ready on the real clock, and the fair queue's timer goroutine
+// runs on its own: tests wait for counts, not for times.
+func fqWaitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// fqWaitLen waits until q.Len() is n.
+func fqWaitLen(t *testing.T, q workqueue.TypedInterface[Request], n int) {
+	t.Helper()
+	fqWaitFor(t, fmt.Sprintf("Len() == %d", n), func() bool { return q.Len() == n })
+}
+
+// ringOrder returns, per priority with a ring, the clusters of the ring
+// in the order they will be served.
+func (q *fairQueue) ringOrder() map[int][]string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := map[int][]string{}
+	for _, r := range q.rings {
+		l := r.head
+		for {
+			out[r.priority] = append(out[r.priority], l.cluster.name)
+			if l = l.next; l == r.head {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// fqScenario is a queue a scenario runs on, and what it has handed
+// out, as "name@priority".
+type fqScenario struct {
+	t *testing.T
+	q priorityqueue.PriorityQueue[Request]
+	// step advances the queue's clock. controller-runtime's queue runs
+	// on the real clock, so step does nothing there and scenarios use
+	// short delays and waitLen.
+	step func(time.Duration)
+	got  []string
+}
+
+// get hands out the next item, and records it.
+func (s *fqScenario) get() Request {
+	s.t.Helper()
+	item, priority, shutdown := s.q.GetWithPriority()
+	if shutdown {
+		s.t.Fatal("GetWithPriority: shutdown")
+	}
+	s.got = append(s.got, item.Name+"@"+strconv.Itoa(priority))
+	return item
+}
+
+// getDone hands out the next items and marks them Done.
+func (s *fqScenario) getDone(n int) {
+	s.t.Helper()
+	for range n {
+		s.q.Done(s.get())
+	}
+}
+
+// onBothFqQueues runs a scenario on a fair queue and on controller-runtime's
+// priority queue.
+func onBothFqQueues(t *testing.T, scenario func(s *fqScenario)) map[string][]string {
+	t.Helper()
+	got := map[string][]string{}
+	for _, name := range []string{"fair", "controller-runtime"} {
+		t.Run(name, func(t *testing.T) {
+			s := &fqScenario{t: t}
+			if name == "fair" {
+				q, clk := newTestFairQueue(t)
+				s.q, s.step = q, clk.Step
+			} else {
+				q := priorityqueue.New[Request]("")
+				s.q, s.step = q, func(time.Duration) {}
+				t.Cleanup(func() {
+					if !q.ShuttingDown() { // Its ShutDown panics when called twice.
+						q.ShutDown()
+					}
+				})
+			}
+			scenario(s)
+			got[name] = s.got
+		})
+	}
+	return got
+}
+
+func TestFairQueueSemanticsMatchControllerRuntime(t *testing.T) {
+	add := func(s *fqScenario, o priorityqueue.AddOpts, names ...string) {
+		for _, n := range names {
+			s.q.AddWithOpts(o, fqReq("a", n))
+		}
+	}
+	prio := func(p int) priorityqueue.AddOpts { return priorityqueue.AddOpts{Priority: new(p)} }
+
+	for name, tc := range map[string]struct {
+		run  func(s *fqScenario)
+		want []string
+	}{
+		"FIFO": {
+			run: func(s *fqScenario) {
+				add(s, prio(0), "a", "b", "c")
+				fqWaitLen(s.t, s.q, 3)
+				s.getDone(3)
+			},
+			want: []string{"a@0", "b@0", "c@0"},
+		},
+		"deduplicated": {
+			run: func(s *fqScenario) {
+				add(s, prio(0), "a", "a", "b", "a")
+				fqWaitLen(s.t, s.q, 2)
+				s.getDone(2)
+				fqWaitLen(s.t, s.q, 0)
+			},
+			want: []string{"a@0", "b@0"},
+		},
+		"re-added while in flight, handed out after Done": {
+			run: func(s *fqScenario) {
+				add(s, prio(0), "foo")
+				fqWaitLen(s.t, s.q, 1)
+				foo := s.get()
+				add(s, prio(0), "foo", "bar")
+				fqWaitLen(s.t, s.q, 2)
+				s.getDone(1) // bar, not foo
+				add(s, prio(0), "baz")
+				fqWaitLen(s.t, s.q, 2)
+				s.q.Done(foo)
+				s.getDone(2)
+			},
+			want: []string{"foo@0", "bar@0", "foo@0", "baz@0"},
+		},
+		"highest priority kept": {
+			run: func(s *fqScenario) {
+				add(s, prio(1), "foo")
+				add(s, prio(2), "foo")
+				add(s, prio(2), "bar")
+				add(s, prio(1), "bar")
+				fqWaitLen(s.t, s.q, 2)
+				s.getDone(2)
+			},
+			want: []string{"foo@2", "bar@2"},
+		},
+		"raised priority goes to the back of it": {
+			run: func(s *fqScenario) {
+				add(s, prio(0), "foo")
+				add(s, prio(1), "bar")
+				add(s, prio(0), "baz")
+				add(s, prio(1), "foo")
+				fqWaitLen(s.t, s.q, 3)
+				s.getDone(3)
+			},
+			want: []string{"bar@1", "foo@1", "baz@0"},
+		},
+		"higher priority first": {
+			run: func(s *fqScenario) {
+				for i := range 30 {
+					add(s, prio([]int{-100, 0, 5}[i%3]), strconv.Itoa(i))
+				}
+				fqWaitLen(s.t, s.q, 30)
+				s.getDone(30)
+			},
+			want: func() []string {
+				var want []string
+				for _, p := range []int{5, 0, -100} {
+					for i := range 30 {
+						if []int{-100, 0, 5}[i%3] == p {
+							want = append(want, fmt.Sprintf("%d@%d", i, p))
+						}
+					}
+				}
+				return want
+			}(),
+		},
+		"earliest ready time kept, waiting items not in Len": {
+			run: func(s *fqScenario) {
+				add(s, priorityqueue.AddOpts{}, "foo")
+				add(s, priorityqueue.AddOpts{After: time.Hour}, "foo", "bar")
+				add(s, priorityqueue.AddOpts{}, "baz")
+				fqWaitLen(s.t, s.q, 2)
+				s.getDone(2)
+				add(s, priorityqueue.AddOpts{}, "bar")
+				fqWaitLen(s.t, s.q, 1)
+				s.getDone(1)
+			},
+			want: []string{"foo@0", "baz@0", "bar@0"},
+		},
+		"a waiting item added ready keeps its place": {
+			run: func(s *fqScenario) {
+				add(s, priorityqueue.AddOpts{After: time.Hour}, "a")
+				add(s, priorityqueue.AddOpts{}, "b", "a")
+				fqWaitLen(s.t, s.q, 2)
+				s.getDone(2)
+			},
+			want: []string{"a@0", "b@0"},
+		},
+		"items become ready in order of ready time": {
+			run: func(s *fqScenario) {
+				add(s, priorityqueue.AddOpts{After: 50 * time.Millisecond}, "foo")
+				add(s, priorityqueue.AddOpts{After: time.Millisecond}, "bar")
+				add(s, priorityqueue.AddOpts{}, "baz")
+				s.step(50 * time.Millisecond)
+				fqWaitLen(s.t, s.q, 3)
+				s.getDone(3)
+			},
+			want: []string{"baz@0", "bar@0", "foo@0"},
+		},
+		"rate limited": {
+			run: func(s *fqScenario) {
+				add(s, priorityqueue.AddOpts{}, "bar")
+				s.q.AddRateLimited(fqReq("a", "foo"))
+				s.q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true, After: time.Hour, Priority: new(1)}, fqReq("a", "foo"))
+				s.step(10 * time.Millisecond)
+				fqWaitLen(s.t, s.q, 2)
+				if n := s.q.NumRequeues(fqReq("a", "foo")); n != 2 {
+					s.t.Errorf("NumRequeues = %d, want 2", n)
+				}
+				s.getDone(2)
+				s.q.Forget(fqReq("a", "foo"))
+				if n := s.q.NumRequeues(fqReq("a", "foo")); n != 0 {
+					s.t.Errorf("NumRequeues after Forget = %d, want 0", n)
+				}
+			},
+			want: []string{"foo@1", "bar@0"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for queue, got := range onBothFqQueues(t, tc.run) {
+				if !slices.Equal(got, tc.want) {
+					t.Errorf("%s queue handed out %v, want %v", queue, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestFairQueueMatchesControllerRuntimeOnRandomOps(t *testing.T) {
+	// Within one cluster the fair queue hands out what controller-runtime's
+	// does. Random adds at random priorities, Gets and Dones, with items
+	// re-added while in flight; a Get only when an item can be handed out.
+	for seed := range uint64(20) {
+		rnd := rand.New(rand.NewPCG(seed, 0))
+		fair, _ := newTestFairQueue(t)
+		cr := priorityqueue.New[Request]("")
+		queued := map[Request]bool{}
+		var inFlight []Request
+		for op := range 400 {
+			key := fqReq("a", strconv.Itoa(rnd.IntN(12)))
+			switch n := rnd.IntN(10); {
+			case n < 5:
+				o := priorityqueue.AddOpts{Priority: new(rnd.IntN(3) - 1)}
+				fair.AddWithOpts(o, key)
+				cr.AddWithOpts(o, key)
+				queued[key] = true
+			case n < 8:
+				handable := false
+				for k := range queued {
+					handable = handable || !slices.Contains(inFlight, k)
+				}
+				if !handable {
+					continue
+				}
+				fk, fp, _ := fair.GetWithPriority()
+				ck, cp, _ := cr.GetWithPriority()
+				if fk != ck || fp != cp {
+					t.Fatalf("seed %d, op %d: fair queue handed out %v@%d, controller-runtime's %v@%d", seed, op, fk, fp, ck, cp)
+				}
+				delete(queued, fk)
+				inFlight = append(inFlight, fk)
+			case len(inFlight) > 0:
+				i := rnd.IntN(len(inFlight))
+				fair.Done(inFlight[i])
+				cr.Done(inFlight[i])
+				inFlight = slices.Delete(inFlight, i, i+1)
+			}
+			if fl, cl := fair.Len(), cr.Len(); fl != cl {
+				t.Fatalf("seed %d, op %d: Len() = %d on the fair queue, %d on controller-runtime's", seed, op, fl, cl)
+			}
+		}
+		cr.ShutDown()
+	}
+}
+
+func TestFairQueueShutDownMatchesControllerRuntime(t *testing.T) {
+	onBothFqQueues(t, func(s *fqScenario) {
+		s.q.Add(fqReq("a", "foo"))
+		fqWaitLen(s.t, s.q, 1)
+
+		blocked := make(chan bool)
+		go func() {
+			s.q.Get() // foo
+			_, shutdown := s.q.Get()
+			blocked <- shutdown
+		}()
+		s.q.ShutDown()
+		if !<-blocked {
+			s.t.Error("a Get blocked at ShutDown did not return shutdown")
+		}
+		if !s.q.ShuttingDown() {
+			s.t.Error("ShuttingDown() = false after ShutDown")
+		}
+		s.q.Add(fqReq("a", "bar"))
+		if item, priority, shutdown := s.q.GetWithPriority(); item != (Request{}) || priority != 0 || !shutdown {
+			s.t.Errorf("GetWithPriority after ShutDown = %v, %d, %t; want zero, 0, true", item, priority, shutdown)
+		}
+	})
+}
+
+func TestFairQueueRoundRobin(t *testing.T) {
+	q, _ := newTestFairQueue(t)
+	for _, r := range []Request{
+		fqReq("a", "1"), fqReq("a", "2"), fqReq("a", "3"),
+		fqReq("b", "1"), fqReq("b", "2"),
+		fqReq("c", "1"),
+		fqReq("", "1"), // the hub
+	} {
+		q.Add(r)
+	}
+	q.AddWithOpts(priorityqueue.AddOpts{Priority: new(-100)}, fqReq("c", "low"))
+
+	var got []string
+	for range 8 {
+		item, _ := q.Get()
+		got = append(got, item.ClusterName+"/"+item.Name)
+		q.Done(item)
+	}
+	want := []string{"a/1", "b/1", "c/1", "/1", "a/2", "b/2", "a/3", "c/low"}
+	if !slices.Equal(got, want) {
+		t.Errorf("handed out %v, want %v", got, want)
+	}
+}
+
+func TestFairQueueIsFairAndControllerRuntimeIsNot(t *testing.T) {
+	const noisy = 10000
+	got := onBothFqQueues(t, func(s *fqScenario) {
+		for i := range noisy {
+			s.q.Add(fqReq("noisy", strconv.Itoa(i)))
+		}
+		s.q.Add(fqReq("quiet", "alone"))
+		fqWaitLen(s.t, s.q, noisy+1)
+		for range noisy + 1 {
+			item, _ := s.q.Get()
+			s.got = append(s.got, item.ClusterName)
+			s.q.Done(item)
+		}
+	})
+	if i := slices.Index(got["fair"], "quiet"); i < 0 || i+1 > 2 {
+		t.Errorf("fair queue: the quiet cluster's item was handed out by Get %d, want within the first 2 (one per cluster)", i+1)
+	}
+	if i := slices.Index(got["controller-runtime"], "quiet"); i != noisy {
+		t.Errorf("controller-runtime's queue: the quiet cluster's item was handed out by Get %d, want last (%d)", i+1, noisy+1)
+	}
+}
+
+func TestFairQueueHigherPriorityFirstAcrossClusters(t *testing.T) {
+	q, _ := newTestFairQueue(t)
+	q.AddWithOpts(priorityqueue.AddOpts{Priority: new(-100)}, fqReq("a", "1"), fqReq("a", "2"))
+	q.AddWithOpts(priorityqueue.AddOpts{}, fqReq("b", "1"))
+	q.AddWithOpts(priorityqueue.AddOpts{Priority: new(-100)}, fqReq("c", "1"))
+	q.AddWithOpts(priorityqueue.AddOpts{Priority: new(5)}, fqReq("c", "2"))
+
+	var got []string
+	for range 5 {
+		item, priority, _ := q.GetWithPriority()
+		got = append(got, fmt.Sprintf("%s/%s@%d", item.ClusterName, item.Name, priority))
+		q.Done(item)
+	}
+	want := []string{"c/2@5", "b/1@0", "a/1@-100", "c/1@-100", "a/2@-100"}
+	if !slices.Equal(got, want) {
+		t.Errorf("handed out %v, want %v", got, want)
+	}
+}
+
+func TestFairQueueCapSkipsClusterAtCap(t *testing.T) {
+	q, _ := newTestFairQueue(t, func(o *fairQueueOptions) { o.maxInFlightPerCluster = 1 })
+	q.Add(fqReq("a", "1"))
+	q.Add(fqReq("a", "2"))
+	q.Add(fqReq("b", "1"))
+
+	a1, _ := q.Get()
+	b1, _ := q.Get()
+	if a1 != fqReq("a", "1") || b1 != fqReq("b", "1") {
+		t.Fatalf("handed out %v, %v; want a/1, b/1", a1, b1)
+	}
+	if got := q.ringOrder(); len(got) != 0 {
+		t.Fatalf("clusters that can hand out = %v, want none: a is at its cap", got)
+	}
+	if n := q.Len(); n != 1 {
+		t.Errorf("Len() = %d, want 1: a/2 waits, queued", n)
+	}
+	q.Done(fqReq("a", "2")) // not in flight: changes nothing
+	q.Done(b1)
+	if got := q.ringOrder(); len(got) != 0 {
+		t.Fatalf("clusters that can hand out = %v, want none", got)
+	}
+
+	got := make(chan Request)
+	go func() {
+		item, _ := q.Get()
+		got <- item
+	}()
+	q.Done(a1)
+	if item := <-got; item != fqReq("a", "2") {
+		t.Errorf("Get after Done = %v, want a/2", item)
+	}
+}
+
+func TestFairQueueCapHoldsUnderConcurrentWorkers(t *testing.T) {
+	const (
+		workers  = 8
+		capacity = 2
+		items    = 4000
+	)
+	clusters := []string{"a", "b", "c", "d"}
+	q, _ := newTestFairQueue(t, func(o *fairQueueOptions) { o.maxInFlightPerCluster = capacity })
+
+	inFlight := map[string]*atomic.Int32{}
+	for _, c := range clusters {
+		inFlight[c] = new(atomic.Int32)
+	}
+	// Every third item is added again, once, while it is in flight, so it
+	// is handed out twice.
+	want := int64(items + (items+2)/3)
+	var processed, peak atomic.Int64
+	var readded sync.Map
+	finished := make(chan struct{})
+
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				item, shutdown := q.Get()
+				if shutdown {
+					return
+				}
+				n := inFlight[item.ClusterName].Add(1)
+				if n > capacity {
+					t.Errorf("cluster %s has %d items in flight, cap %d", item.ClusterName, n, capacity)
+				}
+				for p := peak.Load(); int64(n) > p && !peak.CompareAndSwap(p, int64(n)); p = peak.Load() {
+				}
+				if i, _ := strconv.Atoi(item.Name); i%3 == 0 {
+					if _, again := readded.LoadOrStore(item, true); !again {
+						q.Add(item)
+					}
+				}
+				for range rand.IntN(20) {
+					runtime.Gosched()
+				}
+				inFlight[item.ClusterName].Add(-1)
+				q.Done(item)
+				if processed.Add(1) == want {
+					close(finished)
+				}
+			}
+		})
+	}
+	for i := range items {
+		q.Add(fqReq(clusters[i%len(clusters)], strconv.Itoa(i)))
+	}
+	<-finished
+	q.ShutDown()
+	wg.Wait()
+
+	if n := processed.Load(); n != want {
+		t.Errorf("processed %d items, want %d", n, want)
+	}
+	if n := q.Len(); n != 0 {
+		t.Errorf("Len() = %d after processing everything, want 0", n)
+	}
+	t.Logf("peak in flight per cluster: %d (cap %d)", peak.Load(), capacity)
+}
+
+func TestFairQueueHold(t *testing.T) {
+	q, _ := newTestFairQueue(t)
+	q.hold("a", true)
+	q.Add(fqReq("a", "1"))
+	q.Add(fqReq("b", "1"))
+	q.Add(fqReq("a", "1"))
+
+	if item, _ := q.Get(); item != fqReq("b", "1") {
+		t.Fatalf("Get = %v, want b/1: a is held", item)
+	}
+	q.Done(fqReq("b", "1"))
+	if got := q.ringOrder(); len(got) != 0 {
+		t.Fatalf("clusters that can hand out = %v, want none: a is held", got)
+	}
+	if n := q.Len(); n != 1 {
+		t.Errorf("Len() = %d, want 1: a's item stays queued", n)
+	}
+
+	got := make(chan Request)
+	go func() {
+		item, _ := q.Get()
+		got <- item
+	}()
+	q.hold("a", false)
+	if item := <-got; item != fqReq("a", "1") {
+		t.Errorf("Get after the hold ended = %v, want a/1", item)
+	}
+	q.Done(fqReq("a", "1"))
+
+	// A hold outlives drop, and an item in flight is not affected.
+	q.Add(fqReq("a", "2"))
+	a2, _ := q.Get()
+	q.hold("a", true)
+	q.drop("a")
+	q.Add(fqReq("a", "3"))
+	q.Done(a2)
+	if n, order := q.Len(), q.ringOrder(); n != 1 || len(order) != 0 {
+		t.Errorf("after drop of a held cluster: Len() = %d, rings %v; want 1 held item, no ring", n, order)
+	}
+	q.hold("a", false)
+	if item, _ := q.Get(); item != fqReq("a", "3") {
+		t.Errorf("Get = %v, want a/3", item)
+	}
+}
+
+// fqCountingRateLimiter counts Forget calls.
+type fqCountingRateLimiter struct {
+	workqueue.TypedRateLimiter[Request]
+	forgets atomic.Int64
+}
+
+func (r *fqCountingRateLimiter) Forget(item Request) {
+	r.forgets.Add(1)
+	r.TypedRateLimiter.Forget(item)
+}
+
+func TestFairQueueDrop(t *testing.T) {
+	const big = 10000
+	rl := &fqCountingRateLimiter{TypedRateLimiter: workqueue.DefaultTypedControllerRateLimiter[Request]()}
+	q, clk := newTestFairQueue(t, func(o *fairQueueOptions) { o.rateLimiter = rl })
+
+	q.Add(fqReq("a", "0"))
+	a0, _ := q.Get() // a/0 in flight
+	q.Add(a0)        // parked until Done
+	for i := range big {
+		q.Add(fqReq("big", strconv.Itoa(i)))
+	}
+	q.AddAfter(fqReq("big", "later"), time.Hour)
+	q.Add(fqReq("a", "1"))
+	q.AddWithOpts(priorityqueue.AddOpts{Priority: new(1)}, fqReq("a", "2"))
+	q.AddAfter(fqReq("a", "3"), time.Minute)
+	q.AddRateLimited(fqReq("a", "4"))
+
+	q.mu.Lock()
+	bigCluster := q.clusters["big"]
+	bigItems := slices.Clone(bigCluster.levels[0].items.items)
+	bigWaiting := slices.Clone(bigCluster.waiting.items)
+	q.mu.Unlock()
+	lenBefore := q.Len()
+
+	q.drop("a")
+	q.drop("unknown")
+
+	if n := q.Len(); n != lenBefore-3 {
+		t.Errorf("Len() = %d after drop, want %d (a's 3 ready items gone)", n, lenBefore-3)
+	}
+	if n := rl.forgets.Load(); n != 5 {
+		t.Errorf("drop visited %d items, want a's 5 queued ones", n)
+	}
+	if n := q.NumRequeues(fqReq("a", "4")); n != 0 {
+		t.Errorf("NumRequeues(a/4) = %d after drop, want 0", n)
+	}
+	q.mu.Lock()
+	if q.clusters["big"] != bigCluster ||
+		!slices.Equal(bigCluster.levels[0].items.items, bigItems) ||
+		!slices.Equal(bigCluster.waiting.items, bigWaiting) {
+		t.Error("drop of a changed the other cluster's structures")
+	}
+	for i, it := range bigItems {
+		if it.index != i || it.state != fqReady {
+			t.Fatalf("drop of a changed item %v of the other cluster", it.key)
+		}
+	}
+	if len(q.timers) != 1 || q.timers[0] != bigCluster {
+		t.Errorf("clusters with waiting items: %d, want only big", len(q.timers))
+	}
+	q.mu.Unlock()
+	if got := q.ringOrder(); !slices.Equal(got[0], []string{"big"}) || len(got) != 1 {
+		t.Errorf("rings = %v, want only big at priority 0", got)
+	}
+
+	// The item in flight stays in flight; later adds are accepted.
+	q.Add(a0)
+	q.Add(fqReq("a", "5"))
+	clk.Step(2 * time.Minute) // a/3 was dropped: it does not come back
+	if n := q.Len(); n != big+2 {
+		t.Errorf("Len() = %d, want %d", n, big+2)
+	}
+	if item, _ := q.Get(); item != fqReq("big", "0") {
+		t.Errorf("Get = %v, want big/0", item)
+	}
+	if item, _ := q.Get(); item != fqReq("a", "5") {
+		t.Errorf("Get = %v, want a/5: a/0 is still in flight", item)
+	}
+	q.Done(a0)
+	q.mu.Lock()
+	next := q.rings[0].head.cluster.name
+	q.mu.Unlock()
+	if next != "big" {
+		t.Errorf("next cluster = %s, want big", next)
+	}
+	q.Get()
+	if item, _ := q.Get(); item != a0 {
+		t.Errorf("Get = %v, want %v after its Done", item, a0)
+	}
+}
+
+func TestFairQueueKeepsClustersUntilDropped(t *testing.T) {
+	q, _ := newTestFairQueue(t)
+	known := func(name string) bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.clusters[name] != nil
+	}
+	q.Add(fqReq("a", "1"))
+	q.Add(fqReq("b", "1"))
+	for range 2 {
+		item, _ := q.Get()
+		q.Done(item)
+	}
+	if !known("a") || !known("b") {
+		t.Fatal("an idle cluster was forgotten before its drop")
+	}
+	q.Add(fqReq("a", "2"))
+	a2, _ := q.Get()
+	q.drop("a")
+	q.drop("b")
+	if !known("a") || known("b") {
+		t.Fatalf("after drop: a known %t (one item in flight), b known %t; want true, false", known("a"), known("b"))
+	}
+	q.Done(a2)
+	if known("a") {
+		t.Error("a dropped cluster was kept after its last Done")
+	}
+}
+
+func TestFairQueueAddAfterOnFakeClock(t *testing.T) {
+	q, clk := newTestFairQueue(t)
+	got := make(chan Request)
+	go func() {
+		item, _ := q.Get()
+		got <- item
+	}()
+	q.AddAfter(fqReq("a", "later"), time.Second)
+	fqWaitFor(t, "the queue's timer", func() bool { return clk.Waiters() == 1 })
+
+	clk.Step(time.Second - time.Nanosecond)
+	if n := q.Len(); n != 0 {
+		t.Fatalf("Len() = %d before the item's time, want 0", n)
+	}
+	q.Add(fqReq("b", "now"))
+	if item := <-got; item != fqReq("b", "now") {
+		t.Fatalf("Get = %v, want b/now", item)
+	}
+	go func() {
+		item, _ := q.Get()
+		got <- item
+	}()
+	clk.Step(time.Nanosecond) // The timer goroutine wakes the Get.
+	if item := <-got; item != fqReq("a", "later") {
+		t.Errorf("Get = %v, want a/later", item)
+	}
+}
+
+// fqMetricValue returns the value of the series of family name with the
+// labels, and whether it exists; for a histogram, its sample count and
+// sum.
+func fqMetricValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) (value, sum float64, ok bool) {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
+					continue metrics
+				}
+			}
+			switch f.GetType() {
+			case dto.MetricType_HISTOGRAM:
+				return float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum(), true
+			case dto.MetricType_GAUGE:
+				return m.GetGauge().GetValue(), 0, true
+			default:
+				return m.GetCounter().GetValue(), 0, true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
+func TestFairQueueMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	provider, err := newFairQueueMetricsProvider(reg)
+	if err != nil {
+		t.Fatalf("newFairQueueMetricsProvider: %v", err)
+	}
+	if again, err := newFairQueueMetricsProvider(reg); err != nil || again.depth != provider.depth {
+		t.Fatalf("a second provider on the registry: %v; want the same series", err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	q := newFairQueue("widgets", func(o *fairQueueOptions) { o.metricsProvider, o.clock = provider, clk })
+	defer q.ShutDown()
+
+	queue := map[string]string{"name": "widgets", "controller": "widgets"}
+	cluster := func(name string) map[string]string {
+		return map[string]string{"controller": "widgets", "cluster": name}
+	}
+	expect := func(name string, labels map[string]string, want float64) {
+		t.Helper()
+		if got, _, _ := fqMetricValue(t, reg, name, labels); got != want {
+			t.Errorf("%s%v = %v, want %v", name, labels, got, want)
+		}
+	}
+
+	q.Add(fqReq("a", "1"))
+	q.Add(fqReq("a", "2"))
+	q.Add(fqReq("a", "1"))
+	q.Add(fqReq("b", "1"))
+	q.AddAfter(fqReq("c", "1"), time.Second)
+	expect("workqueue_depth", queue, 3)
+	expect("workqueue_adds_total", queue, 3)
+	expect("workqueue_retries_total", queue, 1)
+	expect("fleet_queue_depth", cluster("a"), 2)
+	expect("fleet_queue_depth", cluster("b"), 1)
+
+	clk.Step(time.Second)
+	if n := q.Len(); n != 4 {
+		t.Fatalf("Len() = %d, want 4", n)
+	}
+	expect("workqueue_depth", queue, 4)
+	expect("workqueue_adds_total", queue, 4)
+	expect("fleet_queue_depth", cluster("c"), 1)
+
+	a1, _ := q.Get()
+	if n, sum, _ := fqMetricValue(t, reg, "workqueue_queue_duration_seconds", queue); n != 1 || sum != 1 {
+		t.Errorf("queue duration: %v samples, sum %v; want 1 of 1s", n, sum)
+	}
+	expect("workqueue_depth", queue, 3)
+	expect("fleet_queue_depth", cluster("a"), 1)
+
+	clk.Step(unfinishedWorkPeriod)
+	fqWaitFor(t, "the unfinished-work update", func() bool {
+		v, _, _ := fqMetricValue(t, reg, "workqueue_longest_running_processor_seconds", queue)
+		return v == unfinishedWorkPeriod.Seconds()
+	})
+	clk.Step(time.Second)
+	q.Done(a1)
+	if n, sum, _ := fqMetricValue(t, reg, "workqueue_work_duration_seconds", queue); n != 1 || sum != 1.5 {
+		t.Errorf("work duration: %v samples, sum %v; want 1 of 1.5s", n, sum)
+	}
+
+	q.drop("a")
+	expect("workqueue_depth", queue, 2)
+	if _, _, ok := fqMetricValue(t, reg, "fleet_queue_depth", cluster("a")); ok {
+		t.Error("fleet_queue_depth of a dropped cluster still exists")
+	}
+	q.Add(fqReq("a", "3"))
+	expect("fleet_queue_depth", cluster("a"), 1)
+
+	problems, err := testutil.GatherAndLint(reg, "fleet_queue_depth")
+	if err != nil {
+		t.Fatalf("GatherAndLint: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestFairQueueMetricsOnControllerRuntimeRegistry(t *testing.T) {
+	// controller-runtime registered its workqueue_* series when its
+	// packages loaded; the provider must find them, not conflict.
+	provider, err := newFairQueueMetricsProvider(crmetrics.Registry)
+	if err != nil {
+		t.Fatalf("newFairQueueMetricsProvider(controller-runtime's registry): %v", err)
+	}
+	q := newFairQueue("fairqueue-registry-test", func(o *fairQueueOptions) { o.metricsProvider = provider })
+	defer q.ShutDown()
+
+	series := map[string]map[string]string{
+		"workqueue_adds_total": {"name": "fairqueue-registry-test", "controller": "fairqueue-registry-test"},
+		"workqueue_depth":      {"name": "fairqueue-registry-test", "controller": "fairqueue-registry-test", "priority": ""},
+		"fleet_queue_depth":    {"controller": "fairqueue-registry-test", "cluster": "a"},
+	}
+	before := map[string]float64{} // The registry is global: -count runs this again.
+	for name, labels := range series {
+		before[name], _, _ = fqMetricValue(t, crmetrics.Registry, name, labels)
+	}
+	q.Add(fqReq("a", "1"))
+	for name, labels := range series {
+		if got, _, _ := fqMetricValue(t, crmetrics.Registry, name, labels); got != before[name]+1 {
+			t.Errorf("%s%v = %v on controller-runtime's registry, want %v", name, labels, got, before[name]+1)
+		}
+	}
+}
+
+func TestFairQueueLeavesNoGoroutine(t *testing.T) {
+	baseline := goleak.IgnoreCurrent()
+	provider, err := newFairQueueMetricsProvider(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatalf("newFairQueueMetricsProvider: %v", err)
+	}
+	q := newFairQueue("leak-test", func(o *fairQueueOptions) { o.metricsProvider = provider })
+	q.AddAfter(fqReq("a", "later"), time.Hour)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() { q.Get() })
+	}
+	q.ShutDown()
+	q.ShutDown()
+	wg.Wait()
+	if err := goleak.Find(baseline); err != nil {
+		t.Error(err)
+	}
+}
