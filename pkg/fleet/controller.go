@@ -28,8 +28,8 @@ type controller struct {
 	do          Reconciler
 	// fair is the queue, once the controller-runtime controller made
 	// it; nil if the options bring a queue of their own.
-	fair atomic.Pointer[fairQueue]
-	metrics   *fleetMetrics
+	fair    atomic.Pointer[fairQueue]
+	metrics *fleetMetrics
 
 	// ready closes when the controller-runtime controller has started;
 	// ctx and queue are set before.
