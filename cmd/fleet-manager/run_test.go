@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 )
@@ -77,6 +78,7 @@ func TestRunUsageErrors(t *testing.T) {
 		"empty exec plugin":           {args: []string{"--allow-exec-plugin="}, want: "must not be empty"},
 		"positional argument":         {args: []string{"extra"}, want: `unexpected argument "extra"`},
 		"nonpositive cache sync time": {args: []string{"--cache-sync-timeout=0s"}, want: "-cache-sync-timeout must be positive"},
+		"nonpositive probe threshold": {args: []string{"--probe-failure-threshold=0"}, want: "-probe-failure-threshold and -disconnect-after must be positive"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -92,5 +94,20 @@ func TestRunUsageErrors(t *testing.T) {
 				t.Errorf("exit code = %d, want %d", code, exitUsage)
 			}
 		})
+	}
+}
+
+func TestRunHealthFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	f, err := parseRunFlags([]string{"--probe-interval=2s", "--probe-timeout=1s", "--probe-failure-threshold=4", "--disconnect-after=30s"}, &stderr)
+	if err != nil {
+		t.Fatalf("parseRunFlags: %v\n%s", err, stderr.String())
+	}
+	want := cluster.HealthOptions{Interval: 2 * time.Second, Timeout: time.Second, FailureThreshold: 4, DisconnectAfter: 30 * time.Second}
+	if f.health != want {
+		t.Fatalf("health = %+v, want %+v", f.health, want)
+	}
+	if f, _ = parseRunFlags(nil, &stderr); f.health.Interval*time.Duration(f.health.FailureThreshold)+f.health.Timeout > 15*time.Second {
+		t.Fatalf("default health %+v may take longer than 15s to find a dead member", f.health)
 	}
 }
