@@ -115,6 +115,9 @@ type ProbeResult struct {
 	Err      error
 	// CredentialsRejected is true for a 401 or 403.
 	CredentialsRejected bool
+	// ConsecutiveFailures counts the failed probes in a row, this one
+	// included; 0 after a success.
+	ConsecutiveFailures int
 }
 
 // run probes at once, then at every interval, until ctx ends.
@@ -135,7 +138,9 @@ func (p *prober) run(ctx context.Context) {
 			Err:                 err,
 			CredentialsRejected: apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err),
 		}
-		p.report(result, p.health.record(start, err, p.connected()))
+		state := p.health.record(start, err, p.connected())
+		result.ConsecutiveFailures = p.health.failures
+		p.report(result, state)
 		select {
 		case <-ctx.Done():
 			return

@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
@@ -240,7 +239,7 @@ func (m *member) report(result ProbeResult, state State) {
 	if old := m.state.Swap(state); old != state {
 		kv := []any{"from", old, "to", state}
 		if result.Err != nil {
-			kv = append(kv, "probeError", describeProbeError(result.Err))
+			kv = append(kv, "probeError", SafeError(result.Err))
 		}
 		m.log.Info("Member state changed", kv...)
 	}
@@ -287,16 +286,6 @@ func (m *member) stop() {
 func (m *member) closeConnections() {
 	m.dialer.CloseAll()
 	m.httpClient.CloseIdleConnections()
-}
-
-// describeProbeError says why a probe failed without quoting anything the
-// member sent: a hostile server chooses its response bodies.
-func describeProbeError(err error) string {
-	if status, ok := err.(apierrors.APIStatus); ok || errors.As(err, &status) {
-		s := status.Status()
-		return fmt.Sprintf("the API server answered %d %s", s.Code, s.Reason)
-	}
-	return err.Error()
 }
 
 func signal(ch chan struct{}) {

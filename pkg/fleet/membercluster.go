@@ -50,9 +50,8 @@ type memberClusters struct {
 }
 
 type probeRecord struct {
-	result   cluster.ProbeResult
-	state    cluster.State
-	failures int32
+	result cluster.ProbeResult
+	state  cluster.State
 }
 
 func addMemberClusters(m *Manager) (*memberClusters, error) {
@@ -97,12 +96,8 @@ func (mc *memberClusters) observeProbe(name string, result cluster.ProbeResult, 
 		delete(mc.versions, name)
 	}
 	old := mc.probes[name]
-	rec := probeRecord{result: result, state: state}
-	if result.Err != nil {
-		rec.failures = old.failures + 1
-	}
-	mc.probes[name] = rec
-	changed := old.state != state || old.failures != rec.failures || (old.result.Err == nil) != (result.Err == nil) ||
+	mc.probes[name] = probeRecord{result: result, state: state}
+	changed := old.state != state || old.result.ConsecutiveFailures != result.ConsecutiveFailures ||
 		result.Time.Sub(old.result.Time) >= probeTimeRefresh
 	mc.mu.Unlock()
 	if changed {
@@ -194,7 +189,7 @@ func (mc *memberClusters) setStatus(ctx context.Context, name string, status *fl
 	status.LastError = ""
 	if probed {
 		status.LastProbeTime = &metav1.Time{Time: probe.result.Time}
-		status.ConsecutiveFailures = probe.failures
+		status.ConsecutiveFailures = int32(probe.result.ConsecutiveFailures)
 		if probe.result.Err == nil {
 			status.LastProbeResult = fleetv1alpha1.ProbeResultSuccess
 			healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionTrue, fleetv1alpha1.ReasonProbeSucceeded, "the last probe succeeded"
@@ -202,7 +197,7 @@ func (mc *memberClusters) setStatus(ctx context.Context, name string, status *fl
 			status.LastProbeResult = fleetv1alpha1.ProbeResultFailure
 			status.LastError = truncate(cluster.SafeError(probe.result.Err), fleetv1alpha1.MaxLastErrorLength)
 			healthy.Status, healthy.Reason = metav1.ConditionFalse, fleetv1alpha1.ReasonProbeFailed
-			healthy.Message = fmt.Sprintf("%d probes in a row failed", probe.failures)
+			healthy.Message = fmt.Sprintf("%d probes in a row failed", probe.result.ConsecutiveFailures)
 		}
 	}
 	meta.SetStatusCondition(&status.Conditions, healthy)

@@ -164,11 +164,7 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 func (m *fleetMetrics) observeProbe(clusterName string, result cluster.ProbeResult, state cluster.State) {
 	m.probeDuration.WithLabelValues(clusterName).Observe(result.Duration.Seconds())
 	countResult(m.probes, result.Err == nil, resultSuccess, resultFailure, clusterName)
-	if result.Err == nil {
-		m.consecutiveFailures.WithLabelValues(clusterName).Set(0)
-	} else {
-		m.consecutiveFailures.WithLabelValues(clusterName).Inc()
-	}
+	m.consecutiveFailures.WithLabelValues(clusterName).Set(float64(result.ConsecutiveFailures))
 	m.memberReady.WithLabelValues(clusterName).Set(boolValue(state == cluster.StateReady))
 	for _, s := range memberStates {
 		m.memberState.WithLabelValues(clusterName, string(s)).Set(boolValue(state == s))

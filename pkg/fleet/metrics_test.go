@@ -31,7 +31,7 @@ func newTestMetrics(t *testing.T) (*fleetMetrics, *prometheus.Registry) {
 // reconcile.
 func feedMetrics(m *fleetMetrics) {
 	ok := cluster.ProbeResult{Duration: 20 * time.Millisecond}
-	failed := cluster.ProbeResult{Duration: 3 * time.Second, Err: errMetricsTest}
+	failed := cluster.ProbeResult{Duration: 3 * time.Second, Err: errMetricsTest, ConsecutiveFailures: 1}
 	m.observeProbe("a", ok, cluster.StateReady)
 	m.observeProbe("a", failed, cluster.StateUnhealthy)
 	m.observeProbe("b", ok, cluster.StateReady)
