@@ -233,12 +233,7 @@ func (p *provider) settle(ctx context.Context, name string) {
 	case 1:
 		c := claimants[0]
 		if err := p.pool.Set(c.reg); err != nil {
-			p.refused(ctx, c.secret, name, err)
-			refusal, ok := errors.AsType[*cluster.RefusedError](err)
-			if !ok {
-				refusal = &cluster.RefusedError{Reason: "RegistrationFailed", Message: "the member could not be built"}
-			}
-			p.setRefusal(name, refusal)
+			p.setRefusal(name, p.refused(ctx, c.secret, name, err))
 			return
 		}
 		log.V(1).Info("Registration accepted")
@@ -299,14 +294,15 @@ var errConflict = errors.New("two or more Secrets claim the same cluster name")
 
 // refused reports a refused registration in the log and as an Event on
 // its Secret. Refusals carry no credential; other errors are reported by
-// kind only, for the same reason.
-func (p *provider) refused(ctx context.Context, secret *corev1.Secret, name string, err error) {
-	reason, message := "RegistrationFailed", "the member could not be built"
-	if refusal, ok := errors.AsType[*cluster.RefusedError](err); ok {
-		reason, message = refusal.Reason, refusal.Message
+// kind only, for the same reason. It returns the refusal it reported.
+func (p *provider) refused(ctx context.Context, secret *corev1.Secret, name string, err error) *cluster.RefusedError {
+	refusal, ok := errors.AsType[*cluster.RefusedError](err)
+	if !ok {
+		refusal = &cluster.RefusedError{Reason: "RegistrationFailed", Message: "the member could not be built"}
 	}
-	logf.FromContext(ctx).Error(err, "Registration refused", "cluster", name, "reason", reason)
-	p.recorder.Eventf(secret, nil, corev1.EventTypeWarning, reason, "Register", "%s", message)
+	logf.FromContext(ctx).Error(err, "Registration refused", "cluster", name, "reason", refusal.Reason)
+	p.recorder.Eventf(secret, nil, corev1.EventTypeWarning, refusal.Reason, "Register", "%s", refusal.Message)
+	return refusal
 }
 
 func compareRefs(a, b secretRef) int {
