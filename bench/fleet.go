@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+)
+
+// fleetConfig is what a bench fleet differs in.
+type fleetConfig struct {
+	// namespace is the hub namespace of the fleet's Secrets.
+	namespace string
+	// watch is the one namespace the members cache.
+	watch string
+	// workers and work are the reconciler's concurrency and the time each
+	// reconcile takes.
+	workers int
+	work    time.Duration
+	// options adjust the fleet controller's options, such as its queue.
+	options func(*fleet.ControllerOptions)
+	// health overrides the member health options.
+	health cluster.HealthOptions
+}
+
+// benchFleet is a running fleet manager with one ConfigMap controller
+// whose reconciler records every request.
+type benchFleet struct {
+	mgr        *fleet.Manager
+	controller string
+	rec        *recorder
+	cancel     context.CancelFunc
+	done       chan error
+}
+
+// controllerIDs numbers the bench controllers: their names label metrics,
+// which outlive each manager.
+var controllerIDs atomic.Int32
+
+// startFleet starts a fleet manager on the hub at cfg.
+func startFleet(hub *rest.Config, cfg fleetConfig) (*benchFleet, error) {
+	mgr, err := fleet.New(hub, fleet.Options{
+		Options: manager.Options{
+			Logger:                 logr.Discard(),
+			Metrics:                metricsserver.Options{BindAddress: "0"},
+			HealthProbeBindAddress: "0",
+			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		},
+		Namespace:    cfg.namespace,
+		MemberHealth: cfg.health,
+		ConfigureMember: func(_ string, o *crcluster.Options) {
+			o.Cache.DefaultNamespaces = map[string]cache.Config{cfg.watch: {}}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("bench-%d", controllerIDs.Add(1))
+
+	rec := newRecorder(cfg.work)
+	opts := fleet.ControllerOptions{}
+	opts.MaxConcurrentReconciles = max(cfg.workers, 1)
+	if cfg.options != nil {
+		cfg.options(&opts)
+	}
+	err = fleet.NewControllerManagedBy(mgr).
+		Named(name).
+		For(&corev1.ConfigMap{}).
+		WatchClusters(fleet.Members).
+		WithOptions(opts).
+		Complete(rec)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &benchFleet{mgr: mgr, controller: name, rec: rec, cancel: cancel, done: make(chan error, 1)}
+	go func() { f.done <- mgr.Start(ctx) }()
+	// Scenarios time the fleet, not its start: wait until the manager
+	// runs its controllers.
+	select {
+	case <-mgr.Elected():
+	case err := <-f.done:
+		cancel()
+		return nil, fmt.Errorf("fleet manager stopped: %w", err)
+	}
+	return f, nil
+}
+
+// stop stops the manager and waits until it has returned.
+func (f *benchFleet) stop() error {
+	f.cancel()
+	return <-f.done
+}
+
+// recorder is a reconciler that takes a fixed time per request and
+// remembers when each request, and each cluster, was first reconciled.
+type recorder struct {
+	work time.Duration
+
+	mu        sync.Mutex
+	first     map[fleet.Request]time.Time
+	byCluster map[string]time.Time
+	counts    map[string]int
+	total     int
+	firstAt   time.Time
+	last      time.Time
+}
+
+func newRecorder(work time.Duration) *recorder {
+	return &recorder{work: work, first: map[fleet.Request]time.Time{}, byCluster: map[string]time.Time{}, counts: map[string]int{}}
+}
+
+func (r *recorder) Reconcile(_ context.Context, req fleet.Request) (reconcile.Result, error) {
+	now := time.Now()
+	r.mu.Lock()
+	if _, ok := r.first[req]; !ok {
+		r.first[req] = now
+		r.counts[req.ClusterName]++
+	}
+	if _, ok := r.byCluster[req.ClusterName]; !ok {
+		r.byCluster[req.ClusterName] = now
+	}
+	if r.total == 0 {
+		r.firstAt = now
+	}
+	r.total++
+	r.last = now
+	r.mu.Unlock()
+	if r.work > 0 {
+		time.Sleep(r.work)
+	}
+	return reconcile.Result{}, nil
+}
+
+// engaged returns when cluster's first request was reconciled.
+func (r *recorder) engaged(clusterName string) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.byCluster[clusterName]
+	return t, ok
+}
+
+// reconciled returns when req was first reconciled.
+func (r *recorder) reconciled(req fleet.Request) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.first[req]
+	return t, ok
+}
+
+
+// settledClusters counts the clusters with at least objects distinct
+// objects reconciled, and returns the time of the first and the latest
+// reconcile.
+func (r *recorder) settledClusters(objects int) (n int, first, last time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.counts {
+		if c >= objects {
+			n++
+		}
+	}
+	return n, r.firstAt, r.last
+}
+
+// await polls done every millisecond until it reports true or timeout
+// passes.
+func await(what string, timeout time.Duration, done func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !done() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// awaitEngaged waits for cluster's first reconcile and returns its time.
+func (f *benchFleet) awaitEngaged(clusterName string, timeout time.Duration) (time.Time, error) {
+	var t time.Time
+	err := await(clusterName+" engaged", timeout, func() bool {
+		var ok bool
+		t, ok = f.rec.engaged(clusterName)
+		return ok
+	})
+	return t, err
+}
+
+// awaitReconciled waits for req's first reconcile and returns its time.
+func (f *benchFleet) awaitReconciled(req fleet.Request, timeout time.Duration) (time.Time, error) {
+	var t time.Time
+	err := await(fmt.Sprintf("%s reconciled", req), timeout, func() bool {
+		var ok bool
+		t, ok = f.rec.reconciled(req)
+		return ok
+	})
+	return t, err
+}

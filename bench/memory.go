@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+const (
+	memoryTable     = "Memory"
+	throughputTable = "Throughput"
+)
+
+const mib = 1 << 20
+
+// benchMemory measures a fleet manager process whose n members each cache
+// loadObjects ConfigMaps of loadBytes, once settled, and a process of n
+// bare controller-runtime clusters caching the same objects with the same
+// transform and GOGC. The fleet's reconciles per second over the initial
+// lists go to the throughput table.
+func (b *bench) benchMemory(ctx context.Context, n int) error {
+	ns, err := b.lab.newNamespace(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.cleanUp(ctx, ns)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-m%03d", ns, i)
+	}
+	if _, err := b.lab.registerAll(ctx, ns, names, b.lab.serverKubeconfig); err != nil {
+		return err
+	}
+	fleetSettled, fleetMem, err := b.measureChild("fleet", n,
+		"-mode=fleet", "-hub="+b.lab.hubFile, "-namespace="+ns)
+	if err != nil {
+		return fmt.Errorf("fleet manager: %w", err)
+	}
+	_, bareMem, err := b.measureChild("bare", n,
+		"-mode=bare", "-kubeconfigs="+strings.Join(b.lab.serverFiles, ","))
+	if err != nil {
+		return fmt.Errorf("bare clusters: %w", err)
+	}
+
+	t := b.res.table(memoryTable, fmt.Sprintf("A fleet-manager process (ConfigMap controller, 2 workers) whose members each cache %d ConfigMaps of %d KiB, read after settling and %s idle: RSS, then the live heap after a collection. Baseline: a process of bare controller-runtime clusters caching the same objects, each with a connection of its own and the same transform (managedFields stripped). Slopes are least-squares fits over N, run by run.", loadObjects, loadBytes>>10, childIdle))
+	t.add(fmt.Sprintf("fleet-manager RSS, N=%d", n), "MiB", float64(fleetMem.RSSBytes)/mib, nil)
+	t.add(fmt.Sprintf("fleet-manager heap, N=%d", n), "MiB", float64(fleetMem.HeapBytes)/mib, nil)
+	t.add(fmt.Sprintf("bare clusters RSS, N=%d", n), "MiB", float64(bareMem.RSSBytes)/mib, nil)
+	t.add(fmt.Sprintf("bare clusters heap, N=%d", n), "MiB", float64(bareMem.HeapBytes)/mib, nil)
+	if n == 200 {
+		t.add("members settled in one process", "members", float64(n), atLeast(200, ""))
+	}
+
+	const plot, title, y = "memory", "Memory against members (500 ConfigMaps of 2 KiB each)", "MiB"
+	b.res.plot(plot, title, y, "fleet-manager RSS", n, float64(fleetMem.RSSBytes)/mib)
+	b.res.plot(plot, title, y, "bare controller-runtime RSS", n, float64(bareMem.RSSBytes)/mib)
+	b.res.plot(plot, title, y, "fleet-manager heap", n, float64(fleetMem.HeapBytes)/mib)
+	b.res.plot(plot, title, y, "bare controller-runtime heap", n, float64(bareMem.HeapBytes)/mib)
+
+	tp := b.res.table(throughputTable, fmt.Sprintf("Reconciles per second over the initial lists of all members (%d ConfigMaps each), from the first reconcile to the last, 2 workers doing no work; and the time from the manager's start until every member had settled.", loadObjects))
+	tp.add(fmt.Sprintf("N=%d, reconciles per second", n), "/s", fleetSettled.Throughput, nil)
+	tp.add(fmt.Sprintf("N=%d, start to all settled", n), "s", fleetSettled.SettledSeconds, nil)
+	return nil
+}
+
+// childIdle is how long a child idles after settling before its memory is
+// read.
+const childIdle = 3 * time.Second
+
+// measureChild runs a child until it settled and reported its memory.
+func (b *bench) measureChild(what string, n int, args ...string) (settled, memory childReport, err error) {
+	args = append(args, fmt.Sprintf("-members=%d", n), fmt.Sprintf("-objects=%d", loadObjects),
+		"-watch="+loadNamespace, "-idle="+childIdle.String())
+	c, err := startChild(args...)
+	if err != nil {
+		return settled, memory, err
+	}
+	if settled, err = c.next(5 * time.Minute); err != nil {
+		return settled, memory, err
+	}
+	if memory, err = c.next(time.Minute); err != nil {
+		return settled, memory, err
+	}
+	if _, err := c.stop(time.Minute); err != nil {
+		return settled, memory, fmt.Errorf("stopping %s child: %w", what, err)
+	}
+	return settled, memory, nil
+}
+
+// addMemorySlopes fits MiB per member over N for each run and series, and
+// the fleet manager's RSS slope over the bare clusters'.
+func (b *bench) addMemorySlopes() {
+	c := b.res.curves["memory"]
+	if c == nil || len(b.members) < 2 {
+		return
+	}
+	t := b.res.table(memoryTable, "")
+	xs := make([]float64, len(b.members))
+	for i, n := range b.members {
+		xs[i] = float64(n)
+	}
+	runSlope := func(series string, run int) float64 {
+		ys := make([]float64, len(b.members))
+		for i, n := range b.members {
+			ys[i] = c.points[series][n][run]
+		}
+		return slope(xs, ys)
+	}
+	for run := range b.runs {
+		fleetRSS := runSlope("fleet-manager RSS", run)
+		bareRSS := runSlope("bare controller-runtime RSS", run)
+		t.add("fleet-manager RSS per member", "MiB", fleetRSS, atMost(2.5, "3.3 MiB"))
+		t.add("fleet-manager heap per member", "MiB", runSlope("fleet-manager heap", run), nil)
+		t.add("bare clusters RSS per member", "MiB", bareRSS, nil)
+		t.add("bare clusters heap per member", "MiB", runSlope("bare controller-runtime heap", run), nil)
+		t.add("fleet-manager ÷ bare, RSS per member", "×", fleetRSS/bareRSS, atMost(1.2, ""))
+	}
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+)
+
+// results collects the figures of every run, in the order scenarios
+// first report them.
+type results struct {
+	tables []*table
+	curves map[string]*curve
+}
+
+// table is one scenario's figures.
+type table struct {
+	title   string
+	note    string
+	figures []*figure
+}
+
+// figure is one measured quantity, with a value from each run.
+type figure struct {
+	name   string
+	unit   string
+	runs   []float64
+	target *target
+}
+
+// target is a figure's goal: at most (or at least) limit, and what
+// multicluster-runtime does on the same work, for reference.
+type target struct {
+	limit     float64
+	atLeast   bool
+	reference string
+}
+
+// curve is a plot: series of values per number of members, a value per
+// run at each point.
+type curve struct {
+	title, yLabel string
+	series        []string
+	points        map[string]map[int][]float64
+}
+
+func newResults() *results { return &results{curves: map[string]*curve{}} }
+
+// table returns the table of a scenario, adding it if new.
+func (r *results) table(title, note string) *table {
+	for _, t := range r.tables {
+		if t.title == title {
+			return t
+		}
+	}
+	t := &table{title: title, note: note}
+	r.tables = append(r.tables, t)
+	return t
+}
+
+// add records one run's value of a figure, adding the figure if new.
+// Figures are told apart by name and unit.
+func (t *table) add(name, unit string, value float64, tg *target) {
+	for _, f := range t.figures {
+		if f.name == name && f.unit == unit {
+			f.runs = append(f.runs, value)
+			return
+		}
+	}
+	t.figures = append(t.figures, &figure{name: name, unit: unit, runs: []float64{value}, target: tg})
+}
+
+// addDuration records a duration in milliseconds.
+func (t *table) addDuration(name string, d time.Duration, tg *target) {
+	t.add(name, "ms", ms(d), tg)
+}
+
+// plot records one run's value of a series at n members.
+func (r *results) plot(name, title, yLabel, series string, n int, value float64) {
+	c, ok := r.curves[name]
+	if !ok {
+		c = &curve{title: title, yLabel: yLabel, points: map[string]map[int][]float64{}}
+		r.curves[name] = c
+	}
+	if _, ok := c.points[series]; !ok {
+		c.series = append(c.series, series)
+		c.points[series] = map[int][]float64{}
+	}
+	c.points[series][n] = append(c.points[series][n], value)
+}
+
+// atMost and atLeast make targets.
+func atMost(limit float64, reference string) *target {
+	return &target{limit: limit, reference: reference}
+}
+
+func atLeast(limit float64, reference string) *target {
+	return &target{limit: limit, atLeast: true, reference: reference}
+}
+
+// met reports whether v reaches the target.
+func (t *target) met(v float64) bool {
+	if t.atLeast {
+		return v >= t.limit
+	}
+	return v <= t.limit
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// median, minimum and maximum of values, which must not be empty.
+func median(values []float64) float64 {
+	s := slices.Clone(values)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// percentile returns the nearest-rank p-th percentile of durations.
+func percentile(durations []time.Duration, p float64) time.Duration {
+	s := slices.Clone(durations)
+	slices.Sort(s)
+	rank := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(rank, 0)]
+}
+
+// slope fits y = a + b·x by least squares and returns b.
+func slope(xs, ys []float64) float64 {
+	var mx, my float64
+	for i := range xs {
+		mx += xs[i]
+		my += ys[i]
+	}
+	mx /= float64(len(xs))
+	my /= float64(len(ys))
+	var num, den float64
+	for i := range xs {
+		num += (xs[i] - mx) * (ys[i] - my)
+		den += (xs[i] - mx) * (xs[i] - mx)
+	}
+	return num / den
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
