@@ -163,7 +163,6 @@ func (r *recorder) reconciled(req fleet.Request) (time.Time, bool) {
 	return t, ok
 }
 
-
 // settledClusters counts the clusters with at least objects distinct
 // objects reconciled, and returns the time of the first and the latest
 // reconcile.
