@@ -50,6 +50,10 @@ type lab struct {
 	hubFile     string
 	serverFiles []string
 
+	// apiServers are the member servers' kube-apiserver processes the
+	// outage scenario found, by server.
+	apiServers map[int]*apiServerProcess
+
 	nextID atomic.Int32
 }
 
@@ -58,7 +62,7 @@ func startLab(servers int) (*lab, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &lab{hub: envs[0], servers: envs[1:], envs: envs, scheme: runtime.NewScheme()}
+	l := &lab{hub: envs[0], servers: envs[1:], envs: envs, scheme: runtime.NewScheme(), apiServers: map[int]*apiServerProcess{}}
 	if err := l.setUp(); err != nil {
 		return nil, errors.Join(err, l.stop())
 	}
@@ -167,6 +171,10 @@ func configMap(ns, name string, size int) *corev1.ConfigMap {
 
 // stop stops every API server.
 func (l *lab) stop() error {
+	for _, p := range l.apiServers {
+		_ = p.thaw()
+		p.stop()
+	}
 	if l.files != "" {
 		_ = os.RemoveAll(l.files)
 	}

@@ -41,7 +41,7 @@ type bench struct {
 }
 
 // scenarioNames are the scenarios -only selects from.
-var scenarioNames = []string{"go", "engage", "memory"}
+var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "outage"}
 
 // selected reports whether scenario is selected.
 func (b *bench) selected(scenario string) bool { return len(b.only) == 0 || b.only[scenario] }
@@ -142,6 +142,25 @@ func (b *bench) scenarios(ctx context.Context, run int) error {
 			if err := s.run(ctx, n); err != nil {
 				return fmt.Errorf("%s, %d members: %w", s.name, n, err)
 			}
+		}
+	}
+	once := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"fairness", b.benchFairness},
+		{"headofline", b.benchHeadOfLine},
+		{"connections", b.benchConnections},
+		{"shutdown", b.benchShutdown},
+		{"outage", b.benchOutage}, // last: it restarts a member server
+	}
+	for _, s := range once {
+		if !b.selected(s.name) {
+			continue
+		}
+		b.progress("run %d: %s", run, s.name)
+		if err := s.run(ctx); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
 	return ctx.Err()

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+)
+
+const (
+	outageTable  = "Detection and recovery"
+	outageServer = 2 // the member server the outages happen to
+)
+
+// benchOutage kills a member's API server and starts it again, then
+// freezes it (SIGSTOP) and thaws it, and measures the time from each
+// outage to the member being Unhealthy, and from each return to the first
+// reconcile of a ConfigMap created on the member at its return.
+func (b *bench) benchOutage(ctx context.Context) error {
+	server, err := b.lab.apiServer(outageServer)
+	if err != nil {
+		return err
+	}
+	ns, err := b.lab.newNamespace(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.cleanUp(ctx, ns)
+	f, err := startFleet(b.lab.hub.Config, fleetConfig{namespace: ns, watch: engageNamespace, workers: 2, trackRequests: true})
+	if err != nil {
+		return err
+	}
+	defer b.stopFleet(f)
+	name := ns + "-victim"
+	if err := b.lab.register(ctx, ns, name, b.lab.kubeconfig[outageServer]); err != nil {
+		return err
+	}
+	if _, err := f.awaitEngaged(name, time.Minute); err != nil {
+		return err
+	}
+
+	t := b.res.table(outageTable, "A member's kube-apiserver is killed (SIGKILL) and started again with the same flags, or frozen (SIGSTOP) and thawed (SIGCONT); its etcd keeps running. Detection: from the outage until the member is Unhealthy (default probe settings). Recovery: from the server answering again until the first reconcile of a ConfigMap created at that moment.")
+	outages := []struct {
+		name        string
+		stop, start func() error
+	}{
+		{"killed", server.kill, server.restart},
+		{"frozen", server.freeze, server.thaw},
+	}
+	for _, o := range outages {
+		detected, recovered, err := b.outage(ctx, f, name, ns+"-"+o.name, o.stop, o.start)
+		if err != nil {
+			return fmt.Errorf("%s: %w", o.name, err)
+		}
+		t.addDuration(fmt.Sprintf("%s: outage to Unhealthy", o.name), detected, atMost(15000, "never noticed"))
+		t.addDuration(fmt.Sprintf("%s: return to first reconcile", o.name), recovered, atMost(1000, ""))
+	}
+	return nil
+}
+
+func (b *bench) outage(ctx context.Context, f *benchFleet, member, object string, stop, start func() error) (detected, recovered time.Duration, err error) {
+	down := time.Now()
+	if err := stop(); err != nil {
+		return 0, 0, err
+	}
+	if err := await(member+" Unhealthy", 2*time.Minute, func() bool {
+		state, _ := f.mgr.MemberState(member)
+		return state == cluster.StateUnhealthy
+	}); err != nil {
+		return 0, 0, errors.Join(err, start())
+	}
+	detected = time.Since(down)
+	if err := start(); err != nil {
+		return 0, 0, err
+	}
+	if err := b.lab.awaitServing(ctx, outageServer); err != nil {
+		return 0, 0, err
+	}
+	back := time.Now()
+	if err := b.lab.clients[outageServer].Create(ctx, configMap(engageNamespace, object, 16)); err != nil {
+		return 0, 0, err
+	}
+	reconciled, err := f.awaitReconciled(fleet.Request{ClusterName: member, NamespacedName: types.NamespacedName{Namespace: engageNamespace, Name: object}}, 2*time.Minute)
+	if err != nil {
+		return 0, 0, err
+	}
+	return detected, reconciled.Sub(back), nil
+}
+
+// awaitServing waits until member server i answers /readyz.
+func (l *lab) awaitServing(ctx context.Context, i int) error {
+	cfg := rest.CopyConfig(l.servers[i].Config)
+	cfg.Timeout = 200 * time.Millisecond
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return await("the API server serving", time.Minute, func() bool {
+		return cs.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error() == nil
+	})
+}
+
+// apiServerProcess is a member server's kube-apiserver process, which the
+// bench kills, starts again with the same command line, freezes and thaws.
+type apiServerProcess struct {
+	args []string
+	env  []string
+	dir  string
+	pid  int
+	cmd  *exec.Cmd // set once the bench started it
+}
+
+// apiServer finds member server i's kube-apiserver by its secure port.
+func (l *lab) apiServer(i int) (*apiServerProcess, error) {
+	if p := l.apiServers[i]; p != nil {
+		return p, nil
+	}
+	u, err := url.Parse(l.servers[i].Config.Host)
+	if err != nil {
+		return nil, err
+	}
+	flag := []byte("--secure-port=" + u.Port())
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range procs {
+		cmdline, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		args := bytes.Split(bytes.TrimRight(cmdline, "\x00"), []byte{0})
+		if filepath.Base(string(args[0])) != "kube-apiserver" || !containsArg(args, flag) {
+			continue
+		}
+		dir := filepath.Dir(f)
+		pid, _ := strconv.Atoi(filepath.Base(dir))
+		environ, _ := os.ReadFile(filepath.Join(dir, "environ"))
+		cwd, _ := os.Readlink(filepath.Join(dir, "cwd"))
+		p := &apiServerProcess{pid: pid, dir: cwd, env: strings.Split(strings.TrimRight(string(environ), "\x00"), "\x00")}
+		for _, a := range args {
+			p.args = append(p.args, string(a))
+		}
+		l.apiServers[i] = p
+		return p, nil
+	}
+	return nil, fmt.Errorf("no kube-apiserver process with %s", flag)
+}
+
+func containsArg(args [][]byte, arg []byte) bool {
+	for _, a := range args {
+		if bytes.Equal(a, arg) {
+			return true
+		}
+	}
+	return false
+}
+
+// kill kills the process and waits until it is gone.
+func (p *apiServerProcess) kill() error {
+	if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
+		return err
+	}
+	if p.cmd != nil {
+		_ = p.cmd.Wait()
+		p.cmd = nil
+		return nil
+	}
+	// envtest started it and reaps it.
+	return await("kube-apiserver gone", time.Minute, func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", p.pid))
+		return err != nil
+	})
+}
+
+// restart starts the process again with the same command line; it dies
+// with the bench.
+func (p *apiServerProcess) restart() error {
+	cmd := exec.Command(p.args[0], p.args[1:]...)
+	cmd.Env, cmd.Dir = p.env, p.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p.cmd, p.pid = cmd, cmd.Process.Pid
+	return nil
+}
+
+func (p *apiServerProcess) freeze() error { return syscall.Kill(p.pid, syscall.SIGSTOP) }
+func (p *apiServerProcess) thaw() error   { return syscall.Kill(p.pid, syscall.SIGCONT) }
+
+// stop kills the process if the bench started it; envtest stops its own.
+func (p *apiServerProcess) stop() {
+	if p.cmd != nil {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+}
