@@ -35,9 +35,13 @@ demo: envtest
 manifests:
 	hack/controller-gen.sh object crd paths=./api/... output:crd:dir=deploy/crd
 
-## bench: the Go benchmarks.
+## bench: the Go benchmarks and the end-to-end bench program (bench/, a
+## module of its own) against local API servers; writes bench/results.md and
+## PNG plots (about 15 minutes). BENCH_QUICK=1: fewer members and one run
+## (about 2 minutes), written to bench/quick/.
+BENCH_QUICK ?=
 bench: envtest
-	go test -run '^$$' -bench . -benchmem ./...
+	cd bench && go run . -quick=$(if $(filter 1,$(BENCH_QUICK)),true,false) -out $(if $(filter 1,$(BENCH_QUICK)),quick,.)
 
 lint:
 	gofmt -l . | tee /dev/stderr | (! read)
