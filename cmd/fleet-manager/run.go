@@ -122,6 +122,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.IntVar(&f.memberBurst, "member-burst", 100, "Burst of queries each member's client may make.")
 	fs.DurationVar(&f.cacheSyncTimeout, "cache-sync-timeout", 2*time.Minute, "How long a controller waits for a cluster's informers to sync.")
 	fs.DurationVar(&f.health.Interval, "probe-interval", 4*time.Second, "How often each member is probed (an authenticated SelfSubjectReview).")
+	fs.DurationVar(&f.health.RetryInterval, "probe-retry-interval", 500*time.Millisecond, "How soon a member is probed again after a failed probe, so that an outage is confirmed, and a return noticed, quickly.")
 	fs.DurationVar(&f.health.Timeout, "probe-timeout", 3*time.Second, "How long one probe may take.")
 	fs.IntVar(&f.health.FailureThreshold, "probe-failure-threshold", 2, "Failed probes in a row that make a member Unhealthy: its work is held, its caches kept.")
 	fs.DurationVar(&f.health.DisconnectAfter, "disconnect-after", time.Minute, "How long probes must keep failing before a member is Disconnected: torn down, then reconnected with backoff once a probe succeeds.")
@@ -169,8 +170,8 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	if f.cacheSyncTimeout <= 0 {
 		return f, usageErrorf(fs, "-cache-sync-timeout must be positive")
 	}
-	if f.health.Interval <= 0 || f.health.Timeout <= 0 || f.health.FailureThreshold <= 0 || f.health.DisconnectAfter <= 0 {
-		return f, usageErrorf(fs, "-probe-interval, -probe-timeout, -probe-failure-threshold and -disconnect-after must be positive")
+	if f.health.Interval <= 0 || f.health.RetryInterval <= 0 || f.health.Timeout <= 0 || f.health.FailureThreshold <= 0 || f.health.DisconnectAfter <= 0 {
+		return f, usageErrorf(fs, "-probe-interval, -probe-retry-interval, -probe-timeout, -probe-failure-threshold and -disconnect-after must be positive")
 	}
 	return f, nil
 }

@@ -99,15 +99,18 @@ func TestRunUsageErrors(t *testing.T) {
 
 func TestRunHealthFlags(t *testing.T) {
 	var stderr bytes.Buffer
-	f, err := parseRunFlags([]string{"--probe-interval=2s", "--probe-timeout=1s", "--probe-failure-threshold=4", "--disconnect-after=30s"}, &stderr)
+	f, err := parseRunFlags([]string{"--probe-interval=2s", "--probe-retry-interval=250ms", "--probe-timeout=1s", "--probe-failure-threshold=4", "--disconnect-after=30s"}, &stderr)
 	if err != nil {
 		t.Fatalf("parseRunFlags: %v\n%s", err, stderr.String())
 	}
-	want := cluster.HealthOptions{Interval: 2 * time.Second, Timeout: time.Second, FailureThreshold: 4, DisconnectAfter: 30 * time.Second}
+	want := cluster.HealthOptions{Interval: 2 * time.Second, RetryInterval: 250 * time.Millisecond, Timeout: time.Second, FailureThreshold: 4, DisconnectAfter: 30 * time.Second}
 	if f.health != want {
 		t.Fatalf("health = %+v, want %+v", f.health, want)
 	}
-	if f, _ = parseRunFlags(nil, &stderr); f.health.Interval*time.Duration(f.health.FailureThreshold)+f.health.Timeout > 15*time.Second {
-		t.Fatalf("default health %+v may take longer than 15s to find a dead member", f.health)
+	// A frozen member: its first probe starts up to an interval after it
+	// froze, and each probe takes the timeout.
+	f, _ = parseRunFlags(nil, &stderr)
+	if worst := f.health.Interval + time.Duration(f.health.FailureThreshold)*f.health.Timeout + time.Duration(f.health.FailureThreshold-1)*f.health.RetryInterval; worst > 15*time.Second {
+		t.Fatalf("default health %+v may take %s to find a frozen member, over 15s", f.health, worst)
 	}
 }

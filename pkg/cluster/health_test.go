@@ -46,8 +46,9 @@ func (s *scriptedProbes) last() State {
 	return s.states[len(s.states)-1]
 }
 
-func TestProberTurnsUnhealthyThenDisconnected(t *testing.T) {
-	opts := HealthOptions{Interval: 5 * time.Second, Timeout: time.Second, FailureThreshold: 3, DisconnectAfter: 30 * time.Second}
+// runProber runs a prober with opts on a fake clock until the test ends.
+func runProber(t *testing.T, opts HealthOptions) (*scriptedProbes, *clocktesting.FakeClock) {
+	t.Helper()
 	clock := clocktesting.NewFakeClock(time.Now())
 	probes := &scriptedProbes{probed: make(chan struct{})}
 	p := &prober{
@@ -60,7 +61,13 @@ func TestProberTurnsUnhealthyThenDisconnected(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); p.run(ctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
+	return probes, clock
+}
+
+func TestProberTurnsUnhealthyThenDisconnected(t *testing.T) {
+	opts := HealthOptions{Interval: 5 * time.Second, Timeout: time.Second, FailureThreshold: 3, DisconnectAfter: 30 * time.Second}
+	probes, clock := runProber(t, opts)
 
 	tick := func() State {
 		t.Helper()
@@ -98,6 +105,49 @@ func TestProberTurnsUnhealthyThenDisconnected(t *testing.T) {
 	probes.fail(nil)
 	if got := tick(); got != StateReady {
 		t.Fatalf("after a good probe: %s, want Ready", got)
+	}
+}
+
+func TestProberRetriesSoonAfterAFailure(t *testing.T) {
+	opts := HealthOptions{Interval: 5 * time.Second, RetryInterval: 500 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: time.Minute}
+	probes, clock := runProber(t, opts)
+
+	// step advances the clock by d and returns the state of the probe it
+	// caused, failing if none comes.
+	step := func(d time.Duration) State {
+		t.Helper()
+		for !clock.HasWaiters() {
+			time.Sleep(time.Millisecond)
+		}
+		clock.Step(d)
+		select {
+		case <-probes.probed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no probe %s later", d)
+		}
+		return probes.last()
+	}
+
+	<-probes.probed
+	probes.fail(errors.New("connection refused"))
+	if got := step(opts.Interval); got != StateReady {
+		t.Fatalf("after one failed probe: %s, want Ready", got)
+	}
+	if got := step(opts.RetryInterval); got != StateUnhealthy {
+		t.Fatalf("a retry interval after the first failure: %s, want Unhealthy", got)
+	}
+	probes.fail(nil)
+	if got := step(opts.RetryInterval); got != StateReady {
+		t.Fatalf("a retry interval after a failure, back: %s, want Ready", got)
+	}
+	for !clock.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	clock.Step(opts.RetryInterval)
+	select {
+	case <-probes.probed:
+		t.Fatal("probed a retry interval after a success; want the full interval")
+	case <-time.After(50 * time.Millisecond):
 	}
 }
 

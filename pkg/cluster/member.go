@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -42,9 +43,18 @@ type member struct {
 	conn  atomic.Pointer[connection]
 	state atomic.Value // State
 
-	// disconnect and reconnect carry the prober's verdicts to run.
+	// disconnect, reconnect and refresh carry the prober's verdicts to
+	// run. refresh asks for a new connection at once, for a member that is
+	// back after losing its network connections, and with them its watches.
 	disconnect chan struct{}
 	reconnect  chan struct{}
+	refresh    chan struct{}
+
+	// connLost is set when a network connection of the member closes, and
+	// cleared by a probe that succeeds while Ready.
+	connLost atomic.Bool
+	// closing is set while a connection is torn down: dials fail.
+	closing atomic.Bool
 
 	// startOnce makes start idempotent; cancel and done are set by start.
 	startOnce sync.Once
@@ -69,6 +79,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 		pool:       p,
 		disconnect: make(chan struct{}, 1),
 		reconnect:  make(chan struct{}, 1),
+		refresh:    make(chan struct{}, 1),
 		done:       make(chan struct{}),
 	}
 	m.creds.Store(creds)
@@ -76,7 +87,24 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	// A dialer of its own keeps client-go's TLS cache from sharing one
 	// transport between members, lets the member close every connection,
 	// and checks each resolved address against the policy.
-	m.dialer = connrotation.NewDialer((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: p.opts.Policy.dialControl}).DialContext)
+	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: p.opts.Policy.dialControl}).DialContext
+	m.dialer = connrotation.NewDialer(func(ctx context.Context, network, address string) (net.Conn, error) {
+		if m.closing.Load() {
+			return nil, errClosing
+		}
+		c, err := dial(ctx, network, address)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			// Without its errno: on ECONNREFUSED client-go's streaming list
+			// sleeps out its retry backoff (up to 30 s) without heeding
+			// cancellation, holding up the teardown of a member that went
+			// away; other errors take paths that stop at once.
+			return nil, fmt.Errorf("dial %s %s: connection refused", network, address)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &notifyingConn{Conn: c, closed: func() { m.connLost.Store(true) }}, nil
+	})
 	rt, err := m.newTransport(creds.config)
 	if err != nil {
 		return nil, refuse("KubeconfigInvalid", "cannot build a transport: %s", scrub(err))
@@ -150,11 +178,15 @@ func (m *member) run(ctx context.Context) {
 	backoff := *opts.ReconnectBackoff
 	for {
 		m.setState(StateConnecting)
-		if err := m.connect(ctx); err != nil {
+		refreshed, err := m.connect(ctx)
+		if err != nil {
 			m.log.Error(err, "Connecting member failed")
 		}
 		if ctx.Err() != nil {
 			return
+		}
+		if refreshed {
+			continue
 		}
 		if m.State() == StateReady {
 			backoff = *opts.ReconnectBackoff
@@ -179,12 +211,13 @@ func (m *member) run(ctx context.Context) {
 
 // connect starts a connection: indexes first, then the cluster and its
 // engagement. It returns once ctx ends, the cluster fails, or the prober
-// disconnects the member, and everything the connection started has
-// ended and its network connections are closed.
-func (m *member) connect(ctx context.Context) error {
+// disconnects or refreshes the member (refreshed is then true), and
+// everything the connection started has ended and its network
+// connections are closed.
+func (m *member) connect(ctx context.Context) (refreshed bool, err error) {
 	cl, err := m.newCluster()
 	if err != nil {
-		return fmt.Errorf("creating cluster: %w", err)
+		return false, fmt.Errorf("creating cluster: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -198,6 +231,8 @@ func (m *member) connect(ctx context.Context) error {
 		m.closeConnections()
 	}()
 	drain(m.disconnect)
+	drain(m.refresh)
+	m.connLost.Store(false)
 
 	var clusterErr error
 	clusterDone := make(chan struct{})
@@ -218,11 +253,24 @@ func (m *member) connect(ctx context.Context) error {
 	case <-m.disconnect:
 		m.log.Info("Disconnecting member: probes kept failing", "disconnectAfter", m.pool.opts.Health.DisconnectAfter)
 		cancel()
+	case <-m.refresh:
+		// Watches that lost their connection retry with backoff of up to
+		// 30 s; a new connection lists again now.
+		m.log.Info("Reconnecting member: it is back, and lost its connections while away")
+		refreshed = true
+		cancel()
 	}
+	// Until everything the connection started has ended, its network
+	// connections are closed and new dials refused, so that requests that
+	// ignore cancellation, such as discovery, end now rather than at their
+	// timeouts.
+	m.closing.Store(true)
+	m.dialer.CloseAll()
 	<-engaged
 	<-clusterDone
+	m.closing.Store(false)
 	m.log.Info("Disengaged member")
-	return clusterErr
+	return refreshed, clusterErr
 }
 
 // report takes each probe's result from the prober. A member is
@@ -236,7 +284,18 @@ func (m *member) report(result ProbeResult, state State) {
 	case state == StateConnecting && m.conn.Load() == nil:
 		signal(m.reconnect)
 	}
-	if old := m.state.Swap(state); old != state {
+	old := m.state.Swap(state)
+	if result.Err == nil {
+		switch old {
+		case StateReady:
+			m.connLost.Store(false) // a blip: the informers retry soon enough
+		case StateUnhealthy:
+			if m.connLost.Load() {
+				signal(m.refresh)
+			}
+		}
+	}
+	if old != state {
 		kv := []any{"from", old, "to", state}
 		if result.Err != nil {
 			kv = append(kv, "probeError", SafeError(result.Err))
@@ -286,6 +345,20 @@ func (m *member) stop() {
 func (m *member) closeConnections() {
 	m.dialer.CloseAll()
 	m.httpClient.CloseIdleConnections()
+}
+
+// errClosing fails the dials of a member whose connection is torn down.
+var errClosing = errors.New("member connection closing")
+
+// notifyingConn is a network connection that tells when it is closed.
+type notifyingConn struct {
+	net.Conn
+	closed func()
+}
+
+func (c *notifyingConn) Close() error {
+	c.closed()
+	return c.Conn.Close()
 }
 
 func signal(ch chan struct{}) {

@@ -87,6 +87,38 @@ func TestMemberGoesDownAndComesBack(t *testing.T) {
 	r.waitFor(t, request("flaky", "flaky", "after"))
 }
 
+// A member back from an outage that broke its watches lists again at once
+// instead of waiting out the informers' backoff, and what changed while it
+// was away is reconciled.
+func TestMemberBackFromUnhealthyListsAgain(t *testing.T) {
+	f := startFleetWith(t, func(o *fleet.Options) {
+		o.MemberHealth = cluster.HealthOptions{
+			Interval:         200 * time.Millisecond,
+			RetryInterval:    100 * time.Millisecond,
+			Timeout:          500 * time.Millisecond,
+			FailureThreshold: 2,
+			DisconnectAfter:  time.Hour,
+		}
+	})
+	r := &recorder{}
+	watchConfigMaps(t, f, "away", "away", fleet.Members, r)
+	kc, proxy := viaProxy(t, kubeconfigs[0])
+	f.register(t, "away", kc)
+	createConfigMap(t, memberClients[0], "away", "before")
+	r.waitFor(t, request("away", "away", "before"))
+
+	proxy.Down()
+	f.waitState(t, "away", cluster.StateUnhealthy)
+	createConfigMap(t, memberClients[0], "away", "while-away")
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor(t, request("away", "away", "while-away"))
+	if !f.logs.find("Reconnecting member: it is back", `"cluster"="away"`) {
+		t.Fatal("the member did not reconnect on its return")
+	}
+}
+
 func TestHungMemberDelaysOnlyItself(t *testing.T) {
 	f := startFleetWith(t, quickHealth)
 	r := &recorder{}
