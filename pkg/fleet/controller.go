@@ -60,8 +60,9 @@ func (e engagements) Start(ctx context.Context, q engage.Queue) error {
 
 func (e engagements) String() string { return "fleet engagements of " + e.c.name }
 
-// Engage starts every source of the controller in cl and waits, at most
-// syncTimeout, until each has seen its informer's initial list.
+// Engage starts every source of the controller in cl, then waits, at most
+// syncTimeout, until each has seen its informer's initial list. The
+// informers list in parallel.
 //
 // A controller engages every cluster it accepts, also where none of its
 // sources watch: a watch elsewhere may map objects to requests for it.
@@ -92,23 +93,30 @@ func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.
 
 	timeout := time.NewTimer(c.syncTimeout)
 	defer timeout.Stop()
+	type started struct {
+		src    *engage.Kind
+		synced <-chan struct{}
+	}
+	var sources []started
 	for _, scoped := range c.sources {
 		if !scoped.clusters.include(clusterName) {
 			continue
 		}
-		src := scoped.kind
-		synced, err := src.Start(ctx, clusterName, cl, c.queue)
+		synced, err := scoped.kind.Start(ctx, clusterName, cl, c.queue)
 		if err != nil {
 			cancel()
-			return fmt.Errorf("%s: %w", src, err)
+			return fmt.Errorf("%s: %w", scoped.kind, err)
 		}
+		sources = append(sources, started{src: scoped.kind, synced: synced})
+	}
+	for _, s := range sources {
 		select {
-		case <-synced:
+		case <-s.synced:
 		case <-ctx.Done():
 			return nil
 		case <-timeout.C:
 			cancel()
-			return fmt.Errorf("%s: informer not synced within %s", src, c.syncTimeout)
+			return fmt.Errorf("%s: informer not synced within %s", s.src, c.syncTimeout)
 		}
 	}
 	return nil

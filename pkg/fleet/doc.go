@@ -7,8 +7,9 @@
 //   - the provider: one hub controller per registration format (native,
 //     and those of multicluster-runtime, Cluster API and Argo CD when
 //     enabled), each reading its Secrets from a cache of its own and
-//     keeping the member pool in step with them. A cluster name claimed by
-//     two Secrets engages neither until one goes;
+//     keeping the member pool in step with them, several Secrets at once
+//     but each cluster name in order. A cluster name claimed by two
+//     Secrets engages neither until one goes;
 //   - the pool of members (package cluster), which connects, probes,
 //     disconnects and reconnects them;
 //   - the engager (package engage), which hands the hub and every member

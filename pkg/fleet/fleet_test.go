@@ -400,6 +400,13 @@ func TestDeletedSecretDisengagesItsMember(t *testing.T) {
 	keep := f.register(t, "keep", kubeconfigs[1])
 	createConfigMap(t, memberClients[1], "removal", "before")
 	r.waitFor(t, request("keep", "removal", "before"))
+	// The MemberCluster controller adds its event handler to the hub's
+	// cache when its source has started, which may take longer than
+	// engaging a member: wait until it reconciled, so the handler
+	// predates the baseline.
+	memberCluster(t, "keep", "written by this fleet", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Spec.SecretRef.Namespace == f.namespace
+	})
 	// The hub's event broadcaster starts with its first Event and lives
 	// as long as the manager: start it before the baseline.
 	f.mgr.GetEventRecorder("warm-up").Eventf(keep, nil, corev1.EventTypeNormal, "WarmUp", "Test", "before the goroutine baseline")
@@ -662,6 +669,60 @@ func TestConflictingNamesEngageNeither(t *testing.T) {
 	}
 	f.waitEngaged(t, "contested")
 	f.wantHost(t, "contested", members[0])
+}
+
+// TestSecretsRegisteredAtOnceSettleByName creates Secrets all at once, two
+// pairs of them claiming the same name, for the provider to reconcile in
+// parallel: each name ends up as its claims say.
+func TestSecretsRegisteredAtOnceSettleByName(t *testing.T) {
+	f := startFleet(t)
+	var wg sync.WaitGroup
+	create := func(secretName, clusterName string, kubeconfig []byte) *corev1.Secret {
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: secretName, Labels: map[string]string{cluster.KubeconfigLabel: "true"}},
+			Data:       map[string][]byte{cluster.KubeconfigKey: kubeconfig},
+		}
+		if clusterName != "" {
+			s.Annotations = map[string]string{cluster.ClusterNameAnnotation: clusterName}
+		}
+		wg.Go(func() {
+			if err := hubClient.Create(t.Context(), s); err != nil {
+				t.Error(err)
+			}
+		})
+		return s
+	}
+	var solo []string
+	for i := range 8 {
+		solo = append(solo, fmt.Sprintf("solo-%d", i))
+		create(solo[i], "", kubeconfigs[i%len(kubeconfigs)])
+	}
+	var firstClaims []*corev1.Secret
+	for i := range 2 {
+		firstClaims = append(firstClaims, create(fmt.Sprintf("claim-%d-a", i), fmt.Sprintf("contested-%d", i), kubeconfigs[0]))
+		create(fmt.Sprintf("claim-%d-b", i), fmt.Sprintf("contested-%d", i), kubeconfigs[1])
+	}
+	wg.Wait()
+
+	f.waitEngaged(t, solo...)
+	for i := range 2 {
+		for _, side := range []string{"a", "b"} {
+			f.waitForWarning(t, fmt.Sprintf("claim-%d-%s", i, side), "ClusterNameConflict")
+		}
+	}
+	eventually(t, "contested names disengaged", func() bool {
+		engaged := f.mgr.ClusterNames()
+		return !slices.Contains(engaged, "contested-0") && !slices.Contains(engaged, "contested-1")
+	})
+
+	for _, s := range firstClaims {
+		if err := hubClient.Delete(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.waitEngaged(t, "contested-0", "contested-1")
+	f.wantHost(t, "contested-0", members[1])
+	f.wantHost(t, "contested-1", members[1])
 }
 
 func TestOwnsAndWatchesResolveWithinEachMember(t *testing.T) {

@@ -30,7 +30,10 @@ const DefaultNamespace = "fleet-system"
 type Options struct {
 	// Options configure the hub's controller-runtime manager.
 	// Controller.CacheSyncTimeout also bounds how long a fleet controller
-	// waits for a member's informers to sync (default 2 minutes).
+	// waits for a member's informers to sync (default 2 minutes), and
+	// Controller.MaxConcurrentReconciles, when set, is how many
+	// registration Secrets of each format are reconciled at once (default
+	// 16).
 	manager.Options
 
 	// Namespace is the fleet namespace, where native registration Secrets

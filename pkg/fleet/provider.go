@@ -12,14 +12,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -28,7 +30,9 @@ import (
 
 // provider keeps the member pool in step with the registration Secrets of
 // every enabled format. Each format has a Secret cache of its own, narrowed
-// to that format's Secrets, and a hub controller reading from it.
+// to that format's Secrets, and a hub controller reading from it, which
+// reconciles up to registrationWorkers Secrets at once (or the manager's
+// Controller.MaxConcurrentReconciles, when set).
 //
 // A cluster name claimed by two Secrets is a conflict: it is reported on
 // both, and neither is engaged until one of them goes.
@@ -36,15 +40,17 @@ type provider struct {
 	pool     *cluster.Pool
 	recorder events.EventRecorder
 
-	// settleMu serializes settle, so that the pool sees each name's
-	// claims in the order they were made.
-	settleMu sync.Mutex
-
 	// mu guards claims and byName: the registration each Secret claims,
-	// and the Secrets claiming each name.
+	// and the Secrets claiming each name; and settling.
 	mu     sync.Mutex
 	claims map[secretRef]claim
 	byName map[string]map[secretRef]struct{}
+
+	// settling holds a lock for each name being settled: the pool sees
+	// each name's claims in the order they were made, while different
+	// names settle in parallel, so that a member that is slow to stop
+	// delays only its own name.
+	settling map[string]*nameLock
 
 	// refusals holds, per cluster name, why its one claim was refused.
 	refusals map[string]*cluster.RefusedError
@@ -70,12 +76,26 @@ type claim struct {
 	reg    cluster.Registration
 }
 
+// nameLock is the settle lock of one name and the number of settles
+// holding or awaiting it.
+type nameLock struct {
+	sync.Mutex
+	users int
+}
+
+// registrationWorkers is how many Secrets of a format are reconciled at
+// once by default. Settling is mostly CPU work (parsing the kubeconfig,
+// building the member's transport), but replacing or removing a member
+// waits until it has stopped.
+const registrationWorkers = 16
+
 func addProvider(m *Manager, formats []cluster.Format) error {
 	p := &provider{
 		pool:     m.pool,
 		recorder: m.GetEventRecorder("fleet-manager"),
 		claims:   map[secretRef]claim{},
 		byName:   map[string]map[secretRef]struct{}{},
+		settling: map[string]*nameLock{},
 		rechecks: map[string]chan event.GenericEvent{},
 		refusals: map[string]*cluster.RefusedError{},
 		changed:  func(string) {},
@@ -99,10 +119,14 @@ func addProvider(m *Manager, formats []cluster.Format) error {
 		r := &formatReconciler{provider: p, format: f, secrets: c}
 		rechecks := make(chan event.GenericEvent, 64)
 		p.rechecks[f.Name] = rechecks
+		workers := m.GetControllerOptions().MaxConcurrentReconciles
+		if workers <= 0 {
+			workers = registrationWorkers
+		}
 		err = builder.ControllerManagedBy(m.Manager).
 			Named("fleet-registrations-" + f.Name).
-			WatchesRawSource(source.Kind(c, &corev1.Secret{}, &handler.TypedEnqueueRequestForObject[*corev1.Secret]{},
-				predicate.NewTypedPredicateFuncs(f.Match))).
+			WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers}).
+			WatchesRawSource(&secretSource{cache: c, match: f.Match}).
 			WatchesRawSource(source.Channel(rechecks, &handler.EnqueueRequestForObject{})).
 			Complete(r)
 		if err != nil {
@@ -128,6 +152,58 @@ func namespaces(names []string) map[string]cache.Config {
 type secretCache struct{ cache.Cache }
 
 func (c secretCache) GetCache() cache.Cache { return c.Cache }
+
+// secretSource feeds a format's controller with the keys of its matching
+// Secrets. Unlike source.Kind, which polls every 100 ms until the informer
+// and then its handler have synced, it waits on the handler's sync
+// channel, so the controller's workers start as soon as every Secret is
+// queued.
+type secretSource struct {
+	cache cache.Cache
+	match func(*corev1.Secret) bool
+	// synced is set by Start.
+	synced toolscache.DoneChecker
+}
+
+var _ source.SyncingSource = (*secretSource)(nil)
+
+func (s *secretSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	informer, err := s.cache.GetInformer(ctx, &corev1.Secret{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("getting the Secret informer: %w", err)
+	}
+	enqueue := func(obj any) {
+		if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = tombstone.Obj
+		}
+		if secret, ok := obj.(*corev1.Secret); ok && s.match(secret) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(secret)})
+		}
+	}
+	reg, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	})
+	if err != nil {
+		return fmt.Errorf("adding the Secret event handler: %w", err)
+	}
+	s.synced = reg.HasSyncedChecker()
+	return nil
+}
+
+// WaitForSync returns once the handler has seen every Secret of the
+// informer's initial list, or an error when ctx ends first.
+func (s *secretSource) WaitForSync(ctx context.Context) error {
+	select {
+	case <-s.synced.Done():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the Secret informer to sync: %w", ctx.Err())
+	}
+}
+
+func (s *secretSource) String() string { return "registration Secrets" }
 
 // formatReconciler turns one format's Secrets into claims.
 type formatReconciler struct {
@@ -217,8 +293,7 @@ func (p *provider) unrecord(ref secretRef) (claim, bool) {
 // settle makes the pool match the claims on name: no member without a
 // claim, the claimed member for one claim, and no member for a conflict.
 func (p *provider) settle(ctx context.Context, name string) {
-	p.settleMu.Lock()
-	defer p.settleMu.Unlock()
+	defer p.lockName(name)()
 	claimants := p.claimsOn(name)
 
 	log := logf.FromContext(ctx).WithValues("cluster", name)
@@ -251,6 +326,27 @@ func (p *provider) settle(ctx context.Context, name string) {
 		for _, c := range claimants {
 			p.recorder.Eventf(c.secret, nil, corev1.EventTypeWarning, "ClusterNameConflict", "Register",
 				"cluster name %q is claimed by Secrets %s; none is engaged until only one claims it", name, list)
+		}
+	}
+}
+
+// lockName takes name's settle lock and returns its unlock.
+func (p *provider) lockName(name string) (unlock func()) {
+	p.mu.Lock()
+	l := p.settling[name]
+	if l == nil {
+		l = &nameLock{}
+		p.settling[name] = l
+	}
+	l.users++
+	p.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if l.users--; l.users == 0 {
+			delete(p.settling, name)
 		}
 	}
 }
