@@ -18,8 +18,10 @@
 // when the member stops every connection it opened is closed. Its cache
 // strips managedFields and fails reads of kinds no informer watches
 // (ReaderFailOnMissingInformer) instead of quietly starting a cluster-wide
-// informer in every member; read such kinds with GetAPIReader. Options.
-// Configure adjusts the rest per member.
+// informer in every member; read such kinds with GetAPIReader. Its REST
+// mapper reads the legacy discovery documents, so it holds the resources
+// of the API groups the member's clients use, not those of every group
+// the member serves. Options.Configure adjusts the rest per member.
 //
 // # Lifecycle
 //

@@ -142,6 +142,7 @@ func (m *member) newCluster() (cluster.Cluster, error) {
 		o.HTTPClient = m.httpClient
 		o.Cache.DefaultTransform = cache.TransformStripManagedFields()
 		o.Cache.ReaderFailOnMissingInformer = true
+		o.MapperProvider = newMapper
 		if opts.Configure != nil {
 			opts.Configure(m.name, o)
 		}
