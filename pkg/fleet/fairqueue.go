@@ -77,7 +77,10 @@ type fairQueueOption func(*fairQueueOptions)
 // time comes. Get costs O(log items of the cluster) plus O(priorities);
 // nothing scans all items. An item re-added while in flight is "parked":
 // counted as ready, in no heap, until Done. A cluster's structures live
-// from its first add or hold to its drop, as its depth series does.
+// from its first add or hold to its drop, as its depth series does; once
+// empty, its item map and heaps are made anew if they grew past
+// fqKeepItems, as Go maps and slices never shrink and an initial list can
+// grow them to thousands of items.
 type fairQueue struct {
 	clock       clock.WithTicker
 	rateLimiter workqueue.TypedRateLimiter[Request]
@@ -186,6 +189,7 @@ func (q *fairQueue) lockedAdd(key Request, priority int, readyAt time.Time) {
 	if !ok {
 		it = &fqItem{key: key, priority: priority, seq: q.nextSeq()}
 		c.items[key.NamespacedName] = it
+		c.itemsPeak = max(c.itemsPeak, len(c.items))
 		if wait {
 			it.state, it.readyAt = fqWaiting, readyAt
 			heap.Push(&c.waiting, it)
@@ -304,7 +308,7 @@ func (q *fairQueue) lockedPop() (*fqItem, bool) {
 		r.head = l.next
 	}
 	c := l.cluster
-	delete(c.items, it.key.NamespacedName)
+	c.deleteItem(it.key.NamespacedName)
 	c.ready--
 	q.ready--
 	c.inFlight[it.key.NamespacedName] = q.metrics.get(c, it)
@@ -419,7 +423,7 @@ func (q *fairQueue) drop(clusterName string) {
 	}
 	q.ready -= c.ready
 	q.metrics.drop(c)
-	c.items = map[types.NamespacedName]*fqItem{}
+	c.items, c.itemsPeak = map[types.NamespacedName]*fqItem{}, 0
 	c.levels = nil
 	c.waiting.items = nil
 	c.ready = 0
@@ -641,10 +645,15 @@ func fqLessWaiting(a, b *fqItem) bool {
 	return a.seq < b.seq
 }
 
+// fqKeepItems is the most items a cluster's emptied map or heap may have
+// held and still be kept.
+const fqKeepItems = 64
+
 // fqCluster is one cluster's part of a fairQueue.
 type fqCluster struct {
 	name       string
 	items      map[types.NamespacedName]*fqItem   // queued: waiting, ready or parked
+	itemsPeak  int                                // most items since items was made
 	levels     []*fqLevel                         // ready items by priority, one level per priority seen
 	waiting    fqItemHeap                         // waiting items, earliest first
 	timerIndex int                                // in the queue's timers; -1 when not there
@@ -654,6 +663,15 @@ type fqCluster struct {
 	dropped    bool                  // by drop, and nothing added since
 	eligible   bool                  // its non-empty levels are in their rings
 	depth      workqueue.GaugeMetric // per-cluster depth; nil until an add with metrics
+}
+
+// deleteItem removes a queued item, and makes the map anew when that
+// empties it after it grew past fqKeepItems.
+func (c *fqCluster) deleteItem(key types.NamespacedName) {
+	delete(c.items, key)
+	if len(c.items) == 0 && c.itemsPeak > fqKeepItems {
+		c.items, c.itemsPeak = map[types.NamespacedName]*fqItem{}, 0
+	}
 }
 
 // level returns the cluster's level of a priority, made on demand.
@@ -708,6 +726,9 @@ func (h *fqItemHeap) Pop() any {
 	it := h.items[n]
 	h.items[n] = nil
 	h.items = h.items[:n]
+	if n == 0 && cap(h.items) > fqKeepItems {
+		h.items = nil
+	}
 	it.index = -1
 	return it
 }

@@ -3,6 +3,7 @@ package fleet
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -680,6 +681,44 @@ func TestFairQueueKeepsClustersUntilDropped(t *testing.T) {
 	q.Done(a2)
 	if known("a") {
 		t.Error("a dropped cluster was kept after its last Done")
+	}
+}
+
+func TestFairQueueShrinksDrainedCluster(t *testing.T) {
+	q, _ := newTestFairQueue(t)
+	const n = 10 * fqKeepItems
+	for i := range n {
+		q.Add(fqReq("a", strconv.Itoa(i)))
+	}
+	q.mu.Lock()
+	before := q.clusters["a"].items
+	q.mu.Unlock()
+	for range n {
+		item, _ := q.Get()
+		q.Done(item)
+	}
+	q.mu.Lock()
+	c := q.clusters["a"]
+	level := c.level(0)
+	if reflect.ValueOf(c.items).UnsafePointer() == reflect.ValueOf(before).UnsafePointer() || c.itemsPeak != 0 {
+		t.Errorf("the drained cluster kept its item map of %d items (peak %d)", n, c.itemsPeak)
+	}
+	if level.items.items != nil {
+		t.Errorf("the drained level kept a heap of capacity %d", cap(level.items.items))
+	}
+	q.mu.Unlock()
+
+	// A small queue keeps its map.
+	q.Add(fqReq("a", "x"))
+	q.mu.Lock()
+	small := c.items
+	q.mu.Unlock()
+	item, _ := q.Get()
+	q.Done(item)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if reflect.ValueOf(c.items).UnsafePointer() != reflect.ValueOf(small).UnsafePointer() {
+		t.Error("a cluster that never grew past fqKeepItems had its map made anew")
 	}
 }
 
