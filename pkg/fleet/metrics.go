@@ -3,6 +3,7 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,6 +54,20 @@ type fleetMetrics struct {
 	reconciles          *prometheus.CounterVec
 	reconcileErrors     *prometheus.CounterVec
 	reconcileDuration   *prometheus.HistogramVec
+
+	// reconcileMu guards reconcileSeries: the series of each controller
+	// and cluster, looked up once rather than at every reconcile.
+	reconcileMu     sync.RWMutex
+	reconcileSeries map[reconcileKey]*reconcileSeries
+}
+
+type reconcileKey struct{ controller, cluster string }
+
+// reconcileSeries are the series one controller writes for one cluster.
+type reconcileSeries struct {
+	duration           prometheus.Observer
+	succeeded, errored prometheus.Counter // fleet_reconciles_total by result
+	errors             prometheus.Counter
 }
 
 // newFleetMetrics registers the fleet's series with reg. When they are
@@ -109,6 +124,7 @@ func newFleetMetrics(reg prometheus.Registerer) (*fleetMetrics, error) {
 			NativeHistogramMaxBucketNumber:  100,
 			NativeHistogramMinResetDuration: time.Hour,
 		}, []string{labelController, labelCluster}),
+		reconcileSeries: map[reconcileKey]*reconcileSeries{},
 	}
 	var err error
 	if m.memberReady, err = register(reg, m.memberReady); err != nil {
@@ -181,20 +197,52 @@ func (m *fleetMetrics) observeEngage(clusterName, controller string, took time.D
 // Like controller-runtime, a reconcile that returned an error counts as
 // an error, whatever its result.
 func (m *fleetMetrics) observeReconcile(controller, clusterName string, took time.Duration, err error) {
-	m.reconcileDuration.WithLabelValues(controller, clusterName).Observe(took.Seconds())
-	countResult(m.reconciles, err == nil, resultSuccess, resultError, controller, clusterName)
-	errs := m.reconcileErrors.WithLabelValues(controller, clusterName)
+	s := m.reconcileSeriesOf(controller, clusterName)
+	s.duration.Observe(took.Seconds())
 	if err != nil {
-		errs.Inc()
+		s.errored.Inc()
+		s.errors.Inc()
 	} else {
-		errs.Add(0) // The series exists from the first reconcile.
+		s.succeeded.Inc()
 	}
+}
+
+// reconcileSeriesOf returns the reconcile series of a controller and
+// cluster, creating them all at 0 on first use, so rates of either result
+// are defined from the first reconcile.
+func (m *fleetMetrics) reconcileSeriesOf(controller, clusterName string) *reconcileSeries {
+	key := reconcileKey{controller, clusterName}
+	m.reconcileMu.RLock()
+	s := m.reconcileSeries[key]
+	m.reconcileMu.RUnlock()
+	if s != nil {
+		return s
+	}
+	m.reconcileMu.Lock()
+	defer m.reconcileMu.Unlock()
+	if s = m.reconcileSeries[key]; s == nil {
+		s = &reconcileSeries{
+			duration:  m.reconcileDuration.WithLabelValues(controller, clusterName),
+			succeeded: m.reconciles.WithLabelValues(controller, clusterName, resultSuccess),
+			errored:   m.reconciles.WithLabelValues(controller, clusterName, resultError),
+			errors:    m.reconcileErrors.WithLabelValues(controller, clusterName),
+		}
+		m.reconcileSeries[key] = s
+	}
+	return s
 }
 
 // forget deletes every series of a cluster. Call it once the cluster's
 // prober and reconciles have ended: a later observation creates its
 // series again.
 func (m *fleetMetrics) forget(clusterName string) {
+	m.reconcileMu.Lock()
+	for key := range m.reconcileSeries {
+		if key.cluster == clusterName {
+			delete(m.reconcileSeries, key)
+		}
+	}
+	m.reconcileMu.Unlock()
 	match := prometheus.Labels{labelCluster: clusterName}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.memberReady,

@@ -138,6 +138,37 @@ func TestFleetMetricsForget(t *testing.T) {
 	}
 }
 
+func TestFleetMetricsReconcileAfterForget(t *testing.T) {
+	m, reg := newTestMetrics(t)
+	m.observeReconcile("widgets", "a", time.Millisecond, errMetricsTest)
+	m.forget("a")
+	m.observeReconcile("widgets", "a", time.Millisecond, nil)
+	want := `
+# HELP fleet_reconcile_errors_total Reconciles per controller and cluster that returned an error.
+# TYPE fleet_reconcile_errors_total counter
+fleet_reconcile_errors_total{cluster="a",controller="widgets"} 0
+# HELP fleet_reconciles_total Reconciles per controller and cluster, by result (success or error).
+# TYPE fleet_reconciles_total counter
+fleet_reconciles_total{cluster="a",controller="widgets",result="error"} 0
+fleet_reconciles_total{cluster="a",controller="widgets",result="success"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"fleet_reconciles_total", "fleet_reconcile_errors_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestFleetMetricsReconcileDoesNotAllocate(t *testing.T) {
+	m, _ := newTestMetrics(t)
+	m.observeReconcile("widgets", "a", time.Millisecond, nil)
+	if n := testing.AllocsPerRun(100, func() {
+		m.observeReconcile("widgets", "a", time.Millisecond, nil)
+		m.observeReconcile("widgets", "a", time.Millisecond, errMetricsTest)
+	}); n != 0 {
+		t.Errorf("observeReconcile allocates %v times per call pair, want 0", n)
+	}
+}
+
 // seriesByCluster gathers reg and counts its series by cluster label.
 func seriesByCluster(t *testing.T, reg prometheus.Gatherer) map[string]int {
 	t.Helper()
