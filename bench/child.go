@@ -39,6 +39,7 @@ type childReport struct {
 	Event          string  `json:"event"` // "settled" or "memory"
 	SettledSeconds float64 `json:"settledSeconds,omitempty"`
 	Throughput     float64 `json:"throughput,omitempty"`
+	CPUSeconds     float64 `json:"cpuSeconds,omitempty"`
 	RSSBytes       int64   `json:"rssBytes,omitempty"`
 	HeapBytes      uint64  `json:"heapBytes,omitempty"`
 }
@@ -94,47 +95,67 @@ func childFleet(ctx context.Context, hubKubeconfig, namespace, watch string, mem
 	})
 	if err == nil {
 		throughput := float64(members*objects) / last.Sub(first).Seconds()
-		report(childReport{Event: "settled", SettledSeconds: last.Sub(started).Seconds(), Throughput: throughput})
+		report(childReport{Event: "settled", SettledSeconds: last.Sub(started).Seconds(), Throughput: throughput, CPUSeconds: cpuSeconds()})
 		err = reportMemory(ctx, idle)
 	}
 	<-ctx.Done()
 	return errors.Join(err, f.stop())
 }
 
-// childBare starts a controller-runtime cluster per member, each caching
-// ConfigMaps with the fleet's default transform and a connection of its
-// own, as members on different servers would have.
+// childBare starts a controller-runtime cluster per member, all at once
+// as the fleet's members are registered, each caching ConfigMaps with the
+// fleet's default transform and a connection of its own, as members on
+// different servers would have.
 func childBare(ctx context.Context, kubeconfigs []string, watch string, members int, idle time.Duration) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	started := time.Now()
-	done := make(chan error, members)
-	for i := range members {
+	clusters := make([]crcluster.Cluster, members)
+	for i := range clusters {
 		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigs[i%len(kubeconfigs)])
 		if err != nil {
 			return err
 		}
 		cfg.Dial = (&net.Dialer{}).DialContext // a transport of its own
-		cl, err := crcluster.New(cfg, func(o *crcluster.Options) {
+		if clusters[i], err = crcluster.New(cfg, func(o *crcluster.Options) {
 			o.Cache.DefaultNamespaces = map[string]cache.Config{watch: {}}
 			o.Cache.DefaultTransform = cache.TransformStripManagedFields()
-		})
-		if err != nil {
-			return err
-		}
-		go func() { done <- cl.Start(ctx) }()
-		if _, err := cl.GetCache().GetInformer(ctx, &corev1.ConfigMap{}); err != nil {
+		}); err != nil {
 			return err
 		}
 	}
-	report(childReport{Event: "settled", SettledSeconds: time.Since(started).Seconds()})
-	err := reportMemory(ctx, idle)
-	<-ctx.Done()
+	done := make(chan error, members)
+	synced := make(chan error, members)
+	for _, cl := range clusters {
+		go func() { done <- cl.Start(ctx) }()
+		go func() {
+			_, err := cl.GetCache().GetInformer(ctx, &corev1.ConfigMap{})
+			synced <- err
+		}()
+	}
+	var err error
+	for range members {
+		err = errors.Join(err, <-synced)
+	}
+	if err == nil {
+		report(childReport{Event: "settled", SettledSeconds: time.Since(started).Seconds(), CPUSeconds: cpuSeconds()})
+		err = reportMemory(ctx, idle)
+		<-ctx.Done()
+	}
 	cancel()
 	for range members {
 		err = errors.Join(err, <-done)
 	}
 	return err
+}
+
+// cpuSeconds returns the user and system CPU time the process has used.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // reportMemory idles, then reports the process's RSS and, after a
@@ -150,6 +171,7 @@ func reportMemory(ctx context.Context, idle time.Duration) error {
 		return err
 	}
 	runtime.GC()
+	runtime.GC() // the second frees what sync.Pools kept through the first
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	report(childReport{Event: "memory", RSSBytes: rss << 10, HeapBytes: m.HeapAlloc})
@@ -196,15 +218,16 @@ type child struct {
 	stderr  strings.Builder
 }
 
-// startChild runs this program's child command with args. The child is
-// killed if the bench dies.
-func startChild(args ...string) (*child, error) {
+// startChild runs this program's child command with args, adding env to
+// the bench's environment. The child is killed if the bench dies.
+func startChild(env []string, args ...string) (*child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	c := &child{reports: make(chan childReport, 4), exited: make(chan error, 1)}
 	c.cmd = exec.Command(self, append([]string{childCommand}, args...)...)
+	c.cmd.Env = append(os.Environ(), env...)
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	c.cmd.Stderr = &c.stderr
 	stdout, err := c.cmd.StdoutPipe()

@@ -14,7 +14,7 @@ import (
 const (
 	headOfLineTable  = "Head-of-line blocking"
 	connectionsTable = "Connections of a removed member"
-	headOfLineProbes = 5
+	headOfLineProbes = 15
 )
 
 // proxied returns kubeconfig with its server moved to a proxy in front of

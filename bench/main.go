@@ -35,6 +35,7 @@ type bench struct {
 	members []int
 	out     string
 	repo    string
+	gogc    string // the memory scenario's GOGC
 	only    map[string]bool
 	lab     *lab
 	res     *results
@@ -92,6 +93,9 @@ func main() {
 func (b *bench) run(ctx context.Context) (err error) {
 	started := time.Now()
 	if err := os.MkdirAll(b.out, 0o755); err != nil {
+		return err
+	}
+	if b.gogc, err = b.memoryGOGC(); err != nil {
 		return err
 	}
 	if b.selected("go") {

@@ -3,8 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -37,13 +42,13 @@ func (b *bench) benchMemory(ctx context.Context, n int) error {
 	if err != nil {
 		return fmt.Errorf("fleet manager: %w", err)
 	}
-	_, bareMem, err := b.measureChild("bare", n,
+	bareSettled, bareMem, err := b.measureChild("bare", n,
 		"-mode=bare", "-kubeconfigs="+strings.Join(b.lab.serverFiles, ","))
 	if err != nil {
 		return fmt.Errorf("bare clusters: %w", err)
 	}
 
-	t := b.res.table(memoryTable, fmt.Sprintf("A fleet-manager process (ConfigMap controller, 2 workers) whose members each cache %d ConfigMaps of %d KiB, read after settling and %s idle: RSS, then the live heap after a collection. Baseline: a process of bare controller-runtime clusters caching the same objects, each with a connection of its own and the same transform (managedFields stripped). Slopes are least-squares fits over N, run by run.", loadObjects, loadBytes>>10, childIdle))
+	t := b.res.table(memoryTable, fmt.Sprintf("A fleet-manager process (ConfigMap controller, 2 workers) whose members each cache %d ConfigMaps of %d KiB, read after settling and %s idle: RSS, then the live heap after two collections. Baseline: a process of bare controller-runtime clusters, started all at once, caching the same objects, each with a connection of its own and the same transform (managedFields stripped). Both run with GOGC=%s, as deploy/deployment.yaml sets (BENCH_GOGC overrides it). Slopes are least-squares fits over N, run by run.", loadObjects, loadBytes>>10, childIdle, b.gogc))
 	t.add(fmt.Sprintf("fleet-manager RSS, N=%d", n), "MiB", float64(fleetMem.RSSBytes)/mib, nil)
 	t.add(fmt.Sprintf("fleet-manager heap, N=%d", n), "MiB", float64(fleetMem.HeapBytes)/mib, nil)
 	t.add(fmt.Sprintf("bare clusters RSS, N=%d", n), "MiB", float64(bareMem.RSSBytes)/mib, nil)
@@ -58,10 +63,36 @@ func (b *bench) benchMemory(ctx context.Context, n int) error {
 	b.res.plot(plot, title, y, "fleet-manager heap", n, float64(fleetMem.HeapBytes)/mib)
 	b.res.plot(plot, title, y, "bare controller-runtime heap", n, float64(bareMem.HeapBytes)/mib)
 
-	tp := b.res.table(throughputTable, fmt.Sprintf("Reconciles per second over the initial lists of all members (%d ConfigMaps each), from the first reconcile to the last, 2 workers doing no work; and the time from the manager's start until every member had settled.", loadObjects))
+	tp := b.res.table(throughputTable, fmt.Sprintf("Reconciles per second over the initial lists of all members (%d ConfigMaps each), from the first reconcile to the last, 2 workers doing no work; the time from the manager's start until every member had settled; and the CPU time that took, beside the bare clusters' CPU time to sync their caches (GOGC=%s).", loadObjects, b.gogc))
 	tp.add(fmt.Sprintf("N=%d, reconciles per second", n), "/s", fleetSettled.Throughput, nil)
 	tp.add(fmt.Sprintf("N=%d, start to all settled", n), "s", fleetSettled.SettledSeconds, nil)
+	tp.add(fmt.Sprintf("N=%d, fleet-manager CPU to settle", n), "s", fleetSettled.CPUSeconds, nil)
+	tp.add(fmt.Sprintf("N=%d, bare clusters CPU to sync", n), "s", bareSettled.CPUSeconds, nil)
 	return nil
+}
+
+// memoryGOGC is the GOGC both measured processes run with: $BENCH_GOGC,
+// or else the one deploy/deployment.yaml sets.
+func (b *bench) memoryGOGC() (string, error) {
+	if gogc := os.Getenv("BENCH_GOGC"); gogc != "" {
+		return gogc, nil
+	}
+	data, err := os.ReadFile(filepath.Join(b.repo, "deploy", "deployment.yaml"))
+	if err != nil {
+		return "", err
+	}
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict(data, &d); err != nil {
+		return "", fmt.Errorf("deploy/deployment.yaml: %w", err)
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == "GOGC" {
+				return e.Value, nil
+			}
+		}
+	}
+	return "100", nil
 }
 
 // childIdle is how long a child idles after settling before its memory is
@@ -72,7 +103,7 @@ const childIdle = 3 * time.Second
 func (b *bench) measureChild(what string, n int, args ...string) (settled, memory childReport, err error) {
 	args = append(args, fmt.Sprintf("-members=%d", n), fmt.Sprintf("-objects=%d", loadObjects),
 		"-watch="+loadNamespace, "-idle="+childIdle.String())
-	c, err := startChild(args...)
+	c, err := startChild([]string{"GOGC=" + b.gogc}, args...)
 	if err != nil {
 		return settled, memory, err
 	}

@@ -24,7 +24,7 @@ func (b *bench) writeReport(path string, took time.Duration) error {
 	fmt.Fprintf(&s, "- Commit: %s\n", b.commit())
 	fmt.Fprintf(&s, "- Date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&s, "- Machine: %s\n", machine())
-	fmt.Fprintf(&s, "- Go: %s %s/%s, GOGC=%s\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, envOr("GOGC", "100 (default)"))
+	fmt.Fprintf(&s, "- Go: %s %s/%s, GOGC=%s (the memory scenario's processes: %s)\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, envOr("GOGC", "100"), b.gogc)
 	fmt.Fprintf(&s, "Each figure is the median of the runs, with their minimum and maximum. A target shows PASS or MISS; in brackets, what multicluster-runtime does on the same work on this machine, as the issue that set the target measured it. Targets never fail the run: a shared 2-core machine is noisy.\n")
 
 	for _, t := range b.res.tables {

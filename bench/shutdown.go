@@ -45,7 +45,7 @@ func (b *bench) shutdown(ctx context.Context, hung []byte, hungMembers int) (tim
 			return 0, err
 		}
 	}
-	c, err := startChild("-mode=fleet", "-hub="+b.lab.hubFile, "-namespace="+ns,
+	c, err := startChild(nil, "-mode=fleet", "-hub="+b.lab.hubFile, "-namespace="+ns,
 		"-watch="+engageNamespace, "-members=2", "-objects=1", "-idle=1h")
 	if err != nil {
 		return 0, err
