@@ -103,7 +103,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &notifyingConn{Conn: c, closed: func() { m.connLost.Store(true) }}, nil
+		return &notifyingConn{Conn: c, closed: func() { m.connLost.Store(true) }, closing: m.closing.Load}, nil
 	})
 	rt, err := m.newTransport(creds.config)
 	if err != nil {
@@ -352,9 +352,30 @@ func (m *member) closeConnections() {
 var errClosing = errors.New("member connection closing")
 
 // notifyingConn is a network connection that tells when it is closed.
+// Once its member's connection is closing, it fails reads and writes with
+// errClosing: client-go takes the error of a closed connection for a
+// dropped one and retries a GET after a second, without heeding
+// cancellation, which would hold up the teardown of a hung member.
 type notifyingConn struct {
 	net.Conn
-	closed func()
+	closed  func()
+	closing func() bool
+}
+
+func (c *notifyingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil && c.closing() {
+		err = errClosing
+	}
+	return n, err
+}
+
+func (c *notifyingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if err != nil && c.closing() {
+		err = errClosing
+	}
+	return n, err
 }
 
 func (c *notifyingConn) Close() error {
