@@ -6,7 +6,7 @@
 // the run: figures from a shared machine are noisy. A scenario that cannot
 // run at all fails it.
 //
-// `make bench` runs it in full (about 15 minutes on 2 cores);
+// `make bench` runs it in full (five runs, about 10 minutes on 2 cores);
 // BENCH_QUICK=1 runs fewer members and one run of each (about 2 minutes).
 package main
 
@@ -58,7 +58,7 @@ func main() {
 	only := flag.String("only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames, ","))
 	members := flag.String("members", "", "comma-separated member counts, overriding the mode's")
 	flag.Parse()
-	b.runs, b.members = 3, []int{10, 50, 100, 200}
+	b.runs, b.members = 5, []int{10, 50, 100, 200}
 	if b.quick {
 		b.runs, b.members = 1, []int{10, 50}
 	}
