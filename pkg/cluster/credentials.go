@@ -8,8 +8,10 @@ import (
 	"net/url"
 	"reflect"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/oauth2"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 )
@@ -89,9 +91,14 @@ func proxyURL(cfg *rest.Config) string {
 // and client certificate are left out of the transport's config and read
 // from m.creds instead: the token by a token source at every request, the
 // certificate at every TLS handshake.
+//
+// The member builds its http.Transport itself rather than through
+// client-go's TLS transport cache: that cache would key it by m's dialer
+// and certificate callback, which reach the transport again, and such an
+// entry's cleanup keeps the member, and its whole fleet, from ever being
+// collected.
 func (m *member) newTransport(cfg *rest.Config) (http.RoundTripper, error) {
 	cfg = rest.CopyConfig(cfg)
-	cfg.Dial = m.dialer.DialContext
 	var cert *transport.GetCertHolder
 	if rotatable(cfg) {
 		if cfg.BearerToken != "" {
@@ -110,6 +117,25 @@ func (m *member) newTransport(cfg *rest.Config) (http.RoundTripper, error) {
 	if cert != nil {
 		tc.TLS.GetCertHolder = cert
 	}
+	tlsOnly := *tc // the TLS config reads it at every handshake
+	tlsConfig, err := transport.TLSConfigFor(&tlsOnly)
+	if err != nil {
+		return nil, err
+	}
+	proxy := http.ProxyFromEnvironment
+	if tc.Proxy != nil {
+		proxy = tc.Proxy
+	}
+	// As client-go's cache would build it.
+	tc.Transport = utilnet.SetTransportDefaults(&http.Transport{
+		Proxy:               proxy,
+		TLSHandshakeTimeout: 10 * time.Second,
+		TLSClientConfig:     tlsConfig,
+		MaxIdleConnsPerHost: 25,
+		DialContext:         m.dialer.DialContext,
+		DisableCompression:  tc.DisableCompression,
+	})
+	tc.TLS, tc.Proxy = transport.TLSConfig{}, nil
 	return transport.New(tc)
 }
 

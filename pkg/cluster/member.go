@@ -84,9 +84,9 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	}
 	m.creds.Store(creds)
 	m.state.Store(StatePending)
-	// A dialer of its own keeps client-go's TLS cache from sharing one
-	// transport between members, lets the member close every connection,
-	// and checks each resolved address against the policy.
+	// A transport and dialer of its own keep connections from being shared
+	// between members, let the member close every connection, and check
+	// each resolved address against the policy.
 	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: p.opts.Policy.dialControl}).DialContext
 	m.dialer = connrotation.NewDialer(func(ctx context.Context, network, address string) (net.Conn, error) {
 		if m.closing.Load() {
