@@ -225,12 +225,21 @@ func (l *lab) registerAll(ctx context.Context, ns string, names []string, kubeco
 	return created, errors.Join(errs...)
 }
 
-// cleanUp deletes a fleet's namespace and the MemberClusters it left.
+// cleanUp deletes what a fleet left: its Secrets, namespace and
+// MemberClusters on the hub, and the ConfigMaps of its namespace on every
+// member server. Envtest runs no namespace controller, so a deleted
+// namespace keeps its objects: they are deleted one by one, lest every
+// run leave the servers busier than the last.
 func (l *lab) cleanUp(ctx context.Context, ns string) error {
-	return errors.Join(
+	errs := []error{
+		l.hubClient.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(ns)),
 		l.hubClient.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}),
 		l.hubClient.DeleteAllOf(ctx, &fleetv1alpha1.MemberCluster{}),
-	)
+	}
+	for _, c := range l.clients {
+		errs = append(errs, client.IgnoreNotFound(c.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns))))
+	}
+	return errors.Join(errs...)
 }
 
 // serverKubeconfig returns the kubeconfig of member i, which lives on
