@@ -364,18 +364,20 @@ type notifyingConn struct {
 
 func (c *notifyingConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if err != nil && c.closing() {
-		err = errClosing
-	}
-	return n, err
+	return n, c.describe(err)
 }
 
 func (c *notifyingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
+	return n, c.describe(err)
+}
+
+// describe returns errClosing for an error of a closing connection.
+func (c *notifyingConn) describe(err error) error {
 	if err != nil && c.closing() {
-		err = errClosing
+		return errClosing
 	}
-	return n, err
+	return err
 }
 
 func (c *notifyingConn) Close() error {
