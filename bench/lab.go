@@ -228,8 +228,8 @@ func (l *lab) registerAll(ctx context.Context, ns string, names []string, kubeco
 // cleanUp deletes what a fleet left: its Secrets, namespace and
 // MemberClusters on the hub, and the ConfigMaps of its namespace on every
 // member server. Envtest runs no namespace controller, so a deleted
-// namespace keeps its objects: they are deleted one by one, lest every
-// run leave the servers busier than the last.
+// namespace keeps its objects: they are deleted by kind, lest every run
+// leave the servers busier than the last.
 func (l *lab) cleanUp(ctx context.Context, ns string) error {
 	errs := []error{
 		l.hubClient.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(ns)),
