@@ -25,7 +25,7 @@ test: envtest
 ## fuzz workers need none). CI runs it after make test.
 FUZZTIME ?= 10s
 fuzz:
-	KUBEBUILDER_ASSETS= go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./pkg/cluster
+	KUBEBUILDER_ASSETS= go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./pkg/kubeconfig
 
 ## demo: a local hub and two members, a fleet-wide ConfigMap reporter, until Ctrl-C.
 demo: envtest

@@ -22,6 +22,7 @@ import (
 
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
 // leaderElectionID names the Lease replicas elect a leader with.
@@ -40,7 +41,7 @@ type runFlags struct {
 	memberBurst      int
 	cacheSyncTimeout time.Duration
 	health           cluster.HealthOptions
-	policy           cluster.Policy
+	policy           kubeconfig.Policy
 	mcrSecrets       bool
 	capiSecrets      bool
 	capiNamespaces   []string

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
 func TestRunFlags(t *testing.T) {
@@ -18,14 +19,14 @@ func TestRunFlags(t *testing.T) {
 	}
 	cases := map[string]struct {
 		args    []string
-		policy  cluster.Policy
+		policy  kubeconfig.Policy
 		formats []format
 	}{
 		"defaults": {},
 		"policy": {
 			args: []string{"--allow-insecure-tls", "--allow-exec-plugin=kubelogin", "--allow-exec-plugin=argocd-k8s-auth",
 				"--allow-plain-http-loopback", "--allow-proxy", "--allow-link-local"},
-			policy: cluster.Policy{
+			policy: kubeconfig.Policy{
 				AllowInsecureTLS:       true,
 				AllowExecCommands:      []string{"kubelogin", "argocd-k8s-auth"},
 				AllowPlainHTTPLoopback: true,

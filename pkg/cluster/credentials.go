@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+
 	"golang.org/x/oauth2"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
@@ -35,7 +37,7 @@ func newCredentials(fingerprint [sha256.Size]byte, cfg *rest.Config) (*credentia
 	if len(cfg.CertData) > 0 || len(cfg.KeyData) > 0 {
 		cert, err := tls.X509KeyPair(cfg.CertData, cfg.KeyData)
 		if err != nil {
-			return nil, refuse("KubeconfigInvalid", "client-certificate-data and client-key-data are not a matching certificate and key")
+			return nil, kubeconfig.Refuse("KubeconfigInvalid", "client-certificate-data and client-key-data are not a matching certificate and key")
 		}
 		c.cert = &cert
 	}

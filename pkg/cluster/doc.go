@@ -4,12 +4,10 @@
 //
 // # Registration
 //
-// [FromSecret] reads the native Secret format. Every kubeconfig then passes
-// through [Policy.Parse], which checks the raw parsed config before any
-// client exists, because building a client already reads the files a
-// kubeconfig names. A refusal is a [RefusedError] whose Reason suits a
-// status condition and whose message never holds credentials. Member names
-// are DNS-1123 subdomains ([ValidateName]); "" ([HubName]) is the hub.
+// A [Registration] is a cluster name and its kubeconfig. [Pool.Set] parses
+// the kubeconfig with the pool's kubeconfig.Policy before any client is
+// built. Member names are DNS-1123 subdomains ([ValidateName]); ""
+// ([HubName]) is the hub.
 //
 // # Members
 //

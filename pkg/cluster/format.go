@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -136,7 +138,7 @@ func readKey(s *corev1.Secret, defaultName, key string) (Registration, error) {
 		return reg, err
 	}
 	if len(reg.Kubeconfig) == 0 {
-		return reg, refuse("MissingKubeconfig", "the Secret has no data key %q", key)
+		return reg, kubeconfig.Refuse("MissingKubeconfig", "the Secret has no data key %q", key)
 	}
 	return reg, nil
 }
@@ -150,7 +152,7 @@ func nameOf(s *corev1.Secret, defaultName string) string {
 
 func checkName(name string) error {
 	if err := ValidateName(name); err != nil {
-		return refuse("InvalidClusterName", "%s; set the annotation %s to a valid name", err, ClusterNameAnnotation)
+		return kubeconfig.Refuse("InvalidClusterName", "%s; set the annotation %s to a valid name", err, ClusterNameAnnotation)
 	}
 	return nil
 }
@@ -191,14 +193,14 @@ func readArgoCD(s *corev1.Secret) (Registration, error) {
 	}
 	server := string(s.Data["server"])
 	if server == "" {
-		return reg, refuse("MissingServer", "the Argo CD Secret has no data key %q", "server")
+		return reg, kubeconfig.Refuse("MissingServer", "the Argo CD Secret has no data key %q", "server")
 	}
-	if len(s.Data["config"]) > MaxKubeconfigBytes {
-		return reg, refuse("KubeconfigTooLarge", "config is %d bytes, the limit is %d", len(s.Data["config"]), MaxKubeconfigBytes)
+	if len(s.Data["config"]) > kubeconfig.MaxKubeconfigBytes {
+		return reg, kubeconfig.Refuse("KubeconfigTooLarge", "config is %d bytes, the limit is %d", len(s.Data["config"]), kubeconfig.MaxKubeconfigBytes)
 	}
 	var cfg argoCDConfig
 	if err := json.Unmarshal(s.Data["config"], &cfg); err != nil {
-		return reg, refuse("KubeconfigMalformed", "the Argo CD config is not valid JSON of the expected shape")
+		return reg, kubeconfig.Refuse("KubeconfigMalformed", "the Argo CD config is not valid JSON of the expected shape")
 	}
 	user := &clientcmdapi.AuthInfo{
 		Token:                 cfg.BearerToken,

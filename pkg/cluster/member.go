@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -87,7 +89,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	// A transport and dialer of its own keep connections from being shared
 	// between members, let the member close every connection, and check
 	// each resolved address against the policy.
-	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: p.opts.Policy.dialControl}).DialContext
+	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: p.opts.Policy.DialControl}).DialContext
 	m.dialer = connrotation.NewDialer(func(ctx context.Context, network, address string) (net.Conn, error) {
 		if m.closing.Load() {
 			return nil, errClosing
@@ -107,7 +109,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	})
 	rt, err := m.newTransport(creds.config)
 	if err != nil {
-		return nil, refuse("KubeconfigInvalid", "cannot build a transport: %s", scrub(err))
+		return nil, kubeconfig.Refuse("KubeconfigInvalid", "cannot build a transport: %s", kubeconfig.Scrub(err))
 	}
 	// With the transport set and no TLS or credentials, rest uses it as it
 	// is instead of building another.
@@ -117,11 +119,11 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	m.config.Transport = rt
 	m.config.QPS, m.config.Burst = p.opts.QPS, p.opts.Burst
 	if m.httpClient, err = rest.HTTPClientFor(m.config); err != nil {
-		return nil, refuse("KubeconfigInvalid", "cannot build a transport: %s", scrub(err))
+		return nil, kubeconfig.Refuse("KubeconfigInvalid", "cannot build a transport: %s", kubeconfig.Scrub(err))
 	}
 	reviews, err := authenticationv1client.NewForConfigAndClient(m.config, m.httpClient)
 	if err != nil {
-		return nil, refuse("KubeconfigInvalid", "cannot build a client: %s", scrub(err))
+		return nil, kubeconfig.Refuse("KubeconfigInvalid", "cannot build a client: %s", kubeconfig.Scrub(err))
 	}
 	// A SelfSubjectReview needs valid credentials, unlike /readyz, so a
 	// member whose credentials were revoked is not reported healthy. It

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -51,7 +53,7 @@ type Options struct {
 
 	// Policy decides which kubeconfigs are accepted. The zero value is the
 	// strictest policy.
-	Policy Policy
+	Policy kubeconfig.Policy
 
 	// QPS and Burst limit each member's client. Default to 50 and 100.
 	QPS   float32
@@ -182,7 +184,7 @@ func (p *Pool) NeedLeaderElection() bool { return true }
 func (p *Pool) Set(reg Registration) error {
 	name := reg.ClusterName
 	if err := ValidateName(name); err != nil {
-		return &RefusedError{Reason: "InvalidClusterName", Message: err.Error()}
+		return &kubeconfig.RefusedError{Reason: "InvalidClusterName", Message: err.Error()}
 	}
 	fingerprint := sha256.Sum256(reg.Kubeconfig)
 	p.mu.Lock()

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -76,7 +78,7 @@ func TestPoolSetRotatesOnlyCredentials(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			build := func(edits ...edit) []byte {
-				return buildKubeconfig(t, func(cl *clientcmdapi.Cluster, u *clientcmdapi.AuthInfo) {
+				return kubeconfigtest.Build(t, func(cl *clientcmdapi.Cluster, u *clientcmdapi.AuthInfo) {
 					cl.CertificateAuthorityData = certOne
 					u.ClientCertificateData, u.ClientKeyData = certOne, keyOne
 					for _, e := range edits {
@@ -90,7 +92,7 @@ func TestPoolSetRotatesOnlyCredentials(t *testing.T) {
 			pool, err := cluster.NewPool(cluster.Options{
 				Engage: func(context.Context, string, crcluster.Cluster) {},
 				Logger: logs.logger(),
-				Policy: permissivePolicy,
+				Policy: kubeconfigtest.Permissive,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -189,7 +191,7 @@ func TestPoolRotatesServiceAccountToken(t *testing.T) {
 	set := func(token string) {
 		t.Helper()
 		raw.AuthInfos[kctx.AuthInfo] = &clientcmdapi.AuthInfo{Token: token}
-		if err := pool.Set(cluster.Registration{ClusterName: "rotating", Kubeconfig: writeKubeconfig(t, raw)}); err != nil {
+		if err := pool.Set(cluster.Registration{ClusterName: "rotating", Kubeconfig: kubeconfigtest.Write(t, raw)}); err != nil {
 			t.Fatal(err)
 		}
 	}

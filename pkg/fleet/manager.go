@@ -21,6 +21,7 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
 // DefaultNamespace is the default fleet namespace.
@@ -48,7 +49,7 @@ type Options struct {
 
 	// KubeconfigPolicy decides which member kubeconfigs are accepted. The
 	// zero value is the strictest policy.
-	KubeconfigPolicy cluster.Policy
+	KubeconfigPolicy kubeconfig.Policy
 
 	// MemberQPS and MemberBurst limit each member's client. Default to 50
 	// and 100.

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
 // provider keeps the member pool in step with the registration Secrets of
@@ -53,7 +54,7 @@ type provider struct {
 	settling map[string]*nameLock
 
 	// refusals holds, per cluster name, why its one claim was refused.
-	refusals map[string]*cluster.RefusedError
+	refusals map[string]*kubeconfig.RefusedError
 
 	// changed is told each name whose claims or refusal changed, and
 	// removed each name whose member was removed.
@@ -97,7 +98,7 @@ func addProvider(m *Manager, formats []cluster.Format) error {
 		byName:   map[string]map[secretRef]struct{}{},
 		settling: map[string]*nameLock{},
 		rechecks: map[string]chan event.GenericEvent{},
-		refusals: map[string]*cluster.RefusedError{},
+		refusals: map[string]*kubeconfig.RefusedError{},
 		changed:  func(string) {},
 		removed:  func(string) {},
 	}
@@ -321,7 +322,7 @@ func (p *provider) settle(ctx context.Context, name string) {
 			secrets[i] = c.secret.Namespace + "/" + c.secret.Name
 		}
 		list := strings.Join(secrets, ", ")
-		p.setRefusal(name, &cluster.RefusedError{Reason: "ClusterNameConflict", Message: "the cluster name is claimed by Secrets " + list})
+		p.setRefusal(name, &kubeconfig.RefusedError{Reason: "ClusterNameConflict", Message: "the cluster name is claimed by Secrets " + list})
 		log.Error(errConflict, "Registration refused", "reason", "ClusterNameConflict", "secrets", list)
 		for _, c := range claimants {
 			p.recorder.Eventf(c.secret, nil, corev1.EventTypeWarning, "ClusterNameConflict", "Register",
@@ -351,7 +352,7 @@ func (p *provider) lockName(name string) (unlock func()) {
 	}
 }
 
-func (p *provider) setRefusal(name string, refusal *cluster.RefusedError) {
+func (p *provider) setRefusal(name string, refusal *kubeconfig.RefusedError) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if refusal == nil {
@@ -362,7 +363,7 @@ func (p *provider) setRefusal(name string, refusal *cluster.RefusedError) {
 }
 
 // refusal returns why name's registration was refused, or nil.
-func (p *provider) refusal(name string) *cluster.RefusedError {
+func (p *provider) refusal(name string) *kubeconfig.RefusedError {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.refusals[name]
@@ -391,10 +392,10 @@ var errConflict = errors.New("two or more Secrets claim the same cluster name")
 // refused reports a refused registration in the log and as an Event on
 // its Secret. Refusals carry no credential; other errors are reported by
 // kind only, for the same reason. It returns the refusal it reported.
-func (p *provider) refused(ctx context.Context, secret *corev1.Secret, name string, err error) *cluster.RefusedError {
-	refusal, ok := errors.AsType[*cluster.RefusedError](err)
+func (p *provider) refused(ctx context.Context, secret *corev1.Secret, name string, err error) *kubeconfig.RefusedError {
+	refusal, ok := errors.AsType[*kubeconfig.RefusedError](err)
 	if !ok {
-		refusal = &cluster.RefusedError{Reason: "RegistrationFailed", Message: "the member could not be built"}
+		refusal = &kubeconfig.RefusedError{Reason: "RegistrationFailed", Message: "the member could not be built"}
 	}
 	logf.FromContext(ctx).Error(err, "Registration refused", "cluster", name, "reason", refusal.Reason)
 	p.recorder.Eventf(secret, nil, corev1.EventTypeWarning, refusal.Reason, "Register", "%s", refusal.Message)

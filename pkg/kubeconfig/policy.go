@@ -1,4 +1,4 @@
-package cluster
+package kubeconfig
 
 import (
 	"bytes"
@@ -87,7 +87,8 @@ type RefusedError struct {
 
 func (e *RefusedError) Error() string { return e.Reason + ": " + e.Message }
 
-func refuse(reason, format string, args ...any) error {
+// Refuse returns a RefusedError with reason and a formatted message.
+func Refuse(reason, format string, args ...any) error {
 	return &RefusedError{Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
@@ -97,21 +98,21 @@ func refuse(reason, format string, args ...any) error {
 // files a kubeconfig names. Parse never reads files or runs commands.
 func (p Policy) Parse(data []byte) (*rest.Config, error) {
 	if len(data) > MaxKubeconfigBytes {
-		return nil, refuse("KubeconfigTooLarge", "kubeconfig is %d bytes, the limit is %d", len(data), MaxKubeconfigBytes)
+		return nil, Refuse("KubeconfigTooLarge", "kubeconfig is %d bytes, the limit is %d", len(data), MaxKubeconfigBytes)
 	}
 	if err := checkYAML(data); err != nil {
 		return nil, err
 	}
 	raw, err := clientcmd.Load(data)
 	if err != nil {
-		return nil, refuse("KubeconfigMalformed", malformedMessage)
+		return nil, Refuse("KubeconfigMalformed", malformedMessage)
 	}
 	if err := p.check(raw); err != nil {
 		return nil, err
 	}
 	cfg, err := clientcmd.NewDefaultClientConfig(*raw, nil).ClientConfig()
 	if err != nil {
-		return nil, refuse("KubeconfigInvalid", "kubeconfig is not usable: %s", scrub(err))
+		return nil, Refuse("KubeconfigInvalid", "kubeconfig is not usable: %s", Scrub(err))
 	}
 	return cfg, nil
 }
@@ -130,7 +131,7 @@ func checkYAML(data []byte) error {
 			return nil
 		}
 		if err != nil {
-			return refuse("KubeconfigMalformed", malformedMessage)
+			return Refuse("KubeconfigMalformed", malformedMessage)
 		}
 		if err := checkNode(&doc, 0); err != nil {
 			return err
@@ -140,10 +141,10 @@ func checkYAML(data []byte) error {
 
 func checkNode(n *yaml.Node, depth int) error {
 	if n.Kind == yaml.AliasNode || n.Anchor != "" {
-		return refuse("YAMLAliasRefused", "kubeconfig uses YAML anchors or aliases; write every value out in full")
+		return Refuse("YAMLAliasRefused", "kubeconfig uses YAML anchors or aliases; write every value out in full")
 	}
 	if depth > maxYAMLDepth {
-		return refuse("KubeconfigTooDeep", "kubeconfig nests deeper than %d levels", maxYAMLDepth)
+		return Refuse("KubeconfigTooDeep", "kubeconfig nests deeper than %d levels", maxYAMLDepth)
 	}
 	for _, child := range n.Content {
 		if err := checkNode(child, depth+1); err != nil {
@@ -156,13 +157,13 @@ func checkNode(n *yaml.Node, depth int) error {
 func (p Policy) check(raw *clientcmdapi.Config) error {
 	kctx, ok := raw.Contexts[raw.CurrentContext]
 	if raw.CurrentContext == "" || !ok {
-		return refuse("NoCurrentContext", "kubeconfig has no usable current context")
+		return Refuse("NoCurrentContext", "kubeconfig has no usable current context")
 	}
 	if _, ok := raw.Clusters[kctx.Cluster]; !ok {
-		return refuse("UnknownCluster", "current context names a cluster that does not exist")
+		return Refuse("UnknownCluster", "current context names a cluster that does not exist")
 	}
 	if _, ok := raw.AuthInfos[kctx.AuthInfo]; !ok {
-		return refuse("UnknownUser", "current context names a user that does not exist")
+		return Refuse("UnknownUser", "current context names a user that does not exist")
 	}
 	// Sorted, so that a kubeconfig with several faults always gets the
 	// same reason.
@@ -184,24 +185,24 @@ func (p Policy) checkCluster(cl *clientcmdapi.Cluster) error {
 		return refuseFile("certificate-authority", "certificate-authority-data")
 	}
 	if cl.InsecureSkipTLSVerify && !p.AllowInsecureTLS {
-		return refuse("InsecureTLSRefused", "insecure-skip-tls-verify is not allowed")
+		return Refuse("InsecureTLSRefused", "insecure-skip-tls-verify is not allowed")
 	}
 	server, err := url.Parse(cl.Server)
 	if err != nil || server.Hostname() == "" {
-		return refuse("ServerURLInvalid", "server must be an absolute URL with a host, such as https://host:6443")
+		return Refuse("ServerURLInvalid", "server must be an absolute URL with a host, such as https://host:6443")
 	}
 	host := normalizeHost(server.Hostname())
 	switch server.Scheme {
 	case "https":
 	case "http":
 		if !p.AllowPlainHTTPLoopback {
-			return refuse("PlainHTTPRefused", "server URL must use https")
+			return Refuse("PlainHTTPRefused", "server URL must use https")
 		}
 		if !isLoopback(host) {
-			return refuse("PlainHTTPRefused", "plain http is allowed only to a loopback address")
+			return Refuse("PlainHTTPRefused", "plain http is allowed only to a loopback address")
 		}
 	default:
-		return refuse("ServerURLInvalid", "server URL scheme must be https")
+		return Refuse("ServerURLInvalid", "server URL scheme must be https")
 	}
 	if err := p.checkHost("server", host); err != nil {
 		return err
@@ -210,11 +211,11 @@ func (p Policy) checkCluster(cl *clientcmdapi.Cluster) error {
 		return nil
 	}
 	if !p.AllowProxy {
-		return refuse("ProxyRefused", "proxy-url is not allowed")
+		return Refuse("ProxyRefused", "proxy-url is not allowed")
 	}
 	proxy, err := url.Parse(cl.ProxyURL)
 	if err != nil || proxy.Hostname() == "" || !slices.Contains([]string{"http", "https", "socks5"}, proxy.Scheme) {
-		return refuse("ProxyURLInvalid", "proxy-url must be an http, https or socks5 URL with a host")
+		return Refuse("ProxyURLInvalid", "proxy-url must be an http, https or socks5 URL with a host")
 	}
 	return p.checkHost("proxy", normalizeHost(proxy.Hostname()))
 }
@@ -228,15 +229,15 @@ func (p Policy) checkUser(user *clientcmdapi.AuthInfo) error {
 	case user.ClientKey != "":
 		return refuseFile("client-key", "client-key-data")
 	case user.AuthProvider != nil:
-		return refuse("AuthProviderRefused", "auth-provider plugins are not allowed; use a token or client certificate")
+		return Refuse("AuthProviderRefused", "auth-provider plugins are not allowed; use a token or client certificate")
 	case user.Exec != nil && !slices.Contains(p.AllowExecCommands, user.Exec.Command):
-		return refuse("ExecPluginRefused", "exec plugin command is not in the policy's allowed list")
+		return Refuse("ExecPluginRefused", "exec plugin command is not in the policy's allowed list")
 	}
 	return nil
 }
 
 func refuseFile(field, embedded string) error {
-	return refuse("FileReference", "%s names a file, which is never read; put the content in %s instead", field, embedded)
+	return Refuse("FileReference", "%s names a file, which is never read; put the content in %s instead", field, embedded)
 }
 
 // metadataHosts are cloud metadata endpoints outside the link-local ranges.
@@ -258,7 +259,7 @@ func (p Policy) checkHost(what, host string) error {
 	}
 	addr, err := netip.ParseAddr(host)
 	if err == nil && addr.IsLinkLocalUnicast() || slices.Contains(metadataHosts, host) {
-		return refuse("LinkLocalAddressRefused", "%s host is a link-local or cloud metadata address", what)
+		return Refuse("LinkLocalAddressRefused", "%s host is a link-local or cloud metadata address", what)
 	}
 	return nil
 }
@@ -278,29 +279,29 @@ func isLoopback(host string) bool {
 	return host == "localhost" || err == nil && addr.IsLoopback()
 }
 
-// scrub keeps the kind of a client-go error but none of its text, which can
+// Scrub keeps the kind of a client-go error but none of its text, which can
 // quote kubeconfig content.
-func scrub(err error) string {
+func Scrub(err error) string {
 	if errors.Is(err, clientcmd.ErrEmptyConfig) {
 		return "empty config"
 	}
 	return "invalid client configuration"
 }
 
-// errLinkLocalDial is returned when a member's connection would reach a
+// ErrLinkLocalDial is returned when a member's connection would reach a
 // link-local or metadata address, such as a host name that resolves to one.
-var errLinkLocalDial = errors.New("refusing to connect to a link-local or cloud metadata address")
+var ErrLinkLocalDial = errors.New("refusing to connect to a link-local or cloud metadata address")
 
-// dialControl checks each address a member's dialer is about to connect
+// DialControl checks each address a member's dialer is about to connect
 // to, after name resolution, so that a host name cannot lead where a
 // literal address may not.
-func (p Policy) dialControl(_, address string, _ syscall.RawConn) error {
+func (p Policy) DialControl(_, address string, _ syscall.RawConn) error {
 	host, _, err := net.SplitHostPort(address)
 	if err != nil {
 		return err
 	}
 	if p.checkHost("connection", normalizeHost(host)) != nil {
-		return errLinkLocalDial
+		return ErrLinkLocalDial
 	}
 	return nil
 }

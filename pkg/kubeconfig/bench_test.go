@@ -1,4 +1,4 @@
-package cluster_test
+package kubeconfig_test
 
 import (
 	"crypto/rand"
@@ -9,7 +9,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	certutil "k8s.io/client-go/util/cert"
 
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
 // The header and claims of a service account token, as the API server issues
@@ -59,10 +60,10 @@ func BenchmarkParse(b *testing.B) {
 		}, reason: "FileReference"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			data := buildKubeconfig(b, bc.edit)
-			var policy cluster.Policy
+			data := kubeconfigtest.Build(b, bc.edit)
+			var policy kubeconfig.Policy
 			_, err := policy.Parse(data)
-			refused, _ := errors.AsType[*cluster.RefusedError](err)
+			refused, _ := errors.AsType[*kubeconfig.RefusedError](err)
 			switch {
 			case bc.reason == "" && err != nil:
 				b.Fatalf("Parse() = %v, want accepted", err)

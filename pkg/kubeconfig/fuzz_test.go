@@ -1,10 +1,11 @@
-package cluster_test
+package kubeconfig_test
 
 import (
 	"errors"
 	"testing"
 
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
 func FuzzParse(f *testing.F) {
@@ -12,7 +13,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(tc.data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, policy := range []cluster.Policy{{}, permissivePolicy} {
+		for _, policy := range []kubeconfig.Policy{{}, kubeconfigtest.Permissive} {
 			cfg, err := policy.Parse(data)
 			if err == nil {
 				if cfg == nil {
@@ -20,7 +21,7 @@ func FuzzParse(f *testing.F) {
 				}
 				continue
 			}
-			refused, ok := errors.AsType[*cluster.RefusedError](err)
+			refused, ok := errors.AsType[*kubeconfig.RefusedError](err)
 			if !ok || refused.Reason == "" || refused.Message == "" {
 				t.Fatalf("Parse() error = %#v, want a *RefusedError with a reason and a message", err)
 			}
