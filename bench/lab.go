@@ -21,7 +21,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // The namespaces every member API server holds. A fleet's members cache
@@ -193,8 +193,8 @@ func (l *lab) newNamespace(ctx context.Context) (string, error) {
 // register creates a native registration Secret.
 func (l *lab) register(ctx context.Context, ns, name string, kubeconfig []byte) error {
 	return l.hubClient.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{cluster.KubeconfigLabel: "true"}},
-		Data:       map[string][]byte{cluster.KubeconfigKey: kubeconfig},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{registry.KubeconfigLabel: "true"}},
+		Data:       map[string][]byte{registry.KubeconfigKey: kubeconfig},
 	})
 }
 

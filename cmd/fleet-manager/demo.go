@@ -22,9 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/configmapreport"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // What the demo creates.
@@ -205,9 +205,9 @@ func (d *demo) register(ctx context.Context, hubCfg *rest.Config, members []*env
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: fleet.DefaultNamespace,
 				Name:      name,
-				Labels:    map[string]string{cluster.KubeconfigLabel: "true"},
+				Labels:    map[string]string{registry.KubeconfigLabel: "true"},
 			},
-			Data: map[string][]byte{cluster.KubeconfigKey: kubeconfig},
+			Data: map[string][]byte{registry.KubeconfigKey: kubeconfig},
 		}
 		if err := hub.Create(ctx, secret); err != nil {
 			return fmt.Errorf("registering %s: %w", name, err)

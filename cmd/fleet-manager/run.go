@@ -23,6 +23,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // leaderElectionID names the Lease replicas elect a leader with.
@@ -190,16 +191,16 @@ func checkNamespaces(fs *flag.FlagSet, flagName string, names ...string) error {
 
 // secretFormats returns the registration formats the flags enable besides
 // the native one.
-func (f runFlags) secretFormats() []cluster.Format {
-	var formats []cluster.Format
+func (f runFlags) secretFormats() []registry.Format {
+	var formats []registry.Format
 	if f.mcrSecrets {
-		formats = append(formats, cluster.MulticlusterRuntimeFormat(f.namespace))
+		formats = append(formats, registry.MulticlusterRuntimeFormat(f.namespace))
 	}
 	if f.capiSecrets {
-		formats = append(formats, cluster.ClusterAPIFormat(f.capiNamespaces))
+		formats = append(formats, registry.ClusterAPIFormat(f.capiNamespaces))
 	}
 	if f.argoCDSecrets {
-		formats = append(formats, cluster.ArgoCDFormat(f.argoCDNamespace))
+		formats = append(formats, registry.ArgoCDFormat(f.argoCDNamespace))
 	}
 	return formats
 }

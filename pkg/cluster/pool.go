@@ -37,6 +37,13 @@ var (
 // started for the member has stopped.
 type EngageFunc func(ctx context.Context, clusterName string, cl cluster.Cluster)
 
+// Registration is a member cluster as a Secret registers it. Kubeconfig is
+// untrusted: the pool's kubeconfig.Policy checks it when the member is built.
+type Registration struct {
+	ClusterName string
+	Kubeconfig  []byte
+}
+
 // Options configure every member of a Pool.
 type Options struct {
 	// Engage is called, in the member's own goroutine, once the member's

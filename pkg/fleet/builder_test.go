@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // nothing admits no event: the For watch of a test that is about its
@@ -86,8 +86,8 @@ func TestClusterFilterSelectsMembersByLabel(t *testing.T) {
 			kc = kubeconfigs[1]
 		}
 		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: map[string]string{cluster.KubeconfigLabel: "true", "region": region}},
-			Data:       map[string][]byte{cluster.KubeconfigKey: kc},
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: map[string]string{registry.KubeconfigLabel: "true", "region": region}},
+			Data:       map[string][]byte{registry.KubeconfigKey: kc},
 		}
 		if err := hubClient.Create(t.Context(), s); err != nil {
 			t.Fatal(err)

@@ -39,8 +39,8 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // One hub and two members for the whole suite. Each test works in
@@ -168,8 +168,8 @@ func startFleetWith(t *testing.T, configure func(o *fleet.Options)) *fleetEnv {
 func (f *fleetEnv) register(t *testing.T, name string, kubeconfig []byte) *corev1.Secret {
 	t.Helper()
 	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: map[string]string{cluster.KubeconfigLabel: "true"}},
-		Data:       map[string][]byte{cluster.KubeconfigKey: kubeconfig},
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: map[string]string{registry.KubeconfigLabel: "true"}},
+		Data:       map[string][]byte{registry.KubeconfigKey: kubeconfig},
 	}
 	if err := hubClient.Create(t.Context(), s); err != nil {
 		t.Fatal(err)
@@ -450,7 +450,7 @@ func TestChangedKubeconfigReengages(t *testing.T) {
 	createConfigMap(t, memberClients[0], "repoint", "first")
 	r.waitFor(t, request("moving", "repoint", "first"))
 
-	s.Data[cluster.KubeconfigKey] = kubeconfigs[1]
+	s.Data[registry.KubeconfigKey] = kubeconfigs[1]
 	if err := hubClient.Update(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
@@ -538,11 +538,11 @@ func TestHostileSecretsAreRefusedAndIsolated(t *testing.T) {
 	}
 	for name, h := range hostile {
 		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: map[string]string{cluster.KubeconfigLabel: "true"}},
-			Data:       map[string][]byte{cluster.KubeconfigKey: h.kubeconfig},
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: map[string]string{registry.KubeconfigLabel: "true"}},
+			Data:       map[string][]byte{registry.KubeconfigKey: h.kubeconfig},
 		}
 		if h.clusterName != "" {
-			s.Annotations = map[string]string{cluster.ClusterNameAnnotation: h.clusterName}
+			s.Annotations = map[string]string{registry.ClusterNameAnnotation: h.clusterName}
 		}
 		if err := hubClient.Create(t.Context(), s); err != nil {
 			t.Fatal(err)
@@ -571,26 +571,26 @@ func TestEveryFormatEngagesItsMember(t *testing.T) {
 	createNamespace(t, hubClient, capiNS)
 	createNamespace(t, hubClient, argoNS)
 	f := startFleetWith(t, func(o *fleet.Options) {
-		o.SecretFormats = []cluster.Format{
-			cluster.MulticlusterRuntimeFormat(o.Namespace),
-			cluster.ClusterAPIFormat([]string{capiNS}),
-			cluster.ArgoCDFormat(argoNS),
+		o.SecretFormats = []registry.Format{
+			registry.MulticlusterRuntimeFormat(o.Namespace),
+			registry.ClusterAPIFormat([]string{capiNS}),
+			registry.ArgoCDFormat(argoNS),
 		}
 	})
 	secrets := []*corev1.Secret{
 		{
-			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "mcr-member", Labels: map[string]string{cluster.MulticlusterRuntimeLabel: "true"}},
-			Data:       map[string][]byte{cluster.KubeconfigKey: kubeconfigs[0]},
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "mcr-member", Labels: map[string]string{registry.MulticlusterRuntimeLabel: "true"}},
+			Data:       map[string][]byte{registry.KubeconfigKey: kubeconfigs[0]},
 		},
 		{
-			ObjectMeta: metav1.ObjectMeta{Namespace: capiNS, Name: "workload-kubeconfig", Labels: map[string]string{cluster.ClusterAPIClusterLabel: "workload"}},
-			Type:       cluster.ClusterAPISecretType,
-			Data:       map[string][]byte{cluster.ClusterAPIKey: kubeconfigs[1]},
+			ObjectMeta: metav1.ObjectMeta{Namespace: capiNS, Name: "workload-kubeconfig", Labels: map[string]string{registry.ClusterAPIClusterLabel: "workload"}},
+			Type:       registry.ClusterAPISecretType,
+			Data:       map[string][]byte{registry.ClusterAPIKey: kubeconfigs[1]},
 		},
 		{
 			// Same type, not a kubeconfig: Cluster API's CA Secret.
 			ObjectMeta: metav1.ObjectMeta{Namespace: capiNS, Name: "workload-ca"},
-			Type:       cluster.ClusterAPISecretType,
+			Type:       registry.ClusterAPISecretType,
 			Data:       map[string][]byte{"tls.crt": []byte("x")},
 		},
 		argoCDSecret(t, argoNS, "argo-member", kubeconfigs[1]),
@@ -635,7 +635,7 @@ func argoCDSecret(t *testing.T, namespace, name string, kubeconfig []byte) *core
 		t.Fatal(err)
 	}
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "cluster-" + name, Labels: map[string]string{cluster.ArgoCDSecretTypeLabel: cluster.ArgoCDClusterType}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "cluster-" + name, Labels: map[string]string{registry.ArgoCDSecretTypeLabel: registry.ArgoCDClusterType}},
 		Data: map[string][]byte{
 			"name": []byte(name), "server": []byte(server.Server), "config": config,
 			"project": []byte("default"), "namespaces": []byte(""), "clusterResources": []byte("true"), "shard": []byte("0"),
@@ -647,9 +647,9 @@ func TestConflictingNamesEngageNeither(t *testing.T) {
 	f := startFleet(t)
 	claim := func(secretName string, kubeconfig []byte) *corev1.Secret {
 		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: secretName, Labels: map[string]string{cluster.KubeconfigLabel: "true"},
-				Annotations: map[string]string{cluster.ClusterNameAnnotation: "contested"}},
-			Data: map[string][]byte{cluster.KubeconfigKey: kubeconfig},
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: secretName, Labels: map[string]string{registry.KubeconfigLabel: "true"},
+				Annotations: map[string]string{registry.ClusterNameAnnotation: "contested"}},
+			Data: map[string][]byte{registry.KubeconfigKey: kubeconfig},
 		}
 		if err := hubClient.Create(t.Context(), s); err != nil {
 			t.Fatal(err)
@@ -679,11 +679,11 @@ func TestSecretsRegisteredAtOnceSettleByName(t *testing.T) {
 	var wg sync.WaitGroup
 	create := func(secretName, clusterName string, kubeconfig []byte) *corev1.Secret {
 		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: secretName, Labels: map[string]string{cluster.KubeconfigLabel: "true"}},
-			Data:       map[string][]byte{cluster.KubeconfigKey: kubeconfig},
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: secretName, Labels: map[string]string{registry.KubeconfigLabel: "true"}},
+			Data:       map[string][]byte{registry.KubeconfigKey: kubeconfig},
 		}
 		if clusterName != "" {
-			s.Annotations = map[string]string{cluster.ClusterNameAnnotation: clusterName}
+			s.Annotations = map[string]string{registry.ClusterNameAnnotation: clusterName}
 		}
 		wg.Go(func() {
 			if err := hubClient.Create(t.Context(), s); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // DefaultNamespace is the default fleet namespace.
@@ -42,10 +43,10 @@ type Options struct {
 	Namespace string
 
 	// SecretFormats are the registration formats read besides the native
-	// one, such as cluster.ArgoCDFormat("argocd"). Each format's Secrets
+	// one, such as registry.ArgoCDFormat("argocd"). Each format's Secrets
 	// are cached apart, narrowed by its selectors, so the manager caches no
 	// other Secret of the hub.
-	SecretFormats []cluster.Format
+	SecretFormats []registry.Format
 
 	// KubeconfigPolicy decides which member kubeconfigs are accepted. The
 	// zero value is the strictest policy.
@@ -143,7 +144,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	})); err != nil {
 		return nil, err
 	}
-	if err := addProvider(m, append([]cluster.Format{cluster.NativeFormat(opts.Namespace)}, opts.SecretFormats...)); err != nil {
+	if err := addProvider(m, append([]registry.Format{registry.NativeFormat(opts.Namespace)}, opts.SecretFormats...)); err != nil {
 		return nil, err
 	}
 	m.provider.removed = m.metrics.forget

@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // memberCluster waits until the MemberCluster named name satisfies cond,
@@ -44,8 +44,8 @@ func TestMemberClusterFollowsItsMember(t *testing.T) {
 	watchConfigMaps(t, f, "status", "status", fleet.Members, &recorder{})
 	kc, proxy := viaProxy(t, kubeconfigs[0])
 	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "observed", Labels: map[string]string{cluster.KubeconfigLabel: "true", "region": "eu"}},
-		Data:       map[string][]byte{cluster.KubeconfigKey: kc},
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "observed", Labels: map[string]string{registry.KubeconfigLabel: "true", "region": "eu"}},
+		Data:       map[string][]byte{registry.KubeconfigKey: kc},
 	}
 	if err := hubClient.Create(t.Context(), s); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // provider keeps the member pool in step with the registration Secrets of
@@ -90,7 +91,7 @@ type nameLock struct {
 // waits until it has stopped.
 const registrationWorkers = 16
 
-func addProvider(m *Manager, formats []cluster.Format) error {
+func addProvider(m *Manager, formats []registry.Format) error {
 	p := &provider{
 		pool:     m.pool,
 		recorder: m.GetEventRecorder("fleet-manager"),
@@ -209,7 +210,7 @@ func (s *secretSource) String() string { return "registration Secrets" }
 // formatReconciler turns one format's Secrets into claims.
 type formatReconciler struct {
 	*provider
-	format  cluster.Format
+	format  registry.Format
 	secrets client.Reader
 }
 

@@ -1,10 +1,12 @@
-package cluster
+package registry
 
 import (
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
 
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 
@@ -40,13 +42,6 @@ const (
 	ArgoCDClusterType     = "cluster"
 )
 
-// Registration is a member cluster as a Secret registers it. Kubeconfig is
-// untrusted: Policy.Parse checks it when the member is built.
-type Registration struct {
-	ClusterName string
-	Kubeconfig  []byte
-}
-
 // Format is one way of registering a cluster in a Secret: which Secrets
 // hold registrations, and how to read one.
 type Format struct {
@@ -63,7 +58,7 @@ type Format struct {
 	Match func(*corev1.Secret) bool
 	// Read returns the registration a matching Secret holds, or a
 	// RefusedError.
-	Read func(*corev1.Secret) (Registration, error)
+	Read func(*corev1.Secret) (cluster.Registration, error)
 }
 
 // NativeFormat reads Secrets labelled fleet.fleetkube.io/kubeconfig: "true"
@@ -86,7 +81,7 @@ func labelledKubeconfig(name, namespace, label string) Format {
 		Namespaces: []string{namespace},
 		Label:      labels.SelectorFromSet(labels.Set{label: "true"}),
 		Match:      func(*corev1.Secret) bool { return true },
-		Read: func(s *corev1.Secret) (Registration, error) {
+		Read: func(s *corev1.Secret) (cluster.Registration, error) {
 			return readKey(s, s.Name, KubeconfigKey)
 		},
 	}
@@ -107,7 +102,7 @@ func ClusterAPIFormat(namespaces []string) Format {
 		Match: func(s *corev1.Secret) bool {
 			return s.Type == ClusterAPISecretType && strings.HasSuffix(s.Name, ClusterAPINameSuffix)
 		},
-		Read: func(s *corev1.Secret) (Registration, error) {
+		Read: func(s *corev1.Secret) (cluster.Registration, error) {
 			name := s.Labels[ClusterAPIClusterLabel]
 			if name == "" {
 				name = strings.TrimSuffix(s.Name, ClusterAPINameSuffix)
@@ -132,8 +127,8 @@ func ArgoCDFormat(namespace string) Format {
 	}
 }
 
-func readKey(s *corev1.Secret, defaultName, key string) (Registration, error) {
-	reg := Registration{ClusterName: nameOf(s, defaultName), Kubeconfig: s.Data[key]}
+func readKey(s *corev1.Secret, defaultName, key string) (cluster.Registration, error) {
+	reg := cluster.Registration{ClusterName: nameOf(s, defaultName), Kubeconfig: s.Data[key]}
 	if err := checkName(reg.ClusterName); err != nil {
 		return reg, err
 	}
@@ -151,7 +146,7 @@ func nameOf(s *corev1.Secret, defaultName string) string {
 }
 
 func checkName(name string) error {
-	if err := ValidateName(name); err != nil {
+	if err := cluster.ValidateName(name); err != nil {
 		return kubeconfig.Refuse("InvalidClusterName", "%s; set the annotation %s to a valid name", err, ClusterNameAnnotation)
 	}
 	return nil
@@ -186,8 +181,8 @@ type argoCDConfig struct {
 // argoCDAWSCommand is the exec plugin Argo CD runs for AWS authentication.
 const argoCDAWSCommand = "argocd-k8s-auth"
 
-func readArgoCD(s *corev1.Secret) (Registration, error) {
-	reg := Registration{ClusterName: nameOf(s, string(s.Data["name"]))}
+func readArgoCD(s *corev1.Secret) (cluster.Registration, error) {
+	reg := cluster.Registration{ClusterName: nameOf(s, string(s.Data["name"]))}
 	if err := checkName(reg.ClusterName); err != nil {
 		return reg, err
 	}
