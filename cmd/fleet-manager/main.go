@@ -39,8 +39,6 @@ func execute(args []string, stderr io.Writer) int {
 	switch name {
 	case "run":
 		err = runCommand(args, stderr)
-	case "demo":
-		err = demoCommand(args, stderr)
 	case "help":
 		printUsage(stderr)
 		return exitOK
@@ -63,7 +61,6 @@ func execute(args []string, stderr io.Writer) int {
 func printUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   fleet-manager [run] [flags]   run the fleet manager against a hub (the default)
-  fleet-manager demo [flags]    run a local hub, two members and an example controller
 
 Run "fleet-manager <command> -h" for the flags of a command.
 `)
