@@ -27,9 +27,10 @@ FUZZTIME ?= 10s
 fuzz:
 	KUBEBUILDER_ASSETS= go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./pkg/kubeconfig
 
-## demo: a local hub and two members, a fleet-wide ConfigMap reporter, until Ctrl-C.
+## demo: a local hub and two members, a fleet-wide ConfigMap reporter, until Ctrl-C
+## (cmd/fleet-demo, a program of its own: the fleet-manager binary has no demo).
 demo: envtest
-	go run ./cmd/fleet-manager demo $(DEMO_FLAGS)
+	go run ./cmd/fleet-demo $(DEMO_FLAGS)
 
 ## manifests: regenerate deepcopy functions and CRDs from api/ (controller-gen is built into bin/ when missing or changed).
 manifests:

@@ -50,9 +50,12 @@ type demoFlags struct {
 	zap          zap.Options
 }
 
+// demoCommand parses args, runs the demo until Ctrl-C (or until it is done
+// with -exit-when-done) and returns its error. Usage errors go to stderr;
+// the demo's sentences go to stdout.
 func demoCommand(args []string, stderr io.Writer) error {
 	var f demoFlags
-	fs := newFlagSet("demo", stderr, &f.zap)
+	fs := newFlagSet(stderr, &f.zap)
 	// Logs go to stderr, plain and at error level unless the flags say
 	// otherwise, so that the demo's own sentences on stdout stay readable.
 	for name, value := range demoLogDefaults {

@@ -1,6 +1,21 @@
-// Command fleet-demo runs a local hub, two members and an example
-// controller: the fleet manager with the ConfigMap reporter. It is not part
-// of the production binary, fleet-manager.
+// Command fleet-demo runs a local hub and two members, each a local
+// kube-apiserver and etcd, and a fleet manager with the ConfigMap reporter
+// (pkg/controllers/configmapreport), until Ctrl-C.
+//
+// Usage:
+//
+//	fleet-demo [flags]
+//
+// -exit-when-done exits once every member's ConfigMap was reconciled
+// (within -timeout). The logs go to stderr through controller-runtime's
+// zap logger (see the --zap-* flags), at error level unless
+// --zap-log-level says otherwise; the demo's own sentences go to stdout.
+//
+// The demo needs kube-apiserver and etcd in $KUBEBUILDER_ASSETS, which
+// `make demo` builds into bin/. It is a program of its own so that the
+// production binary, fleet-manager, does not link envtest and the local
+// API servers. The exit code is 0 on a clean stop, 1 on an error and 2 on
+// bad usage.
 package main
 
 import (
@@ -44,10 +59,10 @@ func execute(args []string, stderr io.Writer) int {
 	}
 }
 
-// newFlagSet returns a flag set for fleet-<name> that returns its errors,
-// and binds the zap logger's flags to zapOpts.
-func newFlagSet(name string, stderr io.Writer, zapOpts *zap.Options) *flag.FlagSet {
-	fs := flag.NewFlagSet("fleet-"+name, flag.ContinueOnError)
+// newFlagSet returns the command's flag set, which returns its errors, and
+// binds the zap logger's flags to zapOpts.
+func newFlagSet(stderr io.Writer, zapOpts *zap.Options) *flag.FlagSet {
+	fs := flag.NewFlagSet("fleet-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	zapOpts.BindFlags(fs)
 	return fs

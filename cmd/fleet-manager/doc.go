@@ -3,7 +3,6 @@
 // Usage:
 //
 //	fleet-manager [run] [flags]   run the manager against a hub (the default)
-//	fleet-manager demo [flags]    run a local hub, two members and an example controller
 //
 // run connects to the hub (--hub-kubeconfig, else the in-cluster config,
 // else $KUBECONFIG and the default loading rules), registers every member
@@ -13,10 +12,11 @@
 // --capi-secrets and --argocd-secrets also register the Secrets of those
 // tools.
 //
-// demo needs kube-apiserver and etcd in $KUBEBUILDER_ASSETS, which
-// `make demo` builds into bin/.
+// It logs with controller-runtime's zap logger (see the --zap-* flags);
+// klog, used by client-go, goes to the same logger. The exit code is 0 on
+// a clean stop, 1 on an error and 2 on bad usage.
 //
-// Both commands log with controller-runtime's zap logger (see the --zap-*
-// flags); klog, used by client-go, goes to the same logger. The exit code
-// is 0 on a clean stop, 1 on an error and 2 on bad usage.
+// The demo is a program of its own, cmd/fleet-demo (`make demo`), so that
+// this binary does not link envtest and the local API servers; a test
+// checks that it does not.
 package main
