@@ -1,4 +1,4 @@
-package fleet
+package fairqueue
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ func BenchmarkQueue(b *testing.B) {
 		name string
 		new  func() priorityqueue.PriorityQueue[Request]
 	}{
-		{"fair", func() priorityqueue.PriorityQueue[Request] { return newFairQueue("") }},
+		{"fair", func() priorityqueue.PriorityQueue[Request] { return New("") }},
 		{"controller-runtime", func() priorityqueue.PriorityQueue[Request] { return priorityqueue.New[Request]("") }},
 	}
 	for _, clusters := range []int{1, 10, 1000} {

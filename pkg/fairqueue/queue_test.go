@@ -1,4 +1,4 @@
-package fleet
+package fairqueue
 
 import (
 	"fmt"
@@ -13,15 +13,17 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/fleetkube/fleet-manager/pkg/engage"
 )
+
+// Request is the item of the tests' queues: a fleet request.
+type Request = engage.Request
 
 // fqReq returns the request for object name in a cluster.
 func fqReq(clusterName, name string) Request {
@@ -30,10 +32,10 @@ func fqReq(clusterName, name string) Request {
 
 // newTestFairQueue returns a fair queue on a fake clock, shut down when
 // the test ends.
-func newTestFairQueue(t *testing.T, opts ...fairQueueOption) (*fairQueue, *clocktesting.FakeClock) {
+func newTestFairQueue(t *testing.T, opts ...Option) (*Queue, *clocktesting.FakeClock) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Now())
-	q := newFairQueue("", append([]fairQueueOption{func(o *fairQueueOptions) { o.clock = clk }}, opts...)...)
+	q := New("", append([]Option{func(o *Options) { o.clock = clk }}, opts...)...)
 	t.Cleanup(q.ShutDown)
 	return q, clk
 }
@@ -59,7 +61,7 @@ func fqWaitLen(t *testing.T, q workqueue.TypedInterface[Request], n int) {
 
 // ringOrder returns, per priority with a ring, the clusters of the ring
 // in the order they will be served.
-func (q *fairQueue) ringOrder() map[int][]string {
+func (q *Queue) ringOrder() map[int][]string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	out := map[int][]string{}
@@ -419,7 +421,7 @@ func TestFairQueueHigherPriorityFirstAcrossClusters(t *testing.T) {
 }
 
 func TestFairQueueCapSkipsClusterAtCap(t *testing.T) {
-	q, _ := newTestFairQueue(t, func(o *fairQueueOptions) { o.maxInFlightPerCluster = 1 })
+	q, _ := newTestFairQueue(t, func(o *Options) { o.MaxInFlightPerCluster = 1 })
 	q.Add(fqReq("a", "1"))
 	q.Add(fqReq("a", "2"))
 	q.Add(fqReq("b", "1"))
@@ -459,7 +461,7 @@ func TestFairQueueCapHoldsUnderConcurrentWorkers(t *testing.T) {
 		items    = 4000
 	)
 	clusters := []string{"a", "b", "c", "d"}
-	q, _ := newTestFairQueue(t, func(o *fairQueueOptions) { o.maxInFlightPerCluster = capacity })
+	q, _ := newTestFairQueue(t, func(o *Options) { o.MaxInFlightPerCluster = capacity })
 
 	inFlight := map[string]*atomic.Int32{}
 	for _, c := range clusters {
@@ -520,7 +522,7 @@ func TestFairQueueCapHoldsUnderConcurrentWorkers(t *testing.T) {
 
 func TestFairQueueHold(t *testing.T) {
 	q, _ := newTestFairQueue(t)
-	q.hold("a", true)
+	q.Hold("a", true)
 	q.Add(fqReq("a", "1"))
 	q.Add(fqReq("b", "1"))
 	q.Add(fqReq("a", "1"))
@@ -541,7 +543,7 @@ func TestFairQueueHold(t *testing.T) {
 		item, _ := q.Get()
 		got <- item
 	}()
-	q.hold("a", false)
+	q.Hold("a", false)
 	if item := <-got; item != fqReq("a", "1") {
 		t.Errorf("Get after the hold ended = %v, want a/1", item)
 	}
@@ -550,14 +552,14 @@ func TestFairQueueHold(t *testing.T) {
 	// A hold outlives drop, and an item in flight is not affected.
 	q.Add(fqReq("a", "2"))
 	a2, _ := q.Get()
-	q.hold("a", true)
-	q.drop("a")
+	q.Hold("a", true)
+	q.Drop("a")
 	q.Add(fqReq("a", "3"))
 	q.Done(a2)
 	if n, order := q.Len(), q.ringOrder(); n != 1 || len(order) != 0 {
 		t.Errorf("after drop of a held cluster: Len() = %d, rings %v; want 1 held item, no ring", n, order)
 	}
-	q.hold("a", false)
+	q.Hold("a", false)
 	if item, _ := q.Get(); item != fqReq("a", "3") {
 		t.Errorf("Get = %v, want a/3", item)
 	}
@@ -577,7 +579,7 @@ func (r *fqCountingRateLimiter) Forget(item Request) {
 func TestFairQueueDrop(t *testing.T) {
 	const big = 10000
 	rl := &fqCountingRateLimiter{TypedRateLimiter: workqueue.DefaultTypedControllerRateLimiter[Request]()}
-	q, clk := newTestFairQueue(t, func(o *fairQueueOptions) { o.rateLimiter = rl })
+	q, clk := newTestFairQueue(t, func(o *Options) { o.RateLimiter = rl })
 
 	q.Add(fqReq("a", "0"))
 	a0, _ := q.Get() // a/0 in flight
@@ -598,8 +600,8 @@ func TestFairQueueDrop(t *testing.T) {
 	q.mu.Unlock()
 	lenBefore := q.Len()
 
-	q.drop("a")
-	q.drop("unknown")
+	q.Drop("a")
+	q.Drop("unknown")
 
 	if n := q.Len(); n != lenBefore-3 {
 		t.Errorf("Len() = %d after drop, want %d (a's 3 ready items gone)", n, lenBefore-3)
@@ -673,8 +675,8 @@ func TestFairQueueKeepsClustersUntilDropped(t *testing.T) {
 	}
 	q.Add(fqReq("a", "2"))
 	a2, _ := q.Get()
-	q.drop("a")
-	q.drop("b")
+	q.Drop("a")
+	q.Drop("b")
 	if !known("a") || known("b") {
 		t.Fatalf("after drop: a known %t (one item in flight), b known %t; want true, false", known("a"), known("b"))
 	}
@@ -750,151 +752,13 @@ func TestFairQueueAddAfterOnFakeClock(t *testing.T) {
 	}
 }
 
-// fqMetricValue returns the value of the series of family name with the
-// labels, and whether it exists; for a histogram, its sample count and
-// sum.
-func fqMetricValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) (value, sum float64, ok bool) {
-	t.Helper()
-	families, err := g.Gather()
-	if err != nil {
-		t.Fatalf("Gather: %v", err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
-					continue metrics
-				}
-			}
-			switch f.GetType() {
-			case dto.MetricType_HISTOGRAM:
-				return float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum(), true
-			case dto.MetricType_GAUGE:
-				return m.GetGauge().GetValue(), 0, true
-			default:
-				return m.GetCounter().GetValue(), 0, true
-			}
-		}
-	}
-	return 0, 0, false
-}
-
-func TestFairQueueMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	provider, err := newFairQueueMetricsProvider(reg)
-	if err != nil {
-		t.Fatalf("newFairQueueMetricsProvider: %v", err)
-	}
-	if again, err := newFairQueueMetricsProvider(reg); err != nil || again.depth != provider.depth {
-		t.Fatalf("a second provider on the registry: %v; want the same series", err)
-	}
-	clk := clocktesting.NewFakeClock(time.Now())
-	q := newFairQueue("widgets", func(o *fairQueueOptions) { o.metricsProvider, o.clock = provider, clk })
-	defer q.ShutDown()
-
-	queue := map[string]string{"name": "widgets", "controller": "widgets"}
-	cluster := func(name string) map[string]string {
-		return map[string]string{"controller": "widgets", "cluster": name}
-	}
-	expect := func(name string, labels map[string]string, want float64) {
-		t.Helper()
-		if got, _, _ := fqMetricValue(t, reg, name, labels); got != want {
-			t.Errorf("%s%v = %v, want %v", name, labels, got, want)
-		}
-	}
-
-	q.Add(fqReq("a", "1"))
-	q.Add(fqReq("a", "2"))
-	q.Add(fqReq("a", "1"))
-	q.Add(fqReq("b", "1"))
-	q.AddAfter(fqReq("c", "1"), time.Second)
-	expect("workqueue_depth", queue, 3)
-	expect("workqueue_adds_total", queue, 3)
-	expect("workqueue_retries_total", queue, 1)
-	expect("fleet_queue_depth", cluster("a"), 2)
-	expect("fleet_queue_depth", cluster("b"), 1)
-
-	clk.Step(time.Second)
-	if n := q.Len(); n != 4 {
-		t.Fatalf("Len() = %d, want 4", n)
-	}
-	expect("workqueue_depth", queue, 4)
-	expect("workqueue_adds_total", queue, 4)
-	expect("fleet_queue_depth", cluster("c"), 1)
-
-	a1, _ := q.Get()
-	if n, sum, _ := fqMetricValue(t, reg, "workqueue_queue_duration_seconds", queue); n != 1 || sum != 1 {
-		t.Errorf("queue duration: %v samples, sum %v; want 1 of 1s", n, sum)
-	}
-	expect("workqueue_depth", queue, 3)
-	expect("fleet_queue_depth", cluster("a"), 1)
-
-	clk.Step(unfinishedWorkPeriod)
-	fqWaitFor(t, "the unfinished-work update", func() bool {
-		v, _, _ := fqMetricValue(t, reg, "workqueue_longest_running_processor_seconds", queue)
-		return v == unfinishedWorkPeriod.Seconds()
-	})
-	clk.Step(time.Second)
-	q.Done(a1)
-	if n, sum, _ := fqMetricValue(t, reg, "workqueue_work_duration_seconds", queue); n != 1 || sum != 1.5 {
-		t.Errorf("work duration: %v samples, sum %v; want 1 of 1.5s", n, sum)
-	}
-
-	q.drop("a")
-	expect("workqueue_depth", queue, 2)
-	if _, _, ok := fqMetricValue(t, reg, "fleet_queue_depth", cluster("a")); ok {
-		t.Error("fleet_queue_depth of a dropped cluster still exists")
-	}
-	q.Add(fqReq("a", "3"))
-	expect("fleet_queue_depth", cluster("a"), 1)
-
-	problems, err := testutil.GatherAndLint(reg, "fleet_queue_depth")
-	if err != nil {
-		t.Fatalf("GatherAndLint: %v", err)
-	}
-	for _, p := range problems {
-		t.Errorf("lint: %s: %s", p.Metric, p.Text)
-	}
-}
-
-func TestFairQueueMetricsOnControllerRuntimeRegistry(t *testing.T) {
-	// controller-runtime registered its workqueue_* series when its
-	// packages loaded; the provider must find them, not conflict.
-	provider, err := newFairQueueMetricsProvider(crmetrics.Registry)
-	if err != nil {
-		t.Fatalf("newFairQueueMetricsProvider(controller-runtime's registry): %v", err)
-	}
-	q := newFairQueue("fairqueue-registry-test", func(o *fairQueueOptions) { o.metricsProvider = provider })
-	defer q.ShutDown()
-
-	series := map[string]map[string]string{
-		"workqueue_adds_total": {"name": "fairqueue-registry-test", "controller": "fairqueue-registry-test"},
-		"workqueue_depth":      {"name": "fairqueue-registry-test", "controller": "fairqueue-registry-test", "priority": ""},
-		"fleet_queue_depth":    {"controller": "fairqueue-registry-test", "cluster": "a"},
-	}
-	before := map[string]float64{} // The registry is global: -count runs this again.
-	for name, labels := range series {
-		before[name], _, _ = fqMetricValue(t, crmetrics.Registry, name, labels)
-	}
-	q.Add(fqReq("a", "1"))
-	for name, labels := range series {
-		if got, _, _ := fqMetricValue(t, crmetrics.Registry, name, labels); got != before[name]+1 {
-			t.Errorf("%s%v = %v on controller-runtime's registry, want %v", name, labels, got, before[name]+1)
-		}
-	}
-}
-
 func TestFairQueueLeavesNoGoroutine(t *testing.T) {
 	baseline := goleak.IgnoreCurrent()
-	provider, err := newFairQueueMetricsProvider(prometheus.NewRegistry())
+	provider, err := NewMetricsProvider(prometheus.NewRegistry())
 	if err != nil {
-		t.Fatalf("newFairQueueMetricsProvider: %v", err)
+		t.Fatalf("NewMetricsProvider: %v", err)
 	}
-	q := newFairQueue("leak-test", func(o *fairQueueOptions) { o.metricsProvider = provider })
+	q := New("leak-test", func(o *Options) { o.MetricsProvider = provider })
 	q.AddAfter(fqReq("a", "later"), time.Hour)
 	var wg sync.WaitGroup
 	for range 3 {

@@ -1,48 +1,48 @@
-package fleet
+package fairqueue
 
 import (
 	"container/heap"
-	"errors"
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+
+	"github.com/fleetkube/fleet-manager/pkg/engage"
 )
 
 // unfinishedWorkPeriod is how often the queue's unfinished-work metrics
 // are updated, as in client-go's and controller-runtime's queues.
 const unfinishedWorkPeriod = 500 * time.Millisecond
 
-// fairQueueOptions configure a fairQueue.
-type fairQueueOptions struct {
-	// rateLimiter times AddRateLimited. Defaults to controller-runtime's:
+// Options configure a Queue.
+type Options struct {
+	// RateLimiter times AddRateLimited. Defaults to controller-runtime's:
 	// a per-item exponential backoff from 5ms to 1000s.
-	rateLimiter workqueue.TypedRateLimiter[Request]
-	// metricsProvider makes the queue's workqueue metrics, labelled with
+	RateLimiter workqueue.TypedRateLimiter[engage.Request]
+	// MetricsProvider makes the queue's workqueue metrics, labelled with
 	// the queue's name; when it is a clusterDepthProvider too, the queue
 	// also counts its depth per cluster. Defaults to none (no metrics);
-	// newFairQueueMetricsProvider(metrics.Registry) writes
+	// NewMetricsProvider(metrics.Registry) writes
 	// controller-runtime's series. A queue named "" has no metrics, like
 	// controller-runtime's.
-	metricsProvider workqueue.MetricsProvider
-	// maxInFlightPerCluster caps the items of one cluster handed out by Get
+	MetricsProvider workqueue.MetricsProvider
+	// MaxInFlightPerCluster caps the items of one cluster handed out by Get
 	// and not yet Done. Defaults to 0: no cap.
-	maxInFlightPerCluster int
+	MaxInFlightPerCluster int
 	// clock times AddAfter, AddRateLimited and the metrics. Defaults to the
 	// real clock.
 	clock clock.WithTicker
 }
 
-// fairQueueOption sets fairQueueOptions, like controller-runtime's
+// Option sets Options, like controller-runtime's
 // priorityqueue.Opt.
-type fairQueueOption func(*fairQueueOptions)
+type Option func(*Options)
 
-// fairQueue is the work queue of a fleet controller: controller-runtime's
+// Queue is the work queue of a fleet controller: controller-runtime's
 // priority queue, fair across clusters.
 //
 // It keeps the contract of priorityqueue.New: an item queued twice is
@@ -61,9 +61,9 @@ type fairQueueOption func(*fairQueueOptions)
 // for their backlog. Within a cluster items come out in the order they
 // became ready.
 //
-// Beyond the priority queue, hold keeps a cluster's items queued without
-// handing them out, drop removes a cluster's queued items, and
-// fairQueueOptions.maxInFlightPerCluster caps the items of one cluster in
+// Beyond the priority queue, Hold keeps a cluster's items queued without
+// handing them out, Drop removes a cluster's queued items, and
+// Options.MaxInFlightPerCluster caps the items of one cluster in
 // flight. A held or capped cluster is skipped: no Get waits for it.
 //
 // # Implementation considerations
@@ -81,9 +81,9 @@ type fairQueueOption func(*fairQueueOptions)
 // empty, its item map and heaps are made anew if they grew past
 // fqKeepItems, as Go maps and slices never shrink and an initial list can
 // grow them to thousands of items.
-type fairQueue struct {
+type Queue struct {
 	clock       clock.WithTicker
-	rateLimiter workqueue.TypedRateLimiter[Request]
+	rateLimiter workqueue.TypedRateLimiter[engage.Request]
 	maxInFlight int
 	metrics     *fairQueueMetrics // nil: no metrics
 
@@ -105,26 +105,26 @@ type fairQueue struct {
 	seq      uint64                // next ready order
 }
 
-var _ priorityqueue.PriorityQueue[Request] = (*fairQueue)(nil)
+var _ priorityqueue.PriorityQueue[engage.Request] = (*Queue)(nil)
 
-// newFairQueue returns a running fair queue named name (the controller's
+// New returns a running fair queue named name (the controller's
 // name, which labels its metrics). ShutDown stops it.
-func newFairQueue(name string, opts ...fairQueueOption) *fairQueue {
-	var o fairQueueOptions
+func New(name string, opts ...Option) *Queue {
+	var o Options
 	for _, f := range opts {
 		f(&o)
 	}
-	if o.rateLimiter == nil {
-		o.rateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[Request](5*time.Millisecond, 1000*time.Second)
+	if o.RateLimiter == nil {
+		o.RateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[engage.Request](5*time.Millisecond, 1000*time.Second)
 	}
 	if o.clock == nil {
 		o.clock = clock.RealClock{}
 	}
-	q := &fairQueue{
+	q := &Queue{
 		clock:       o.clock,
-		rateLimiter: o.rateLimiter,
-		maxInFlight: max(o.maxInFlightPerCluster, 0),
-		metrics:     newFairQueueMetrics(o.metricsProvider, name, o.clock),
+		rateLimiter: o.RateLimiter,
+		maxInFlight: max(o.MaxInFlightPerCluster, 0),
+		metrics:     newFairQueueMetrics(o.MetricsProvider, name, o.clock),
 		kick:        make(chan struct{}, 1),
 		done:        make(chan struct{}),
 		stopped:     make(chan struct{}),
@@ -136,24 +136,24 @@ func newFairQueue(name string, opts ...fairQueueOption) *fairQueue {
 }
 
 // Add queues item, ready now, at priority 0.
-func (q *fairQueue) Add(item Request) {
+func (q *Queue) Add(item engage.Request) {
 	q.AddWithOpts(priorityqueue.AddOpts{}, item)
 }
 
 // AddAfter queues item to be ready after the duration.
-func (q *fairQueue) AddAfter(item Request, after time.Duration) {
+func (q *Queue) AddAfter(item engage.Request, after time.Duration) {
 	q.AddWithOpts(priorityqueue.AddOpts{After: after}, item)
 }
 
 // AddRateLimited queues item to be ready when the rate limiter says.
-func (q *fairQueue) AddRateLimited(item Request) {
+func (q *Queue) AddRateLimited(item engage.Request) {
 	q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true}, item)
 }
 
 // AddWithOpts queues items with the options: an item that is queued
 // already keeps the higher priority and the earlier ready time. After a
 // ShutDown it does nothing.
-func (q *fairQueue) AddWithOpts(o priorityqueue.AddOpts, items ...Request) {
+func (q *Queue) AddWithOpts(o priorityqueue.AddOpts, items ...engage.Request) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.shutdown {
@@ -181,7 +181,7 @@ func (q *fairQueue) AddWithOpts(o priorityqueue.AddOpts, items ...Request) {
 }
 
 // lockedAdd queues key, ready at readyAt, or now when readyAt is zero.
-func (q *fairQueue) lockedAdd(key Request, priority int, readyAt time.Time) {
+func (q *Queue) lockedAdd(key engage.Request, priority int, readyAt time.Time) {
 	wait := !readyAt.IsZero()
 	c := q.lockedCluster(key.ClusterName)
 	c.dropped = false
@@ -230,7 +230,7 @@ func (q *fairQueue) lockedAdd(key Request, priority int, readyAt time.Time) {
 
 // lockedMakeReady makes a new or waiting item ready: queued, or parked
 // while its key is in flight.
-func (q *fairQueue) lockedMakeReady(c *fqCluster, it *fqItem) {
+func (q *Queue) lockedMakeReady(c *fqCluster, it *fqItem) {
 	c.ready++
 	q.ready++
 	q.metrics.add(c, it)
@@ -243,7 +243,7 @@ func (q *fairQueue) lockedMakeReady(c *fqCluster, it *fqItem) {
 
 // lockedQueue puts a ready item in its level and wakes a Get when the
 // cluster can hand it out.
-func (q *fairQueue) lockedQueue(c *fqCluster, it *fqItem) {
+func (q *Queue) lockedQueue(c *fqCluster, it *fqItem) {
 	it.state = fqReady
 	l := c.level(it.priority)
 	heap.Push(&l.items, it)
@@ -257,7 +257,7 @@ func (q *fairQueue) lockedQueue(c *fqCluster, it *fqItem) {
 }
 
 // lockedUnqueue takes a queued item out of its level.
-func (q *fairQueue) lockedUnqueue(c *fqCluster, it *fqItem) {
+func (q *Queue) lockedUnqueue(c *fqCluster, it *fqItem) {
 	l := c.level(it.priority)
 	heap.Remove(&l.items, it.index)
 	if l.items.Len() == 0 {
@@ -266,7 +266,7 @@ func (q *fairQueue) lockedUnqueue(c *fqCluster, it *fqItem) {
 }
 
 // Get hands out the next item; see GetWithPriority.
-func (q *fairQueue) Get() (Request, bool) {
+func (q *Queue) Get() (engage.Request, bool) {
 	item, _, shutdown := q.GetWithPriority()
 	return item, shutdown
 }
@@ -275,12 +275,12 @@ func (q *fairQueue) Get() (Request, bool) {
 // shuts down, and returns the item and its priority. The caller must call
 // Done with the item once it has processed it. After ShutDown it returns
 // shutdown true at once.
-func (q *fairQueue) GetWithPriority() (item Request, priority int, shutdown bool) {
+func (q *Queue) GetWithPriority() (item engage.Request, priority int, shutdown bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for {
 		if q.shutdown {
-			return Request{}, 0, true
+			return engage.Request{}, 0, true
 		}
 		q.lockedPromote()
 		if it, ok := q.lockedPop(); ok {
@@ -295,7 +295,7 @@ func (q *fairQueue) GetWithPriority() (item Request, priority int, shutdown bool
 
 // lockedPop hands out the first item of the cluster at the head of the
 // highest ring and moves that cluster to the ring's back.
-func (q *fairQueue) lockedPop() (*fqItem, bool) {
+func (q *Queue) lockedPop() (*fqItem, bool) {
 	if len(q.rings) == 0 {
 		return nil, false
 	}
@@ -319,7 +319,7 @@ func (q *fairQueue) lockedPop() (*fqItem, bool) {
 // Done marks item as processed: a copy added meanwhile can be handed out,
 // and so can another item of its cluster when the cluster was at its cap.
 // Done of an item not in flight does nothing.
-func (q *fairQueue) Done(item Request) {
+func (q *Queue) Done(item engage.Request) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	c := q.clusters[item.ClusterName]
@@ -340,19 +340,19 @@ func (q *fairQueue) Done(item Request) {
 }
 
 // Forget clears the rate limiter's history of item.
-func (q *fairQueue) Forget(item Request) {
+func (q *Queue) Forget(item engage.Request) {
 	q.rateLimiter.Forget(item)
 }
 
 // NumRequeues returns how often the rate limiter has timed item.
-func (q *fairQueue) NumRequeues(item Request) int {
+func (q *Queue) NumRequeues(item engage.Request) int {
 	return q.rateLimiter.NumRequeues(item)
 }
 
 // Len returns the number of ready items, including those of held or
 // capped clusters and those waiting for their copy in flight to be Done;
 // not those waiting for their time, as in controller-runtime.
-func (q *fairQueue) Len() int {
+func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.lockedPromote()
@@ -362,7 +362,7 @@ func (q *fairQueue) Len() int {
 // ShutDown stops the queue: later adds are ignored, and every Get returns
 // shutdown. It returns once the queue's goroutine has ended. Calling it
 // again does nothing.
-func (q *fairQueue) ShutDown() {
+func (q *Queue) ShutDown() {
 	q.mu.Lock()
 	if !q.shutdown {
 		q.shutdown = true
@@ -375,22 +375,22 @@ func (q *fairQueue) ShutDown() {
 
 // ShutDownWithDrain is ShutDown: like controller-runtime's priority queue,
 // it does not wait for the items in flight.
-func (q *fairQueue) ShutDownWithDrain() {
+func (q *Queue) ShutDownWithDrain() {
 	q.ShutDown()
 }
 
 // ShuttingDown reports whether ShutDown has been called.
-func (q *fairQueue) ShuttingDown() bool {
+func (q *Queue) ShuttingDown() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.shutdown
 }
 
-// hold stops (held true) or resumes handing out clusterName's items. Held
+// Hold stops (held true) or resumes handing out clusterName's items. Held
 // items stay queued, counted by Len and deduplicated as usual; items
-// already in flight are not affected. A hold lasts until hold(name,
-// false), across drop.
-func (q *fairQueue) hold(clusterName string, held bool) {
+// already in flight are not affected. A hold lasts until Hold(name,
+// false), across Drop.
+func (q *Queue) Hold(clusterName string, held bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if _, known := q.clusters[clusterName]; !known && !held {
@@ -402,13 +402,13 @@ func (q *fairQueue) hold(clusterName string, held bool) {
 	q.lockedForgetIfIdle(c)
 }
 
-// drop removes every queued item of clusterName, ready, waiting or
+// Drop removes every queued item of clusterName, ready, waiting or
 // parked, and clears their rate-limiter history, in O(items of the
 // cluster) without touching another cluster's items, and lets go of the
 // cluster once none of its items is in flight and it is not held. Items
 // in flight stay in flight: Done releases them, and one added again is
 // handed out only after its Done. Later adds are accepted.
-func (q *fairQueue) drop(clusterName string) {
+func (q *Queue) Drop(clusterName string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	c := q.clusters[clusterName]
@@ -433,7 +433,7 @@ func (q *fairQueue) drop(clusterName string) {
 }
 
 // lockedCluster returns clusterName's part of the queue, made on demand.
-func (q *fairQueue) lockedCluster(clusterName string) *fqCluster {
+func (q *Queue) lockedCluster(clusterName string) *fqCluster {
 	c := q.clusters[clusterName]
 	if c == nil {
 		c = &fqCluster{
@@ -452,7 +452,7 @@ func (q *fairQueue) lockedCluster(clusterName string) *fqCluster {
 // lockedForgetIfIdle lets go of a dropped cluster once it has nothing
 // queued or in flight and is not held. Other clusters stay, so that a
 // cluster's structures are made once, not once per burst of work.
-func (q *fairQueue) lockedForgetIfIdle(c *fqCluster) {
+func (q *Queue) lockedForgetIfIdle(c *fqCluster) {
 	if c.dropped && len(c.items) == 0 && len(c.inFlight) == 0 && !c.held {
 		delete(q.clusters, c.name)
 	}
@@ -460,7 +460,7 @@ func (q *fairQueue) lockedForgetIfIdle(c *fqCluster) {
 
 // lockedUpdateEligible puts a cluster's levels in their rings when it may
 // hand out items (not held, below its cap), and takes them out when not.
-func (q *fairQueue) lockedUpdateEligible(c *fqCluster) {
+func (q *Queue) lockedUpdateEligible(c *fqCluster) {
 	eligible := !c.held && (q.maxInFlight == 0 || len(c.inFlight) < q.maxInFlight)
 	if eligible == c.eligible {
 		return
@@ -478,7 +478,7 @@ func (q *fairQueue) lockedUpdateEligible(c *fqCluster) {
 }
 
 // lockedRingAppend puts a level at the back of its priority's ring.
-func (q *fairQueue) lockedRingAppend(l *fqLevel) {
+func (q *Queue) lockedRingAppend(l *fqLevel) {
 	i := 0
 	for i < len(q.rings) && q.rings[i].priority > l.priority {
 		i++
@@ -499,7 +499,7 @@ func (q *fairQueue) lockedRingAppend(l *fqLevel) {
 
 // lockedRingRemove takes a level out of its ring, if it is in one, and
 // drops the ring when it is left empty.
-func (q *fairQueue) lockedRingRemove(l *fqLevel) {
+func (q *Queue) lockedRingRemove(l *fqLevel) {
 	r := l.ring
 	if r == nil {
 		return
@@ -522,7 +522,7 @@ func (q *fairQueue) lockedRingRemove(l *fqLevel) {
 
 // lockedFixTimer updates a cluster's place among the clusters with
 // waiting items, and wakes the timer loop when it is first.
-func (q *fairQueue) lockedFixTimer(c *fqCluster) {
+func (q *Queue) lockedFixTimer(c *fqCluster) {
 	switch {
 	case c.waiting.Len() == 0:
 		if c.timerIndex >= 0 {
@@ -544,7 +544,7 @@ func (q *fairQueue) lockedFixTimer(c *fqCluster) {
 
 // lockedPromote makes the waiting items whose time has come ready, the
 // earliest first. It returns the time it read; none when nothing waits.
-func (q *fairQueue) lockedPromote() (now time.Time) {
+func (q *Queue) lockedPromote() (now time.Time) {
 	if len(q.timers) == 0 {
 		return now
 	}
@@ -566,7 +566,7 @@ func (q *fairQueue) lockedPromote() (now time.Time) {
 // runTimers makes waiting items ready when their time comes, for the
 // goroutines blocked in Get, and updates the unfinished-work metrics. It
 // is the queue's only goroutine, and returns on ShutDown.
-func (q *fairQueue) runTimers() {
+func (q *Queue) runTimers() {
 	defer close(q.stopped)
 	var tick <-chan time.Time
 	if q.metrics != nil {
@@ -593,7 +593,7 @@ func (q *fairQueue) runTimers() {
 
 // nextTimer makes the items due ready, and returns a channel that fires
 // when the next one is due (nil when none waits) and a func to stop it.
-func (q *fairQueue) nextTimer() (<-chan time.Time, func()) {
+func (q *Queue) nextTimer() (<-chan time.Time, func()) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.lockedPromote()
@@ -605,7 +605,7 @@ func (q *fairQueue) nextTimer() (<-chan time.Time, func()) {
 }
 
 // nextSeq returns the next ready order. Call it under mu.
-func (q *fairQueue) nextSeq() uint64 {
+func (q *Queue) nextSeq() uint64 {
 	q.seq++
 	return q.seq
 }
@@ -621,7 +621,7 @@ const (
 
 // fqItem is a queued item.
 type fqItem struct {
-	key      Request
+	key      engage.Request
 	priority int
 	seq      uint64    // ready order: lower first
 	readyAt  time.Time // when a waiting item becomes ready
@@ -649,7 +649,7 @@ func fqLessWaiting(a, b *fqItem) bool {
 // held and still be kept.
 const fqKeepItems = 64
 
-// fqCluster is one cluster's part of a fairQueue.
+// fqCluster is one cluster's part of a Queue.
 type fqCluster struct {
 	name       string
 	items      map[types.NamespacedName]*fqItem   // queued: waiting, ready or parked
@@ -881,146 +881,4 @@ func (m *fairQueueMetrics) updateUnfinishedWork(clusters map[string]*fqCluster) 
 	}
 	m.unfinished.Set(total)
 	m.longestRunning.Set(longest)
-}
-
-// fairQueueMetricsProvider is a clusterDepthProvider writing
-// controller-runtime's workqueue_* series, labelled name and controller
-// with the queue's name as controller-runtime's queues are (depth with an
-// empty priority label, as its non-priority queues), and
-// fleet_queue_depth{controller, cluster}.
-type fairQueueMetricsProvider struct {
-	depth          *prometheus.GaugeVec
-	adds           *prometheus.CounterVec
-	latency        *prometheus.HistogramVec
-	workDuration   *prometheus.HistogramVec
-	unfinished     *prometheus.GaugeVec
-	longestRunning *prometheus.GaugeVec
-	retries        *prometheus.CounterVec
-	clusterDepth   *prometheus.GaugeVec
-}
-
-var _ clusterDepthProvider = (*fairQueueMetricsProvider)(nil)
-
-// newFairQueueMetricsProvider registers the series with reg, or uses
-// those registered there already. controller-runtime registers its
-// workqueue_* series on its registry (metrics.Registry) when its
-// controller packages load; these are described identically, so on that
-// registry they are controller-runtime's own series, registered once.
-func newFairQueueMetricsProvider(reg prometheus.Registerer) (*fairQueueMetricsProvider, error) {
-	names := []string{"name", "controller"}
-	buckets := prometheus.ExponentialBuckets(10e-9, 10, 12)
-	histogram := func(name, help string) *prometheus.HistogramVec {
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Subsystem:                       "workqueue",
-			Name:                            name,
-			Help:                            help,
-			Buckets:                         buckets,
-			NativeHistogramBucketFactor:     1.1,
-			NativeHistogramMaxBucketNumber:  100,
-			NativeHistogramMinResetDuration: time.Hour,
-		}, names)
-	}
-	p := &fairQueueMetricsProvider{
-		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Subsystem: "workqueue",
-			Name:      "depth",
-			Help:      "Current depth of workqueue by workqueue and priority",
-		}, []string{"name", "controller", "priority"}),
-		adds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: "workqueue",
-			Name:      "adds_total",
-			Help:      "Total number of adds handled by workqueue",
-		}, names),
-		latency:      histogram("queue_duration_seconds", "How long in seconds an item stays in workqueue before being requested"),
-		workDuration: histogram("work_duration_seconds", "How long in seconds processing an item from workqueue takes."),
-		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Subsystem: "workqueue",
-			Name:      "unfinished_work_seconds",
-			Help: "How many seconds of work has been done that " +
-				"is in progress and hasn't been observed by work_duration. Large " +
-				"values indicate stuck threads. One can deduce the number of stuck " +
-				"threads by observing the rate at which this increases.",
-		}, names),
-		longestRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Subsystem: "workqueue",
-			Name:      "longest_running_processor_seconds",
-			Help: "How many seconds has the longest running " +
-				"processor for workqueue been running.",
-		}, names),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: "workqueue",
-			Name:      "retries_total",
-			Help:      "Total number of items added to the workqueue with a non-zero delay (rate-limited requeues, explicit RequeueAfter or AddAfter calls)",
-		}, names),
-		clusterDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "fleet_queue_depth",
-			Help: "Ready requests of the cluster in the controller's queue.",
-		}, []string{labelController, labelCluster}),
-	}
-	if err := errors.Join(
-		registerInto(reg, &p.depth),
-		registerInto(reg, &p.adds),
-		registerInto(reg, &p.latency),
-		registerInto(reg, &p.workDuration),
-		registerInto(reg, &p.unfinished),
-		registerInto(reg, &p.longestRunning),
-		registerInto(reg, &p.retries),
-		registerInto(reg, &p.clusterDepth),
-	); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-// registerInto registers *c with reg, replacing it with the collector
-// registered already in its place if there is one.
-func registerInto[C prometheus.Collector](reg prometheus.Registerer, c *C) error {
-	var err error
-	*c, err = register(reg, *c)
-	return err
-}
-
-// NewDepthMetric returns the depth of the queue name.
-func (p *fairQueueMetricsProvider) NewDepthMetric(name string) workqueue.GaugeMetric {
-	return p.depth.WithLabelValues(name, name, "")
-}
-
-// NewAddsMetric returns the adds of the queue name.
-func (p *fairQueueMetricsProvider) NewAddsMetric(name string) workqueue.CounterMetric {
-	return p.adds.WithLabelValues(name, name)
-}
-
-// NewLatencyMetric returns the queue latency of the queue name.
-func (p *fairQueueMetricsProvider) NewLatencyMetric(name string) workqueue.HistogramMetric {
-	return p.latency.WithLabelValues(name, name)
-}
-
-// NewWorkDurationMetric returns the work duration of the queue name.
-func (p *fairQueueMetricsProvider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
-	return p.workDuration.WithLabelValues(name, name)
-}
-
-// NewUnfinishedWorkSecondsMetric returns the unfinished work of the queue
-// name.
-func (p *fairQueueMetricsProvider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return p.unfinished.WithLabelValues(name, name)
-}
-
-// NewLongestRunningProcessorSecondsMetric returns the longest running item
-// of the queue name.
-func (p *fairQueueMetricsProvider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return p.longestRunning.WithLabelValues(name, name)
-}
-
-// NewRetriesMetric returns the retries of the queue name.
-func (p *fairQueueMetricsProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
-	return p.retries.WithLabelValues(name, name)
-}
-
-func (p *fairQueueMetricsProvider) newClusterDepthMetric(name, clusterName string) workqueue.GaugeMetric {
-	return p.clusterDepth.WithLabelValues(name, clusterName)
-}
-
-func (p *fairQueueMetricsProvider) deleteClusterDepthMetric(name, clusterName string) {
-	p.clusterDepth.DeleteLabelValues(name, clusterName)
 }
