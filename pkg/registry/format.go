@@ -3,6 +3,7 @@ package registry
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -212,8 +213,10 @@ func readArgoCD(s *corev1.Secret) (cluster.Registration, error) {
 			APIVersion:      cfg.ExecProviderConfig.APIVersion,
 			InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
 		}
-		for k, v := range cfg.ExecProviderConfig.Env {
-			user.Exec.Env = append(user.Exec.Env, clientcmdapi.ExecEnvVar{Name: k, Value: v})
+		// In name order: the kubeconfig must be the same bytes on every
+		// read, or the pool, which fingerprints them, rebuilds the member.
+		for _, k := range slices.Sorted(maps.Keys(cfg.ExecProviderConfig.Env)) {
+			user.Exec.Env = append(user.Exec.Env, clientcmdapi.ExecEnvVar{Name: k, Value: cfg.ExecProviderConfig.Env[k]})
 		}
 	case cfg.AWSAuthConfig != nil:
 		args := []string{"aws", "--cluster-name", cfg.AWSAuthConfig.ClusterName}
