@@ -9,11 +9,12 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
-// MetricsProvider is a clusterDepthProvider writing
+// MetricsProvider is a workqueue.MetricsProvider writing
 // controller-runtime's workqueue_* series, labelled name and controller
 // with the queue's name as controller-runtime's queues are (depth with an
-// empty priority label, as its non-priority queues), and
-// fleet_queue_depth{controller, cluster}.
+// empty priority label, as its non-priority queues), that also writes the
+// depth of each cluster of a Queue: fleet_queue_depth{controller,
+// cluster}, deleted when the Queue drops the cluster.
 type MetricsProvider struct {
 	depth          *prometheus.GaugeVec
 	adds           *prometheus.CounterVec

@@ -55,7 +55,7 @@ func TestFairQueueMetrics(t *testing.T) {
 		t.Fatalf("a second provider on the registry: %v; want the same series", err)
 	}
 	clk := clocktesting.NewFakeClock(time.Now())
-	q := New("widgets", func(o *Options) { o.MetricsProvider, o.clock = provider, clk })
+	q := New("widgets", requestCluster, Options[Request]{MetricsProvider: provider, Clock: clk})
 	defer q.ShutDown()
 
 	queue := map[string]string{"name": "widgets", "controller": "widgets"}
@@ -130,7 +130,7 @@ func TestFairQueueMetricsOnControllerRuntimeRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewMetricsProvider(controller-runtime's registry): %v", err)
 	}
-	q := New("fairqueue-registry-test", func(o *Options) { o.MetricsProvider = provider })
+	q := New("fairqueue-registry-test", requestCluster, Options[Request]{MetricsProvider: provider})
 	defer q.ShutDown()
 
 	series := map[string]map[string]string{

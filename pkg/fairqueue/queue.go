@@ -5,66 +5,53 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
-
-	"github.com/fleetkube/fleet-manager/pkg/engage"
 )
 
 // unfinishedWorkPeriod is how often the queue's unfinished-work metrics
 // are updated, as in client-go's and controller-runtime's queues.
 const unfinishedWorkPeriod = 500 * time.Millisecond
 
-// Options configure a Queue.
-type Options struct {
+// Options configure a Queue. The zero Options are the defaults.
+type Options[T comparable] struct {
 	// RateLimiter times AddRateLimited. Defaults to controller-runtime's:
 	// a per-item exponential backoff from 5ms to 1000s.
-	RateLimiter workqueue.TypedRateLimiter[engage.Request]
+	RateLimiter workqueue.TypedRateLimiter[T]
 	// MetricsProvider makes the queue's workqueue metrics, labelled with
-	// the queue's name; when it is a clusterDepthProvider too, the queue
-	// also counts its depth per cluster. Defaults to none (no metrics);
-	// NewMetricsProvider(metrics.Registry) writes
-	// controller-runtime's series. A queue named "" has no metrics, like
-	// controller-runtime's.
+	// the queue's name; when it is a [MetricsProvider] (or another
+	// provider with per-cluster depth), the queue also counts its depth
+	// per cluster. Defaults to none: no metrics.
+	// NewMetricsProvider(metrics.Registry) writes controller-runtime's
+	// series. A queue named "" has no metrics, like controller-runtime's.
 	MetricsProvider workqueue.MetricsProvider
 	// MaxInFlightPerCluster caps the items of one cluster handed out by Get
-	// and not yet Done. Defaults to 0: no cap.
+	// and not yet Done. Defaults to 0: no cap; a negative cap is no cap.
 	MaxInFlightPerCluster int
-	// clock times AddAfter, AddRateLimited and the metrics. Defaults to the
-	// real clock.
-	clock clock.WithTicker
+	// Clock times AddAfter, AddRateLimited and the metrics. Defaults to
+	// the real clock.
+	Clock clock.WithTicker
 }
 
-// Option sets Options, like controller-runtime's
-// priorityqueue.Opt.
-type Option func(*Options)
+// defaulted returns o with every unset option set to its default.
+func defaulted[T comparable](o Options[T]) Options[T] {
+	if o.RateLimiter == nil {
+		o.RateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[T](5*time.Millisecond, 1000*time.Second)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	o.MaxInFlightPerCluster = max(o.MaxInFlightPerCluster, 0)
+	return o
+}
 
-// Queue is the work queue of a fleet controller: controller-runtime's
-// priority queue, fair across clusters.
-//
-// It keeps the contract of priorityqueue.New: an item queued twice is
-// queued once, with the higher priority and the earlier ready time (an
-// item raised to a higher priority goes to the back of that priority); an
-// item added again while it is being processed is handed out again only
-// after Done; higher priorities come out first; Len counts the ready
-// items, not those waiting for AddAfter or AddRateLimited; Get blocks
-// until an item can be handed out or the queue shuts down; after ShutDown
-// adds are ignored and Get returns shutdown at once. ShutDownWithDrain is
-// ShutDown, as in controller-runtime, which does not use draining.
-//
-// Within the highest priority with ready work it hands out one item of
-// each cluster in turn, so an item of a quiet cluster waits for at most
-// one item of each other cluster with ready work at that priority, not
-// for their backlog. Within a cluster items come out in the order they
-// became ready.
-//
-// Beyond the priority queue, Hold keeps a cluster's items queued without
-// handing them out, Drop removes a cluster's queued items, and
-// Options.MaxInFlightPerCluster caps the items of one cluster in
-// flight. A held or capped cluster is skipped: no Get waits for it.
+// Queue is controller-runtime's priority queue, fair across clusters: a
+// priorityqueue.PriorityQueue[T] that hands out one item of each cluster
+// in turn within a priority, caps the items of a cluster in flight, and
+// holds and drops a cluster's items. The package documentation states
+// its contract.
 //
 // # Implementation considerations
 //
@@ -81,11 +68,12 @@ type Option func(*Options)
 // empty, its item map and heaps are made anew if they grew past
 // fqKeepItems, as Go maps and slices never shrink and an initial list can
 // grow them to thousands of items.
-type Queue struct {
+type Queue[T comparable] struct {
+	clusterOf   func(T) string
 	clock       clock.WithTicker
-	rateLimiter workqueue.TypedRateLimiter[engage.Request]
+	rateLimiter workqueue.TypedRateLimiter[T]
 	maxInFlight int
-	metrics     *fairQueueMetrics // nil: no metrics
+	metrics     *fairQueueMetrics[T] // nil: no metrics
 
 	kick    chan struct{} // wakes the timer loop: the earliest ready time may have changed
 	done    chan struct{} // closed by ShutDown
@@ -98,37 +86,31 @@ type Queue struct {
 	mu       sync.Mutex
 	cond     sync.Cond
 	shutdown bool
-	clusters map[string]*fqCluster // added or held since their drop, or still held or in flight
-	rings    []*fqRing             // non-empty rings, highest priority first
-	timers   fqTimers              // clusters with waiting items, earliest first
-	ready    int                   // ready items, parked ones included
-	seq      uint64                // next ready order
+	clusters map[string]*fqCluster[T] // added or held since their drop, or still held or in flight
+	rings    []*fqRing[T]             // non-empty rings, highest priority first
+	timers   fqTimers[T]              // clusters with waiting items, earliest first
+	ready    int                      // ready items, parked ones included
+	seq      uint64                   // next ready order
 }
 
-var _ priorityqueue.PriorityQueue[engage.Request] = (*Queue)(nil)
+var _ priorityqueue.PriorityQueue[string] = (*Queue[string])(nil)
 
-// New returns a running fair queue named name (the controller's
-// name, which labels its metrics). ShutDown stops it.
-func New(name string, opts ...Option) *Queue {
-	var o Options
-	for _, f := range opts {
-		f(&o)
-	}
-	if o.RateLimiter == nil {
-		o.RateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[engage.Request](5*time.Millisecond, 1000*time.Second)
-	}
-	if o.clock == nil {
-		o.clock = clock.RealClock{}
-	}
-	q := &Queue{
-		clock:       o.clock,
+// New returns a running fair queue named name (the controller's name,
+// which labels its metrics), whose items belong to the cluster clusterOf
+// names. clusterOf must name the same cluster for equal items, and must
+// not call the queue. ShutDown stops the queue.
+func New[T comparable](name string, clusterOf func(T) string, opts Options[T]) *Queue[T] {
+	o := defaulted(opts)
+	q := &Queue[T]{
+		clusterOf:   clusterOf,
+		clock:       o.Clock,
 		rateLimiter: o.RateLimiter,
-		maxInFlight: max(o.MaxInFlightPerCluster, 0),
-		metrics:     newFairQueueMetrics(o.MetricsProvider, name, o.clock),
+		maxInFlight: o.MaxInFlightPerCluster,
+		metrics:     newFairQueueMetrics[T](o.MetricsProvider, name, o.Clock),
 		kick:        make(chan struct{}, 1),
 		done:        make(chan struct{}),
 		stopped:     make(chan struct{}),
-		clusters:    map[string]*fqCluster{},
+		clusters:    map[string]*fqCluster[T]{},
 	}
 	q.cond.L = &q.mu
 	go q.runTimers()
@@ -136,24 +118,24 @@ func New(name string, opts ...Option) *Queue {
 }
 
 // Add queues item, ready now, at priority 0.
-func (q *Queue) Add(item engage.Request) {
+func (q *Queue[T]) Add(item T) {
 	q.AddWithOpts(priorityqueue.AddOpts{}, item)
 }
 
 // AddAfter queues item to be ready after the duration.
-func (q *Queue) AddAfter(item engage.Request, after time.Duration) {
+func (q *Queue[T]) AddAfter(item T, after time.Duration) {
 	q.AddWithOpts(priorityqueue.AddOpts{After: after}, item)
 }
 
 // AddRateLimited queues item to be ready when the rate limiter says.
-func (q *Queue) AddRateLimited(item engage.Request) {
+func (q *Queue[T]) AddRateLimited(item T) {
 	q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true}, item)
 }
 
 // AddWithOpts queues items with the options: an item that is queued
 // already keeps the higher priority and the earlier ready time. After a
 // ShutDown it does nothing.
-func (q *Queue) AddWithOpts(o priorityqueue.AddOpts, items ...engage.Request) {
+func (q *Queue[T]) AddWithOpts(o priorityqueue.AddOpts, items ...T) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.shutdown {
@@ -181,14 +163,14 @@ func (q *Queue) AddWithOpts(o priorityqueue.AddOpts, items ...engage.Request) {
 }
 
 // lockedAdd queues key, ready at readyAt, or now when readyAt is zero.
-func (q *Queue) lockedAdd(key engage.Request, priority int, readyAt time.Time) {
+func (q *Queue[T]) lockedAdd(key T, priority int, readyAt time.Time) {
 	wait := !readyAt.IsZero()
-	c := q.lockedCluster(key.ClusterName)
+	c := q.lockedCluster(q.clusterOf(key))
 	c.dropped = false
-	it, ok := c.items[key.NamespacedName]
+	it, ok := c.items[key]
 	if !ok {
-		it = &fqItem{key: key, priority: priority, seq: q.nextSeq()}
-		c.items[key.NamespacedName] = it
+		it = &fqItem[T]{key: key, priority: priority, seq: q.nextSeq()}
+		c.items[key] = it
 		c.itemsPeak = max(c.itemsPeak, len(c.items))
 		if wait {
 			it.state, it.readyAt = fqWaiting, readyAt
@@ -230,11 +212,11 @@ func (q *Queue) lockedAdd(key engage.Request, priority int, readyAt time.Time) {
 
 // lockedMakeReady makes a new or waiting item ready: queued, or parked
 // while its key is in flight.
-func (q *Queue) lockedMakeReady(c *fqCluster, it *fqItem) {
+func (q *Queue[T]) lockedMakeReady(c *fqCluster[T], it *fqItem[T]) {
 	c.ready++
 	q.ready++
 	q.metrics.add(c, it)
-	if _, busy := c.inFlight[it.key.NamespacedName]; busy {
+	if _, busy := c.inFlight[it.key]; busy {
 		it.state, it.index = fqParked, -1
 		return
 	}
@@ -243,7 +225,7 @@ func (q *Queue) lockedMakeReady(c *fqCluster, it *fqItem) {
 
 // lockedQueue puts a ready item in its level and wakes a Get when the
 // cluster can hand it out.
-func (q *Queue) lockedQueue(c *fqCluster, it *fqItem) {
+func (q *Queue[T]) lockedQueue(c *fqCluster[T], it *fqItem[T]) {
 	it.state = fqReady
 	l := c.level(it.priority)
 	heap.Push(&l.items, it)
@@ -257,7 +239,7 @@ func (q *Queue) lockedQueue(c *fqCluster, it *fqItem) {
 }
 
 // lockedUnqueue takes a queued item out of its level.
-func (q *Queue) lockedUnqueue(c *fqCluster, it *fqItem) {
+func (q *Queue[T]) lockedUnqueue(c *fqCluster[T], it *fqItem[T]) {
 	l := c.level(it.priority)
 	heap.Remove(&l.items, it.index)
 	if l.items.Len() == 0 {
@@ -266,7 +248,7 @@ func (q *Queue) lockedUnqueue(c *fqCluster, it *fqItem) {
 }
 
 // Get hands out the next item; see GetWithPriority.
-func (q *Queue) Get() (engage.Request, bool) {
+func (q *Queue[T]) Get() (T, bool) {
 	item, _, shutdown := q.GetWithPriority()
 	return item, shutdown
 }
@@ -275,12 +257,12 @@ func (q *Queue) Get() (engage.Request, bool) {
 // shuts down, and returns the item and its priority. The caller must call
 // Done with the item once it has processed it. After ShutDown it returns
 // shutdown true at once.
-func (q *Queue) GetWithPriority() (item engage.Request, priority int, shutdown bool) {
+func (q *Queue[T]) GetWithPriority() (item T, priority int, shutdown bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for {
 		if q.shutdown {
-			return engage.Request{}, 0, true
+			return item, 0, true
 		}
 		q.lockedPromote()
 		if it, ok := q.lockedPop(); ok {
@@ -295,23 +277,23 @@ func (q *Queue) GetWithPriority() (item engage.Request, priority int, shutdown b
 
 // lockedPop hands out the first item of the cluster at the head of the
 // highest ring and moves that cluster to the ring's back.
-func (q *Queue) lockedPop() (*fqItem, bool) {
+func (q *Queue[T]) lockedPop() (*fqItem[T], bool) {
 	if len(q.rings) == 0 {
 		return nil, false
 	}
 	r := q.rings[0]
 	l := r.head
-	it := heap.Pop(&l.items).(*fqItem)
+	it := heap.Pop(&l.items).(*fqItem[T])
 	if l.items.Len() == 0 {
 		q.lockedRingRemove(l)
 	} else {
 		r.head = l.next
 	}
 	c := l.cluster
-	c.deleteItem(it.key.NamespacedName)
+	c.deleteItem(it.key)
 	c.ready--
 	q.ready--
-	c.inFlight[it.key.NamespacedName] = q.metrics.get(c, it)
+	c.inFlight[it.key] = q.metrics.get(c, it)
 	q.lockedUpdateEligible(c)
 	return it, true
 }
@@ -319,20 +301,20 @@ func (q *Queue) lockedPop() (*fqItem, bool) {
 // Done marks item as processed: a copy added meanwhile can be handed out,
 // and so can another item of its cluster when the cluster was at its cap.
 // Done of an item not in flight does nothing.
-func (q *Queue) Done(item engage.Request) {
+func (q *Queue[T]) Done(item T) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	c := q.clusters[item.ClusterName]
+	c := q.clusters[q.clusterOf(item)]
 	if c == nil {
 		return
 	}
-	start, ok := c.inFlight[item.NamespacedName]
+	start, ok := c.inFlight[item]
 	if !ok {
 		return
 	}
-	delete(c.inFlight, item.NamespacedName)
+	delete(c.inFlight, item)
 	q.metrics.done(start)
-	if it := c.items[item.NamespacedName]; it != nil && it.state == fqParked {
+	if it := c.items[item]; it != nil && it.state == fqParked {
 		q.lockedQueue(c, it)
 	}
 	q.lockedUpdateEligible(c)
@@ -340,19 +322,19 @@ func (q *Queue) Done(item engage.Request) {
 }
 
 // Forget clears the rate limiter's history of item.
-func (q *Queue) Forget(item engage.Request) {
+func (q *Queue[T]) Forget(item T) {
 	q.rateLimiter.Forget(item)
 }
 
 // NumRequeues returns how often the rate limiter has timed item.
-func (q *Queue) NumRequeues(item engage.Request) int {
+func (q *Queue[T]) NumRequeues(item T) int {
 	return q.rateLimiter.NumRequeues(item)
 }
 
 // Len returns the number of ready items, including those of held or
 // capped clusters and those waiting for their copy in flight to be Done;
 // not those waiting for their time, as in controller-runtime.
-func (q *Queue) Len() int {
+func (q *Queue[T]) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.lockedPromote()
@@ -362,7 +344,7 @@ func (q *Queue) Len() int {
 // ShutDown stops the queue: later adds are ignored, and every Get returns
 // shutdown. It returns once the queue's goroutine has ended. Calling it
 // again does nothing.
-func (q *Queue) ShutDown() {
+func (q *Queue[T]) ShutDown() {
 	q.mu.Lock()
 	if !q.shutdown {
 		q.shutdown = true
@@ -375,12 +357,12 @@ func (q *Queue) ShutDown() {
 
 // ShutDownWithDrain is ShutDown: like controller-runtime's priority queue,
 // it does not wait for the items in flight.
-func (q *Queue) ShutDownWithDrain() {
+func (q *Queue[T]) ShutDownWithDrain() {
 	q.ShutDown()
 }
 
 // ShuttingDown reports whether ShutDown has been called.
-func (q *Queue) ShuttingDown() bool {
+func (q *Queue[T]) ShuttingDown() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.shutdown
@@ -390,7 +372,7 @@ func (q *Queue) ShuttingDown() bool {
 // items stay queued, counted by Len and deduplicated as usual; items
 // already in flight are not affected. A hold lasts until Hold(name,
 // false), across Drop.
-func (q *Queue) Hold(clusterName string, held bool) {
+func (q *Queue[T]) Hold(clusterName string, held bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if _, known := q.clusters[clusterName]; !known && !held {
@@ -408,7 +390,7 @@ func (q *Queue) Hold(clusterName string, held bool) {
 // cluster once none of its items is in flight and it is not held. Items
 // in flight stay in flight: Done releases them, and one added again is
 // handed out only after its Done. Later adds are accepted.
-func (q *Queue) Drop(clusterName string) {
+func (q *Queue[T]) Drop(clusterName string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	c := q.clusters[clusterName]
@@ -423,7 +405,7 @@ func (q *Queue) Drop(clusterName string) {
 	}
 	q.ready -= c.ready
 	q.metrics.drop(c)
-	c.items, c.itemsPeak = map[types.NamespacedName]*fqItem{}, 0
+	c.items, c.itemsPeak = map[T]*fqItem[T]{}, 0
 	c.levels = nil
 	c.waiting.items = nil
 	c.ready = 0
@@ -433,15 +415,15 @@ func (q *Queue) Drop(clusterName string) {
 }
 
 // lockedCluster returns clusterName's part of the queue, made on demand.
-func (q *Queue) lockedCluster(clusterName string) *fqCluster {
+func (q *Queue[T]) lockedCluster(clusterName string) *fqCluster[T] {
 	c := q.clusters[clusterName]
 	if c == nil {
-		c = &fqCluster{
+		c = &fqCluster[T]{
 			name:       clusterName,
-			items:      map[types.NamespacedName]*fqItem{},
-			waiting:    fqItemHeap{less: fqLessWaiting},
+			items:      map[T]*fqItem[T]{},
+			waiting:    fqItemHeap[T]{less: fqLessWaiting[T]},
 			timerIndex: -1,
-			inFlight:   map[types.NamespacedName]time.Time{},
+			inFlight:   map[T]time.Time{},
 			eligible:   true,
 		}
 		q.clusters[clusterName] = c
@@ -452,7 +434,7 @@ func (q *Queue) lockedCluster(clusterName string) *fqCluster {
 // lockedForgetIfIdle lets go of a dropped cluster once it has nothing
 // queued or in flight and is not held. Other clusters stay, so that a
 // cluster's structures are made once, not once per burst of work.
-func (q *Queue) lockedForgetIfIdle(c *fqCluster) {
+func (q *Queue[T]) lockedForgetIfIdle(c *fqCluster[T]) {
 	if c.dropped && len(c.items) == 0 && len(c.inFlight) == 0 && !c.held {
 		delete(q.clusters, c.name)
 	}
@@ -460,7 +442,7 @@ func (q *Queue) lockedForgetIfIdle(c *fqCluster) {
 
 // lockedUpdateEligible puts a cluster's levels in their rings when it may
 // hand out items (not held, below its cap), and takes them out when not.
-func (q *Queue) lockedUpdateEligible(c *fqCluster) {
+func (q *Queue[T]) lockedUpdateEligible(c *fqCluster[T]) {
 	eligible := !c.held && (q.maxInFlight == 0 || len(c.inFlight) < q.maxInFlight)
 	if eligible == c.eligible {
 		return
@@ -478,13 +460,13 @@ func (q *Queue) lockedUpdateEligible(c *fqCluster) {
 }
 
 // lockedRingAppend puts a level at the back of its priority's ring.
-func (q *Queue) lockedRingAppend(l *fqLevel) {
+func (q *Queue[T]) lockedRingAppend(l *fqLevel[T]) {
 	i := 0
 	for i < len(q.rings) && q.rings[i].priority > l.priority {
 		i++
 	}
 	if i == len(q.rings) || q.rings[i].priority != l.priority {
-		r := &fqRing{priority: l.priority, head: l}
+		r := &fqRing[T]{priority: l.priority, head: l}
 		q.rings = append(q.rings, nil)
 		copy(q.rings[i+1:], q.rings[i:])
 		q.rings[i] = r
@@ -499,7 +481,7 @@ func (q *Queue) lockedRingAppend(l *fqLevel) {
 
 // lockedRingRemove takes a level out of its ring, if it is in one, and
 // drops the ring when it is left empty.
-func (q *Queue) lockedRingRemove(l *fqLevel) {
+func (q *Queue[T]) lockedRingRemove(l *fqLevel[T]) {
 	r := l.ring
 	if r == nil {
 		return
@@ -522,7 +504,7 @@ func (q *Queue) lockedRingRemove(l *fqLevel) {
 
 // lockedFixTimer updates a cluster's place among the clusters with
 // waiting items, and wakes the timer loop when it is first.
-func (q *Queue) lockedFixTimer(c *fqCluster) {
+func (q *Queue[T]) lockedFixTimer(c *fqCluster[T]) {
 	switch {
 	case c.waiting.Len() == 0:
 		if c.timerIndex >= 0 {
@@ -544,7 +526,7 @@ func (q *Queue) lockedFixTimer(c *fqCluster) {
 
 // lockedPromote makes the waiting items whose time has come ready, the
 // earliest first. It returns the time it read; none when nothing waits.
-func (q *Queue) lockedPromote() (now time.Time) {
+func (q *Queue[T]) lockedPromote() (now time.Time) {
 	if len(q.timers) == 0 {
 		return now
 	}
@@ -566,7 +548,7 @@ func (q *Queue) lockedPromote() (now time.Time) {
 // runTimers makes waiting items ready when their time comes, for the
 // goroutines blocked in Get, and updates the unfinished-work metrics. It
 // is the queue's only goroutine, and returns on ShutDown.
-func (q *Queue) runTimers() {
+func (q *Queue[T]) runTimers() {
 	defer close(q.stopped)
 	var tick <-chan time.Time
 	if q.metrics != nil {
@@ -593,7 +575,7 @@ func (q *Queue) runTimers() {
 
 // nextTimer makes the items due ready, and returns a channel that fires
 // when the next one is due (nil when none waits) and a func to stop it.
-func (q *Queue) nextTimer() (<-chan time.Time, func()) {
+func (q *Queue[T]) nextTimer() (<-chan time.Time, func()) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.lockedPromote()
@@ -605,7 +587,7 @@ func (q *Queue) nextTimer() (<-chan time.Time, func()) {
 }
 
 // nextSeq returns the next ready order. Call it under mu.
-func (q *Queue) nextSeq() uint64 {
+func (q *Queue[T]) nextSeq() uint64 {
 	q.seq++
 	return q.seq
 }
@@ -620,8 +602,8 @@ const (
 )
 
 // fqItem is a queued item.
-type fqItem struct {
-	key      engage.Request
+type fqItem[T comparable] struct {
+	key      T
 	priority int
 	seq      uint64    // ready order: lower first
 	readyAt  time.Time // when a waiting item becomes ready
@@ -631,11 +613,11 @@ type fqItem struct {
 }
 
 // fqLessReady orders a level's items by when they became ready.
-func fqLessReady(a, b *fqItem) bool { return a.seq < b.seq }
+func fqLessReady[T comparable](a, b *fqItem[T]) bool { return a.seq < b.seq }
 
 // fqLessWaiting orders waiting items by ready time, then as
 // controller-runtime does: higher priority, then earlier added.
-func fqLessWaiting(a, b *fqItem) bool {
+func fqLessWaiting[T comparable](a, b *fqItem[T]) bool {
 	if !a.readyAt.Equal(b.readyAt) {
 		return a.readyAt.Before(b.readyAt)
 	}
@@ -650,15 +632,15 @@ func fqLessWaiting(a, b *fqItem) bool {
 const fqKeepItems = 64
 
 // fqCluster is one cluster's part of a Queue.
-type fqCluster struct {
+type fqCluster[T comparable] struct {
 	name       string
-	items      map[types.NamespacedName]*fqItem   // queued: waiting, ready or parked
-	itemsPeak  int                                // most items since items was made
-	levels     []*fqLevel                         // ready items by priority, one level per priority seen
-	waiting    fqItemHeap                         // waiting items, earliest first
-	timerIndex int                                // in the queue's timers; -1 when not there
-	inFlight   map[types.NamespacedName]time.Time // handed out, not yet Done: when (with metrics)
-	ready      int                                // ready items, parked ones included
+	items      map[T]*fqItem[T] // queued: waiting, ready or parked
+	itemsPeak  int              // most items since items was made
+	levels     []*fqLevel[T]    // ready items by priority, one level per priority seen
+	waiting    fqItemHeap[T]    // waiting items, earliest first
+	timerIndex int              // in the queue's timers; -1 when not there
+	inFlight   map[T]time.Time  // handed out, not yet Done: when (with metrics)
+	ready      int              // ready items, parked ones included
 	held       bool
 	dropped    bool                  // by drop, and nothing added since
 	eligible   bool                  // its non-empty levels are in their rings
@@ -667,21 +649,21 @@ type fqCluster struct {
 
 // deleteItem removes a queued item, and makes the map anew when that
 // empties it after it grew past fqKeepItems.
-func (c *fqCluster) deleteItem(key types.NamespacedName) {
+func (c *fqCluster[T]) deleteItem(key T) {
 	delete(c.items, key)
 	if len(c.items) == 0 && c.itemsPeak > fqKeepItems {
-		c.items, c.itemsPeak = map[types.NamespacedName]*fqItem{}, 0
+		c.items, c.itemsPeak = map[T]*fqItem[T]{}, 0
 	}
 }
 
 // level returns the cluster's level of a priority, made on demand.
-func (c *fqCluster) level(priority int) *fqLevel {
+func (c *fqCluster[T]) level(priority int) *fqLevel[T] {
 	for _, l := range c.levels {
 		if l.priority == priority {
 			return l
 		}
 	}
-	l := &fqLevel{cluster: c, priority: priority, items: fqItemHeap{less: fqLessReady}}
+	l := &fqLevel[T]{cluster: c, priority: priority, items: fqItemHeap[T]{less: fqLessReady[T]}}
 	c.levels = append(c.levels, l)
 	return l
 }
@@ -689,39 +671,39 @@ func (c *fqCluster) level(priority int) *fqLevel {
 // fqLevel holds a cluster's queued ready items of one priority, in ready
 // order, and is the cluster's node in that priority's ring while it has
 // items and the cluster is eligible.
-type fqLevel struct {
-	cluster    *fqCluster
+type fqLevel[T comparable] struct {
+	cluster    *fqCluster[T]
 	priority   int
-	items      fqItemHeap
-	ring       *fqRing // nil when not in a ring
-	prev, next *fqLevel
+	items      fqItemHeap[T]
+	ring       *fqRing[T] // nil when not in a ring
+	prev, next *fqLevel[T]
 }
 
 // fqRing is the circular list of the levels of one priority whose items
 // can be handed out; head is served next.
-type fqRing struct {
+type fqRing[T comparable] struct {
 	priority int
-	head     *fqLevel
+	head     *fqLevel[T]
 }
 
 // fqItemHeap is a heap of items under less that keeps each item's index.
-type fqItemHeap struct {
-	items []*fqItem
-	less  func(a, b *fqItem) bool
+type fqItemHeap[T comparable] struct {
+	items []*fqItem[T]
+	less  func(a, b *fqItem[T]) bool
 }
 
-func (h *fqItemHeap) Len() int           { return len(h.items) }
-func (h *fqItemHeap) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
-func (h *fqItemHeap) Swap(i, j int) {
+func (h *fqItemHeap[T]) Len() int           { return len(h.items) }
+func (h *fqItemHeap[T]) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
+func (h *fqItemHeap[T]) Swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
 	h.items[i].index, h.items[j].index = i, j
 }
-func (h *fqItemHeap) Push(x any) {
-	it := x.(*fqItem)
+func (h *fqItemHeap[T]) Push(x any) {
+	it := x.(*fqItem[T])
 	it.index = len(h.items)
 	h.items = append(h.items, it)
 }
-func (h *fqItemHeap) Pop() any {
+func (h *fqItemHeap[T]) Pop() any {
 	n := len(h.items) - 1
 	it := h.items[n]
 	h.items[n] = nil
@@ -735,22 +717,22 @@ func (h *fqItemHeap) Pop() any {
 
 // fqTimers is a heap of the clusters with waiting items, by their first
 // waiting item.
-type fqTimers []*fqCluster
+type fqTimers[T comparable] []*fqCluster[T]
 
-func (h fqTimers) Len() int { return len(h) }
-func (h fqTimers) Less(i, j int) bool {
+func (h fqTimers[T]) Len() int { return len(h) }
+func (h fqTimers[T]) Less(i, j int) bool {
 	return fqLessWaiting(h[i].waiting.items[0], h[j].waiting.items[0])
 }
-func (h fqTimers) Swap(i, j int) {
+func (h fqTimers[T]) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].timerIndex, h[j].timerIndex = i, j
 }
-func (h *fqTimers) Push(x any) {
-	c := x.(*fqCluster)
+func (h *fqTimers[T]) Push(x any) {
+	c := x.(*fqCluster[T])
 	c.timerIndex = len(*h)
 	*h = append(*h, c)
 }
-func (h *fqTimers) Pop() any {
+func (h *fqTimers[T]) Pop() any {
 	old := *h
 	n := len(old) - 1
 	c := old[n]
@@ -772,9 +754,9 @@ type clusterDepthProvider interface {
 
 // fairQueueMetrics writes a queue's metrics as controller-runtime's
 // priority queue does: an item counts in depth and adds when it becomes
-// ready, and its latency runs from then to Get. A nil *fairQueueMetrics
+// ready, and its latency runs from then to Get. A nil *fairQueueMetrics[T]
 // writes nothing. Its methods are called under the queue's mu.
-type fairQueueMetrics struct {
+type fairQueueMetrics[T comparable] struct {
 	name           string
 	clock          clock.PassiveClock
 	depth          workqueue.GaugeMetric
@@ -789,11 +771,11 @@ type fairQueueMetrics struct {
 
 // newFairQueueMetrics returns the metrics of the queue name, or nil
 // without a provider or a name.
-func newFairQueueMetrics(p workqueue.MetricsProvider, name string, clk clock.PassiveClock) *fairQueueMetrics {
+func newFairQueueMetrics[T comparable](p workqueue.MetricsProvider, name string, clk clock.PassiveClock) *fairQueueMetrics[T] {
 	if p == nil || name == "" {
 		return nil
 	}
-	m := &fairQueueMetrics{
+	m := &fairQueueMetrics[T]{
 		name:           name,
 		clock:          clk,
 		depth:          p.NewDepthMetric(name),
@@ -809,7 +791,7 @@ func newFairQueueMetrics(p workqueue.MetricsProvider, name string, clk clock.Pas
 }
 
 // add counts an item of c that became ready.
-func (m *fairQueueMetrics) add(c *fqCluster, it *fqItem) {
+func (m *fairQueueMetrics[T]) add(c *fqCluster[T], it *fqItem[T]) {
 	if m == nil {
 		return
 	}
@@ -825,7 +807,7 @@ func (m *fairQueueMetrics) add(c *fqCluster, it *fqItem) {
 }
 
 // get counts an item of c handed out, and returns when, for done.
-func (m *fairQueueMetrics) get(c *fqCluster, it *fqItem) time.Time {
+func (m *fairQueueMetrics[T]) get(c *fqCluster[T], it *fqItem[T]) time.Time {
 	if m == nil {
 		return time.Time{}
 	}
@@ -839,7 +821,7 @@ func (m *fairQueueMetrics) get(c *fqCluster, it *fqItem) time.Time {
 }
 
 // done observes the work duration of an item handed out at start.
-func (m *fairQueueMetrics) done(start time.Time) {
+func (m *fairQueueMetrics[T]) done(start time.Time) {
 	if m == nil {
 		return
 	}
@@ -847,7 +829,7 @@ func (m *fairQueueMetrics) done(start time.Time) {
 }
 
 // retry counts an add with a delay.
-func (m *fairQueueMetrics) retry() {
+func (m *fairQueueMetrics[T]) retry() {
 	if m == nil {
 		return
 	}
@@ -855,7 +837,7 @@ func (m *fairQueueMetrics) retry() {
 }
 
 // drop uncounts c's ready items and deletes its depth series.
-func (m *fairQueueMetrics) drop(c *fqCluster) {
+func (m *fairQueueMetrics[T]) drop(c *fqCluster[T]) {
 	if m == nil {
 		return
 	}
@@ -870,7 +852,7 @@ func (m *fairQueueMetrics) drop(c *fqCluster) {
 
 // updateUnfinishedWork sets the total and the longest time of the items
 // in flight.
-func (m *fairQueueMetrics) updateUnfinishedWork(clusters map[string]*fqCluster) {
+func (m *fairQueueMetrics[T]) updateUnfinishedWork(clusters map[string]*fqCluster[T]) {
 	var total, longest float64
 	for _, c := range clusters {
 		for _, start := range c.inFlight {

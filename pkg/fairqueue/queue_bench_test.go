@@ -17,7 +17,7 @@ func BenchmarkQueue(b *testing.B) {
 		name string
 		new  func() priorityqueue.PriorityQueue[Request]
 	}{
-		{"fair", func() priorityqueue.PriorityQueue[Request] { return New("") }},
+		{"fair", func() priorityqueue.PriorityQueue[Request] { return New("", requestCluster, Options[Request]{}) }},
 		{"controller-runtime", func() priorityqueue.PriorityQueue[Request] { return priorityqueue.New[Request]("") }},
 	}
 	for _, clusters := range []int{1, 10, 1000} {

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,12 +31,17 @@ func fqReq(clusterName, name string) Request {
 	return Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}}
 }
 
-// newTestFairQueue returns a fair queue on a fake clock, shut down when
-// the test ends.
-func newTestFairQueue(t *testing.T, opts ...Option) (*Queue, *clocktesting.FakeClock) {
+// requestCluster names the cluster of a request, as a fleet controller's
+// queue does.
+func requestCluster(r Request) string { return r.ClusterName }
+
+// newTestFairQueue returns a fair queue of requests with the options, on
+// a fake clock, shut down when the test ends.
+func newTestFairQueue(t *testing.T, opts Options[Request]) (*Queue[Request], *clocktesting.FakeClock) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Now())
-	q := New("", append([]Option{func(o *Options) { o.clock = clk }}, opts...)...)
+	opts.Clock = clk
+	q := New("", requestCluster, opts)
 	t.Cleanup(q.ShutDown)
 	return q, clk
 }
@@ -61,7 +67,7 @@ func fqWaitLen(t *testing.T, q workqueue.TypedInterface[Request], n int) {
 
 // ringOrder returns, per priority with a ring, the clusters of the ring
 // in the order they will be served.
-func (q *Queue) ringOrder() map[int][]string {
+func (q *Queue[T]) ringOrder() map[int][]string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	out := map[int][]string{}
@@ -117,7 +123,7 @@ func onBothFqQueues(t *testing.T, scenario func(s *fqScenario)) map[string][]str
 		t.Run(name, func(t *testing.T) {
 			s := &fqScenario{t: t}
 			if name == "fair" {
-				q, clk := newTestFairQueue(t)
+				q, clk := newTestFairQueue(t, Options[Request]{})
 				s.q, s.step = q, clk.Step
 			} else {
 				q := priorityqueue.New[Request]("")
@@ -289,7 +295,7 @@ func TestFairQueueMatchesControllerRuntimeOnRandomOps(t *testing.T) {
 	// re-added while in flight; a Get only when an item can be handed out.
 	for seed := range uint64(20) {
 		rnd := rand.New(rand.NewPCG(seed, 0))
-		fair, _ := newTestFairQueue(t)
+		fair, _ := newTestFairQueue(t, Options[Request]{})
 		cr := priorityqueue.New[Request]("")
 		queued := map[Request]bool{}
 		var inFlight []Request
@@ -356,7 +362,7 @@ func TestFairQueueShutDownMatchesControllerRuntime(t *testing.T) {
 }
 
 func TestFairQueueRoundRobin(t *testing.T) {
-	q, _ := newTestFairQueue(t)
+	q, _ := newTestFairQueue(t, Options[Request]{})
 	for _, r := range []Request{
 		fqReq("a", "1"), fqReq("a", "2"), fqReq("a", "3"),
 		fqReq("b", "1"), fqReq("b", "2"),
@@ -401,8 +407,33 @@ func TestFairQueueIsFairAndControllerRuntimeIsNot(t *testing.T) {
 	}
 }
 
+func TestFairQueueOfOtherItems(t *testing.T) {
+	// Items of any comparable type, here "cluster/name" strings; equal
+	// items are one item.
+	q := New("", func(item string) string {
+		clusterName, _, _ := strings.Cut(item, "/")
+		return clusterName
+	}, Options[string]{})
+	defer q.ShutDown()
+	for _, item := range []string{"a/1", "a/2", "a/1", "b/1", "a/3", "b/2"} {
+		q.Add(item)
+	}
+	if n := q.Len(); n != 5 {
+		t.Errorf("Len() = %d, want 5", n)
+	}
+	var got []string
+	for range 5 {
+		item, _ := q.Get()
+		got = append(got, item)
+		q.Done(item)
+	}
+	if want := []string{"a/1", "b/1", "a/2", "b/2", "a/3"}; !slices.Equal(got, want) {
+		t.Errorf("handed out %v, want %v", got, want)
+	}
+}
+
 func TestFairQueueHigherPriorityFirstAcrossClusters(t *testing.T) {
-	q, _ := newTestFairQueue(t)
+	q, _ := newTestFairQueue(t, Options[Request]{})
 	q.AddWithOpts(priorityqueue.AddOpts{Priority: new(-100)}, fqReq("a", "1"), fqReq("a", "2"))
 	q.AddWithOpts(priorityqueue.AddOpts{}, fqReq("b", "1"))
 	q.AddWithOpts(priorityqueue.AddOpts{Priority: new(-100)}, fqReq("c", "1"))
@@ -421,7 +452,7 @@ func TestFairQueueHigherPriorityFirstAcrossClusters(t *testing.T) {
 }
 
 func TestFairQueueCapSkipsClusterAtCap(t *testing.T) {
-	q, _ := newTestFairQueue(t, func(o *Options) { o.MaxInFlightPerCluster = 1 })
+	q, _ := newTestFairQueue(t, Options[Request]{MaxInFlightPerCluster: 1})
 	q.Add(fqReq("a", "1"))
 	q.Add(fqReq("a", "2"))
 	q.Add(fqReq("b", "1"))
@@ -461,7 +492,7 @@ func TestFairQueueCapHoldsUnderConcurrentWorkers(t *testing.T) {
 		items    = 4000
 	)
 	clusters := []string{"a", "b", "c", "d"}
-	q, _ := newTestFairQueue(t, func(o *Options) { o.MaxInFlightPerCluster = capacity })
+	q, _ := newTestFairQueue(t, Options[Request]{MaxInFlightPerCluster: capacity})
 
 	inFlight := map[string]*atomic.Int32{}
 	for _, c := range clusters {
@@ -521,7 +552,7 @@ func TestFairQueueCapHoldsUnderConcurrentWorkers(t *testing.T) {
 }
 
 func TestFairQueueHold(t *testing.T) {
-	q, _ := newTestFairQueue(t)
+	q, _ := newTestFairQueue(t, Options[Request]{})
 	q.Hold("a", true)
 	q.Add(fqReq("a", "1"))
 	q.Add(fqReq("b", "1"))
@@ -579,7 +610,7 @@ func (r *fqCountingRateLimiter) Forget(item Request) {
 func TestFairQueueDrop(t *testing.T) {
 	const big = 10000
 	rl := &fqCountingRateLimiter{TypedRateLimiter: workqueue.DefaultTypedControllerRateLimiter[Request]()}
-	q, clk := newTestFairQueue(t, func(o *Options) { o.RateLimiter = rl })
+	q, clk := newTestFairQueue(t, Options[Request]{RateLimiter: rl})
 
 	q.Add(fqReq("a", "0"))
 	a0, _ := q.Get() // a/0 in flight
@@ -658,7 +689,7 @@ func TestFairQueueDrop(t *testing.T) {
 }
 
 func TestFairQueueKeepsClustersUntilDropped(t *testing.T) {
-	q, _ := newTestFairQueue(t)
+	q, _ := newTestFairQueue(t, Options[Request]{})
 	known := func(name string) bool {
 		q.mu.Lock()
 		defer q.mu.Unlock()
@@ -687,7 +718,7 @@ func TestFairQueueKeepsClustersUntilDropped(t *testing.T) {
 }
 
 func TestFairQueueShrinksDrainedCluster(t *testing.T) {
-	q, _ := newTestFairQueue(t)
+	q, _ := newTestFairQueue(t, Options[Request]{})
 	const n = 10 * fqKeepItems
 	for i := range n {
 		q.Add(fqReq("a", strconv.Itoa(i)))
@@ -725,7 +756,7 @@ func TestFairQueueShrinksDrainedCluster(t *testing.T) {
 }
 
 func TestFairQueueAddAfterOnFakeClock(t *testing.T) {
-	q, clk := newTestFairQueue(t)
+	q, clk := newTestFairQueue(t, Options[Request]{})
 	got := make(chan Request)
 	go func() {
 		item, _ := q.Get()
@@ -758,7 +789,7 @@ func TestFairQueueLeavesNoGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewMetricsProvider: %v", err)
 	}
-	q := New("leak-test", func(o *Options) { o.MetricsProvider = provider })
+	q := New("leak-test", requestCluster, Options[Request]{MetricsProvider: provider})
 	q.AddAfter(fqReq("a", "later"), time.Hour)
 	var wg sync.WaitGroup
 	for range 3 {
