@@ -25,12 +25,15 @@ func (b *bench) writeReport(path string, took time.Duration) error {
 	fmt.Fprintf(&s, "- Date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&s, "- Machine: %s\n", machine())
 	fmt.Fprintf(&s, "- Go: %s %s/%s, GOGC=%s (the memory scenario's processes: %s)\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, envOr("GOGC", "100"), b.gogc)
-	fmt.Fprintf(&s, "Each figure is the median of the runs, with their minimum and maximum. A target shows PASS or MISS; in brackets, what multicluster-runtime does on the same work on this machine, as the issue that set the target measured it. Targets never fail the run: a shared 2-core machine is noisy.\n")
+	fmt.Fprintf(&s, "Each figure is the median of the runs, with their minimum and maximum. A target shows PASS or MISS. Targets never fail the run: a shared 2-core machine is noisy. Comparisons measured in the same run are rows of their own (÷). In brackets after a target, marked *outside*: %s.\n", outsideMeasurement)
 
 	for _, t := range b.res.tables {
 		fmt.Fprintf(&s, "\n## %s\n\n", t.title)
 		if t.note != "" {
 			fmt.Fprintf(&s, "%s\n\n", t.note)
+		}
+		if t.hasReference() {
+			fmt.Fprintf(&s, "In brackets, *outside*: %s.\n\n", outsideMeasurement)
 		}
 		fmt.Fprintf(&s, "| figure | median | min | max | target | |\n|---|--:|--:|--:|---|---|\n")
 		for _, f := range t.figures {
@@ -43,7 +46,7 @@ func (b *bench) writeReport(path string, took time.Duration) error {
 				}
 				goal = fmt.Sprintf("%s %s", op, format(f.target.limit, f.unit))
 				if f.target.reference != "" {
-					goal += fmt.Sprintf(" [%s]", f.target.reference)
+					goal += fmt.Sprintf(" [*outside*: %s]", f.target.reference)
 				}
 				verdict = "MISS"
 				if f.target.met(m) {
