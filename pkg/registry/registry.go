@@ -1,0 +1,313 @@
+package registry
+
+import (
+	"cmp"
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+)
+
+// ReasonClusterNameConflict refuses a name that two or more Secrets claim.
+const ReasonClusterNameConflict = "ClusterNameConflict"
+
+// Source names one registration: a Secret read in one format.
+type Source struct {
+	Format string
+	types.NamespacedName
+}
+
+func (s Source) String() string { return s.Format + ":" + s.NamespacedName.String() }
+
+// Claim is one source's claim on a cluster name.
+type Claim struct {
+	Source Source
+	// Labels are the Secret's labels: the cluster's labels while this
+	// claim is the one accepted.
+	Labels map[string]string
+	// Refusal says why the Secret could not be read; nil if it could.
+	Refusal *kubeconfig.RefusedError
+
+	kubeconfig []byte
+}
+
+// Cluster is what the registry knows of one cluster name. A Cluster handed
+// out is a snapshot: the registry never changes it.
+type Cluster struct {
+	Name string
+	// Claims are the sources that claim the name, sorted by format
+	// preference, then Secret.
+	Claims []Claim
+	// Labels are the accepted claim's labels.
+	Labels map[string]string
+	// Refusal says why no member runs for the name: a conflict between
+	// Secrets, a Secret that could not be read, or a kubeconfig that the
+	// policy or the member pool refused. Nil when the name is accepted.
+	Refusal *kubeconfig.RefusedError
+	// State is the member's state; empty while refused.
+	State cluster.State
+	// Probe is the member's last probe, nil before the first.
+	Probe *cluster.ProbeResult
+
+	// generation counts the accepted registrations of the name, so that
+	// a refusal of an older kubeconfig is not pinned on a newer one.
+	generation int64
+}
+
+// Accepted reports whether a member should run for the cluster.
+func (c *Cluster) Accepted() bool { return c.Refusal == nil && len(c.Claims) > 0 }
+
+// Registration returns the accepted claim's registration and its
+// generation, for Refuse; false when the cluster is refused.
+func (c *Cluster) Registration() (cluster.Registration, int64, bool) {
+	if !c.Accepted() {
+		return cluster.Registration{}, 0, false
+	}
+	return cluster.Registration{ClusterName: c.Name, Kubeconfig: c.Claims[0].kubeconfig}, c.generation, true
+}
+
+// Registry owns every registered cluster name: its claims, its refusal,
+// its labels and its member's state. Writers are the registration sources
+// (claims), the member pool (state) and whoever builds members (Refuse).
+// Readers subscribe (see Subscribe) or read a snapshot with Get and List.
+//
+// The registry never calls out while holding its lock, and never calls a
+// subscriber at all: subscribers pull.
+type Registry struct {
+	formats []string
+
+	// mu guards everything below.
+	mu       sync.Mutex
+	clusters map[string]*Cluster
+	// claimed maps each source to the name it claims.
+	claimed map[Source]string
+	subs    map[*Subscription]struct{}
+	// unsynced are the formats whose first pass has not ended.
+	unsynced map[string]struct{}
+	synced   chan struct{}
+}
+
+// New returns an empty registry for sources of the named formats, in
+// order of preference: when one Secret is read by two formats, the first
+// one's reading wins. Synced waits for every one of them.
+func New(formats ...string) *Registry {
+	r := &Registry{
+		formats:  slices.Clone(formats),
+		clusters: map[string]*Cluster{},
+		claimed:  map[Source]string{},
+		subs:     map[*Subscription]struct{}{},
+		unsynced: map[string]struct{}{},
+		synced:   make(chan struct{}),
+	}
+	for _, f := range formats {
+		r.unsynced[f] = struct{}{}
+	}
+	if len(formats) == 0 {
+		close(r.synced)
+	}
+	return r
+}
+
+// Get returns the current snapshot of cluster name.
+func (r *Registry) Get(name string) (*Cluster, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.clusters[name]
+	return c, ok
+}
+
+// List returns the current snapshot of every cluster, sorted by name.
+func (r *Registry) List() []*Cluster {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := slices.Collect(maps.Values(r.clusters))
+	slices.SortFunc(out, func(a, b *Cluster) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Synced is closed once every format's source has synced and passed over
+// every Secret once. Nothing may act on the absence of a registration,
+// such as deleting what a cluster left behind, before.
+func (r *Registry) Synced() <-chan struct{} { return r.synced }
+
+// markSynced records that format's first pass has ended.
+func (r *Registry) markSynced(format string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.unsynced[format]; !ok {
+		return
+	}
+	delete(r.unsynced, format)
+	if len(r.unsynced) == 0 {
+		close(r.synced)
+	}
+}
+
+// claim records that src claims name, replacing what src claimed before.
+func (r *Registry) claim(name string, c Claim) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.claimed[c.Source]; ok && old != name {
+		r.lockedRemoveClaim(old, c.Source)
+	}
+	r.claimed[c.Source] = name
+	cur := r.clusters[name]
+	next := &Cluster{Name: name}
+	if cur != nil {
+		*next = *cur
+	}
+	next.Claims = slices.DeleteFunc(slices.Clone(next.Claims), func(x Claim) bool { return x.Source == c.Source })
+	next.Claims = append(next.Claims, c)
+	r.lockedSet(cur, next)
+}
+
+// withdraw forgets src's claim, if any.
+func (r *Registry) withdraw(src Source) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if name, ok := r.claimed[src]; ok {
+		r.lockedRemoveClaim(name, src)
+	}
+}
+
+func (r *Registry) lockedRemoveClaim(name string, src Source) {
+	delete(r.claimed, src)
+	cur := r.clusters[name]
+	if cur == nil {
+		return
+	}
+	next := *cur
+	next.Claims = slices.DeleteFunc(slices.Clone(cur.Claims), func(x Claim) bool { return x.Source == src })
+	r.lockedSet(cur, &next)
+}
+
+// Refuse records that the member of cluster name could not be built from
+// the registration of generation (from Cluster.Registration). A refusal
+// of an older registration is ignored.
+func (r *Registry) Refuse(name string, generation int64, refusal *kubeconfig.RefusedError) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.clusters[name]
+	if cur == nil || !cur.Accepted() || cur.generation != generation {
+		return
+	}
+	next := *cur
+	next.Refusal = refusal
+	next.State, next.Probe = "", nil
+	r.lockedPublish(name, &next)
+}
+
+// ObserveState records the state of the member of cluster name and, when
+// probe is not nil, its last probe. It is ignored for a cluster that is
+// not accepted: a member reporting as it stops. Its signature suits the
+// member pool's Options.Observe.
+func (r *Registry) ObserveState(name string, state cluster.State, probe *cluster.ProbeResult) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.clusters[name]
+	if cur == nil || !cur.Accepted() {
+		return
+	}
+	next := *cur
+	next.State = state
+	if probe != nil {
+		next.Probe = probe
+	}
+	r.lockedPublish(name, &next)
+}
+
+// lockedSet derives next's labels, refusal and generation from its
+// claims, then publishes it, or removes the name when no claim is left.
+func (r *Registry) lockedSet(cur, next *Cluster) {
+	if len(next.Claims) == 0 {
+		delete(r.clusters, next.Name)
+		r.lockedNotify(next.Name)
+		return
+	}
+	slices.SortFunc(next.Claims, r.compareClaims)
+	first := next.Claims[0]
+	secrets := map[types.NamespacedName]struct{}{}
+	for _, c := range next.Claims {
+		secrets[c.NamespacedName()] = struct{}{}
+	}
+	next.Labels = first.Labels
+	switch {
+	case len(secrets) > 1:
+		names := make([]string, 0, len(secrets))
+		for nn := range secrets {
+			names = append(names, nn.String())
+		}
+		slices.Sort(names)
+		next.Refusal = &kubeconfig.RefusedError{Reason: ReasonClusterNameConflict,
+			Message: "the cluster name is claimed by Secrets " + strings.Join(names, ", ") + "; none is engaged until only one claims it"}
+	case first.Refusal != nil:
+		next.Refusal = first.Refusal
+	default:
+		next.Refusal = nil
+	}
+	wasAccepted := cur != nil && cur.Accepted()
+	switch {
+	case !next.Accepted():
+		next.State, next.Probe = "", nil
+	case !wasAccepted || !slices.Equal(cur.Claims[0].kubeconfig, first.kubeconfig):
+		next.generation++
+		if !wasAccepted {
+			next.State, next.Probe = cluster.StatePending, nil
+		}
+	}
+	r.lockedPublish(next.Name, next)
+}
+
+func (r *Registry) lockedPublish(name string, c *Cluster) {
+	r.clusters[name] = c
+	r.lockedNotify(name)
+}
+
+func (r *Registry) lockedNotify(name string) {
+	for s := range r.subs {
+		s.queue.Add(name)
+	}
+}
+
+// compareClaims orders claims by format preference, then by Secret.
+func (r *Registry) compareClaims(a, b Claim) int {
+	return cmp.Or(
+		cmp.Compare(r.formatRank(a.Source.Format), r.formatRank(b.Source.Format)),
+		strings.Compare(a.Source.String(), b.Source.String()),
+	)
+}
+
+func (r *Registry) formatRank(format string) int {
+	if i := slices.Index(r.formats, format); i >= 0 {
+		return i
+	}
+	return len(r.formats)
+}
+
+// NamespacedName returns the claim's Secret.
+func (c Claim) NamespacedName() types.NamespacedName { return c.Source.NamespacedName }
+
+// Subscribe returns a subscription that receives the current state of
+// every cluster now, then of each cluster that changes, until ctx ends.
+func (r *Registry) Subscribe(ctx context.Context) *Subscription {
+	s := newSubscription(r)
+	r.mu.Lock()
+	r.subs[s] = struct{}{}
+	for name := range r.clusters {
+		s.queue.Add(name)
+	}
+	r.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		delete(r.subs, s)
+		r.mu.Unlock()
+		s.queue.ShutDown()
+	})
+	return s
+}

@@ -1,0 +1,200 @@
+package registry
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+)
+
+func secret(format, name string) Source {
+	return Source{Format: format, NamespacedName: types.NamespacedName{Namespace: "fleet-system", Name: name}}
+}
+
+func claimOf(src Source, kubeconfig string, labels map[string]string) Claim {
+	return Claim{Source: src, Labels: labels, kubeconfig: []byte(kubeconfig)}
+}
+
+// next returns the subscription's next event, failing after 10 s.
+func next(t *testing.T, s *Subscription) Event {
+	t.Helper()
+	got := make(chan Event, 1)
+	go func() {
+		if e, ok := s.Next(); ok {
+			got <- e
+		}
+	}()
+	select {
+	case e := <-got:
+		s.Done(e)
+		return e
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event")
+		return Event{}
+	}
+}
+
+func TestLateSubscriberGetsTheCurrentState(t *testing.T) {
+	r := New("native")
+	r.claim("a", claimOf(secret("native", "a"), "kc-a", map[string]string{"env": "prod"}))
+	r.claim("b", claimOf(secret("native", "b"), "kc-b", nil))
+	r.ObserveState("a", cluster.StateReady, nil)
+	r.withdraw(secret("native", "b"))
+
+	s := r.Subscribe(t.Context())
+	e := next(t, s)
+	if e.Name != "a" || !e.Registered() || e.New.State != cluster.StateReady || e.New.Labels["env"] != "prod" {
+		t.Fatalf("first event = %+v, want a registered, Ready, labelled env=prod", e)
+	}
+	r.claim("a", claimOf(secret("native", "a"), "kc-a", map[string]string{"env": "dev"}))
+	r.ObserveState("a", cluster.StateUnhealthy, nil)
+	e = next(t, s)
+	if !e.LabelsChanged() || !e.StateChanged() || e.New.State != cluster.StateUnhealthy {
+		t.Fatalf("event after a label and a state change = %+v, want both folded into one", e)
+	}
+	r.withdraw(secret("native", "a"))
+	if e = next(t, s); !e.Removed() || e.Old == nil {
+		t.Fatalf("event after the last claim went = %+v, want removed", e)
+	}
+}
+
+func TestOneClusterIsHandedOutOnceAtATime(t *testing.T) {
+	r := New("native")
+	s := r.Subscribe(t.Context())
+	r.claim("a", claimOf(secret("native", "a"), "kc", nil))
+	first, _ := s.Next()
+	r.ObserveState("a", cluster.StateConnecting, nil)
+	r.claim("b", claimOf(secret("native", "b"), "kc", nil))
+	// a changed while its first event is being handled: b comes next.
+	if e, _ := s.Next(); e.Name != "b" {
+		t.Fatalf("while a is being handled, got %q, want b", e.Name)
+	}
+	s.Done(first)
+	if e := next(t, s); e.Name != "a" || e.New.State != cluster.StateConnecting {
+		t.Fatalf("after Done(a): %+v, want a Connecting", e)
+	}
+}
+
+func TestClaims(t *testing.T) {
+	for name, tc := range map[string]struct {
+		claims     []Claim
+		wantReason string
+		wantFrom   Source
+	}{
+		"one Secret": {
+			claims:   []Claim{claimOf(secret("native", "a"), "kc", nil)},
+			wantFrom: secret("native", "a"),
+		},
+		"two Secrets conflict": {
+			claims:     []Claim{claimOf(secret("native", "a"), "kc", nil), claimOf(secret("native", "other"), "kc", nil)},
+			wantReason: ReasonClusterNameConflict,
+		},
+		"one Secret read by two formats is no conflict": {
+			claims:   []Claim{claimOf(secret("multicluster-runtime", "a"), "kc", nil), claimOf(secret("native", "a"), "kc", nil)},
+			wantFrom: secret("native", "a"),
+		},
+		"an unreadable Secret is refused": {
+			claims:     []Claim{{Source: secret("native", "a"), Refusal: &kubeconfig.RefusedError{Reason: "MissingKubeconfig"}}},
+			wantReason: "MissingKubeconfig",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := New("native", "multicluster-runtime")
+			for _, c := range tc.claims {
+				r.claim("a", c)
+			}
+			c, ok := r.Get("a")
+			if !ok {
+				t.Fatal("a is not registered")
+			}
+			if tc.wantReason != "" {
+				if c.Accepted() || c.Refusal == nil || c.Refusal.Reason != tc.wantReason {
+					t.Fatalf("refusal = %v, want %s", c.Refusal, tc.wantReason)
+				}
+				if c.State != "" {
+					t.Errorf("a refused cluster has state %q", c.State)
+				}
+				return
+			}
+			if !c.Accepted() || c.Claims[0].Source != tc.wantFrom {
+				t.Fatalf("accepted = %v from %v, want accepted from %v", c.Accepted(), c.Claims[0].Source, tc.wantFrom)
+			}
+			if c.State != cluster.StatePending {
+				t.Errorf("state = %q, want Pending", c.State)
+			}
+		})
+	}
+}
+
+func TestRefuseAppliesOnlyToItsRegistration(t *testing.T) {
+	r := New("native")
+	r.claim("a", claimOf(secret("native", "a"), "old", nil))
+	c, _ := r.Get("a")
+	_, oldGeneration, _ := c.Registration()
+	r.claim("a", claimOf(secret("native", "a"), "new", nil))
+	r.Refuse("a", oldGeneration, &kubeconfig.RefusedError{Reason: "KubeconfigInvalid"})
+	if c, _ = r.Get("a"); !c.Accepted() {
+		t.Fatalf("a refusal of the old kubeconfig refused the new one: %v", c.Refusal)
+	}
+	reg, generation, _ := c.Registration()
+	if string(reg.Kubeconfig) != "new" {
+		t.Fatalf("registration holds %q, want the new kubeconfig", reg.Kubeconfig)
+	}
+	r.Refuse("a", generation, &kubeconfig.RefusedError{Reason: "KubeconfigInvalid"})
+	if c, _ = r.Get("a"); c.Accepted() {
+		t.Fatal("the refusal of the current kubeconfig was ignored")
+	}
+	// A member reporting as it stops changes nothing.
+	r.ObserveState("a", cluster.StateReady, nil)
+	if c, _ = r.Get("a"); c.State != "" {
+		t.Fatalf("a refused cluster took state %q", c.State)
+	}
+	// A new kubeconfig lifts the refusal.
+	r.claim("a", claimOf(secret("native", "a"), "fixed", nil))
+	if c, _ = r.Get("a"); !c.Accepted() || c.State != cluster.StatePending {
+		t.Fatalf("after a new kubeconfig: accepted %v, state %q; want accepted, Pending", c.Accepted(), c.State)
+	}
+}
+
+func TestSyncedWaitsForEveryFormat(t *testing.T) {
+	r := New("native", "argocd")
+	r.markSynced("native")
+	select {
+	case <-r.Synced():
+		t.Fatal("synced before argocd's first pass")
+	default:
+	}
+	r.markSynced("argocd")
+	r.markSynced("argocd")
+	select {
+	case <-r.Synced():
+	default:
+		t.Fatal("not synced after every first pass")
+	}
+}
+
+func TestSubscriptionEndsWithItsContext(t *testing.T) {
+	r := New()
+	ctx, cancel := context.WithCancel(t.Context())
+	s := r.Subscribe(ctx)
+	done := make(chan struct{})
+	go func() {
+		s.Run(ctx, 4, func(context.Context, Event) {})
+		close(done)
+	}()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	r.claim("a", claimOf(secret("native", "a"), "kc", nil)) // no subscriber left to notify
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

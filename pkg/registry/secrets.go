@@ -1,0 +1,251 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+)
+
+// ReasonInvalidClusterName refuses a Secret whose cluster name is not a
+// DNS-1123 subdomain.
+const ReasonInvalidClusterName = "InvalidClusterName"
+
+// DefaultWorkers is how many Secrets of a format are read at once by
+// default.
+const DefaultWorkers = 16
+
+// NewWithSecrets returns a registry whose sources are the registration
+// Secrets of formats, in order of preference, read on the hub mgr runs
+// on. Each format has a Secret cache of its own, narrowed to that
+// format's Secrets, and a hub controller that reads up to workers Secrets
+// at once into claims. They run on every replica, leader or not, so that
+// a replica that becomes leader knows every registration at once.
+func NewWithSecrets(mgr manager.Manager, formats []Format, workers int) (*Registry, error) {
+	names := make([]string, len(formats))
+	for i, f := range formats {
+		names[i] = f.Name
+	}
+	r := New(names...)
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	for _, f := range formats {
+		c, err := cache.New(mgr.GetConfig(), cache.Options{
+			HTTPClient:        mgr.GetHTTPClient(),
+			Scheme:            mgr.GetScheme(),
+			Mapper:            mgr.GetRESTMapper(),
+			DefaultNamespaces: namespaces(f.Namespaces),
+			ByObject:          map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: f.Label, Field: f.Field}},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("creating the %s Secret cache: %w", f.Name, err)
+		}
+		if err := mgr.Add(secretCache{c}); err != nil {
+			return nil, err
+		}
+		reader := &secretReader{registry: r, format: f, secrets: c, recorder: mgr.GetEventRecorder("fleet-manager")}
+		src := &secretSource{cache: c, match: f.Match, started: make(chan struct{})}
+		err = builder.ControllerManagedBy(mgr).
+			Named("fleet-registrations-" + f.Name).
+			WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, NeedLeaderElection: ptr.To(false)}).
+			WatchesRawSource(src).
+			Complete(reader)
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(firstPass{reader: reader, source: src}); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func namespaces(names []string) map[string]cache.Config {
+	if len(names) == 0 {
+		return nil
+	}
+	m := map[string]cache.Config{}
+	for _, n := range names {
+		m[n] = cache.Config{}
+	}
+	return m
+}
+
+// secretCache puts a format's Secret cache in the manager's cache group:
+// started on every replica, before any controller.
+type secretCache struct{ cache.Cache }
+
+func (c secretCache) GetCache() cache.Cache { return c.Cache }
+
+// secretSource feeds a format's controller with the keys of its matching
+// Secrets. Unlike source.Kind, which polls every 100 ms until the informer
+// and then its handler have synced, it waits on the handler's sync
+// channel, so the controller's workers start as soon as every Secret is
+// queued.
+type secretSource struct {
+	cache cache.Cache
+	match func(*corev1.Secret) bool
+	// started closes once synced is set.
+	started chan struct{}
+	synced  toolscache.DoneChecker
+}
+
+var _ source.SyncingSource = (*secretSource)(nil)
+
+func (s *secretSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	informer, err := s.cache.GetInformer(ctx, &corev1.Secret{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("getting the Secret informer: %w", err)
+	}
+	enqueue := func(obj any) {
+		if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = tombstone.Obj
+		}
+		if secret, ok := obj.(*corev1.Secret); ok && s.match(secret) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(secret)})
+		}
+	}
+	reg, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	})
+	if err != nil {
+		return fmt.Errorf("adding the Secret event handler: %w", err)
+	}
+	s.synced = reg.HasSyncedChecker()
+	close(s.started)
+	return nil
+}
+
+// WaitForSync returns once the handler has seen every Secret of the
+// informer's initial list, or an error when ctx ends first.
+func (s *secretSource) WaitForSync(ctx context.Context) error {
+	select {
+	case <-s.started:
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the Secret informer to sync: %w", ctx.Err())
+	}
+	select {
+	case <-s.synced.Done():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the Secret informer to sync: %w", ctx.Err())
+	}
+}
+
+func (s *secretSource) String() string { return "registration Secrets" }
+
+// firstPass reads every Secret of a format once its handler has seen the
+// initial list, then marks the format synced: from then on the registry
+// holds a claim for every Secret that existed when the manager started.
+type firstPass struct {
+	reader *secretReader
+	source *secretSource
+}
+
+func (p firstPass) Start(ctx context.Context) error {
+	if err := p.source.WaitForSync(ctx); err != nil {
+		return nil // stopped before syncing: nothing to mark
+	}
+	secrets := &corev1.SecretList{}
+	if err := p.reader.secrets.List(ctx, secrets); err != nil {
+		return fmt.Errorf("listing %s registration Secrets: %w", p.reader.format.Name, err)
+	}
+	for i := range secrets.Items {
+		if _, err := p.reader.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&secrets.Items[i])}); err != nil {
+			return fmt.Errorf("reading %s registration Secrets: %w", p.reader.format.Name, err)
+		}
+	}
+	p.reader.registry.markSynced(p.reader.format.Name)
+	return nil
+}
+
+func (firstPass) NeedLeaderElection() bool { return false }
+
+// secretReader turns one format's Secrets into claims.
+type secretReader struct {
+	registry *Registry
+	format   Format
+	secrets  client.Reader
+	recorder events.EventRecorder
+	locks    [64]sync.Mutex
+}
+
+// Reconcile reads a Secret from the cache and records its claim. The
+// first pass and the controller may read the same Secret at once; a lock
+// per Secret orders them, so the later one records the cache's latest.
+func (r *secretReader) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	lock := &r.locks[fnv32(req.String())%uint32(len(r.locks))]
+	lock.Lock()
+	defer lock.Unlock()
+	secret := &corev1.Secret{}
+	err := r.secrets.Get(ctx, req.NamespacedName, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		r.registry.withdraw(r.source(req.NamespacedName))
+		return reconcile.Result{}, nil
+	case err != nil:
+		return reconcile.Result{}, err
+	}
+	r.read(ctx, secret)
+	return reconcile.Result{}, nil
+}
+
+// read records the claim secret makes, or withdraws it.
+func (r *secretReader) read(ctx context.Context, secret *corev1.Secret) {
+	src := r.source(client.ObjectKeyFromObject(secret))
+	if !secret.DeletionTimestamp.IsZero() || !r.format.Match(secret) {
+		r.registry.withdraw(src)
+		return
+	}
+	reg, err := r.format.Read(secret)
+	c := Claim{Source: src, Labels: maps.Clone(secret.Labels), kubeconfig: reg.Kubeconfig}
+	if err != nil {
+		refusal, ok := errors.AsType[*kubeconfig.RefusedError](err)
+		if !ok {
+			refusal = &kubeconfig.RefusedError{Reason: "RegistrationInvalid", Message: "the Secret could not be read"}
+		}
+		if refusal.Reason == ReasonInvalidClusterName {
+			// No object can carry the refusal of a name that is not one:
+			// the Secret's Event and the log say it.
+			logf.FromContext(ctx).Info("Registration refused", "secret", src.NamespacedName, "reason", refusal.Reason)
+			r.recorder.Eventf(secret, nil, corev1.EventTypeWarning, refusal.Reason, "Register", "%s", refusal.Message)
+			r.registry.withdraw(src)
+			return
+		}
+		c.Refusal, c.kubeconfig = refusal, nil
+	}
+	r.registry.claim(reg.ClusterName, c)
+}
+
+func (r *secretReader) source(key types.NamespacedName) Source {
+	return Source{Format: r.format.Name, NamespacedName: key}
+}
+
+func fnv32(s string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum32()
+}
