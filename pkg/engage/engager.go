@@ -43,18 +43,31 @@ type Engagement struct {
 	Err error
 }
 
-// Engager hands every cluster to every aware. Awares added late are handed
-// the clusters already engaged. Each (cluster, aware) pair is engaged in its
-// own goroutine and retried with backoff until it succeeds or the cluster
-// leaves, so a slow or failing aware delays only itself.
+// Selector is an Aware that engages only some clusters. The engager asks
+// Accepts when a cluster arrives and at every Recheck of it: an aware that
+// starts accepting a cluster is engaged with it, one that stops is
+// disengaged from it.
+type Selector interface {
+	Aware
+	// Accepts reports whether the aware works on cluster clusterName. It
+	// must be quick and must not call the engager.
+	Accepts(clusterName string) bool
+}
+
+// Engager hands every cluster to every aware that accepts it. Awares added
+// late are handed the clusters already engaged. Each (cluster, aware) pair
+// is engaged in its own goroutine and retried with backoff until it
+// succeeds or ends, so a slow or failing aware delays only itself.
 type Engager struct {
 	log     logr.Logger
 	backoff wait.Backoff
 	clock   clock.WithTicker
 	observe func(clusterName, aware string, took time.Duration, err error)
 
-	// mu guards awares and clusters. Goroutines are added to an
-	// engagement's WaitGroup only while it is in clusters, under mu.
+	// mu guards awares and clusters, and each engagement's pairs and
+	// outcomes. Goroutines are added to an engagement's WaitGroup only
+	// while it is in clusters, under mu. Awares' Accepts is called under
+	// mu, so it must not call the engager.
 	mu       sync.Mutex
 	awares   []Aware
 	clusters map[string]*engagement
@@ -65,9 +78,21 @@ type engagement struct {
 	name string
 	cl   cluster.Cluster
 	wg   sync.WaitGroup
-
-	// outcomes is guarded by the engager's mu.
+	// pairs holds each aware's latest engagement with the cluster, ended
+	// or not; outcomes where each engagement that is not ended stands.
+	pairs    map[Aware]*pair
 	outcomes map[Aware]Engagement
+}
+
+// pair is one aware's engagement with one cluster.
+type pair struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	// engaged closes when the engage goroutine has returned; stopped
+	// once the pair has been disengaged after a Recheck ended it.
+	engaged, stopped chan struct{}
+	// ended is set, under the engager's mu, when a Recheck ends the pair.
+	ended bool
 }
 
 // NewEngager returns an engager with no awares and no clusters.
@@ -91,31 +116,30 @@ func NewEngager(opts Options) *Engager {
 	return e
 }
 
-// Add registers an aware and engages it with every cluster already engaged.
+// Add registers an aware and engages it with every cluster already engaged
+// that it accepts.
 func (e *Engager) Add(a Aware) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.awares = append(e.awares, a)
 	for _, eng := range e.clusters {
-		eng.wg.Go(func() { e.engage(eng, a) })
+		e.lockedSettle(eng, a)
 	}
 }
 
-// Serve engages cl with every aware, now and as awares are added, and
-// blocks until ctx ends, every engagement goroutine has returned and every
-// Disengager has been told. Its
-// signature matches cluster.EngageFunc.
+// Serve engages cl with every aware that accepts it, now and as awares are
+// added, and blocks until ctx ends, every engagement goroutine has
+// returned and every Disengager has been told. Its signature matches
+// cluster.EngageFunc.
 func (e *Engager) Serve(ctx context.Context, clusterName string, cl cluster.Cluster) {
-	eng := &engagement{ctx: ctx, name: clusterName, cl: cl, outcomes: map[Aware]Engagement{}}
+	eng := &engagement{ctx: ctx, name: clusterName, cl: cl, pairs: map[Aware]*pair{}, outcomes: map[Aware]Engagement{}}
 	e.mu.Lock()
 	e.clusters[clusterName] = eng
 	for _, a := range e.awares {
-		eng.wg.Go(func() { e.engage(eng, a) })
+		e.lockedSettle(eng, a)
 	}
 	e.mu.Unlock()
-
 	<-ctx.Done()
-
 	e.mu.Lock()
 	if e.clusters[clusterName] == eng {
 		delete(e.clusters, clusterName)
@@ -130,6 +154,61 @@ func (e *Engager) Serve(ctx context.Context, clusterName string, cl cluster.Clus
 	}
 }
 
+// Recheck asks every Selector again whether it accepts cluster
+// clusterName: those that now accept it are engaged, those that no longer
+// do are disengaged. Call it whenever what Accepts reads has changed, such
+// as the cluster's labels; calling it when nothing changed does nothing.
+func (e *Engager) Recheck(clusterName string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	eng, ok := e.clusters[clusterName]
+	if !ok {
+		return
+	}
+	for _, a := range e.awares {
+		e.lockedSettle(eng, a)
+	}
+}
+
+// lockedSettle starts or ends a's engagement with eng's cluster as a
+// accepts it or not. A new engagement of a pair waits until the previous
+// one has been disengaged.
+func (e *Engager) lockedSettle(eng *engagement, a Aware) {
+	if eng.ctx.Err() != nil {
+		return
+	}
+	want := true
+	if s, ok := a.(Selector); ok {
+		want = s.Accepts(eng.name)
+	}
+	prev := eng.pairs[a]
+	have := prev != nil && !prev.ended
+	switch {
+	case want && !have:
+		ctx, cancel := context.WithCancel(eng.ctx)
+		p := &pair{ctx: ctx, cancel: cancel, engaged: make(chan struct{}), stopped: make(chan struct{})}
+		eng.pairs[a] = p
+		eng.wg.Go(func() {
+			defer close(p.engaged)
+			if prev != nil {
+				<-prev.stopped
+			}
+			e.engage(eng, a, p.ctx)
+		})
+	case !want && have:
+		p := prev
+		p.ended = true
+		delete(eng.outcomes, a)
+		p.cancel()
+		eng.wg.Go(func() {
+			defer close(p.stopped)
+			<-p.engaged
+			if d, ok := a.(Disengager); ok {
+				d.Disengage(eng.name)
+			}
+		})
+	}
+}
 // Clusters returns the names of the clusters being served, sorted.
 func (e *Engager) Clusters() []string {
 	e.mu.Lock()
@@ -154,17 +233,21 @@ func (e *Engager) Engagements(clusterName string) []Engagement {
 	return out
 }
 
-func (e *Engager) engage(eng *engagement, a Aware) {
+// engage engages a with eng's cluster under ctx, retrying with backoff
+// until it succeeds or ctx ends.
+func (e *Engager) engage(eng *engagement, a Aware, ctx context.Context) {
 	backoff := e.backoff
 	name := describe(a)
 	for {
 		start := e.clock.Now()
-		err := a.Engage(eng.ctx, eng.name, eng.cl)
-		if eng.ctx.Err() != nil {
+		err := a.Engage(ctx, eng.name, eng.cl)
+		if ctx.Err() != nil {
 			return
 		}
 		e.mu.Lock()
-		eng.outcomes[a] = Engagement{Aware: name, Engaged: err == nil, Err: err}
+		if p := eng.pairs[a]; p != nil && p.ctx == ctx {
+			eng.outcomes[a] = Engagement{Aware: name, Engaged: err == nil, Err: err}
+		}
 		e.mu.Unlock()
 		if e.observe != nil {
 			e.observe(eng.name, name, e.clock.Since(start), err)
@@ -176,7 +259,7 @@ func (e *Engager) engage(eng *engagement, a Aware) {
 		e.log.Error(err, "Engaging cluster failed, will retry", "cluster", eng.name, "aware", name, "retryAfter", delay)
 		t := e.clock.NewTimer(delay)
 		select {
-		case <-eng.ctx.Done():
+		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C():

@@ -166,3 +166,69 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// selective is an aware that accepts the clusters in its set and records
+// disengagements.
+type selective struct {
+	*aware
+	mu         sync.Mutex
+	accepted   map[string]bool
+	disengaged chan string
+}
+
+func (s *selective) Accepts(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.accepted[name]
+}
+
+func (s *selective) accept(name string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.accepted[name] = ok
+}
+
+func (s *selective) Disengage(name string) { s.disengaged <- name }
+
+func TestRecheckEngagesAndDisengagesAsAcceptanceChanges(t *testing.T) {
+	e := engage.NewEngager(engage.Options{})
+	s := &selective{aware: newAware(0), accepted: map[string]bool{}, disengaged: make(chan string, 10)}
+	e.Add(s)
+	stop := serve(e, "a")
+	e.Recheck("a")
+	select {
+	case name := <-s.engaged:
+		t.Fatalf("engaged %s, which it does not accept", name)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if got := e.Engagements("a"); len(got) != 0 {
+		t.Fatalf("Engagements of a cluster no aware accepts = %+v, want none", got)
+	}
+
+	s.accept("a", true)
+	e.Recheck("a")
+	if got := receive(t, s.engaged); got != "a" {
+		t.Fatalf("engaged %q, want a", got)
+	}
+	e.Recheck("a") // nothing changed: no second engagement
+	s.accept("a", false)
+	e.Recheck("a")
+	if got := receive(t, s.ended); got != "a" {
+		t.Fatalf("ended %q, want a", got)
+	}
+	if got := receive(t, s.disengaged); got != "a" {
+		t.Fatalf("disengaged %q, want a", got)
+	}
+	s.accept("a", true)
+	e.Recheck("a")
+	if got := receive(t, s.engaged); got != "a" {
+		t.Fatalf("engaged again %q, want a", got)
+	}
+	if n := s.callsFor("a"); n != 2 {
+		t.Fatalf("Engage called %d times, want 2", n)
+	}
+	stop()
+	if got := receive(t, s.disengaged); got != "a" {
+		t.Fatalf("disengaged %q after the cluster left, want a", got)
+	}
+}

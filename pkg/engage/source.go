@@ -3,6 +3,10 @@ package engage
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -172,3 +176,64 @@ func (t tagged) Delete(ctx context.Context, e event.DeleteEvent, q Queue) {
 func (t tagged) Generic(ctx context.Context, e event.GenericEvent, q Queue) {
 	t.handler.Generic(ctx, e, &clusterQueue{clusterName: t.clusterName, queue: q})
 }
+
+// Replay hands every object of the kind that cl holds now to the source's
+// handler, as events of the informer's initial list, and passes on to q
+// only the requests for cluster target. It returns once every object was
+// handed over, or when ctx ends. A cluster that joins a controller is so
+// given the requests that objects elsewhere, such as hub objects mapped to
+// every member, made before it joined.
+func (k *Kind) Replay(ctx context.Context, clusterName string, cl cluster.Cluster, q Queue, target string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	synced, err := k.Start(ctx, clusterName, cl, &targetQueue{Queue: q, target: target})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-synced:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// targetQueue passes on only the requests for one cluster.
+type targetQueue struct {
+	Queue
+	target string
+}
+
+var _ priorityqueue.PriorityQueue[Request] = (*targetQueue)(nil)
+
+func (q *targetQueue) Add(r Request) {
+	if r.ClusterName == q.target {
+		q.Queue.Add(r)
+	}
+}
+
+func (q *targetQueue) AddAfter(r Request, d time.Duration) {
+	if r.ClusterName == q.target {
+		q.Queue.AddAfter(r, d)
+	}
+}
+
+func (q *targetQueue) AddRateLimited(r Request) {
+	if r.ClusterName == q.target {
+		q.Queue.AddRateLimited(r)
+	}
+}
+
+func (q *targetQueue) AddWithOpts(o priorityqueue.AddOpts, rs ...Request) {
+	rs = slices.DeleteFunc(slices.Clone(rs), func(r Request) bool { return r.ClusterName != q.target })
+	if pq, ok := q.Queue.(priorityqueue.PriorityQueue[Request]); ok {
+		pq.AddWithOpts(o, rs...)
+		return
+	}
+	for _, r := range rs {
+		q.Queue.Add(r)
+	}
+}
+
+// GetWithPriority reports a shut-down queue: the view is write-only.
+func (q *targetQueue) GetWithPriority() (Request, int, bool) { return Request{}, 0, true }
