@@ -3,8 +3,9 @@
 // API servers (one hub and a few member servers, many members sharing each
 // member server under different Secret names). It writes results.md and
 // PNG plots to -out. Targets are printed as PASS or MISS and never fail
-// the run: figures from a shared machine are noisy. A scenario that cannot
-// run at all fails it.
+// the run: figures from a shared machine are noisy. A run that cannot
+// measure a figure under its scenario's conditions reports it as failed;
+// a scenario that cannot run at all fails the run.
 //
 // `make bench` runs it in full (five runs, about 10 minutes on 2 cores);
 // BENCH_QUICK=1 runs fewer members and one run of each (about 2 minutes).

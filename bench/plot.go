@@ -19,7 +19,8 @@ var plotTables = map[string]string{
 func plotTable(name string) string { return plotTables[name] }
 
 // writePlots draws each curve against the number of members, the median
-// of the runs at each point, as <name>.png in the output directory.
+// of the runs that measured each point, as <name>.png in the output
+// directory.
 func (b *bench) writePlots() error {
 	for _, name := range sortedKeys(b.res.curves) {
 		c := b.res.curves[name]
@@ -36,7 +37,9 @@ func (b *bench) writePlots() error {
 			points := c.points[series]
 			xys := make(plotter.XYs, 0, len(points))
 			for _, n := range sortedKeys(points) {
-				xys = append(xys, plotter.XY{X: float64(n), Y: median(points[n])})
+				if ok := measured(points[n]); len(ok) > 0 {
+					xys = append(xys, plotter.XY{X: float64(n), Y: median(ok)})
+				}
 			}
 			lines = append(lines, series, xys)
 		}

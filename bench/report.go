@@ -25,7 +25,7 @@ func (b *bench) writeReport(path string, took time.Duration) error {
 	fmt.Fprintf(&s, "- Date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&s, "- Machine: %s\n", machine())
 	fmt.Fprintf(&s, "- Go: %s %s/%s, GOGC=%s (the memory scenario's processes: %s)\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, envOr("GOGC", "100"), b.gogc)
-	fmt.Fprintf(&s, "Each figure is the median of the runs, with their minimum and maximum. A target shows PASS or MISS. Targets never fail the run: a shared 2-core machine is noisy. Comparisons measured in the same run are rows of their own (÷). In brackets after a target, marked *outside*: %s.\n", outsideMeasurement)
+	fmt.Fprintf(&s, "Each figure is the median of the runs, with their minimum and maximum; a run that could not measure a figure under the scenario's conditions reports it as failed, with the reason under the table. A target shows PASS or MISS; it is met only if every run measured its figure. Targets never fail the run: a shared 2-core machine is noisy. Comparisons measured in the same run are rows of their own (÷). In brackets after a target, marked *outside*: %s.\n", outsideMeasurement)
 
 	for _, t := range b.res.tables {
 		fmt.Fprintf(&s, "\n## %s\n\n", t.title)
@@ -36,8 +36,16 @@ func (b *bench) writeReport(path string, took time.Duration) error {
 			fmt.Fprintf(&s, "In brackets, *outside*: %s.\n\n", outsideMeasurement)
 		}
 		fmt.Fprintf(&s, "| figure | median | min | max | target | |\n|---|--:|--:|--:|---|---|\n")
+		var failures []string
 		for _, f := range t.figures {
-			m := median(f.runs)
+			ok := measured(f.runs)
+			m, low, high := "failed", "failed", "failed"
+			if len(ok) > 0 {
+				m, low, high = format(median(ok), f.unit), format(minOf(ok), f.unit), format(maxOf(ok), f.unit)
+			}
+			if failed := len(f.runs) - len(ok); failed > 0 && len(ok) > 0 {
+				m += fmt.Sprintf(" (%d of %d runs failed)", failed, len(f.runs))
+			}
 			goal, verdict := "", ""
 			if f.target != nil {
 				op := "≤"
@@ -49,13 +57,18 @@ func (b *bench) writeReport(path string, took time.Duration) error {
 					goal += fmt.Sprintf(" [*outside*: %s]", f.target.reference)
 				}
 				verdict = "MISS"
-				if f.target.met(m) {
+				if len(ok) == len(f.runs) && f.target.met(median(ok)) {
 					verdict = "PASS"
 				}
-				b.progress("%-4s %s: %s: %s (target %s)", verdict, t.title, f.name, format(m, f.unit), goal)
+				b.progress("%-4s %s: %s: %s (target %s)", verdict, t.title, f.name, m, goal)
 			}
-			fmt.Fprintf(&s, "| %s | %s | %s | %s | %s | %s |\n", f.name, format(m, f.unit),
-				format(minOf(f.runs), f.unit), format(maxOf(f.runs), f.unit), goal, verdict)
+			fmt.Fprintf(&s, "| %s | %s | %s | %s | %s | %s |\n", f.name, m, low, high, goal, verdict)
+			for _, why := range f.failures {
+				failures = append(failures, fmt.Sprintf("- %s, %s\n", f.name, why))
+			}
+		}
+		if len(failures) > 0 {
+			fmt.Fprintf(&s, "\nFailed measurements:\n\n%s", strings.Join(failures, ""))
 		}
 		for _, name := range sortedKeys(b.res.curves) {
 			if b.res.curves[name].title != "" && plotTable(name) == t.title {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -21,12 +22,14 @@ type table struct {
 	figures []*figure
 }
 
-// figure is one measured quantity, with a value from each run.
+// figure is one measured quantity, with a value from each run: NaN for a
+// run that failed to measure it, whose reason is in failures.
 type figure struct {
-	name   string
-	unit   string
-	runs   []float64
-	target *target
+	name     string
+	unit     string
+	runs     []float64
+	failures []string
+	target   *target
 }
 
 // target is a figure's goal: at most (or at least) limit, and, for
@@ -42,7 +45,7 @@ type target struct {
 const outsideMeasurement = "multicluster-runtime on comparable work, from an outside measurement on a comparable 2-core machine, reported 2026-11; typed into the bench, not measured in this run"
 
 // curve is a plot: series of values per number of members, a value per
-// run at each point.
+// run at each point (NaN for a run that failed to measure it).
 type curve struct {
 	title, yLabel string
 	series        []string
@@ -64,15 +67,35 @@ func (r *results) table(title, note string) *table {
 }
 
 // add records one run's value of a figure, adding the figure if new.
-// Figures are told apart by name and unit.
+// Figures are told apart by name and unit. NaN records a failed run of a
+// figure derived from one that failed.
 func (t *table) add(name, unit string, value float64, tg *target) {
+	if math.IsNaN(value) {
+		t.fail(name, unit, "a figure it derives from failed", tg)
+		return
+	}
+	f := t.figure(name, unit, tg)
+	f.runs = append(f.runs, value)
+}
+
+// fail records a run that could not measure a figure, and why. A target
+// is met only if every run measured its figure.
+func (t *table) fail(name, unit, why string, tg *target) {
+	f := t.figure(name, unit, tg)
+	f.runs = append(f.runs, math.NaN())
+	f.failures = append(f.failures, fmt.Sprintf("run %d: %s", len(f.runs), why))
+}
+
+// figure returns the figure of name and unit, adding it if new.
+func (t *table) figure(name, unit string, tg *target) *figure {
 	for _, f := range t.figures {
 		if f.name == name && f.unit == unit {
-			f.runs = append(f.runs, value)
-			return
+			return f
 		}
 	}
-	t.figures = append(t.figures, &figure{name: name, unit: unit, runs: []float64{value}, target: tg})
+	f := &figure{name: name, unit: unit, target: tg}
+	t.figures = append(t.figures, f)
+	return f
 }
 
 // hasReference reports whether a figure of t has a target with a
@@ -118,6 +141,11 @@ func (t *target) met(v float64) bool {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// measured returns the values of the runs that measured a figure.
+func measured(values []float64) []float64 {
+	return slices.DeleteFunc(slices.Clone(values), math.IsNaN)
+}
 
 // median, minimum and maximum of values, which must not be empty.
 func median(values []float64) float64 {
