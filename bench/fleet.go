@@ -126,12 +126,13 @@ func (f *benchFleet) stop() error {
 
 // recorder is a reconciler that takes a fixed time per request and
 // remembers when each cluster, and if it tracks requests each request, was
-// first reconciled.
+// first reconciled. Reconciles wait while it is held.
 type recorder struct {
 	work  time.Duration
 	track bool
 
 	mu        sync.Mutex
+	held      chan struct{} // closed on release; nil if never held
 	first     map[fleet.Request]time.Time
 	byCluster map[string]time.Time
 	counts    map[string]int
@@ -144,7 +145,17 @@ func newRecorder(work time.Duration, track bool) *recorder {
 	return &recorder{work: work, track: track, first: map[fleet.Request]time.Time{}, byCluster: map[string]time.Time{}, counts: map[string]int{}}
 }
 
-func (r *recorder) Reconcile(_ context.Context, req fleet.Request) (reconcile.Result, error) {
+func (r *recorder) Reconcile(ctx context.Context, req fleet.Request) (reconcile.Result, error) {
+	r.mu.Lock()
+	held := r.held
+	r.mu.Unlock()
+	if held != nil {
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return reconcile.Result{}, ctx.Err()
+		}
+	}
 	now := time.Now()
 	r.mu.Lock()
 	if !r.track {
@@ -166,6 +177,15 @@ func (r *recorder) Reconcile(_ context.Context, req fleet.Request) (reconcile.Re
 		time.Sleep(r.work)
 	}
 	return reconcile.Result{}, nil
+}
+
+// hold makes reconciles wait until release is called.
+func (r *recorder) hold() (release func()) {
+	held := make(chan struct{})
+	r.mu.Lock()
+	r.held = held
+	r.mu.Unlock()
+	return func() { close(held) }
 }
 
 // engaged returns when cluster's first request was reconciled.
