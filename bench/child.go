@@ -33,10 +33,11 @@ import (
 // are its own. It reports on stdout, one JSON object a line.
 const childCommand = "child"
 
-// childReport is a line a child writes: first when it settled, then its
-// memory once it has idled.
+// childReport is a line a child writes: first when it settled, or its
+// settle deadline passed, then its memory once it has idled.
 type childReport struct {
-	Event          string  `json:"event"` // "settled" or "memory"
+	Event          string  `json:"event"`             // "settled" or "memory"
+	Members        int     `json:"members,omitempty"` // settled
 	SettledSeconds float64 `json:"settledSeconds,omitempty"`
 	Throughput     float64 `json:"throughput,omitempty"`
 	CPUSeconds     float64 `json:"cpuSeconds,omitempty"`
@@ -55,6 +56,7 @@ func runChild(args []string) int {
 	members := fs.Int("members", 1, "members to wait for")
 	objects := fs.Int("objects", 1, "objects each member holds")
 	idle := fs.Duration("idle", 3*time.Second, "idle time after settling before memory is read")
+	settle := fs.Duration("settle", settleDeadline, "how long members have to settle (fleet)")
 	_ = fs.Parse(args)
 	logf.SetLogger(logr.Discard())
 	klog.SetLogger(logr.Discard())
@@ -64,7 +66,7 @@ func runChild(args []string) int {
 	var err error
 	switch *mode {
 	case "fleet":
-		err = childFleet(ctx, *hub, *namespace, *watch, *members, *objects, *idle)
+		err = childFleet(ctx, *hub, *namespace, *watch, *members, *objects, *idle, *settle)
 	case "bare":
 		err = childBare(ctx, strings.Split(*kubeconfigs, ","), *watch, *members, *idle)
 	default:
@@ -77,7 +79,9 @@ func runChild(args []string) int {
 	return 0
 }
 
-func childFleet(ctx context.Context, hubKubeconfig, namespace, watch string, members, objects int, idle time.Duration) error {
+// childFleet reports how many members settled, once all did or the
+// settle deadline passed; the throughput only if all did.
+func childFleet(ctx context.Context, hubKubeconfig, namespace, watch string, members, objects int, idle, settle time.Duration) error {
 	hub, err := clientcmd.BuildConfigFromFlags("", hubKubeconfig)
 	if err != nil {
 		return err
@@ -87,15 +91,19 @@ func childFleet(ctx context.Context, hubKubeconfig, namespace, watch string, mem
 		return err
 	}
 	started := time.Now()
+	deadline := started.Add(settle)
+	var n int
 	var first, last time.Time
 	err = awaitCtx(ctx, "members settled", func() bool {
-		var n int
 		n, first, last = f.rec.settledClusters(objects)
-		return n >= members
+		return n >= members || time.Now().After(deadline)
 	})
 	if err == nil {
-		throughput := float64(members*objects) / last.Sub(first).Seconds()
-		report(childReport{Event: "settled", SettledSeconds: last.Sub(started).Seconds(), Throughput: throughput, CPUSeconds: cpuSeconds()})
+		r := childReport{Event: "settled", Members: n, SettledSeconds: last.Sub(started).Seconds(), CPUSeconds: cpuSeconds()}
+		if n >= members {
+			r.Throughput = float64(members*objects) / last.Sub(first).Seconds()
+		}
+		report(r)
 		err = reportMemory(ctx, idle)
 	}
 	<-ctx.Done()
@@ -138,7 +146,7 @@ func childBare(ctx context.Context, kubeconfigs []string, watch string, members 
 		err = errors.Join(err, <-synced)
 	}
 	if err == nil {
-		report(childReport{Event: "settled", SettledSeconds: time.Since(started).Seconds(), CPUSeconds: cpuSeconds()})
+		report(childReport{Event: "settled", Members: members, SettledSeconds: time.Since(started).Seconds(), CPUSeconds: cpuSeconds()})
 		err = reportMemory(ctx, idle)
 		<-ctx.Done()
 	}

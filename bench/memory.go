@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,10 @@ const (
 )
 
 const mib = 1 << 20
+
+// settleDeadline is how long a measured process has for its members to
+// settle.
+const settleDeadline = 2 * time.Minute
 
 // benchMemory measures a fleet manager process whose n members each cache
 // loadObjects ConfigMaps of loadBytes, once settled, and a process of n
@@ -48,27 +53,41 @@ func (b *bench) benchMemory(ctx context.Context, n int) error {
 		return fmt.Errorf("bare clusters: %w", err)
 	}
 
-	t := b.res.table(memoryTable, fmt.Sprintf("A fleet-manager process (ConfigMap controller, 2 workers) whose members each cache %d ConfigMaps of %d KiB, read after settling and %s idle: RSS, then the live heap after two collections. Baseline: a process of bare controller-runtime clusters, started all at once, caching the same objects, each with a connection of its own and the same transform (managedFields stripped). Both run with GOGC=%s, as deploy/deployment.yaml sets (BENCH_GOGC overrides it). Slopes are least-squares fits over N, run by run.", loadObjects, loadBytes>>10, childIdle, b.gogc))
-	t.add(fmt.Sprintf("fleet-manager RSS, N=%d", n), "MiB", float64(fleetMem.RSSBytes)/mib, nil)
-	t.add(fmt.Sprintf("fleet-manager heap, N=%d", n), "MiB", float64(fleetMem.HeapBytes)/mib, nil)
+	t := b.res.table(memoryTable, fmt.Sprintf("A fleet-manager process (ConfigMap controller, 2 workers) whose members each cache %d ConfigMaps of %d KiB, read after settling and %s idle: RSS, then the live heap after two collections. Baseline: a process of bare controller-runtime clusters, started all at once, caching the same objects, each with a connection of its own and the same transform (managedFields stripped). Both run with GOGC=%s, as deploy/deployment.yaml sets (BENCH_GOGC overrides it). A member has settled once each of its ConfigMaps was reconciled; the figures of a fleet-manager process whose members did not all settle within %s fail in that run. Slopes are least-squares fits over N, run by run.", loadObjects, loadBytes>>10, childIdle, b.gogc, settleDeadline))
+	settled := fleetFigures(t, fleetSettled, n)
+	fleetRSS := settled(fmt.Sprintf("fleet-manager RSS, N=%d", n), "MiB", float64(fleetMem.RSSBytes)/mib)
+	fleetHeap := settled(fmt.Sprintf("fleet-manager heap, N=%d", n), "MiB", float64(fleetMem.HeapBytes)/mib)
 	t.add(fmt.Sprintf("bare clusters RSS, N=%d", n), "MiB", float64(bareMem.RSSBytes)/mib, nil)
 	t.add(fmt.Sprintf("bare clusters heap, N=%d", n), "MiB", float64(bareMem.HeapBytes)/mib, nil)
-	if n == 200 {
-		t.add("members settled in one process", "members", float64(n), atLeast(200, ""))
-	}
+	t.add(fmt.Sprintf("members settled in one process within %s, N=%d", settleDeadline, n), "members", float64(fleetSettled.Members), atLeast(float64(n), ""))
 
 	const plot, title, y = "memory", "Memory against members (500 ConfigMaps of 2 KiB each)", "MiB"
-	b.res.plot(plot, title, y, "fleet-manager RSS", n, float64(fleetMem.RSSBytes)/mib)
+	b.res.plot(plot, title, y, "fleet-manager RSS", n, fleetRSS)
 	b.res.plot(plot, title, y, "bare controller-runtime RSS", n, float64(bareMem.RSSBytes)/mib)
-	b.res.plot(plot, title, y, "fleet-manager heap", n, float64(fleetMem.HeapBytes)/mib)
+	b.res.plot(plot, title, y, "fleet-manager heap", n, fleetHeap)
 	b.res.plot(plot, title, y, "bare controller-runtime heap", n, float64(bareMem.HeapBytes)/mib)
 
 	tp := b.res.table(throughputTable, fmt.Sprintf("Reconciles per second over the initial lists of all members (%d ConfigMaps each), from the first reconcile to the last, 2 workers doing no work; the time from the manager's start until every member had settled; and the CPU time that took, beside the bare clusters' CPU time to sync their caches (GOGC=%s).", loadObjects, b.gogc))
-	tp.add(fmt.Sprintf("N=%d, reconciles per second", n), "/s", fleetSettled.Throughput, nil)
-	tp.add(fmt.Sprintf("N=%d, start to all settled", n), "s", fleetSettled.SettledSeconds, nil)
-	tp.add(fmt.Sprintf("N=%d, fleet-manager CPU to settle", n), "s", fleetSettled.CPUSeconds, nil)
+	settled = fleetFigures(tp, fleetSettled, n)
+	settled(fmt.Sprintf("N=%d, reconciles per second", n), "/s", fleetSettled.Throughput)
+	settled(fmt.Sprintf("N=%d, start to all settled", n), "s", fleetSettled.SettledSeconds)
+	settled(fmt.Sprintf("N=%d, fleet-manager CPU to settle", n), "s", fleetSettled.CPUSeconds)
 	tp.add(fmt.Sprintf("N=%d, bare clusters CPU to sync", n), "s", bareSettled.CPUSeconds, nil)
 	return nil
+}
+
+// fleetFigures returns a function that adds a figure of a fleet manager
+// process with n members to t and returns its value: a failed measurement
+// (NaN) unless all of its members settled.
+func fleetFigures(t *table, settled childReport, n int) func(name, unit string, value float64) float64 {
+	return func(name, unit string, value float64) float64 {
+		if settled.Members < n {
+			t.fail(name, unit, fmt.Sprintf("%d of %d members settled within %s", settled.Members, n, settleDeadline), nil)
+			return math.NaN()
+		}
+		t.add(name, unit, value, nil)
+		return value
+	}
 }
 
 // memoryGOGC is the GOGC both measured processes run with: $BENCH_GOGC,
@@ -99,15 +118,16 @@ func (b *bench) memoryGOGC() (string, error) {
 // read.
 const childIdle = 3 * time.Second
 
-// measureChild runs a child until it settled and reported its memory.
+// measureChild runs a child until it settled, or its settle deadline
+// passed, and reported its memory.
 func (b *bench) measureChild(what string, n int, args ...string) (settled, memory childReport, err error) {
 	args = append(args, fmt.Sprintf("-members=%d", n), fmt.Sprintf("-objects=%d", loadObjects),
-		"-watch="+loadNamespace, "-idle="+childIdle.String())
+		"-watch="+loadNamespace, "-idle="+childIdle.String(), "-settle="+settleDeadline.String())
 	c, err := startChild([]string{"GOGC=" + b.gogc}, args...)
 	if err != nil {
 		return settled, memory, err
 	}
-	if settled, err = c.next(5 * time.Minute); err != nil {
+	if settled, err = c.next(settleDeadline + time.Minute); err != nil {
 		return settled, memory, err
 	}
 	if memory, err = c.next(time.Minute); err != nil {

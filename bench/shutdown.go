@@ -50,8 +50,13 @@ func (b *bench) shutdown(ctx context.Context, hung []byte, hungMembers int) (tim
 	if err != nil {
 		return 0, err
 	}
-	if _, err := c.next(2 * time.Minute); err != nil {
+	settled, err := c.next(settleDeadline + time.Minute)
+	if err != nil {
 		return 0, err
+	}
+	if settled.Members < 2 {
+		c.kill()
+		return 0, fmt.Errorf("%d of 2 healthy members settled within %s", settled.Members, settleDeadline)
 	}
 	return c.stop(time.Minute)
 }
