@@ -36,7 +36,7 @@ type bench struct {
 	members []int
 	out     string
 	repo    string
-	gogc    string // the memory scenario's GOGC
+	gogc    string // the Deployment's GOGC, the memory scenario's first
 	only    map[string]bool
 	lab     *lab
 	res     *results

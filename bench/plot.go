@@ -12,8 +12,9 @@ import (
 
 // plotTables says under which table each plot is shown.
 var plotTables = map[string]string{
-	"engage-latency": engageTable,
-	"memory":         memoryTable,
+	"engage-latency":      engageTable,
+	"memory":              memoryTable,
+	"memory-default-gogc": defaultGOGCMemoryTable,
 }
 
 func plotTable(name string) string { return plotTables[name] }

@@ -24,7 +24,11 @@ func (b *bench) writeReport(path string, took time.Duration) error {
 	fmt.Fprintf(&s, "- Commit: %s\n", b.commit())
 	fmt.Fprintf(&s, "- Date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&s, "- Machine: %s\n", machine())
-	fmt.Fprintf(&s, "- Go: %s %s/%s, GOGC=%s (the memory scenario's processes: %s)\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, envOr("GOGC", "100"), b.gogc)
+	var gogcs []string
+	for _, m := range b.memorySettings() {
+		gogcs = append(gogcs, m.gogc)
+	}
+	fmt.Fprintf(&s, "- Go: %s %s/%s, GOGC=%s (the memory scenario's processes: %s)\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, envOr("GOGC", defaultGOGC), strings.Join(gogcs, ", then "))
 	fmt.Fprintf(&s, "Each figure is the median of the runs, with their minimum and maximum; a run that could not measure a figure under the scenario's conditions reports it as failed, with the reason under the table. A target shows PASS or MISS; it is met only if every run measured its figure. Targets never fail the run: a shared 2-core machine is noisy. Comparisons measured in the same run are rows of their own (÷). In brackets after a target, marked *outside*: %s.\n", outsideMeasurement)
 
 	for _, t := range b.res.tables {
