@@ -25,7 +25,7 @@ func (b *bench) goBenchmarks(ctx context.Context) error {
 		benchtime = "100ms"
 	}
 	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", goBenchmarkPattern, "-benchmem",
-		"-count", strconv.Itoa(b.runs), "-benchtime", benchtime, "./pkg/kubeconfig", "./pkg/fleet")
+		"-count", strconv.Itoa(b.runs), "-benchtime", benchtime, "./pkg/kubeconfig", "./pkg/fairqueue", "./pkg/fleet")
 	cmd.Dir = b.repo
 	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS=") // no API servers for these
 	var stderr bytes.Buffer
