@@ -306,13 +306,16 @@ func (m *member) report(result ProbeResult, state State) {
 		m.log.Info("Member state changed", kv...)
 	}
 	if observe := m.pool.opts.Observe; observe != nil {
-		observe(m.name, result, state)
+		observe(m.name, state, &result)
 	}
 }
 
 func (m *member) setState(s State) {
 	if old := m.state.Swap(s); old != s {
 		m.log.Info("Member state changed", "from", old, "to", s)
+		if observe := m.pool.opts.Observe; observe != nil {
+			observe(m.name, s, nil)
+		}
 	}
 }
 

@@ -75,9 +75,11 @@ type Options struct {
 	// connection that became Ready resets it.
 	ReconnectBackoff *wait.Backoff
 
-	// Observe, if set, is told each probe's result and the state it led
-	// to, from the member's prober goroutine. It must not block.
-	Observe func(clusterName string, result ProbeResult, state State)
+	// Observe, if set, is told every state of every member as it
+	// changes, and each probe with the state it led to (probe is nil for
+	// changes no probe made, such as Connecting). It is called from the
+	// member's goroutines and must not block.
+	Observe func(clusterName string, state State, probe *ProbeResult)
 
 	// Clock times probes and reconnections. Defaults to the real clock.
 	Clock clock.WithTicker

@@ -177,8 +177,8 @@ func TestPoolRotatesServiceAccountToken(t *testing.T) {
 		Engage: w.engage,
 		Logger: logs.logger(),
 		Health: cluster.HealthOptions{Interval: 200 * time.Millisecond, Timeout: time.Second},
-		Observe: func(_ string, r cluster.ProbeResult, s cluster.State) {
-			if r.Err == nil {
+		Observe: func(_ string, s cluster.State, r *cluster.ProbeResult) {
+			if r != nil && r.Err == nil {
 				probesOK.Add(1)
 			}
 			if s == cluster.StateReady {
