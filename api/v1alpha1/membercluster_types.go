@@ -138,6 +138,10 @@ const MaxRecentTransitions = 10
 // server accepts, in characters; writers shorten longer errors.
 const MaxLastErrorLength = 1024
 
+// MaxServerVersionLength is the longest MemberClusterStatus.ServerVersion
+// the API accepts; the manager cuts a longer one.
+const MaxServerVersionLength = 64
+
 // MemberCluster is the hub's record of one member cluster: the Secret that
 // registers it, and how the manager sees it (state, health, probes, engaged
 // controllers). The manager creates it when it reads the registration,

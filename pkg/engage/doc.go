@@ -13,14 +13,18 @@
 //
 // # The engager
 //
-// The [Engager] hands every cluster to every aware. The member pool calls
-// [Engager.Serve] once per member, for the member's whole life; awares
-// registered with [Engager.Add] after members joined are handed those
-// members too. Each (cluster, aware) pair is engaged in its own goroutine
-// and retried with capped, jittered exponential backoff until it succeeds
-// or the cluster leaves, so one slow or failing aware, or one slow
-// cluster, delays nothing but itself. Serve returns once the cluster's
-// context has ended and every engagement goroutine for it has returned.
+// The [Engager] hands every cluster to every aware that accepts it. The
+// member pool calls [Engager.Serve] once per member, for the member's whole
+// life; awares registered with [Engager.Add] after members joined are
+// handed those members too. A [Selector] accepts only some clusters; it is
+// asked again at every [Engager.Recheck], so an aware that starts
+// accepting a cluster is engaged with it, and one that stops is
+// disengaged, before the pair can be engaged again. Each (cluster, aware)
+// pair is engaged in its own goroutine and retried with capped, jittered
+// exponential backoff until it succeeds or ends, so one slow or failing
+// aware, or one slow cluster, delays nothing but itself. Serve returns
+// once the cluster's context has ended and every engagement goroutine for
+// it has returned.
 //
 // # Sources
 //
@@ -38,4 +42,9 @@
 // keeps the priority of initial-list events low. Handlers that need the
 // cluster, such as owner handlers, which need its REST mapper, are built
 // per engagement by a [HandlerFunc].
+//
+// [Kind.Replay] hands a joining cluster the requests that another
+// cluster's objects make for it, such as hub objects mapped to every
+// member, so that a member that joins or comes back gets the work that
+// exists, not only the events that happen after it joined.
 package engage

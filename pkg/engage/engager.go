@@ -188,6 +188,7 @@ func (e *Engager) lockedSettle(eng *engagement, a Aware) {
 		ctx, cancel := context.WithCancel(eng.ctx)
 		p := &pair{ctx: ctx, cancel: cancel, engaged: make(chan struct{}), stopped: make(chan struct{})}
 		eng.pairs[a] = p
+		eng.outcomes[a] = Engagement{Aware: describe(a)}
 		eng.wg.Go(func() {
 			defer close(p.engaged)
 			if prev != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -20,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
-	fleetcluster "github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
+	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
 )
 
 // Builder builds a fleet controller: one shared queue, fed by the watched
@@ -54,6 +55,7 @@ type ControllerOptions struct {
 // own predicates are known.
 type watch struct {
 	newSource  func(predicates []predicate.Predicate) *engage.Kind
+	fansOut    bool
 	predicates []predicate.Predicate
 	// clusters overrides the builder's WatchClusters when set.
 	clusters *Clusters
@@ -80,7 +82,9 @@ type MapFunc func(ctx context.Context, clusterName string, obj client.Object) []
 
 // ClusterFilter chooses the clusters a controller engages, by name and by
 // the labels of their registration (MemberCluster labels). The hub is
-// always accepted. It is evaluated when a cluster is engaged.
+// always accepted. It is evaluated when a cluster is engaged and again
+// whenever its labels change: a cluster it stops accepting is disengaged,
+// one it starts accepting is engaged.
 type ClusterFilter func(clusterName string, labels map[string]string) bool
 
 // ClusterNamesFilter accepts the named clusters.
@@ -94,7 +98,9 @@ func ClusterSelectorFilter(selector labels.Selector) ClusterFilter {
 }
 
 // ToEveryMember maps an object to one request per engaged member, for the
-// object key returns: a hub object that concerns every member.
+// object key returns: a hub object that concerns every member. A member
+// that a controller engages later, or again after a disconnection, is
+// handed the requests of the hub objects that exist then.
 func ToEveryMember(mgr *Manager, key func(client.Object) types.NamespacedName) MapFunc {
 	return func(_ context.Context, _ string, obj client.Object) []Request {
 		names := mgr.ClusterNames()
@@ -162,7 +168,7 @@ func (b *Builder) WatchesMetadata(obj client.Object, h handler.EventHandler, opt
 // every request it makes: for example, with InClusters(Hub) and
 // ToEveryMember, a hub object enqueues one request per engaged member.
 func (b *Builder) WatchesFleet(obj client.Object, fn MapFunc, opts ...WatchOption) *Builder {
-	return b.add(func(predicates []predicate.Predicate) *engage.Kind {
+	return b.add(true, func(predicates []predicate.Predicate) *engage.Kind {
 		return engage.NewRequestKind(obj, func(clusterName string) engage.RequestHandler {
 			return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []Request {
 				return fn(ctx, clusterName, o)
@@ -181,13 +187,13 @@ func (b *Builder) WithClusterFilter(filter ClusterFilter) *Builder {
 // tagged adds a watch whose handler's requests are tagged with the
 // cluster's name.
 func (b *Builder) tagged(obj client.Object, newHandler engage.HandlerFunc, opts []WatchOption) *Builder {
-	return b.add(func(predicates []predicate.Predicate) *engage.Kind {
+	return b.add(false, func(predicates []predicate.Predicate) *engage.Kind {
 		return engage.NewKind(obj, newHandler, predicates...)
 	}, opts)
 }
 
-func (b *Builder) add(newSource func([]predicate.Predicate) *engage.Kind, opts []WatchOption) *Builder {
-	w := watch{newSource: newSource}
+func (b *Builder) add(fansOut bool, newSource func([]predicate.Predicate) *engage.Kind, opts []WatchOption) *Builder {
+	w := watch{newSource: newSource, fansOut: fansOut}
 	for _, o := range opts {
 		o(&w)
 	}
@@ -239,27 +245,30 @@ func (b *Builder) Complete(r Reconciler) error {
 		syncTimeout: b.syncTimeout(),
 		do:          r,
 		metrics:     b.mgr.metrics,
+		hub:         b.mgr.Manager,
 		ready:       make(chan struct{}),
 		engaged:     map[string]context.Context{},
+		reconciling: map[string]*sync.WaitGroup{},
+		held:        map[string]bool{},
 	}
 	for _, w := range b.watches {
 		clusters := b.clusters
 		if w.clusters != nil {
 			clusters = *w.clusters
 		}
-		c.sources = append(c.sources, scopedSource{kind: w.newSource(append(w.predicates, b.predicates...)), clusters: clusters})
+		c.sources = append(c.sources, scopedSource{kind: w.newSource(append(w.predicates, b.predicates...)), clusters: clusters, fansOut: w.fansOut})
 	}
 
 	opts := b.options.TypedOptions
 	opts.Reconciler = c
 	if opts.NewQueue == nil {
 		opts.NewQueue = func(name string, rateLimiter workqueue.TypedRateLimiter[Request]) workqueue.TypedRateLimitingInterface[Request] {
-			q := newFairQueue(name, func(o *fairQueueOptions) {
-				o.rateLimiter = rateLimiter
-				o.metricsProvider = b.mgr.queueMetrics
-				o.maxInFlightPerCluster = b.options.MaxConcurrentReconcilesPerCluster
+			q := fairqueue.New[Request](name, func(r Request) string { return r.ClusterName }, fairqueue.Options[Request]{
+				RateLimiter:           rateLimiter,
+				MetricsProvider:       b.mgr.queueMetrics,
+				MaxInFlightPerCluster: b.options.MaxConcurrentReconcilesPerCluster,
 			})
-			c.fair.Store(q)
+			c.setQueue(q)
 			return q
 		}
 	}
@@ -303,18 +312,15 @@ func (b *Builder) syncTimeout() time.Duration {
 }
 
 // accepts returns the controller's cluster filter, reading each member's
-// labels from its registration; nil without a filter.
+// labels from the registry; nil without a filter.
 func (b *Builder) accepts() func(string) bool {
 	if b.filter == nil {
 		return nil
 	}
 	return func(clusterName string) bool {
-		if clusterName == fleetcluster.HubName {
-			return true
-		}
 		var l map[string]string
-		if claims := b.mgr.provider.claimsOn(clusterName); len(claims) > 0 {
-			l = claims[0].secret.Labels
+		if c, ok := b.mgr.registry.Get(clusterName); ok {
+			l = c.Labels
 		}
 		return b.filter(clusterName, l)
 	}

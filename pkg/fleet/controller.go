@@ -12,6 +12,7 @@ import (
 
 	fleetcluster "github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
+	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
 )
 
 // controller is a fleet controller as an engage.Aware: it starts its
@@ -28,7 +29,7 @@ type controller struct {
 	do          Reconciler
 	// fair is the queue, once the controller-runtime controller made
 	// it; nil if the options bring a queue of their own.
-	fair    atomic.Pointer[fairQueue]
+	fair    atomic.Pointer[fairqueue.Queue[Request]]
 	metrics *fleetMetrics
 
 	// ready closes when the controller-runtime controller has started;
@@ -37,13 +38,24 @@ type controller struct {
 	ctx   context.Context
 	queue engage.Queue
 
-	// mu guards engaged: each engaged cluster's engagement context. A
-	// cluster's requests are reconciled only while its context lives.
-	mu      sync.Mutex
-	engaged map[string]context.Context
+	// hub is the hub cluster, whose objects fanned out to members are
+	// replayed to each member the controller engages.
+	hub cluster.Cluster
+
+	// mu guards engaged: each engaged cluster's engagement context (a
+	// cluster's requests are reconciled only while its context lives);
+	// reconciling: the reconciles in flight per cluster; and held: the
+	// clusters whose work is held, applied to the queue once it exists.
+	mu          sync.Mutex
+	engaged     map[string]context.Context
+	reconciling map[string]*sync.WaitGroup
+	held        map[string]bool
 }
 
-var _ engage.Disengager = (*controller)(nil)
+var (
+	_ engage.Disengager = (*controller)(nil)
+	_ engage.Selector   = (*controller)(nil)
+)
 
 func (c *controller) String() string { return c.name }
 
@@ -60,16 +72,19 @@ func (e engagements) Start(ctx context.Context, q engage.Queue) error {
 
 func (e engagements) String() string { return "fleet engagements of " + e.c.name }
 
+// Accepts applies the controller's cluster filter; the hub is always
+// accepted. A controller engages every cluster it accepts, also where none
+// of its sources watch: a watch elsewhere may map objects to requests for
+// it.
+func (c *controller) Accepts(clusterName string) bool {
+	return clusterName == fleetcluster.HubName || c.accepts == nil || c.accepts(clusterName)
+}
+
 // Engage starts every source of the controller in cl, then waits, at most
 // syncTimeout, until each has seen its informer's initial list. The
-// informers list in parallel.
-//
-// A controller engages every cluster it accepts, also where none of its
-// sources watch: a watch elsewhere may map objects to requests for it.
+// informers list in parallel. A member is then handed the requests that
+// hub objects fanned out to members made before it joined.
 func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.Cluster) error {
-	if c.accepts != nil && !c.accepts(clusterName) {
-		return nil
-	}
 	select {
 	case <-c.ready:
 	case <-ctx.Done():
@@ -119,24 +134,68 @@ func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.
 			return fmt.Errorf("%s: informer not synced within %s", s.src, c.syncTimeout)
 		}
 	}
+	if clusterName == fleetcluster.HubName {
+		return nil
+	}
+	for _, scoped := range c.sources {
+		if !scoped.fansOut || !scoped.clusters.include(fleetcluster.HubName) {
+			continue
+		}
+		replayCtx, stop := context.WithTimeout(ctx, c.syncTimeout)
+		err := scoped.kind.Replay(replayCtx, fleetcluster.HubName, c.hub, c.queue, clusterName)
+		stop()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			cancel()
+			return fmt.Errorf("%s: replaying hub objects: %w", scoped.kind, err)
+		}
+	}
 	return nil
 }
 
-// Disengage drops the queued requests of a cluster that left.
+// Disengage waits for the reconciles of a cluster that left, whose
+// contexts are cancelled, then drops its queued requests. Until then, no
+// new reconcile of the cluster starts and its requests are not handed to
+// the reconciler.
 func (c *controller) Disengage(clusterName string) {
 	c.mu.Lock()
 	delete(c.engaged, clusterName)
+	inFlight := c.reconciling[clusterName]
+	delete(c.reconciling, clusterName)
 	c.mu.Unlock()
+	if inFlight != nil {
+		inFlight.Wait()
+	}
 	if q := c.fair.Load(); q != nil {
-		q.drop(clusterName)
+		q.Drop(clusterName)
 	}
 }
 
 // hold keeps a cluster's requests queued, without handing them to a
-// worker, while held.
+// worker, while held. A hold set before the queue exists is applied when
+// it is made.
 func (c *controller) hold(clusterName string, held bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if held {
+		c.held[clusterName] = true
+	} else {
+		delete(c.held, clusterName)
+	}
 	if q := c.fair.Load(); q != nil {
-		q.hold(clusterName, held)
+		q.Hold(clusterName, held)
+	}
+}
+
+// setQueue makes q the controller's fair queue and applies the holds.
+func (c *controller) setQueue(q *fairqueue.Queue[Request]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fair.Store(q)
+	for clusterName := range c.held {
+		q.Hold(clusterName, true)
 	}
 }
 
@@ -146,10 +205,18 @@ func (c *controller) hold(clusterName string, held bool) {
 func (c *controller) Reconcile(ctx context.Context, req Request) (reconcile.Result, error) {
 	c.mu.Lock()
 	clusterCtx, ok := c.engaged[req.ClusterName]
-	c.mu.Unlock()
 	if !ok || clusterCtx.Err() != nil {
+		c.mu.Unlock()
 		return reconcile.Result{}, nil
 	}
+	inFlight := c.reconciling[req.ClusterName]
+	if inFlight == nil {
+		inFlight = &sync.WaitGroup{}
+		c.reconciling[req.ClusterName] = inFlight
+	}
+	inFlight.Add(1)
+	c.mu.Unlock()
+	defer inFlight.Done()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(clusterCtx, cancel)
@@ -162,10 +229,12 @@ func (c *controller) Reconcile(ctx context.Context, req Request) (reconcile.Resu
 	return result, err
 }
 
-// scopedSource is a source and the clusters it watches.
+// scopedSource is a source and the clusters it watches. fansOut marks a
+// source whose requests name their clusters (WatchesFleet).
 type scopedSource struct {
 	kind     *engage.Kind
 	clusters Clusters
+	fansOut  bool
 }
 
 // Clusters says which clusters a watch covers.

@@ -4,19 +4,26 @@
 //
 // [New] wraps the hub's controller-runtime manager in a [Manager]. Beside
 // the hub manager it runs:
-//   - the provider: one hub controller per registration format (native,
-//     and those of multicluster-runtime, Cluster API and Argo CD when
-//     enabled), each reading its Secrets from a cache of its own and
-//     keeping the member pool in step with them, several Secrets at once
-//     but each cluster name in order. A cluster name claimed by two
-//     Secrets engages neither until one goes;
+//   - the registry (package registry), which reads the registration
+//     Secrets of every enabled format (native, and those of
+//     multicluster-runtime, Cluster API and Argo CD) and owns each cluster
+//     name's claims, refusal, labels and member state. Everything below
+//     subscribes to it; nothing is told by callback;
+//   - the member sync, which keeps one member per accepted cluster in the
+//     pool, each cluster name in order and different names in parallel,
+//     and reports what the pool refuses back to the registry;
 //   - the pool of members (package cluster), which connects, probes,
 //     disconnects and reconnects them;
 //   - the engager (package engage), which hands the hub and every member
 //     to every fleet controller;
+//   - the lifecycle, which holds an Unhealthy member's work in every
+//     fleet controller's queue, asks cluster filters again when labels
+//     change, and makes the per-cluster metrics on controller-runtime's
+//     registry follow the registry (a cluster that is removed or refused
+//     has no series);
 //   - the MemberCluster controller, which keeps one MemberCluster per
-//     registered cluster when the hub has the CRD;
-//   - per-cluster metrics on controller-runtime's registry.
+//     registered cluster of its fleet (label fleet.fleetkube.io/fleet) when
+//     the hub has the CRD, and deletes none before the registry synced.
 //
 // # Usage
 //
@@ -32,11 +39,12 @@
 // Start the Manager like any manager. With leader election only the
 // leader runs member caches and fleet controllers. The requests of an
 // Unhealthy member are held in the queue, without a worker. A member that
-// leaves, because its Secret was deleted or changed or it was
-// Disconnected, is disengaged: its handlers are removed, its queued
-// requests are dropped from the queue, a reconcile already running for it
-// has its context cancelled, and
-// everything it started ends before the pool lets go of it. A refused
+// leaves, because its Secret was deleted or changed, it was Disconnected or
+// a cluster filter stopped accepting it, is disengaged: its handlers are
+// removed, a reconcile already running for it has its context cancelled
+// and is waited for, its queued requests are dropped from the queue, and
+// everything it started ends before the pool lets go of it. A member that
+// is engaged again gets the requests of the hub objects that exist then. A refused
 // Secret is logged with its reason, reported as an Event on the Secret and
 // on its MemberCluster, and affects no other member.
 package fleet

@@ -177,6 +177,8 @@ func (f *fleetEnv) register(t *testing.T, name string, kubeconfig []byte) *corev
 	return s
 }
 
+// waitEngaged waits until every controller that accepts them has engaged
+// the named clusters.
 func (f *fleetEnv) waitEngaged(t *testing.T, names ...string) {
 	t.Helper()
 	eventually(t, fmt.Sprintf("clusters %v engaged", names), func() bool {
@@ -184,6 +186,11 @@ func (f *fleetEnv) waitEngaged(t *testing.T, names ...string) {
 		for _, n := range names {
 			if !slices.Contains(engaged, n) {
 				return false
+			}
+			for _, e := range f.mgr.Engagements(n) {
+				if !e.Engaged {
+					return false
+				}
 			}
 		}
 		return true

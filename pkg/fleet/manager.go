@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,6 +20,7 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
+	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
@@ -68,9 +68,8 @@ type Options struct {
 }
 
 // Manager runs a fleet: the hub's controller-runtime manager, which it
-// embeds, plus the provider that turns registration Secrets into members,
-// the member pool and the engager that hands clusters to fleet
-// controllers.
+// embeds, plus the registry of registered clusters, the member pool that
+// follows it and the engager that hands clusters to fleet controllers.
 //
 // Start it like any manager. With leader election, only the leader starts
 // member caches and fleet controllers; other replicas keep only the hub
@@ -78,18 +77,17 @@ type Options struct {
 type Manager struct {
 	manager.Manager
 
-	pool     *cluster.Pool
-	engager  *engage.Engager
-	provider *provider
-	metrics  *fleetMetrics
+	namespace string
+	registry  *registry.Registry
+	pool      *cluster.Pool
+	engager   *engage.Engager
+	metrics   *fleetMetrics
 	// queueMetrics are the workqueue series of the fleet controllers.
-	queueMetrics *fairQueueMetricsProvider
+	queueMetrics *fairqueue.MetricsProvider
 
 	// controllersMu guards controllers: every fleet controller built.
 	controllersMu sync.Mutex
 	controllers   []*controller
-	// memberClusters is nil when the hub has no MemberCluster CRD.
-	memberClusters *memberClusters
 }
 
 // New returns a fleet manager for the hub cfg points at.
@@ -111,14 +109,18 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("creating hub manager: %w", err)
 	}
 	log := hub.GetLogger()
-	m := &Manager{Manager: hub}
+	m := &Manager{Manager: hub, namespace: opts.Namespace}
 	if m.metrics, err = newFleetMetrics(crmetrics.Registry); err != nil {
 		return nil, err
 	}
-	if m.queueMetrics, err = newFairQueueMetricsProvider(crmetrics.Registry); err != nil {
+	if m.queueMetrics, err = fairqueue.NewMetricsProvider(crmetrics.Registry); err != nil {
 		return nil, err
 	}
-	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.observeEngage})
+	formats := append([]registry.Format{registry.NativeFormat(opts.Namespace)}, opts.SecretFormats...)
+	if m.registry, err = registry.NewWithSecrets(hub, formats, hub.GetControllerOptions().MaxConcurrentReconciles); err != nil {
+		return nil, err
+	}
+	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.metrics.observeEngage})
 	m.pool, err = cluster.NewPool(cluster.Options{
 		Engage:    m.engager.Serve,
 		Scheme:    hub.GetScheme(),
@@ -128,69 +130,54 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		Burst:     opts.MemberBurst,
 		Configure: opts.ConfigureMember,
 		Health:    opts.MemberHealth,
-		Observe:   m.observeProbe,
+		Observe:   m.observeMember,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := hub.Add(m.pool); err != nil {
-		return nil, err
+	for _, r := range []manager.Runnable{
+		m.pool,
+		// The hub is engaged like a member, under the name "", for as
+		// long as this replica leads.
+		manager.RunnableFunc(func(ctx context.Context) error {
+			m.engager.Serve(ctx, cluster.HubName, hub)
+			return nil
+		}),
+		&memberSync{m: m, log: log.WithName("members"), recorder: hub.GetEventRecorder("fleet-manager")},
+		lifecycle{m},
+	} {
+		if err := hub.Add(r); err != nil {
+			return nil, err
+		}
 	}
-	// The hub is engaged like a member, under the name "", for as long as
-	// this replica leads.
-	if err := hub.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		m.engager.Serve(ctx, cluster.HubName, hub)
-		return nil
-	})); err != nil {
-		return nil, err
-	}
-	if err := addProvider(m, append([]registry.Format{registry.NativeFormat(opts.Namespace)}, opts.SecretFormats...)); err != nil {
-		return nil, err
-	}
-	m.provider.removed = m.metrics.forget
 	if _, err := hub.GetRESTMapper().RESTMapping(fleetv1alpha1.GroupVersion.WithKind("MemberCluster").GroupKind(), fleetv1alpha1.GroupVersion.Version); meta.IsNoMatchError(err) {
 		log.Info("The hub has no MemberCluster CRD: member status is not written (install deploy/crd)")
 		return m, nil
 	}
-	if m.memberClusters, err = addMemberClusters(m); err != nil {
+	if err := addMemberClusters(m); err != nil {
 		return nil, err
 	}
-	m.provider.changed = m.memberClusters.notify
 	return m, nil
+}
+
+// observeMember takes every state and probe of every member: the registry
+// publishes the state, and the metrics count the probe.
+func (m *Manager) observeMember(clusterName string, state cluster.State, probe *cluster.ProbeResult) {
+	m.registry.ObserveState(clusterName, state, probe)
+	if probe != nil {
+		m.metrics.observeProbe(clusterName, *probe)
+	}
 }
 
 // addController registers a fleet controller and engages it.
 func (m *Manager) addController(c *controller) {
 	m.controllersMu.Lock()
 	m.controllers = append(m.controllers, c)
+	for _, cl := range m.registry.List() {
+		c.hold(cl.Name, cl.Accepted() && cl.State == cluster.StateUnhealthy)
+	}
 	m.controllersMu.Unlock()
 	m.engager.Add(c)
-}
-
-// observeProbe takes each probe of a member: the work of an Unhealthy
-// member is held, a 401 or 403 rechecks its Secret at once, and the status
-// follows.
-func (m *Manager) observeProbe(clusterName string, result cluster.ProbeResult, state cluster.State) {
-	m.controllersMu.Lock()
-	for _, c := range m.controllers {
-		c.hold(clusterName, state == cluster.StateUnhealthy)
-	}
-	m.controllersMu.Unlock()
-	if result.CredentialsRejected {
-		m.provider.recheck(clusterName)
-	}
-	m.metrics.observeProbe(clusterName, result, state)
-	if m.memberClusters != nil {
-		m.memberClusters.observeProbe(clusterName, result, state)
-	}
-}
-
-// observeEngage takes each engagement attempt of a fleet controller.
-func (m *Manager) observeEngage(clusterName, controller string, took time.Duration, err error) {
-	m.metrics.observeEngage(clusterName, controller, took, err)
-	if m.memberClusters != nil && clusterName != cluster.HubName {
-		m.memberClusters.notify(clusterName)
-	}
 }
 
 // GetCluster returns the cluster named clusterName: the hub for "", else
@@ -216,7 +203,24 @@ func (m *Manager) GetClusterEventRecorder(ctx context.Context, clusterName, name
 // MemberState returns the state of member clusterName, and false if no
 // such member is registered.
 func (m *Manager) MemberState(clusterName string) (cluster.State, bool) {
-	return m.pool.State(clusterName)
+	c, ok := m.registry.Get(clusterName)
+	if !ok || !c.Accepted() {
+		return "", false
+	}
+	return c.State, true
+}
+
+// Registry returns the registry of the fleet's clusters: subscribe to it to
+// follow every cluster's registration, labels and state.
+func (m *Manager) Registry() *registry.Registry { return m.registry }
+
+// Namespace returns the fleet namespace, which names the fleet.
+func (m *Manager) Namespace() string { return m.namespace }
+
+// Engagements returns where each fleet controller stands with cluster
+// clusterName.
+func (m *Manager) Engagements(clusterName string) []engage.Engagement {
+	return m.engager.Engagements(clusterName)
 }
 
 // ClusterNames returns the names of the engaged members, sorted.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,15 +17,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/version"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // probeTimeRefresh is how stale LastProbeTime may grow before it alone
@@ -31,103 +33,85 @@ import (
 // few seconds.
 const probeTimeRefresh = 30 * time.Second
 
-// memberClusters keeps one MemberCluster per registered cluster name: it
-// creates it from the registration, keeps its labels, spec and status
-// current, and deletes it when the last Secret claiming the name goes.
+// FleetLabel is set on every MemberCluster a manager keeps, to its fleet
+// namespace. A manager touches only the MemberClusters of its own fleet.
+const FleetLabel = "fleet.fleetkube.io/fleet"
+
+// maxVersionBytes bounds the /version body read from a member.
+const maxVersionBytes = 16 << 10
+
+// memberClusters keeps one MemberCluster per registered cluster name of
+// its fleet: it creates it from the registry, keeps its labels, spec and
+// status current, and deletes it once the name is no longer registered.
+// It acts on an absent registration only after the registry has synced,
+// so a manager that starts, or becomes leader, deletes nothing that its
+// registrations still claim.
 type memberClusters struct {
 	m        *Manager
 	client   client.Client
 	recorder events.EventRecorder
 
-	// queue is the controller's, once it started.
-	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
-
-	// mu guards probes: the last probe of each member, as the pool
-	// reported it, and versions: each connected member's server version.
+	// mu guards versions: each connected member's server version, asked
+	// once per connection.
 	mu       sync.Mutex
-	probes   map[string]probeRecord
 	versions map[string]string
 }
 
-type probeRecord struct {
-	result cluster.ProbeResult
-	state  cluster.State
-}
-
-func addMemberClusters(m *Manager) (*memberClusters, error) {
+func addMemberClusters(m *Manager) error {
 	mc := &memberClusters{
 		m:        m,
 		client:   m.GetClient(),
 		recorder: m.GetEventRecorder("fleet-manager"),
-		probes:   map[string]probeRecord{},
 		versions: map[string]string{},
 	}
-	return mc, builder.ControllerManagedBy(m.Manager).
+	return builder.ControllerManagedBy(m.Manager).
 		Named("fleet-memberclusters").
 		For(&fleetv1alpha1.MemberCluster{}).
-		WatchesRawSource(mc).
+		WatchesRawSource(m.registry.Source()).
 		Complete(mc)
 }
 
-// Start is the controller's source of member changes: it keeps the queue
-// and enqueues every known cluster once.
-func (mc *memberClusters) Start(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	mc.queue.Store(&q)
-	for _, name := range mc.m.provider.names() {
-		q.Add(reconcile.Request{NamespacedName: nameKey(name)})
-	}
-	return nil
-}
-
-func (mc *memberClusters) String() string { return "member changes" }
-
-// notify asks for the MemberCluster of name to be brought up to date.
-func (mc *memberClusters) notify(name string) {
-	if q := mc.queue.Load(); q != nil {
-		(*q).Add(reconcile.Request{NamespacedName: nameKey(name)})
-	}
-}
-
-// observeProbe records a probe and notifies on anything a status shows.
-// A member that is not Ready may come back as another server version.
-func (mc *memberClusters) observeProbe(name string, result cluster.ProbeResult, state cluster.State) {
-	mc.mu.Lock()
-	if state != cluster.StateReady {
-		delete(mc.versions, name)
-	}
-	old := mc.probes[name]
-	mc.probes[name] = probeRecord{result: result, state: state}
-	changed := old.state != state || old.result.ConsecutiveFailures != result.ConsecutiveFailures ||
-		result.Time.Sub(old.result.Time) >= probeTimeRefresh
-	mc.mu.Unlock()
-	if changed {
-		mc.notify(name)
-	}
-}
-
 func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	select {
+	case <-mc.m.registry.Synced():
+	case <-ctx.Done():
+		return reconcile.Result{}, nil
+	}
 	name := req.Name
-	claims := mc.m.provider.claimsOn(name)
+	c, registered := mc.m.registry.Get(name)
 	obj := &fleetv1alpha1.MemberCluster{}
 	err := mc.client.Get(ctx, req.NamespacedName, obj)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
 	}
 	exists := err == nil
-	if len(claims) == 0 {
-		mc.forget(name)
-		if exists {
-			return reconcile.Result{}, client.IgnoreNotFound(mc.client.Delete(ctx, obj))
+	if exists && !mc.ours(obj, registered) {
+		if registered {
+			logf.FromContext(ctx).Info("A MemberCluster of another fleet has this cluster's name: leaving it alone", "cluster", name, "fleet", obj.Labels[FleetLabel])
 		}
 		return reconcile.Result{}, nil
 	}
+	if !registered {
+		mc.forget(name)
+		if exists {
+			return reconcile.Result{}, client.IgnoreNotFound(mc.client.Delete(ctx, obj, client.Preconditions{UID: &obj.UID}))
+		}
+		return reconcile.Result{}, nil
+	}
+	if !c.Accepted() || c.State != cluster.StateReady {
+		mc.forget(name) // a member that comes back may run another version
+	}
 
-	secret := claims[0].secret
+	claim := c.Claims[0]
 	want := obj.DeepCopy()
 	want.Name = name
-	want.Labels = maps.Clone(secret.Labels)
+	want.Labels = maps.Clone(c.Labels)
+	if want.Labels == nil {
+		want.Labels = map[string]string{}
+	}
+	want.Labels[FleetLabel] = mc.m.namespace
 	want.Spec.SecretRef = fleetv1alpha1.SecretReference{
-		Namespace: secret.Namespace, Name: secret.Name, Format: fleetv1alpha1.RegistrationFormat(claims[0].ref.format),
+		Namespace: claim.Source.Namespace, Name: claim.Source.Name, Format: fleetv1alpha1.RegistrationFormat(claim.Source.Format),
 	}
 	if !exists {
 		if err := mc.client.Create(ctx, want); err != nil {
@@ -141,7 +125,12 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 
 	before := want.Status.DeepCopy()
 	from := want.Status.State
-	mc.setStatus(ctx, name, &want.Status, len(claims) > 1)
+	mc.setStatus(ctx, c, &want.Status)
+	if !statusUnchanged(before, &want.Status) {
+		if err := mc.client.Status().Update(ctx, want); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	if want.Status.State != from && from != "" {
 		eventType := corev1.EventTypeNormal
 		if want.Status.State != fleetv1alpha1.MemberStateReady {
@@ -149,38 +138,42 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 		}
 		mc.recorder.Eventf(want, nil, eventType, string(want.Status.State), "StateChanged", "member is %s, was %s", want.Status.State, from)
 	}
-	if statusUnchanged(before, &want.Status) {
-		return reconcile.Result{}, nil
-	}
-	return reconcile.Result{}, mc.client.Status().Update(ctx, want)
+	return reconcile.Result{}, nil
 }
 
-// setStatus fills status from the registration, the pool, the probes and
-// the engager. conflict says two Secrets claim the name.
-func (mc *memberClusters) setStatus(ctx context.Context, name string, status *fleetv1alpha1.MemberClusterStatus, conflict bool) {
-	now := metav1.Now()
-	refusal := mc.m.provider.refusal(name)
-	state, registered := mc.m.pool.State(name)
-	mc.mu.Lock()
-	probe, probed := mc.probes[name]
-	mc.mu.Unlock()
+// ours reports whether obj belongs to this manager's fleet. A MemberCluster
+// without a fleet label, written before there was one, is adopted when this
+// fleet registers its name.
+func (mc *memberClusters) ours(obj *fleetv1alpha1.MemberCluster, registered bool) bool {
+	fleet, labelled := obj.Labels[FleetLabel]
+	if !labelled {
+		return registered
+	}
+	return fleet == mc.m.namespace
+}
 
+// setStatus fills status from c, its registration and member state, and
+// from the engager.
+func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, status *fleetv1alpha1.MemberClusterStatus) {
+	now := metav1.Now()
+	refusal, probe := c.Refusal, c.Probe
+	probed := probe != nil
 	switch {
-	case conflict:
-		status.SetState(fleetv1alpha1.MemberStatePending, "ClusterNameConflict", now)
-	case !registered:
+	case refusal != nil && refusal.Reason == registry.ReasonClusterNameConflict:
+		status.SetState(fleetv1alpha1.MemberStatePending, registry.ReasonClusterNameConflict, now)
+	case refusal != nil:
 		status.SetState(fleetv1alpha1.MemberStatePending, fleetv1alpha1.ReasonCredentialsRefused, now)
 	default:
-		status.SetState(fleetv1alpha1.MemberState(state), string(state), now)
+		status.SetState(fleetv1alpha1.MemberState(c.State), string(c.State), now)
 	}
 
 	accepted := metav1.Condition{Type: fleetv1alpha1.ConditionCredentialsAccepted, Status: metav1.ConditionTrue, Reason: fleetv1alpha1.ReasonAccepted, Message: "the kubeconfig meets the policy"}
 	switch {
 	case refusal != nil:
 		accepted.Status, accepted.Reason, accepted.Message = metav1.ConditionFalse, refusal.Reason, refusal.Message
-	case probed && apierrors.IsUnauthorized(probe.result.Err):
+	case probed && apierrors.IsUnauthorized(probe.Err):
 		accepted.Status, accepted.Reason, accepted.Message = metav1.ConditionFalse, fleetv1alpha1.ReasonUnauthorized, "the member refused the credentials (401)"
-	case probed && apierrors.IsForbidden(probe.result.Err):
+	case probed && apierrors.IsForbidden(probe.Err):
 		accepted.Status, accepted.Reason, accepted.Message = metav1.ConditionFalse, fleetv1alpha1.ReasonForbidden, "the credentials may not review themselves (403)"
 	}
 	meta.SetStatusCondition(&status.Conditions, accepted)
@@ -188,16 +181,16 @@ func (mc *memberClusters) setStatus(ctx context.Context, name string, status *fl
 	healthy := metav1.Condition{Type: fleetv1alpha1.ConditionHealthy, Status: metav1.ConditionUnknown, Reason: fleetv1alpha1.ReasonNotProbed, Message: "not probed yet"}
 	status.LastError = ""
 	if probed {
-		status.LastProbeTime = &metav1.Time{Time: probe.result.Time}
-		status.ConsecutiveFailures = int32(probe.result.ConsecutiveFailures)
-		if probe.result.Err == nil {
+		status.LastProbeTime = &metav1.Time{Time: probe.Time}
+		status.ConsecutiveFailures = int32(probe.ConsecutiveFailures)
+		if probe.Err == nil {
 			status.LastProbeResult = fleetv1alpha1.ProbeResultSuccess
 			healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionTrue, fleetv1alpha1.ReasonProbeSucceeded, "the last probe succeeded"
 		} else {
 			status.LastProbeResult = fleetv1alpha1.ProbeResultFailure
-			status.LastError = truncate(cluster.SafeError(probe.result.Err), fleetv1alpha1.MaxLastErrorLength)
+			status.LastError = truncate(cluster.SafeError(probe.Err), fleetv1alpha1.MaxLastErrorLength)
 			healthy.Status, healthy.Reason = metav1.ConditionFalse, fleetv1alpha1.ReasonProbeFailed
-			healthy.Message = fmt.Sprintf("%d probes in a row failed", probe.result.ConsecutiveFailures)
+			healthy.Message = fmt.Sprintf("%d probes in a row failed", probe.ConsecutiveFailures)
 		}
 	}
 	meta.SetStatusCondition(&status.Conditions, healthy)
@@ -208,8 +201,8 @@ func (mc *memberClusters) setStatus(ctx context.Context, name string, status *fl
 	}
 	meta.SetStatusCondition(&status.Conditions, ready)
 
-	status.ServerVersion = mc.serverVersion(ctx, name, state == cluster.StateReady)
-	status.EngagedControllers, status.ControllerConditions = nil, mc.controllerConditions(name, status.ControllerConditions, now)
+	status.ServerVersion = mc.serverVersion(ctx, c.Name, c.Accepted() && c.State == cluster.StateReady)
+	status.EngagedControllers, status.ControllerConditions = nil, mc.controllerConditions(c.Name, status.ControllerConditions, now)
 	for _, c := range status.ControllerConditions {
 		if c.Status == metav1.ConditionTrue {
 			status.EngagedControllers = append(status.EngagedControllers, c.Name)
@@ -243,7 +236,8 @@ func (mc *memberClusters) controllerConditions(name string, old []fleetv1alpha1.
 }
 
 // serverVersion returns the member's Kubernetes version, asked once per
-// connection while the member is Ready.
+// connection while the member is Ready. The answer is read up to
+// maxVersionBytes and cut to the length the API allows.
 func (mc *memberClusters) serverVersion(ctx context.Context, name string, ready bool) string {
 	mc.mu.Lock()
 	gitVersion, known := mc.versions[name]
@@ -255,27 +249,41 @@ func (mc *memberClusters) serverVersion(ctx context.Context, name string, ready 
 	if err != nil {
 		return ""
 	}
-	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cl.GetConfig(), cl.GetHTTPClient())
+	ctx, cancel := context.WithTimeout(ctx, mc.m.pool.HealthOptions().Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cl.GetConfig().Host, "/")+"/version", nil)
 	if err != nil {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(ctx, mc.m.pool.HealthOptions().Timeout)
-	defer cancel()
-	raw, err := dc.RESTClient().Get().AbsPath("/version").DoRaw(ctx)
-	var info version.Info
-	if err != nil || json.Unmarshal(raw, &info) != nil {
+	resp, err := cl.GetHTTPClient().Do(req)
+	if err != nil {
 		return ""
 	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return ""
+	}
+	gitVersion = readGitVersion(resp.Body)
 	mc.mu.Lock()
-	mc.versions[name] = info.GitVersion
+	mc.versions[name] = gitVersion
 	mc.mu.Unlock()
-	return info.GitVersion
+	return gitVersion
+}
+
+// readGitVersion reads the gitVersion of a /version answer, at most
+// maxVersionBytes of it, cut to the length the API allows; "" if it is not
+// one.
+func readGitVersion(body io.Reader) string {
+	var info version.Info
+	if json.NewDecoder(io.LimitReader(body, maxVersionBytes)).Decode(&info) != nil {
+		return ""
+	}
+	return truncate(info.GitVersion, fleetv1alpha1.MaxServerVersionLength)
 }
 
 func (mc *memberClusters) forget(name string) {
 	mc.mu.Lock()
 	defer mc.mu.Unlock()
-	delete(mc.probes, name)
 	delete(mc.versions, name)
 }
 

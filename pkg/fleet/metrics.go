@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // Label names and values of the fleet's series. Every series has a
@@ -55,9 +56,12 @@ type fleetMetrics struct {
 	reconcileErrors     *prometheus.CounterVec
 	reconcileDuration   *prometheus.HistogramVec
 
-	// reconcileMu guards reconcileSeries: the series of each controller
-	// and cluster, looked up once rather than at every reconcile.
-	reconcileMu     sync.RWMutex
+	// mu guards live, the clusters the registry accepts, and
+	// reconcileSeries: the series of each controller and cluster, looked
+	// up once rather than at every reconcile. A cluster's series are
+	// written only while it is live, so that none outlives it.
+	mu              sync.RWMutex
+	live            map[string]bool
 	reconcileSeries map[reconcileKey]*reconcileSeries
 }
 
@@ -124,6 +128,7 @@ func newFleetMetrics(reg prometheus.Registerer) (*fleetMetrics, error) {
 			NativeHistogramMaxBucketNumber:  100,
 			NativeHistogramMinResetDuration: time.Hour,
 		}, []string{labelController, labelCluster}),
+		live:            map[string]bool{},
 		reconcileSeries: map[reconcileKey]*reconcileSeries{},
 	}
 	var err error
@@ -175,20 +180,50 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	return c, fmt.Errorf("registering fleet metrics: %w", err)
 }
 
-// observeProbe records one health probe of a cluster and the state it led
-// to.
-func (m *fleetMetrics) observeProbe(clusterName string, result cluster.ProbeResult, state cluster.State) {
-	m.probeDuration.WithLabelValues(clusterName).Observe(result.Duration.Seconds())
-	countResult(m.probes, result.Err == nil, resultSuccess, resultFailure, clusterName)
-	m.consecutiveFailures.WithLabelValues(clusterName).Set(float64(result.ConsecutiveFailures))
-	m.memberReady.WithLabelValues(clusterName).Set(boolValue(state == cluster.StateReady))
-	for _, s := range memberStates {
-		m.memberState.WithLabelValues(clusterName, string(s)).Set(boolValue(state == s))
+// follow makes a cluster's series follow its registration c, nil once
+// removed: an accepted cluster's state series show its state, and every
+// series of a cluster that is not accepted is deleted.
+func (m *fleetMetrics) follow(clusterName string, c *registry.Cluster) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c == nil || !c.Accepted() {
+		if m.live[clusterName] {
+			delete(m.live, clusterName)
+			m.lockedForget(clusterName)
+		}
+		return
 	}
+	m.live[clusterName] = true
+	m.memberReady.WithLabelValues(clusterName).Set(boolValue(c.State == cluster.StateReady))
+	for _, s := range memberStates {
+		m.memberState.WithLabelValues(clusterName, string(s)).Set(boolValue(c.State == s))
+	}
+	failures := 0
+	if c.Probe != nil {
+		failures = c.Probe.ConsecutiveFailures
+	}
+	m.consecutiveFailures.WithLabelValues(clusterName).Set(float64(failures))
 }
 
-// observeEngage records one engagement of a cluster with a controller.
+// observeProbe records one health probe of a live cluster.
+func (m *fleetMetrics) observeProbe(clusterName string, result cluster.ProbeResult) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if !m.live[clusterName] {
+		return
+	}
+	m.probeDuration.WithLabelValues(clusterName).Observe(result.Duration.Seconds())
+	countResult(m.probes, result.Err == nil, resultSuccess, resultFailure, clusterName)
+}
+
+// observeEngage records one engagement of a live cluster with a
+// controller.
 func (m *fleetMetrics) observeEngage(clusterName, controller string, took time.Duration, err error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if !m.live[clusterName] && clusterName != cluster.HubName {
+		return
+	}
 	m.engageDuration.WithLabelValues(clusterName, controller).Observe(took.Seconds())
 	countResult(m.engagements, err == nil, resultSuccess, resultFailure, clusterName, controller)
 }
@@ -198,6 +233,9 @@ func (m *fleetMetrics) observeEngage(clusterName, controller string, took time.D
 // an error, whatever its result.
 func (m *fleetMetrics) observeReconcile(controller, clusterName string, took time.Duration, err error) {
 	s := m.reconcileSeriesOf(controller, clusterName)
+	if s == nil {
+		return
+	}
 	s.duration.Observe(took.Seconds())
 	if err != nil {
 		s.errored.Inc()
@@ -209,17 +247,21 @@ func (m *fleetMetrics) observeReconcile(controller, clusterName string, took tim
 
 // reconcileSeriesOf returns the reconcile series of a controller and
 // cluster, creating them all at 0 on first use, so rates of either result
-// are defined from the first reconcile.
+// are defined from the first reconcile; nil for a cluster that is not
+// live.
 func (m *fleetMetrics) reconcileSeriesOf(controller, clusterName string) *reconcileSeries {
 	key := reconcileKey{controller, clusterName}
-	m.reconcileMu.RLock()
+	m.mu.RLock()
 	s := m.reconcileSeries[key]
-	m.reconcileMu.RUnlock()
+	m.mu.RUnlock()
 	if s != nil {
 		return s
 	}
-	m.reconcileMu.Lock()
-	defer m.reconcileMu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.live[clusterName] && clusterName != cluster.HubName {
+		return nil
+	}
 	if s = m.reconcileSeries[key]; s == nil {
 		s = &reconcileSeries{
 			duration:  m.reconcileDuration.WithLabelValues(controller, clusterName),
@@ -232,17 +274,13 @@ func (m *fleetMetrics) reconcileSeriesOf(controller, clusterName string) *reconc
 	return s
 }
 
-// forget deletes every series of a cluster. Call it once the cluster's
-// prober and reconciles have ended: a later observation creates its
-// series again.
-func (m *fleetMetrics) forget(clusterName string) {
-	m.reconcileMu.Lock()
+// lockedForget deletes every series of a cluster. mu must be held.
+func (m *fleetMetrics) lockedForget(clusterName string) {
 	for key := range m.reconcileSeries {
 		if key.cluster == clusterName {
 			delete(m.reconcileSeries, key)
 		}
 	}
-	m.reconcileMu.Unlock()
 	match := prometheus.Labels{labelCluster: clusterName}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.memberReady,

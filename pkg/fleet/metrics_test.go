@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 var errMetricsTest = errors.New("boom")
@@ -32,9 +34,11 @@ func newTestMetrics(t *testing.T) (*fleetMetrics, *prometheus.Registry) {
 func feedMetrics(m *fleetMetrics) {
 	ok := cluster.ProbeResult{Duration: 20 * time.Millisecond}
 	failed := cluster.ProbeResult{Duration: 3 * time.Second, Err: errMetricsTest, ConsecutiveFailures: 1}
-	m.observeProbe("a", ok, cluster.StateReady)
-	m.observeProbe("a", failed, cluster.StateUnhealthy)
-	m.observeProbe("b", ok, cluster.StateReady)
+	m.follow("a", registered("a", cluster.StateUnhealthy, &failed))
+	m.follow("b", registered("b", cluster.StateReady, &ok))
+	m.observeProbe("a", ok)
+	m.observeProbe("a", failed)
+	m.observeProbe("b", ok)
 	for _, name := range []string{"a", "b"} {
 		m.observeEngage(name, "widgets", 2*time.Second, errMetricsTest)
 		m.observeEngage(name, "widgets", 150*time.Millisecond, nil)
@@ -42,6 +46,11 @@ func feedMetrics(m *fleetMetrics) {
 		m.observeReconcile("widgets", name, 10*time.Millisecond, errMetricsTest)
 	}
 	m.observeReconcile("widgets", "", 5*time.Millisecond, nil)
+}
+
+// registered returns an accepted cluster in state, after probe.
+func registered(name string, state cluster.State, probe *cluster.ProbeResult) *registry.Cluster {
+	return &registry.Cluster{Name: name, Claims: []registry.Claim{{}}, State: state, Probe: probe}
 }
 
 func TestFleetMetricsLintAndValues(t *testing.T) {
@@ -117,11 +126,11 @@ func TestFleetMetricsForget(t *testing.T) {
 	if before["a"] == 0 {
 		t.Fatal("no series with cluster=a before forget")
 	}
-	m.forget("a")
+	m.follow("a", nil)
 	after := seriesByCluster(t, reg)
 
 	if n := after["a"]; n != 0 {
-		t.Errorf("after forget(a): %d series with cluster=a, want 0", n)
+		t.Errorf("after a was removed: %d series with cluster=a, want 0", n)
 	}
 	for _, name := range []string{"b", ""} {
 		if after[name] == 0 || after[name] != before[name] {
@@ -138,10 +147,31 @@ func TestFleetMetricsForget(t *testing.T) {
 	}
 }
 
-func TestFleetMetricsReconcileAfterForget(t *testing.T) {
+// TestFleetMetricsFollowRegistration checks that a cluster's series exist
+// only while the registry accepts it: a refused cluster's series are
+// deleted, observations made after it was refused (a member reporting as
+// it stops) create none, and they start afresh once it is accepted again.
+func TestFleetMetricsFollowRegistration(t *testing.T) {
 	m, reg := newTestMetrics(t)
+	m.observeReconcile("widgets", "a", time.Millisecond, nil)
+	if n := seriesByCluster(t, reg)["a"]; n != 0 {
+		t.Fatalf("%d series of a cluster never registered, want 0", n)
+	}
+	m.follow("a", registered("a", cluster.StateReady, nil))
 	m.observeReconcile("widgets", "a", time.Millisecond, errMetricsTest)
-	m.forget("a")
+	if got := testutil.ToFloat64(m.memberReady.WithLabelValues("a")); got != 1 {
+		t.Fatalf("fleet_member_ready{cluster=a} = %v, want 1", got)
+	}
+	refused := registered("a", "", nil)
+	refused.Refusal = &kubeconfig.RefusedError{Reason: "ExecPluginNotAllowed"}
+	m.follow("a", refused)
+	m.observeProbe("a", cluster.ProbeResult{})
+	m.observeEngage("a", "widgets", time.Millisecond, nil)
+	m.observeReconcile("widgets", "a", time.Millisecond, nil)
+	if n := seriesByCluster(t, reg)["a"]; n != 0 {
+		t.Fatalf("%d series of a refused cluster, want 0", n)
+	}
+	m.follow("a", registered("a", cluster.StateReady, nil))
 	m.observeReconcile("widgets", "a", time.Millisecond, nil)
 	want := `
 # HELP fleet_reconcile_errors_total Reconciles per controller and cluster that returned an error.
@@ -160,6 +190,7 @@ fleet_reconciles_total{cluster="a",controller="widgets",result="success"} 1
 
 func TestFleetMetricsReconcileDoesNotAllocate(t *testing.T) {
 	m, _ := newTestMetrics(t)
+	m.follow("a", registered("a", cluster.StateReady, nil))
 	m.observeReconcile("widgets", "a", time.Millisecond, nil)
 	if n := testing.AllocsPerRun(100, func() {
 		m.observeReconcile("widgets", "a", time.Millisecond, nil)
@@ -198,7 +229,7 @@ func TestFleetMetricsRegisterTwice(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second newFleetMetrics: %v", err)
 	}
-	second.observeProbe("a", cluster.ProbeResult{}, cluster.StateReady)
+	second.follow("a", registered("a", cluster.StateReady, nil))
 	if got := testutil.ToFloat64(first.memberReady.WithLabelValues("a")); got != 1 {
 		t.Errorf("fleet_member_ready{cluster=a} through the first = %v, want 1: the collectors are not shared", got)
 	}

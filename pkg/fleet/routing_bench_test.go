@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,7 +44,7 @@ func BenchmarkRouting(b *testing.B) {
 	for _, clusters := range []int{1, 100, 1000} {
 		b.Run(fmt.Sprintf("clusters=%d", clusters), func(b *testing.B) {
 			ctx := logf.IntoContext(b.Context(), logr.Discard())
-			q := newFairQueue("")
+			q := fairqueue.New[Request]("", func(r Request) string { return r.ClusterName }, fairqueue.Options[Request]{})
 			defer q.ShutDown()
 			src := engage.NewKind(&corev1.ConfigMap{}, func(cluster.Cluster) handler.EventHandler {
 				return &handler.EnqueueRequestForObject{}

@@ -1,9 +1,38 @@
-// Package registry turns registration Secrets into member registrations.
+// Package registry owns the fleet's cluster names: which registrations
+// claim each name, why a name is refused, its labels and its member's
+// state. Everything else that follows a cluster's life subscribes to it.
 //
-// # Formats
+// # Sources
 //
 // A [Format] says which hub Secrets register clusters and how to read one:
 // the native format ([NativeFormat]), and those of multicluster-runtime,
 // Cluster API and Argo CD, read so that a fleet registered elsewhere needs
-// no re-registration.
+// no re-registration. [NewWithSecrets] reads each format's Secrets from a
+// cache of its own into claims, on every replica. A Secret that cannot be
+// read still claims its name, refused with the reason; one Secret read by
+// two formats is one claim, the first format's. Two Secrets claiming one
+// name are a conflict: the name is refused until one goes.
+//
+// # State
+//
+// The member pool reports each member's state and probes
+// ([Registry.ObserveState]); whoever builds members reports a kubeconfig
+// it could not build ([Registry.Refuse]). Reports about a name that is not
+// accepted, or about an older kubeconfig, are ignored, so a member that is
+// stopping cannot overwrite the truth.
+//
+// # Subscribing
+//
+// [Registry.Subscribe] returns a [Subscription]: the current state of every
+// cluster at once, then an [Event] for each cluster that changes. Changes
+// made while the subscriber is busy are folded into one event, which ends
+// at the current truth, so the stream is level-triggered: a subscriber
+// that starts late, or again, converges. A cluster is handed out once at a
+// time; different clusters may be handled in parallel. The registry never
+// calls a subscriber: subscribers pull, and nobody sets a callback on it.
+// [Registry.Source] does the same for a controller-runtime controller.
+//
+// [Registry.Synced] closes once every format's first pass over its
+// Secrets has ended. Nothing may act on a missing registration, such as
+// deleting a MemberCluster, before.
 package registry
