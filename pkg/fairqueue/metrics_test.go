@@ -1,6 +1,7 @@
 package fairqueue
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -120,6 +121,53 @@ func TestFairQueueMetrics(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestFairQueueMetricsOfItemsInFlight(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	provider, err := NewMetricsProvider(reg)
+	if err != nil {
+		t.Fatalf("NewMetricsProvider: %v", err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	q := New("gadgets", requestCluster, Options[Request]{MetricsProvider: provider, Clock: clk})
+	defer q.ShutDown()
+	queue := map[string]string{"name": "gadgets", "controller": "gadgets"}
+	unfinished := func(total, longest float64) {
+		t.Helper()
+		fqWaitFor(t, fmt.Sprintf("unfinished work %vs, longest %vs", total, longest), func() bool {
+			u, _, _ := fqMetricValue(t, reg, "workqueue_unfinished_work_seconds", queue)
+			l, _, _ := fqMetricValue(t, reg, "workqueue_longest_running_processor_seconds", queue)
+			return u == total && l == longest
+		})
+	}
+
+	q.Add(fqReq("a", "1"))
+	q.Add(fqReq("b", "1"))
+	a1, _ := q.Get() // at 0s, queued for 0s
+	clk.Step(time.Second)
+	b1, _ := q.Get() // at 1s, queued for 1s
+	q.Add(a1)        // parked until its Done
+	clk.Step(time.Second)
+	q.Done(a1)          // worked 2s
+	again, _ := q.Get() // at 2s, queued for 1s
+	if again != a1 {
+		t.Fatalf("Get = %v, want %v again", again, a1)
+	}
+	if n, sum, _ := fqMetricValue(t, reg, "workqueue_queue_duration_seconds", queue); n != 3 || sum != 2 {
+		t.Errorf("queue duration: %v samples, sum %v; want 3 of 2s in all", n, sum)
+	}
+	clk.Step(unfinishedWorkPeriod)
+	unfinished(2, 1.5) // b/1 for 1.5s, a/1 for 0.5s
+	q.Done(b1)         // worked 1.5s
+	clk.Step(unfinishedWorkPeriod)
+	unfinished(1, 1) // a/1 for 1s
+	q.Done(again)    // worked 1s
+	clk.Step(unfinishedWorkPeriod)
+	unfinished(0, 0)
+	if n, sum, _ := fqMetricValue(t, reg, "workqueue_work_duration_seconds", queue); n != 3 || sum != 4.5 {
+		t.Errorf("work duration: %v samples, sum %v; want 3 of 4.5s in all", n, sum)
 	}
 }
 

@@ -55,22 +55,27 @@ func defaulted[T comparable](o Options[T]) Options[T] {
 //
 // # Implementation considerations
 //
-// Each cluster has a map of its queued items, a heap of its waiting items
-// by ready time, and per priority a heap of its ready items by ready
-// order. The clusters whose items can be handed out at a priority form a
-// ring for that priority; Get serves the head of the highest ring and
-// moves it to the back. A heap of clusters by their earliest waiting item
-// lets Get, Len and one background goroutine make items ready when their
-// time comes. Get costs O(log items of the cluster) plus O(priorities);
-// nothing scans all items. An item re-added while in flight is "parked":
-// counted as ready, in no heap, until Done. A cluster's structures live
+// Each cluster has a map of its items, queued or in flight, keyed by the
+// item, a heap of its waiting items by ready time, and per priority a
+// heap of its ready items by ready order. The clusters whose items can be
+// handed out at a priority form a ring for that priority; Get serves the
+// head of the highest ring and moves it to the back. A heap of clusters
+// by their earliest waiting item lets Get, Len and one background
+// goroutine make items ready when their time comes. Get costs O(log items
+// of the cluster) plus O(priorities); nothing scans all items.
+//
+// An item stays in its cluster's map from its add to its Done, so Add,
+// Get and Done of an item cost four operations on that map between them;
+// one re-added while in flight is "parked": counted as ready, in no heap,
+// until Done. An item takes 48 bytes beside its key, its times kept as
+// 8-byte offsets from the queue's creation. A cluster's structures live
 // from its first add or hold to its drop, as its depth series does; once
 // empty, its item map and heaps are made anew if they grew past
 // fqKeepItems, as Go maps and slices never shrink and an initial list can
 // grow them to thousands of items.
 type Queue[T comparable] struct {
 	clusterOf   func(T) string
-	clock       clock.WithTicker
+	clock       fqClock
 	rateLimiter workqueue.TypedRateLimiter[T]
 	maxInFlight int
 	metrics     *fairQueueMetrics[T] // nil: no metrics
@@ -101,12 +106,13 @@ var _ priorityqueue.PriorityQueue[string] = (*Queue[string])(nil)
 // not call the queue. ShutDown stops the queue.
 func New[T comparable](name string, clusterOf func(T) string, opts Options[T]) *Queue[T] {
 	o := defaulted(opts)
+	clk := fqClock{WithTicker: o.Clock, epoch: o.Clock.Now()}
 	q := &Queue[T]{
 		clusterOf:   clusterOf,
-		clock:       o.Clock,
+		clock:       clk,
 		rateLimiter: o.RateLimiter,
 		maxInFlight: o.MaxInFlightPerCluster,
-		metrics:     newFairQueueMetrics[T](o.MetricsProvider, name, o.Clock),
+		metrics:     newFairQueueMetrics[T](o.MetricsProvider, name, clk),
 		kick:        make(chan struct{}, 1),
 		done:        make(chan struct{}),
 		stopped:     make(chan struct{}),
@@ -142,7 +148,8 @@ func (q *Queue[T]) AddWithOpts(o priorityqueue.AddOpts, items ...T) {
 		return
 	}
 	priority := ptr.Deref(o.Priority, 0)
-	var now time.Time
+	var now fqTime
+	var clocked bool
 	for _, key := range items {
 		after := o.After
 		if o.RateLimited {
@@ -150,31 +157,33 @@ func (q *Queue[T]) AddWithOpts(o priorityqueue.AddOpts, items ...T) {
 				after = d
 			}
 		}
-		var readyAt time.Time
-		if after > 0 {
-			if now.IsZero() {
-				now = q.clock.Now()
-			}
-			readyAt = now.Add(after)
-			q.metrics.retry()
+		if after <= 0 {
+			q.lockedAdd(key, priority, 0, false)
+			continue
 		}
-		q.lockedAdd(key, priority, readyAt)
+		if !clocked {
+			now, clocked = q.clock.now(), true
+		}
+		q.metrics.retry()
+		q.lockedAdd(key, priority, now+fqTime(after), true)
 	}
 }
 
-// lockedAdd queues key, ready at readyAt, or now when readyAt is zero.
-func (q *Queue[T]) lockedAdd(key T, priority int, readyAt time.Time) {
-	wait := !readyAt.IsZero()
+// lockedAdd queues key, ready at readyAt when it has to wait, else now.
+func (q *Queue[T]) lockedAdd(key T, priority int, readyAt fqTime, wait bool) {
 	c := q.lockedCluster(q.clusterOf(key))
 	c.dropped = false
-	it, ok := c.items[key]
-	if !ok {
-		it = &fqItem[T]{key: key, priority: priority, seq: q.nextSeq()}
+	it := c.items[key]
+	if it == nil {
+		it = &fqItem[T]{key: key, index: -1, flight: -1}
 		c.items[key] = it
 		c.itemsPeak = max(c.itemsPeak, len(c.items))
+	}
+	if it.state == fqIdle {
+		it.priority, it.seq = priority, q.nextSeq()
 		if wait {
-			it.state, it.readyAt = fqWaiting, readyAt
-			heap.Push(&c.waiting, it)
+			it.state, it.at = fqWaiting, readyAt
+			c.waiting.push(it)
 			q.lockedFixTimer(c)
 		} else {
 			q.lockedMakeReady(c, it)
@@ -193,14 +202,12 @@ func (q *Queue[T]) lockedAdd(key T, priority int, readyAt time.Time) {
 	case fqWaiting:
 		switch {
 		case !wait:
-			heap.Remove(&c.waiting, it.index)
+			c.waiting.remove(it.index)
 			q.lockedFixTimer(c)
 			q.lockedMakeReady(c, it)
-		case raise || readyAt.Before(it.readyAt):
-			if readyAt.Before(it.readyAt) {
-				it.readyAt = readyAt
-			}
-			heap.Fix(&c.waiting, it.index)
+		case raise || readyAt < it.at:
+			it.at = min(it.at, readyAt)
+			c.waiting.fix(it.index)
 			q.lockedFixTimer(c)
 		}
 	case fqReady:
@@ -211,12 +218,12 @@ func (q *Queue[T]) lockedAdd(key T, priority int, readyAt time.Time) {
 }
 
 // lockedMakeReady makes a new or waiting item ready: queued, or parked
-// while its key is in flight.
+// while it is in flight.
 func (q *Queue[T]) lockedMakeReady(c *fqCluster[T], it *fqItem[T]) {
 	c.ready++
 	q.ready++
 	q.metrics.add(c, it)
-	if _, busy := c.inFlight[it.key]; busy {
+	if it.inFlight {
 		it.state, it.index = fqParked, -1
 		return
 	}
@@ -228,7 +235,7 @@ func (q *Queue[T]) lockedMakeReady(c *fqCluster[T], it *fqItem[T]) {
 func (q *Queue[T]) lockedQueue(c *fqCluster[T], it *fqItem[T]) {
 	it.state = fqReady
 	l := c.level(it.priority)
-	heap.Push(&l.items, it)
+	l.items.push(it)
 	if !c.eligible {
 		return
 	}
@@ -241,7 +248,7 @@ func (q *Queue[T]) lockedQueue(c *fqCluster[T], it *fqItem[T]) {
 // lockedUnqueue takes a queued item out of its level.
 func (q *Queue[T]) lockedUnqueue(c *fqCluster[T], it *fqItem[T]) {
 	l := c.level(it.priority)
-	heap.Remove(&l.items, it.index)
+	l.items.remove(it.index)
 	if l.items.Len() == 0 {
 		q.lockedRingRemove(l)
 	}
@@ -283,17 +290,18 @@ func (q *Queue[T]) lockedPop() (*fqItem[T], bool) {
 	}
 	r := q.rings[0]
 	l := r.head
-	it := heap.Pop(&l.items).(*fqItem[T])
+	it := l.items.pop()
 	if l.items.Len() == 0 {
 		q.lockedRingRemove(l)
 	} else {
 		r.head = l.next
 	}
 	c := l.cluster
-	c.deleteItem(it.key)
 	c.ready--
 	q.ready--
-	c.inFlight[it.key] = q.metrics.get(c, it)
+	it.state, it.inFlight = fqIdle, true
+	c.inFlight++
+	q.metrics.get(c, it)
 	q.lockedUpdateEligible(c)
 	return it, true
 }
@@ -308,14 +316,18 @@ func (q *Queue[T]) Done(item T) {
 	if c == nil {
 		return
 	}
-	start, ok := c.inFlight[item]
-	if !ok {
+	it := c.items[item]
+	if it == nil || !it.inFlight {
 		return
 	}
-	delete(c.inFlight, item)
-	q.metrics.done(start)
-	if it := c.items[item]; it != nil && it.state == fqParked {
+	it.inFlight = false
+	c.inFlight--
+	q.metrics.done(it)
+	switch it.state {
+	case fqParked:
 		q.lockedQueue(c, it)
+	case fqIdle:
+		c.deleteItem(item)
 	}
 	q.lockedUpdateEligible(c)
 	q.lockedForgetIfIdle(c)
@@ -400,12 +412,23 @@ func (q *Queue[T]) Drop(clusterName string) {
 	for _, l := range c.levels {
 		q.lockedRingRemove(l)
 	}
-	for _, it := range c.items {
-		q.rateLimiter.Forget(it.key)
+	for key, it := range c.items {
+		if it.state != fqIdle {
+			q.rateLimiter.Forget(key)
+		}
+		if c.inFlight > 0 {
+			if it.inFlight {
+				it.state, it.index = fqIdle, -1
+			} else {
+				delete(c.items, key)
+			}
+		}
 	}
 	q.ready -= c.ready
 	q.metrics.drop(c)
-	c.items, c.itemsPeak = map[T]*fqItem[T]{}, 0
+	if c.inFlight == 0 {
+		c.items, c.itemsPeak = map[T]*fqItem[T]{}, 0
+	}
 	c.levels = nil
 	c.waiting.items = nil
 	c.ready = 0
@@ -421,9 +444,8 @@ func (q *Queue[T]) lockedCluster(clusterName string) *fqCluster[T] {
 		c = &fqCluster[T]{
 			name:       clusterName,
 			items:      map[T]*fqItem[T]{},
-			waiting:    fqItemHeap[T]{less: fqLessWaiting[T]},
+			waiting:    fqItemHeap[T]{waiting: true},
 			timerIndex: -1,
-			inFlight:   map[T]time.Time{},
 			eligible:   true,
 		}
 		q.clusters[clusterName] = c
@@ -435,7 +457,7 @@ func (q *Queue[T]) lockedCluster(clusterName string) *fqCluster[T] {
 // queued or in flight and is not held. Other clusters stay, so that a
 // cluster's structures are made once, not once per burst of work.
 func (q *Queue[T]) lockedForgetIfIdle(c *fqCluster[T]) {
-	if c.dropped && len(c.items) == 0 && len(c.inFlight) == 0 && !c.held {
+	if c.dropped && len(c.items) == 0 && !c.held {
 		delete(q.clusters, c.name)
 	}
 }
@@ -443,7 +465,7 @@ func (q *Queue[T]) lockedForgetIfIdle(c *fqCluster[T]) {
 // lockedUpdateEligible puts a cluster's levels in their rings when it may
 // hand out items (not held, below its cap), and takes them out when not.
 func (q *Queue[T]) lockedUpdateEligible(c *fqCluster[T]) {
-	eligible := !c.held && (q.maxInFlight == 0 || len(c.inFlight) < q.maxInFlight)
+	eligible := !c.held && (q.maxInFlight == 0 || c.inFlight < q.maxInFlight)
 	if eligible == c.eligible {
 		return
 	}
@@ -526,18 +548,18 @@ func (q *Queue[T]) lockedFixTimer(c *fqCluster[T]) {
 
 // lockedPromote makes the waiting items whose time has come ready, the
 // earliest first. It returns the time it read; none when nothing waits.
-func (q *Queue[T]) lockedPromote() (now time.Time) {
+func (q *Queue[T]) lockedPromote() (now fqTime) {
 	if len(q.timers) == 0 {
 		return now
 	}
-	now = q.clock.Now()
+	now = q.clock.now()
 	for len(q.timers) > 0 {
 		c := q.timers[0]
 		it := c.waiting.items[0]
-		if it.readyAt.After(now) {
+		if it.at > now {
 			break
 		}
-		heap.Pop(&c.waiting)
+		c.waiting.pop()
 		q.lockedFixTimer(c)
 		it.seq = q.nextSeq() // Ordered by when it became ready.
 		q.lockedMakeReady(c, it)
@@ -566,7 +588,7 @@ func (q *Queue[T]) runTimers() {
 		case <-ready:
 		case <-tick:
 			q.mu.Lock()
-			q.metrics.updateUnfinishedWork(q.clusters)
+			q.metrics.updateUnfinishedWork()
 			q.mu.Unlock()
 		}
 		stop()
@@ -582,8 +604,23 @@ func (q *Queue[T]) nextTimer() (<-chan time.Time, func()) {
 	if len(q.timers) == 0 {
 		return nil, func() {}
 	}
-	t := q.clock.NewTimer(q.timers[0].waiting.items[0].readyAt.Sub(now))
+	t := q.clock.NewTimer(time.Duration(q.timers[0].waiting.items[0].at - now))
 	return t.C(), func() { t.Stop() }
+}
+
+// fqTime is a time on a queue's clock: nanoseconds since the queue was
+// made.
+type fqTime int64
+
+// fqClock is a queue's clock, which also reads fqTimes.
+type fqClock struct {
+	clock.WithTicker
+	epoch time.Time // fqTime 0
+}
+
+// now returns the fqTime now.
+func (c fqClock) now() fqTime {
+	return fqTime(c.Since(c.epoch))
 }
 
 // nextSeq returns the next ready order. Call it under mu.
@@ -592,34 +629,37 @@ func (q *Queue[T]) nextSeq() uint64 {
 	return q.seq
 }
 
-// fqState is where a queued item is.
-type fqState int
+// fqState is where an item is queued.
+type fqState uint8
 
 const (
-	fqWaiting fqState = iota // in its cluster's waiting heap
+	fqIdle    fqState = iota // not queued: in flight only
+	fqWaiting                // in its cluster's waiting heap
 	fqReady                  // in its level's heap
-	fqParked                 // ready, but its key is in flight: in no heap until Done
+	fqParked                 // ready, but in flight: in no heap until Done
 )
 
-// fqItem is a queued item.
+// fqItem is an item of a cluster, queued, in flight or both (parked).
+// Its times are fqTimes, 8 bytes each rather than a time.Time's 24.
 type fqItem[T comparable] struct {
 	key      T
 	priority int
-	seq      uint64    // ready order: lower first
-	readyAt  time.Time // when a waiting item becomes ready
-	addedAt  time.Time // when it became ready, for the latency metric
-	state    fqState
-	index    int // in its heap
+	seq      uint64 // ready order: lower first
+	// at is when a waiting item becomes ready, and when a ready or parked
+	// item became ready, for the latency metric.
+	at       fqTime
+	start    fqTime  // when it was handed out, for the work-duration metric
+	index    int     // in its heap; -1 in none
+	flight   int32   // in the metrics' items in flight; -1 when not there
+	state    fqState // where it is queued
+	inFlight bool    // handed out, not yet Done
 }
-
-// fqLessReady orders a level's items by when they became ready.
-func fqLessReady[T comparable](a, b *fqItem[T]) bool { return a.seq < b.seq }
 
 // fqLessWaiting orders waiting items by ready time, then as
 // controller-runtime does: higher priority, then earlier added.
 func fqLessWaiting[T comparable](a, b *fqItem[T]) bool {
-	if !a.readyAt.Equal(b.readyAt) {
-		return a.readyAt.Before(b.readyAt)
+	if a.at != b.at {
+		return a.at < b.at
 	}
 	if a.priority != b.priority {
 		return a.priority > b.priority
@@ -634,12 +674,12 @@ const fqKeepItems = 64
 // fqCluster is one cluster's part of a Queue.
 type fqCluster[T comparable] struct {
 	name       string
-	items      map[T]*fqItem[T] // queued: waiting, ready or parked
+	items      map[T]*fqItem[T] // queued (waiting, ready or parked) or in flight
 	itemsPeak  int              // most items since items was made
 	levels     []*fqLevel[T]    // ready items by priority, one level per priority seen
 	waiting    fqItemHeap[T]    // waiting items, earliest first
 	timerIndex int              // in the queue's timers; -1 when not there
-	inFlight   map[T]time.Time  // handed out, not yet Done: when (with metrics)
+	inFlight   int              // items handed out, not yet Done
 	ready      int              // ready items, parked ones included
 	held       bool
 	dropped    bool                  // by drop, and nothing added since
@@ -663,7 +703,7 @@ func (c *fqCluster[T]) level(priority int) *fqLevel[T] {
 			return l
 		}
 	}
-	l := &fqLevel[T]{cluster: c, priority: priority, items: fqItemHeap[T]{less: fqLessReady[T]}}
+	l := &fqLevel[T]{cluster: c, priority: priority}
 	c.levels = append(c.levels, l)
 	return l
 }
@@ -686,24 +726,66 @@ type fqRing[T comparable] struct {
 	head     *fqLevel[T]
 }
 
-// fqItemHeap is a heap of items under less that keeps each item's index.
+// fqItemHeap is a heap of items that keeps each item's index: a
+// cluster's waiting items by fqLessWaiting, or a level's ready items by
+// ready order. It is container/heap's algorithm with direct calls, as
+// these heaps are on the path of every item.
 type fqItemHeap[T comparable] struct {
-	items []*fqItem[T]
-	less  func(a, b *fqItem[T]) bool
+	items   []*fqItem[T]
+	waiting bool // ordered by fqLessWaiting, else by ready order
 }
 
-func (h *fqItemHeap[T]) Len() int           { return len(h.items) }
-func (h *fqItemHeap[T]) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
-func (h *fqItemHeap[T]) Swap(i, j int) {
+func (h *fqItemHeap[T]) Len() int { return len(h.items) }
+
+func (h *fqItemHeap[T]) less(i, j int) bool {
+	if h.waiting {
+		return fqLessWaiting(h.items[i], h.items[j])
+	}
+	return h.items[i].seq < h.items[j].seq
+}
+
+func (h *fqItemHeap[T]) swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
 	h.items[i].index, h.items[j].index = i, j
 }
-func (h *fqItemHeap[T]) Push(x any) {
-	it := x.(*fqItem[T])
+
+// push adds it.
+func (h *fqItemHeap[T]) push(it *fqItem[T]) {
 	it.index = len(h.items)
 	h.items = append(h.items, it)
+	h.up(it.index)
 }
-func (h *fqItemHeap[T]) Pop() any {
+
+// pop removes and returns the first item.
+func (h *fqItemHeap[T]) pop() *fqItem[T] {
+	n := len(h.items) - 1
+	h.swap(0, n)
+	h.down(0, n)
+	return h.takeLast()
+}
+
+// remove removes the item at index i.
+func (h *fqItemHeap[T]) remove(i int) {
+	n := len(h.items) - 1
+	if n != i {
+		h.swap(i, n)
+		if !h.down(i, n) {
+			h.up(i)
+		}
+	}
+	h.takeLast()
+}
+
+// fix restores the order after the item at index i changed.
+func (h *fqItemHeap[T]) fix(i int) {
+	if !h.down(i, len(h.items)) {
+		h.up(i)
+	}
+}
+
+// takeLast removes and returns the last item, and lets go of the slice
+// when that empties it after it grew past fqKeepItems.
+func (h *fqItemHeap[T]) takeLast() *fqItem[T] {
 	n := len(h.items) - 1
 	it := h.items[n]
 	h.items[n] = nil
@@ -713,6 +795,37 @@ func (h *fqItemHeap[T]) Pop() any {
 	}
 	it.index = -1
 	return it
+}
+
+func (h *fqItemHeap[T]) up(j int) {
+	for {
+		i := (j - 1) / 2 // parent
+		if i == j || !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+func (h *fqItemHeap[T]) down(i0, n int) bool {
+	i := i0
+	for {
+		j1 := 2*i + 1
+		if j1 >= n || j1 < 0 { // j1 < 0 after int overflow
+			break
+		}
+		j := j1 // left child
+		if j2 := j1 + 1; j2 < n && h.less(j2, j1) {
+			j = j2 // = 2*i + 2  // right child
+		}
+		if !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
 }
 
 // fqTimers is a heap of the clusters with waiting items, by their first
@@ -754,11 +867,11 @@ type clusterDepthProvider interface {
 
 // fairQueueMetrics writes a queue's metrics as controller-runtime's
 // priority queue does: an item counts in depth and adds when it becomes
-// ready, and its latency runs from then to Get. A nil *fairQueueMetrics[T]
+// ready, and its latency runs from then to Get. A nil *fairQueueMetrics
 // writes nothing. Its methods are called under the queue's mu.
 type fairQueueMetrics[T comparable] struct {
 	name           string
-	clock          clock.PassiveClock
+	clock          fqClock
 	depth          workqueue.GaugeMetric
 	adds           workqueue.CounterMetric
 	latency        workqueue.HistogramMetric
@@ -767,11 +880,12 @@ type fairQueueMetrics[T comparable] struct {
 	longestRunning workqueue.SettableGaugeMetric
 	retries        workqueue.CounterMetric
 	clusters       clusterDepthProvider // nil: no per-cluster depth
+	inFlight       []*fqItem[T]         // the items in flight, each at its flight index
 }
 
 // newFairQueueMetrics returns the metrics of the queue name, or nil
 // without a provider or a name.
-func newFairQueueMetrics[T comparable](p workqueue.MetricsProvider, name string, clk clock.PassiveClock) *fairQueueMetrics[T] {
+func newFairQueueMetrics[T comparable](p workqueue.MetricsProvider, name string, clk fqClock) *fairQueueMetrics[T] {
 	if p == nil || name == "" {
 		return nil
 	}
@@ -803,29 +917,38 @@ func (m *fairQueueMetrics[T]) add(c *fqCluster[T], it *fqItem[T]) {
 		}
 		c.depth.Inc()
 	}
-	it.addedAt = m.clock.Now()
+	it.at = m.clock.now()
 }
 
-// get counts an item of c handed out, and returns when, for done.
-func (m *fairQueueMetrics[T]) get(c *fqCluster[T], it *fqItem[T]) time.Time {
+// get counts an item of c handed out, and notes it in flight.
+func (m *fairQueueMetrics[T]) get(c *fqCluster[T], it *fqItem[T]) {
 	if m == nil {
-		return time.Time{}
+		return
 	}
-	now := m.clock.Now()
+	now := m.clock.now()
 	m.depth.Dec()
 	if c.depth != nil {
 		c.depth.Dec()
 	}
-	m.latency.Observe(now.Sub(it.addedAt).Seconds())
-	return now
+	m.latency.Observe(time.Duration(now - it.at).Seconds())
+	it.start, it.flight = now, int32(len(m.inFlight))
+	m.inFlight = append(m.inFlight, it)
 }
 
-// done observes the work duration of an item handed out at start.
-func (m *fairQueueMetrics[T]) done(start time.Time) {
+// done observes the work duration of an item handed out, and forgets it.
+func (m *fairQueueMetrics[T]) done(it *fqItem[T]) {
 	if m == nil {
 		return
 	}
-	m.workDuration.Observe(m.clock.Since(start).Seconds())
+	m.workDuration.Observe(time.Duration(m.clock.now() - it.start).Seconds())
+	last := len(m.inFlight) - 1
+	moved := m.inFlight[last]
+	m.inFlight[it.flight], moved.flight = moved, it.flight
+	m.inFlight[last], it.flight = nil, -1
+	m.inFlight = m.inFlight[:last]
+	if last == 0 && cap(m.inFlight) > fqKeepItems {
+		m.inFlight = nil
+	}
 }
 
 // retry counts an add with a delay.
@@ -852,14 +975,13 @@ func (m *fairQueueMetrics[T]) drop(c *fqCluster[T]) {
 
 // updateUnfinishedWork sets the total and the longest time of the items
 // in flight.
-func (m *fairQueueMetrics[T]) updateUnfinishedWork(clusters map[string]*fqCluster[T]) {
+func (m *fairQueueMetrics[T]) updateUnfinishedWork() {
+	now := m.clock.now()
 	var total, longest float64
-	for _, c := range clusters {
-		for _, start := range c.inFlight {
-			age := m.clock.Since(start).Seconds()
-			total += age
-			longest = max(longest, age)
-		}
+	for _, it := range m.inFlight {
+		age := time.Duration(now - it.start).Seconds()
+		total += age
+		longest = max(longest, age)
 	}
 	m.unfinished.Set(total)
 	m.longestRunning.Set(longest)
