@@ -31,11 +31,14 @@
 //   - A per-cluster cap. [Options].MaxInFlightPerCluster caps the items of
 //     one cluster handed out and not yet Done.
 //   - Hold. [Queue.Hold] keeps a cluster's items queued without handing
-//     them out; they are still counted by Len and deduplicated. Items
-//     already in flight are not affected.
-//   - Drop. [Queue.Drop] removes every queued item of a cluster and their
-//     rate-limiter history, without touching another cluster's items;
-//     items in flight stay in flight until Done.
+//     them out, until it is released or the cluster is dropped; they are
+//     still counted by Len and deduplicated. Items already in flight are
+//     not affected.
+//   - Drop. [Queue.Drop] forgets a cluster: it removes every queued item
+//     of the cluster and their rate-limiter history, without touching
+//     another cluster's items, and ends its hold; items in flight stay in
+//     flight until Done. A cluster added again after its drop starts
+//     unheld: whoever holds it holds it again.
 //
 // A held or capped cluster is skipped: no Get waits for it while another
 // cluster has an item to hand out.

@@ -91,7 +91,7 @@ type Queue[T comparable] struct {
 	mu       sync.Mutex
 	cond     sync.Cond
 	shutdown bool
-	clusters map[string]*fqCluster[T] // added or held since their drop, or still held or in flight
+	clusters map[string]*fqCluster[T] // added or held since their drop, or with items in flight
 	rings    []*fqRing[T]             // non-empty rings, highest priority first
 	timers   fqTimers[T]              // clusters with waiting items, earliest first
 	ready    int                      // ready items, parked ones included
@@ -383,7 +383,7 @@ func (q *Queue[T]) ShuttingDown() bool {
 // Hold stops (held true) or resumes handing out clusterName's items. Held
 // items stay queued, counted by Len and deduplicated as usual; items
 // already in flight are not affected. A hold lasts until Hold(name,
-// false), across Drop.
+// false) or Drop(name).
 func (q *Queue[T]) Hold(clusterName string, held bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -396,12 +396,14 @@ func (q *Queue[T]) Hold(clusterName string, held bool) {
 	q.lockedForgetIfIdle(c)
 }
 
-// Drop removes every queued item of clusterName, ready, waiting or
-// parked, and clears their rate-limiter history, in O(items of the
-// cluster) without touching another cluster's items, and lets go of the
-// cluster once none of its items is in flight and it is not held. Items
-// in flight stay in flight: Done releases them, and one added again is
-// handed out only after its Done. Later adds are accepted.
+// Drop forgets everything about clusterName but its items in flight: it
+// removes every queued item, ready, waiting or parked, and clears their
+// rate-limiter history, in O(items of the cluster) without touching
+// another cluster's items; it ends the cluster's hold; and it lets go of
+// the cluster once none of its items is in flight. Items in flight stay
+// in flight: Done releases them, and one added again is handed out only
+// after its Done. Later adds are accepted, and a cluster added again
+// starts unheld: whoever holds it holds it again.
 func (q *Queue[T]) Drop(clusterName string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -432,7 +434,9 @@ func (q *Queue[T]) Drop(clusterName string) {
 	c.levels = nil
 	c.waiting.items = nil
 	c.ready = 0
+	c.held = false
 	c.dropped = true
+	q.lockedUpdateEligible(c)
 	q.lockedFixTimer(c)
 	q.lockedForgetIfIdle(c)
 }
@@ -454,7 +458,7 @@ func (q *Queue[T]) lockedCluster(clusterName string) *fqCluster[T] {
 }
 
 // lockedForgetIfIdle lets go of a dropped cluster once it has nothing
-// queued or in flight and is not held. Other clusters stay, so that a
+// queued or in flight and has not been held since. Other clusters stay, so that a
 // cluster's structures are made once, not once per burst of work.
 func (q *Queue[T]) lockedForgetIfIdle(c *fqCluster[T]) {
 	if c.dropped && len(c.items) == 0 && !c.held {

@@ -580,19 +580,30 @@ func TestFairQueueHold(t *testing.T) {
 	}
 	q.Done(fqReq("a", "1"))
 
-	// A hold outlives drop, and an item in flight is not affected.
+	// Drop forgets a hold: a cluster added again after its drop starts
+	// unheld, and an item in flight is not affected.
 	q.Add(fqReq("a", "2"))
 	a2, _ := q.Get()
 	q.Hold("a", true)
 	q.Drop("a")
 	q.Add(fqReq("a", "3"))
 	q.Done(a2)
-	if n, order := q.Len(), q.ringOrder(); n != 1 || len(order) != 0 {
-		t.Errorf("after drop of a held cluster: Len() = %d, rings %v; want 1 held item, no ring", n, order)
+	if n, order := q.Len(), q.ringOrder(); n != 1 || len(order) != 1 || !slices.Equal(order[0], []string{"a"}) {
+		t.Fatalf("after drop of a held cluster: Len() = %d, rings %v; want 1 item, a in the ring of priority 0: the drop ended the hold", n, order)
 	}
-	q.Hold("a", false)
 	if item, _ := q.Get(); item != fqReq("a", "3") {
 		t.Errorf("Get = %v, want a/3", item)
+	}
+	q.Done(fqReq("a", "3"))
+
+	// A cluster dropped while held, with nothing in flight, is forgotten.
+	q.Hold("b", true)
+	q.Drop("b")
+	q.mu.Lock()
+	_, known := q.clusters["b"]
+	q.mu.Unlock()
+	if known {
+		t.Error("a cluster dropped while held is still known to the queue")
 	}
 }
 
