@@ -18,8 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
@@ -37,8 +39,15 @@ type Builder struct {
 	clusters   Clusters
 	filter     ClusterFilter
 	options    ControllerOptions
+	rawSources []source.TypedSource[Request]
+	logger     func(*Request) logr.Logger
 	err        error
 }
+
+// Controller is a fleet controller as Build returns it: a
+// controller-runtime controller of fleet requests, to which sources such
+// as Channel can be added while it runs.
+type Controller = crcontroller.TypedController[Request]
 
 // ControllerOptions are a fleet controller's options: controller-runtime's,
 // and those of its queue, which is fair across clusters.
@@ -201,6 +210,35 @@ func (b *Builder) add(fansOut bool, newSource func([]predicate.Predicate) *engag
 	return b
 }
 
+// WatchesRawSource adds a source of fleet requests that the controller
+// starts as it is: requests name their clusters themselves. Use it for
+// events from outside the clusters' API servers, such as webhooks or
+// timers (see Channel). Requests for clusters the controller has not
+// engaged are dropped.
+func (b *Builder) WatchesRawSource(src source.TypedSource[Request]) *Builder {
+	b.rawSources = append(b.rawSources, src)
+	return b
+}
+
+// Channel returns a source that enqueues the request each event of ch
+// carries: controller-runtime's Channel source, for events that name
+// their cluster.
+func Channel(ch <-chan event.TypedGenericEvent[Request]) source.TypedSource[Request] {
+	return source.TypedChannel(ch, handler.TypedFuncs[Request, Request]{
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[Request], q workqueue.TypedRateLimitingInterface[Request]) {
+			q.Add(e.Object)
+		},
+	})
+}
+
+// WithLogConstructor sets how the controller's logger for each request is
+// made. Defaults to the manager's logger with the keys controller,
+// cluster, namespace and name.
+func (b *Builder) WithLogConstructor(logConstructor func(*Request) logr.Logger) *Builder {
+	b.logger = logConstructor
+	return b
+}
+
 // WithEventFilter filters the events of every watch.
 func (b *Builder) WithEventFilter(p predicate.Predicate) *Builder {
 	b.predicates = append(b.predicates, p)
@@ -215,7 +253,7 @@ func (b *Builder) WatchClusters(c Clusters) *Builder {
 }
 
 // WithOptions sets the controller's options. Reconciler and LogConstructor
-// are set by the builder. CacheSyncTimeout also bounds the wait for each
+// are set by the builder (see WithLogConstructor). CacheSyncTimeout also bounds the wait for each
 // cluster's informers. NewQueue replaces the fair queue, and with it the
 // per-cluster cap and holding the work of Unhealthy members.
 func (b *Builder) WithOptions(options ControllerOptions) *Builder {
@@ -226,18 +264,25 @@ func (b *Builder) WithOptions(options ControllerOptions) *Builder {
 // Complete builds the controller, adds it to the manager and engages it
 // with every cluster it watches, including those already engaged.
 func (b *Builder) Complete(r Reconciler) error {
+	_, err := b.Build(r)
+	return err
+}
+
+// Build is Complete, and returns the controller so that sources can be
+// added to it later.
+func (b *Builder) Build(r Reconciler) (Controller, error) {
 	if b.err != nil {
-		return b.err
+		return nil, b.err
 	}
 	if r == nil {
-		return errors.New("fleet controller: a reconciler is required")
+		return nil, errors.New("fleet controller: a reconciler is required")
 	}
-	if b.forObj == nil {
-		return errors.New("fleet controller: For is required")
+	if b.forObj == nil && b.name == "" {
+		return nil, errors.New("fleet controller: For or Named is required")
 	}
 	name, err := b.controllerName()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c := &controller{
 		name:        name,
@@ -272,22 +317,27 @@ func (b *Builder) Complete(r Reconciler) error {
 			return q
 		}
 	}
-	log := b.mgr.GetLogger().WithValues("controller", name)
-	opts.LogConstructor = func(req *Request) logr.Logger {
-		if req == nil {
-			return log
+	opts.LogConstructor = b.logger
+	if opts.LogConstructor == nil {
+		log := b.mgr.GetLogger().WithValues("controller", name)
+		opts.LogConstructor = func(req *Request) logr.Logger {
+			if req == nil {
+				return log
+			}
+			return log.WithValues("cluster", req.ClusterName, "namespace", req.Namespace, "name", req.Name)
 		}
-		return log.WithValues("cluster", req.ClusterName, "namespace", req.Namespace, "name", req.Name)
 	}
 	ctrl, err := crcontroller.NewTyped(name, b.mgr.Manager, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := ctrl.Watch(engagements{c}); err != nil {
-		return err
+	for _, src := range append([]source.TypedSource[Request]{engagements{c}}, b.rawSources...) {
+		if err := ctrl.Watch(src); err != nil {
+			return nil, err
+		}
 	}
 	b.mgr.addController(c)
-	return nil
+	return ctrl, nil
 }
 
 func (b *Builder) controllerName() (string, error) {

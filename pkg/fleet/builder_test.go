@@ -3,7 +3,12 @@ package fleet_test
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,5 +136,53 @@ func TestReconcileLoggerCarriesTheRequest(t *testing.T) {
 	done.waitFor(t, request("logged", "logging", "line"))
 	if !f.logs.find("Reconciling in test", `"controller"="logging"`, `"cluster"="logged"`, `"namespace"="logging"`, `"name"="line"`, `"reconcileID"=`) {
 		t.Fatal("the reconcile logger lacks controller, cluster, namespace, name or reconcileID")
+	}
+}
+
+// TestRawSourcesAndBuild checks that a fleet controller takes requests
+// from a channel that names their clusters, both one given to the builder
+// and one added after Build, and that requests for clusters it has not
+// engaged are dropped.
+func TestRawSourcesAndBuild(t *testing.T) {
+	f := startFleet(t)
+	r := &recorder{}
+	early, late := make(chan event.TypedGenericEvent[fleet.Request]), make(chan event.TypedGenericEvent[fleet.Request])
+	var logged atomic.Bool
+	ctrl, err := fleet.NewControllerManagedBy(f.mgr).
+		Named("raw").
+		WatchesRawSource(fleet.Channel(early)).
+		WithLogConstructor(func(req *fleet.Request) logr.Logger {
+			if req != nil {
+				logged.Store(true)
+			}
+			return logr.Discard()
+		}).
+		Build(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.register(t, "raw-a", kubeconfigs[0])
+	f.waitEngaged(t, "raw-a")
+	send := func(ch chan event.TypedGenericEvent[fleet.Request], req fleet.Request) {
+		select {
+		case ch <- event.TypedGenericEvent[fleet.Request]{Object: req}:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the channel source does not receive")
+		}
+	}
+	send(early, request("nowhere", "raw", "dropped"))
+	send(early, request("raw-a", "raw", "early"))
+	r.waitFor(t, request("raw-a", "raw", "early"))
+
+	if err := ctrl.Watch(fleet.Channel(late)); err != nil {
+		t.Fatal(err)
+	}
+	send(late, request("raw-a", "raw", "late"))
+	r.waitFor(t, request("raw-a", "raw", "late"))
+	if r.has(request("nowhere", "raw", "dropped")) {
+		t.Error("a request for a cluster the controller never engaged was reconciled")
+	}
+	if !logged.Load() {
+		t.Error("the log constructor given with WithLogConstructor was not used")
 	}
 }
