@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/metrics"
+
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -30,7 +32,7 @@ type controller struct {
 	// fair is the queue, once the controller-runtime controller made
 	// it; nil if the options bring a queue of their own.
 	fair    atomic.Pointer[fairqueue.Queue[Request]]
-	metrics *fleetMetrics
+	metrics *metrics.Fleet
 
 	// ready closes when the controller-runtime controller has started;
 	// ctx and queue are set before.
@@ -224,7 +226,7 @@ func (c *controller) Reconcile(ctx context.Context, req Request) (reconcile.Resu
 	start := time.Now()
 	result, err := c.do.Reconcile(ctx, req)
 	if clusterCtx.Err() == nil { // a removed cluster's series are gone for good
-		c.metrics.observeReconcile(c.name, req.ClusterName, time.Since(start), err)
+		c.metrics.ObserveReconcile(c.name, req.ClusterName, time.Since(start), err)
 	}
 	return result, err
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/fleetkube/fleet-manager/internal/metrics"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -81,7 +83,7 @@ type Manager struct {
 	registry  *registry.Registry
 	pool      *cluster.Pool
 	engager   *engage.Engager
-	metrics   *fleetMetrics
+	metrics   *metrics.Fleet
 	// queueMetrics are the workqueue series of the fleet controllers.
 	queueMetrics *fairqueue.MetricsProvider
 
@@ -110,7 +112,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	}
 	log := hub.GetLogger()
 	m := &Manager{Manager: hub, namespace: opts.Namespace}
-	if m.metrics, err = newFleetMetrics(crmetrics.Registry); err != nil {
+	if m.metrics, err = metrics.NewFleet(crmetrics.Registry); err != nil {
 		return nil, err
 	}
 	if m.queueMetrics, err = fairqueue.NewMetricsProvider(crmetrics.Registry); err != nil {
@@ -120,7 +122,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	if m.registry, err = registry.NewWithSecrets(hub, formats, hub.GetControllerOptions().MaxConcurrentReconciles); err != nil {
 		return nil, err
 	}
-	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.metrics.observeEngage})
+	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.metrics.ObserveEngage})
 	m.pool, err = cluster.NewPool(cluster.Options{
 		Engage:    m.engager.Serve,
 		Scheme:    hub.GetScheme(),
@@ -165,7 +167,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 func (m *Manager) observeMember(clusterName string, state cluster.State, probe *cluster.ProbeResult) {
 	m.registry.ObserveState(clusterName, state, probe)
 	if probe != nil {
-		m.metrics.observeProbe(clusterName, *probe)
+		m.metrics.ObserveProbe(clusterName, *probe)
 	}
 }
 

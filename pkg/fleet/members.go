@@ -93,7 +93,7 @@ type lifecycle struct{ m *Manager }
 
 func (l lifecycle) Start(ctx context.Context) error {
 	l.m.registry.Subscribe(ctx).Run(ctx, 1, func(_ context.Context, e registry.Event) {
-		l.m.metrics.follow(e.Name, e.New)
+		l.m.metrics.Follow(e.Name, e.New)
 		held := accepted(e.New) && e.New.State == cluster.StateUnhealthy
 		l.m.controllersMu.Lock()
 		for _, c := range l.m.controllers {

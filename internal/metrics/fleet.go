@@ -1,4 +1,4 @@
-package fleet
+package metrics
 
 import (
 	"errors"
@@ -35,7 +35,7 @@ var memberStates = []cluster.State{
 	cluster.StateDisconnected,
 }
 
-// fleetMetrics are the per-cluster series of a fleet, registered once.
+// Fleet are the per-cluster series of a fleet, registered once.
 //
 // A member's state is exposed twice, on purpose: fleet_member_ready is
 // the one series to alert on (fleet_member_ready == 0), and
@@ -44,7 +44,7 @@ var memberStates = []cluster.State{
 // state. Both stay bounded: five state series per cluster.
 //
 // The methods are safe for concurrent use.
-type fleetMetrics struct {
+type Fleet struct {
 	memberReady         *prometheus.GaugeVec
 	memberState         *prometheus.GaugeVec
 	probes              *prometheus.CounterVec
@@ -74,12 +74,12 @@ type reconcileSeries struct {
 	errors             prometheus.Counter
 }
 
-// newFleetMetrics registers the fleet's series with reg. When they are
+// NewFleet registers the fleet's series with reg. When they are
 // already registered there, as with several managers sharing
 // controller-runtime's global registry in one process, it uses the
 // registered ones.
-func newFleetMetrics(reg prometheus.Registerer) (*fleetMetrics, error) {
-	m := &fleetMetrics{
+func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
+	m := &Fleet{
 		memberReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fleet_member_ready",
 			Help: "Whether the cluster is Ready: engaged, and its last probe succeeded (1) or not (0).",
@@ -180,10 +180,10 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	return c, fmt.Errorf("registering fleet metrics: %w", err)
 }
 
-// follow makes a cluster's series follow its registration c, nil once
+// Follow makes a cluster's series follow its registration c, nil once
 // removed: an accepted cluster's state series show its state, and every
 // series of a cluster that is not accepted is deleted.
-func (m *fleetMetrics) follow(clusterName string, c *registry.Cluster) {
+func (m *Fleet) Follow(clusterName string, c *registry.Cluster) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c == nil || !c.Accepted() {
@@ -205,8 +205,8 @@ func (m *fleetMetrics) follow(clusterName string, c *registry.Cluster) {
 	m.consecutiveFailures.WithLabelValues(clusterName).Set(float64(failures))
 }
 
-// observeProbe records one health probe of a live cluster.
-func (m *fleetMetrics) observeProbe(clusterName string, result cluster.ProbeResult) {
+// ObserveProbe records one health probe of a live cluster.
+func (m *Fleet) ObserveProbe(clusterName string, result cluster.ProbeResult) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if !m.live[clusterName] {
@@ -216,9 +216,9 @@ func (m *fleetMetrics) observeProbe(clusterName string, result cluster.ProbeResu
 	countResult(m.probes, result.Err == nil, resultSuccess, resultFailure, clusterName)
 }
 
-// observeEngage records one engagement of a live cluster with a
+// ObserveEngage records one engagement of a live cluster with a
 // controller.
-func (m *fleetMetrics) observeEngage(clusterName, controller string, took time.Duration, err error) {
+func (m *Fleet) ObserveEngage(clusterName, controller string, took time.Duration, err error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if !m.live[clusterName] && clusterName != cluster.HubName {
@@ -228,10 +228,10 @@ func (m *fleetMetrics) observeEngage(clusterName, controller string, took time.D
 	countResult(m.engagements, err == nil, resultSuccess, resultFailure, clusterName, controller)
 }
 
-// observeReconcile records one reconcile by a controller for a cluster.
+// ObserveReconcile records one reconcile by a controller for a cluster.
 // Like controller-runtime, a reconcile that returned an error counts as
 // an error, whatever its result.
-func (m *fleetMetrics) observeReconcile(controller, clusterName string, took time.Duration, err error) {
+func (m *Fleet) ObserveReconcile(controller, clusterName string, took time.Duration, err error) {
 	s := m.reconcileSeriesOf(controller, clusterName)
 	if s == nil {
 		return
@@ -249,7 +249,7 @@ func (m *fleetMetrics) observeReconcile(controller, clusterName string, took tim
 // cluster, creating them all at 0 on first use, so rates of either result
 // are defined from the first reconcile; nil for a cluster that is not
 // live.
-func (m *fleetMetrics) reconcileSeriesOf(controller, clusterName string) *reconcileSeries {
+func (m *Fleet) reconcileSeriesOf(controller, clusterName string) *reconcileSeries {
 	key := reconcileKey{controller, clusterName}
 	m.mu.RLock()
 	s := m.reconcileSeries[key]
@@ -275,7 +275,7 @@ func (m *fleetMetrics) reconcileSeriesOf(controller, clusterName string) *reconc
 }
 
 // lockedForget deletes every series of a cluster. mu must be held.
-func (m *fleetMetrics) lockedForget(clusterName string) {
+func (m *Fleet) lockedForget(clusterName string) {
 	for key := range m.reconcileSeries {
 		if key.cluster == clusterName {
 			delete(m.reconcileSeries, key)

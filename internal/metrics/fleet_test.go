@@ -1,4 +1,4 @@
-package fleet
+package metrics
 
 import (
 	"errors"
@@ -16,13 +16,13 @@ import (
 
 var errMetricsTest = errors.New("boom")
 
-// newTestMetrics returns fleetMetrics registered with a fresh registry.
-func newTestMetrics(t *testing.T) (*fleetMetrics, *prometheus.Registry) {
+// newTestMetrics returns Fleet registered with a fresh registry.
+func newTestMetrics(t *testing.T) (*Fleet, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := newFleetMetrics(reg)
+	m, err := NewFleet(reg)
 	if err != nil {
-		t.Fatalf("newFleetMetrics: %v", err)
+		t.Fatalf("NewFleet: %v", err)
 	}
 	return m, reg
 }
@@ -31,21 +31,21 @@ func newTestMetrics(t *testing.T) (*fleetMetrics, *prometheus.Registry) {
 // "a" and "b": "a" has one failed probe after a success and is Unhealthy,
 // "b" is Ready; each has one failed and one good engagement and
 // reconcile.
-func feedMetrics(m *fleetMetrics) {
+func feedMetrics(m *Fleet) {
 	ok := cluster.ProbeResult{Duration: 20 * time.Millisecond}
 	failed := cluster.ProbeResult{Duration: 3 * time.Second, Err: errMetricsTest, ConsecutiveFailures: 1}
-	m.follow("a", registered("a", cluster.StateUnhealthy, &failed))
-	m.follow("b", registered("b", cluster.StateReady, &ok))
-	m.observeProbe("a", ok)
-	m.observeProbe("a", failed)
-	m.observeProbe("b", ok)
+	m.Follow("a", registered("a", cluster.StateUnhealthy, &failed))
+	m.Follow("b", registered("b", cluster.StateReady, &ok))
+	m.ObserveProbe("a", ok)
+	m.ObserveProbe("a", failed)
+	m.ObserveProbe("b", ok)
 	for _, name := range []string{"a", "b"} {
-		m.observeEngage(name, "widgets", 2*time.Second, errMetricsTest)
-		m.observeEngage(name, "widgets", 150*time.Millisecond, nil)
-		m.observeReconcile("widgets", name, 40*time.Millisecond, nil)
-		m.observeReconcile("widgets", name, 10*time.Millisecond, errMetricsTest)
+		m.ObserveEngage(name, "widgets", 2*time.Second, errMetricsTest)
+		m.ObserveEngage(name, "widgets", 150*time.Millisecond, nil)
+		m.ObserveReconcile("widgets", name, 40*time.Millisecond, nil)
+		m.ObserveReconcile("widgets", name, 10*time.Millisecond, errMetricsTest)
 	}
-	m.observeReconcile("widgets", "", 5*time.Millisecond, nil)
+	m.ObserveReconcile("widgets", "", 5*time.Millisecond, nil)
 }
 
 // registered returns an accepted cluster in state, after probe.
@@ -126,7 +126,7 @@ func TestFleetMetricsForget(t *testing.T) {
 	if before["a"] == 0 {
 		t.Fatal("no series with cluster=a before forget")
 	}
-	m.follow("a", nil)
+	m.Follow("a", nil)
 	after := seriesByCluster(t, reg)
 
 	if n := after["a"]; n != 0 {
@@ -153,26 +153,26 @@ func TestFleetMetricsForget(t *testing.T) {
 // it stops) create none, and they start afresh once it is accepted again.
 func TestFleetMetricsFollowRegistration(t *testing.T) {
 	m, reg := newTestMetrics(t)
-	m.observeReconcile("widgets", "a", time.Millisecond, nil)
+	m.ObserveReconcile("widgets", "a", time.Millisecond, nil)
 	if n := seriesByCluster(t, reg)["a"]; n != 0 {
 		t.Fatalf("%d series of a cluster never registered, want 0", n)
 	}
-	m.follow("a", registered("a", cluster.StateReady, nil))
-	m.observeReconcile("widgets", "a", time.Millisecond, errMetricsTest)
+	m.Follow("a", registered("a", cluster.StateReady, nil))
+	m.ObserveReconcile("widgets", "a", time.Millisecond, errMetricsTest)
 	if got := testutil.ToFloat64(m.memberReady.WithLabelValues("a")); got != 1 {
 		t.Fatalf("fleet_member_ready{cluster=a} = %v, want 1", got)
 	}
 	refused := registered("a", "", nil)
 	refused.Refusal = &kubeconfig.RefusedError{Reason: "ExecPluginNotAllowed"}
-	m.follow("a", refused)
-	m.observeProbe("a", cluster.ProbeResult{})
-	m.observeEngage("a", "widgets", time.Millisecond, nil)
-	m.observeReconcile("widgets", "a", time.Millisecond, nil)
+	m.Follow("a", refused)
+	m.ObserveProbe("a", cluster.ProbeResult{})
+	m.ObserveEngage("a", "widgets", time.Millisecond, nil)
+	m.ObserveReconcile("widgets", "a", time.Millisecond, nil)
 	if n := seriesByCluster(t, reg)["a"]; n != 0 {
 		t.Fatalf("%d series of a refused cluster, want 0", n)
 	}
-	m.follow("a", registered("a", cluster.StateReady, nil))
-	m.observeReconcile("widgets", "a", time.Millisecond, nil)
+	m.Follow("a", registered("a", cluster.StateReady, nil))
+	m.ObserveReconcile("widgets", "a", time.Millisecond, nil)
 	want := `
 # HELP fleet_reconcile_errors_total Reconciles per controller and cluster that returned an error.
 # TYPE fleet_reconcile_errors_total counter
@@ -190,11 +190,11 @@ fleet_reconciles_total{cluster="a",controller="widgets",result="success"} 1
 
 func TestFleetMetricsReconcileDoesNotAllocate(t *testing.T) {
 	m, _ := newTestMetrics(t)
-	m.follow("a", registered("a", cluster.StateReady, nil))
-	m.observeReconcile("widgets", "a", time.Millisecond, nil)
+	m.Follow("a", registered("a", cluster.StateReady, nil))
+	m.ObserveReconcile("widgets", "a", time.Millisecond, nil)
 	if n := testing.AllocsPerRun(100, func() {
-		m.observeReconcile("widgets", "a", time.Millisecond, nil)
-		m.observeReconcile("widgets", "a", time.Millisecond, errMetricsTest)
+		m.ObserveReconcile("widgets", "a", time.Millisecond, nil)
+		m.ObserveReconcile("widgets", "a", time.Millisecond, errMetricsTest)
 	}); n != 0 {
 		t.Errorf("observeReconcile allocates %v times per call pair, want 0", n)
 	}
@@ -225,11 +225,11 @@ func seriesByCluster(t *testing.T, reg prometheus.Gatherer) map[string]int {
 
 func TestFleetMetricsRegisterTwice(t *testing.T) {
 	first, reg := newTestMetrics(t)
-	second, err := newFleetMetrics(reg)
+	second, err := NewFleet(reg)
 	if err != nil {
-		t.Fatalf("second newFleetMetrics: %v", err)
+		t.Fatalf("second NewFleet: %v", err)
 	}
-	second.follow("a", registered("a", cluster.StateReady, nil))
+	second.Follow("a", registered("a", cluster.StateReady, nil))
 	if got := testutil.ToFloat64(first.memberReady.WithLabelValues("a")); got != 1 {
 		t.Errorf("fleet_member_ready{cluster=a} through the first = %v, want 1: the collectors are not shared", got)
 	}
@@ -248,7 +248,7 @@ func TestFleetMetricsRegisterConflict(t *testing.T) {
 		Name: "fleet_member_ready",
 		Help: "Something else.",
 	}))
-	if _, err := newFleetMetrics(reg); err == nil {
-		t.Error("newFleetMetrics with a conflicting fleet_member_ready: no error")
+	if _, err := NewFleet(reg); err == nil {
+		t.Error("NewFleet with a conflicting fleet_member_ready: no error")
 	}
 }
