@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -131,53 +130,21 @@ func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
 		live:            map[string]bool{},
 		reconcileSeries: map[reconcileKey]*reconcileSeries{},
 	}
-	var err error
-	if m.memberReady, err = register(reg, m.memberReady); err != nil {
-		return nil, err
-	}
-	if m.memberState, err = register(reg, m.memberState); err != nil {
-		return nil, err
-	}
-	if m.probes, err = register(reg, m.probes); err != nil {
-		return nil, err
-	}
-	if m.probeDuration, err = register(reg, m.probeDuration); err != nil {
-		return nil, err
-	}
-	if m.consecutiveFailures, err = register(reg, m.consecutiveFailures); err != nil {
-		return nil, err
-	}
-	if m.engageDuration, err = register(reg, m.engageDuration); err != nil {
-		return nil, err
-	}
-	if m.engagements, err = register(reg, m.engagements); err != nil {
-		return nil, err
-	}
-	if m.reconciles, err = register(reg, m.reconciles); err != nil {
-		return nil, err
-	}
-	if m.reconcileErrors, err = register(reg, m.reconcileErrors); err != nil {
-		return nil, err
-	}
-	if m.reconcileDuration, err = register(reg, m.reconcileDuration); err != nil {
+	if err := errors.Join(
+		Register(reg, &m.memberReady),
+		Register(reg, &m.memberState),
+		Register(reg, &m.probes),
+		Register(reg, &m.probeDuration),
+		Register(reg, &m.consecutiveFailures),
+		Register(reg, &m.engageDuration),
+		Register(reg, &m.engagements),
+		Register(reg, &m.reconciles),
+		Register(reg, &m.reconcileErrors),
+		Register(reg, &m.reconcileDuration),
+	); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c with reg and returns it, or returns the collector
-// already registered in its place.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, fmt.Errorf("registering fleet metrics: %w", err)
 }
 
 // Follow makes a cluster's series follow its registration c, nil once
