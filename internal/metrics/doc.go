@@ -1,11 +1,4 @@
-// Package metrics holds the fleet's per-cluster Prometheus series, which a
-// fleet manager registers once on controller-runtime's registry: member
-// state and probes, engagements, and reconciles per controller and
-// cluster.
-//
-// A cluster's series exist only while the registry accepts the cluster:
-// Fleet.Follow, fed from the registry's stream, deletes every series of a
-// cluster that is removed or refused, and observations of a cluster that
-// is not accepted, such as a member's last probe as it stops, create none.
-// Register is how every collector of the project is registered.
+// Package metrics is how every Prometheus collector of the project is
+// registered (Register), so that several managers in one process share
+// their series instead of failing.
 package metrics

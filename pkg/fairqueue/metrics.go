@@ -2,8 +2,9 @@ package fairqueue
 
 import (
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/fleetkube/fleet-manager/internal/metrics"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
@@ -85,34 +86,18 @@ func NewMetricsProvider(reg prometheus.Registerer) (*MetricsProvider, error) {
 		}, []string{"controller", "cluster"}),
 	}
 	if err := errors.Join(
-		registerInto(reg, &p.depth),
-		registerInto(reg, &p.adds),
-		registerInto(reg, &p.latency),
-		registerInto(reg, &p.workDuration),
-		registerInto(reg, &p.unfinished),
-		registerInto(reg, &p.longestRunning),
-		registerInto(reg, &p.retries),
-		registerInto(reg, &p.clusterDepth),
+		metrics.Register(reg, &p.depth),
+		metrics.Register(reg, &p.adds),
+		metrics.Register(reg, &p.latency),
+		metrics.Register(reg, &p.workDuration),
+		metrics.Register(reg, &p.unfinished),
+		metrics.Register(reg, &p.longestRunning),
+		metrics.Register(reg, &p.retries),
+		metrics.Register(reg, &p.clusterDepth),
 	); err != nil {
 		return nil, err
 	}
 	return p, nil
-}
-
-// registerInto registers *c with reg, replacing it with the collector
-// registered already in its place if there is one.
-func registerInto[C prometheus.Collector](reg prometheus.Registerer, c *C) error {
-	err := reg.Register(*c)
-	if err == nil {
-		return nil
-	}
-	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			*c = existing
-			return nil
-		}
-	}
-	return fmt.Errorf("registering fair queue metrics: %w", err)
 }
 
 // NewDepthMetric returns the depth of the queue name.

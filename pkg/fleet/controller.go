@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/internal/metrics"
+	"github.com/fleetkube/fleet-manager/internal/fleetmetrics"
 
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -32,7 +32,7 @@ type controller struct {
 	// fair is the queue, once the controller-runtime controller made
 	// it; nil if the options bring a queue of their own.
 	fair    atomic.Pointer[fairqueue.Queue[Request]]
-	metrics *metrics.Fleet
+	metrics *fleetmetrics.Fleet
 
 	// ready closes when the controller-runtime controller has started;
 	// ctx and queue are set before.

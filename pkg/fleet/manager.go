@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/fleetkube/fleet-manager/internal/metrics"
+	"github.com/fleetkube/fleet-manager/internal/fleetmetrics"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -83,7 +83,7 @@ type Manager struct {
 	registry  *registry.Registry
 	pool      *cluster.Pool
 	engager   *engage.Engager
-	metrics   *metrics.Fleet
+	metrics   *fleetmetrics.Fleet
 	// queueMetrics are the workqueue series of the fleet controllers.
 	queueMetrics *fairqueue.MetricsProvider
 
@@ -112,7 +112,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	}
 	log := hub.GetLogger()
 	m := &Manager{Manager: hub, namespace: opts.Namespace}
-	if m.metrics, err = metrics.NewFleet(crmetrics.Registry); err != nil {
+	if m.metrics, err = fleetmetrics.NewFleet(crmetrics.Registry); err != nil {
 		return nil, err
 	}
 	if m.queueMetrics, err = fairqueue.NewMetricsProvider(crmetrics.Registry); err != nil {

@@ -1,9 +1,11 @@
-package metrics
+package fleetmetrics
 
 import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/fleetkube/fleet-manager/internal/metrics"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -131,16 +133,16 @@ func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
 		reconcileSeries: map[reconcileKey]*reconcileSeries{},
 	}
 	if err := errors.Join(
-		Register(reg, &m.memberReady),
-		Register(reg, &m.memberState),
-		Register(reg, &m.probes),
-		Register(reg, &m.probeDuration),
-		Register(reg, &m.consecutiveFailures),
-		Register(reg, &m.engageDuration),
-		Register(reg, &m.engagements),
-		Register(reg, &m.reconciles),
-		Register(reg, &m.reconcileErrors),
-		Register(reg, &m.reconcileDuration),
+		metrics.Register(reg, &m.memberReady),
+		metrics.Register(reg, &m.memberState),
+		metrics.Register(reg, &m.probes),
+		metrics.Register(reg, &m.probeDuration),
+		metrics.Register(reg, &m.consecutiveFailures),
+		metrics.Register(reg, &m.engageDuration),
+		metrics.Register(reg, &m.engagements),
+		metrics.Register(reg, &m.reconciles),
+		metrics.Register(reg, &m.reconcileErrors),
+		metrics.Register(reg, &m.reconcileDuration),
 	); err != nil {
 		return nil, err
 	}
