@@ -98,6 +98,9 @@ func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.
 
 	c.mu.Lock()
 	c.engaged[clusterName] = ctx
+	if q := c.fair.Load(); q != nil && c.held[clusterName] {
+		q.Hold(clusterName, true) // a Disengage's Drop forgot it
+	}
 	c.mu.Unlock()
 	context.AfterFunc(ctx, func() {
 		stopWithController()
