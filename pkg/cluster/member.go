@@ -48,9 +48,15 @@ type member struct {
 	// disconnect, reconnect and refresh carry the prober's verdicts to
 	// run. refresh asks for a new connection at once, for a member that is
 	// back after losing its network connections, and with them its watches.
+	// reconnect only wakes run, which reconnects once successes has grown
+	// since the last connection ended: a wake-up left over from earlier,
+	// such as one from a success during the backoff wait, reconnects
+	// nothing.
 	disconnect chan struct{}
 	reconnect  chan struct{}
 	refresh    chan struct{}
+	// successes counts the probes that succeeded.
+	successes atomic.Uint64
 
 	// connLost is set when a network connection of the member closes, and
 	// cleared by a probe that succeeds while Ready.
@@ -160,8 +166,9 @@ func (m *member) start(ctx context.Context) {
 }
 
 // run connects the member, and connects it again after each
-// disconnection once a probe succeeds, with capped, jittered exponential
-// backoff between attempts. The prober runs throughout.
+// disconnection once a probe succeeds after it (a success reported while
+// or before the connection ended does not count), with capped, jittered
+// exponential backoff between attempts. The prober runs throughout.
 func (m *member) run(ctx context.Context) {
 	defer close(m.done)
 	opts := &m.pool.opts
@@ -191,14 +198,19 @@ func (m *member) run(ctx context.Context) {
 		if refreshed {
 			continue
 		}
+		// The connection has ended: only a probe that succeeds from now
+		// on reconnects the member.
+		since := m.successes.Load()
 		if m.State() == StateReady {
 			backoff = *opts.ReconnectBackoff
 		}
 		m.setState(StateDisconnected)
-		select {
-		case <-ctx.Done():
-			return
-		case <-m.reconnect:
+		for m.successes.Load() == since {
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.reconnect:
+			}
 		}
 		delay := backoff.Step()
 		m.log.Info("Reconnecting member", "after", delay)
@@ -280,11 +292,12 @@ func (m *member) connect(ctx context.Context) (refreshed bool, err error) {
 // Disconnected only once its connection is torn down, so the prober's
 // verdict is passed to run, which records it then.
 func (m *member) report(result ProbeResult, state State) {
-	switch {
-	case state == StateDisconnected && m.conn.Load() != nil:
+	if state == StateDisconnected && m.conn.Load() != nil {
 		signal(m.disconnect)
 		state = m.State()
-	case state == StateConnecting && m.conn.Load() == nil:
+	}
+	if result.Err == nil {
+		m.successes.Add(1)
 		signal(m.reconnect)
 	}
 	old := m.state.Swap(state)

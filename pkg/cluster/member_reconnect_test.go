@@ -1,0 +1,202 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+
+	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
+)
+
+// timerClock is a fake clock that tells the test each timer made, once it
+// is made: the prober's, of a probe interval, and run's, of the reconnect
+// backoff, which the test tells apart by their durations.
+type timerClock struct {
+	*clocktesting.FakeClock
+	made chan time.Duration
+}
+
+func (c *timerClock) NewTimer(d time.Duration) clock.Timer {
+	t := c.FakeClock.NewTimer(d)
+	c.made <- d
+	return t
+}
+
+func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.T) {
+	const (
+		interval = 3 * time.Second
+		// backoff is longer than interval, so that a probe succeeds during
+		// the backoff wait.
+		backoff = 5 * time.Second
+		// quiet is how many probes fail after a disconnection before one
+		// succeeds: long enough for any reconnection scheduled meanwhile to
+		// happen.
+		quiet = 6
+	)
+	baseline := goleak.IgnoreCurrent()
+	clk := &timerClock{FakeClock: clocktesting.NewFakeClock(time.Now()), made: make(chan time.Duration, 100)}
+	engaged := make(chan struct{}, 10)
+	probed := make(chan State, 100)
+	pool, err := NewPool(Options{
+		Engage: func(ctx context.Context, _ string, _ cluster.Cluster) {
+			engaged <- struct{}{}
+			<-ctx.Done()
+		},
+		Logger: logr.Discard(),
+		Policy: kubeconfigtest.Permissive,
+		Health: HealthOptions{
+			Interval:         interval,
+			RetryInterval:    interval,
+			Timeout:          time.Hour, // a real-time context: never
+			FailureThreshold: 2,
+			DisconnectAfter:  2 * interval, // the third failure
+		},
+		ReconnectBackoff: &wait.Backoff{Duration: backoff},
+		Clock:            clk,
+		Observe: func(_ string, s State, probe *ProbeResult) {
+			if probe != nil {
+				probed <- s
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The member's cluster starts nothing that reaches its server.
+	kc := kubeconfigtest.Build(t, func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) {
+		cl.Server, cl.CertificateAuthorityData, cl.InsecureSkipTLSVerify = "https://127.0.0.1:1", nil, true
+	})
+	creds, err := pool.parse(sha256.Sum256(kc), kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMember("member", creds, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probes := &scriptedProbes{}
+	m.probe = probes.probe
+
+	// expectTimers waits for the prober's next timer, and run's backoff
+	// timer if backoffs is 1, in either order.
+	expectTimers := func(backoffs int) {
+		t.Helper()
+		for probers := 1; probers > 0 || backoffs > 0; {
+			select {
+			case d := <-clk.made:
+				switch {
+				case d == backoff && backoffs > 0:
+					backoffs--
+				case d == backoff:
+					t.Fatal("a reconnection was scheduled without a probe success since the disconnection")
+				case probers > 0:
+					probers--
+				default:
+					t.Fatalf("unexpected timer of %s", d)
+				}
+			case <-engaged:
+				t.Fatal("the member was connected without a probe success since the disconnection")
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no timer within 10s; still waiting for %d of the prober and %d of run", probers, backoffs)
+			}
+		}
+	}
+	// probe lets the prober's interval pass, its probe return err, and
+	// returns the state reported.
+	probe := func(err error, backoffs int) State {
+		t.Helper()
+		probes.fail(err)
+		clk.Step(interval)
+		s := <-probed
+		expectTimers(backoffs)
+		return s
+	}
+	waitEngaged := func() {
+		t.Helper()
+		select {
+		case <-engaged:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the member was not connected within 10s")
+		}
+	}
+	boom := errors.New("connection refused")
+	// disconnect fails probes until the member is torn down, then a few
+	// more.
+	disconnect := func() {
+		t.Helper()
+		for range 3 {
+			probe(boom, 0)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for m.conn.Load() != nil || m.State() != StateDisconnected {
+			if time.Now().After(deadline) {
+				t.Fatalf("not torn down within 10s: %s", m.State())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		for range quiet {
+			probe(boom, 0)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	m.start(ctx)
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			m.stop()
+		}
+	}
+	t.Cleanup(stop)
+	waitEngaged()
+	<-probed // the first probe runs at once, maybe before the connection
+	expectTimers(0)
+	if s := probe(nil, 0); s != StateReady {
+		t.Fatalf("connected, probed: %s, want Ready", s)
+	}
+
+	disconnect()
+	// A probe succeeds: a reconnection is scheduled. Another succeeds
+	// during the backoff wait.
+	if s := probe(nil, 1); s != StateConnecting {
+		t.Fatalf("disconnected, probed: %s, want Connecting", s)
+	}
+	probe(nil, 0)
+	clk.Step(backoff - interval)
+	waitEngaged()
+	if s := probe(nil, 0); s != StateReady {
+		t.Fatalf("reconnected, probed: %s, want Ready", s)
+	}
+
+	// The success during the backoff wait must not reconnect the member
+	// after its next disconnection.
+	disconnect()
+	if s := probe(nil, 1); s != StateConnecting {
+		t.Fatalf("disconnected, probed: %s, want Connecting", s)
+	}
+	probe(nil, 0)
+	clk.Step(backoff - interval)
+	waitEngaged()
+
+	stop()
+	var leaked error
+	for range 100 {
+		if leaked = goleak.Find(baseline); leaked == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal(leaked)
+}
