@@ -63,6 +63,10 @@ type member struct {
 	connLost atomic.Bool
 	// closing is set while a connection is torn down: dials fail.
 	closing atomic.Bool
+	// stopped is set by stop and never cleared: once the member is
+	// stopped, dials fail for ever, even those of a client that outlived
+	// it.
+	stopped atomic.Bool
 
 	// startOnce makes start idempotent; cancel and done are set by start.
 	startOnce sync.Once
@@ -97,7 +101,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	// each resolved address against the policy.
 	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: p.opts.Policy.DialControl}).DialContext
 	m.dialer = connrotation.NewDialer(func(ctx context.Context, network, address string) (net.Conn, error) {
-		if m.closing.Load() {
+		if m.refusing() {
 			return nil, errClosing
 		}
 		c, err := dial(ctx, network, address)
@@ -111,7 +115,13 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &notifyingConn{Conn: c, closed: func() { m.connLost.Store(true) }, closing: m.closing.Load}, nil
+		if m.stopped.Load() {
+			// stop may have closed every connection while this one was
+			// dialled.
+			_ = c.Close()
+			return nil, errClosing
+		}
+		return &notifyingConn{Conn: c, closed: func() { m.connLost.Store(true) }, closing: m.refusing}, nil
 	})
 	rt, err := m.newTransport(creds.config)
 	if err != nil {
@@ -351,8 +361,10 @@ func (c *connection) applyIndexes(ctx context.Context, all []index) error {
 }
 
 // stop cancels the member and waits until everything it started has
-// ended, then closes its connections.
+// ended, then closes its connections. From then on its dialer refuses:
+// a client of the member that outlives it cannot reach the member again.
 func (m *member) stop() {
+	m.stopped.Store(true)
 	m.startOnce.Do(func() { close(m.done) }) // never started: nothing to wait for
 	if m.cancel != nil {
 		m.cancel()
@@ -361,19 +373,25 @@ func (m *member) stop() {
 	m.closeConnections()
 }
 
+// refusing reports whether m's dials fail: while a connection is torn
+// down, and for ever once m is stopped.
+func (m *member) refusing() bool { return m.closing.Load() || m.stopped.Load() }
+
 func (m *member) closeConnections() {
 	m.dialer.CloseAll()
 	m.httpClient.CloseIdleConnections()
 }
 
-// errClosing fails the dials of a member whose connection is torn down.
+// errClosing fails the dials of a member whose connection is torn down,
+// or that is stopped.
 var errClosing = errors.New("member connection closing")
 
 // notifyingConn is a network connection that tells when it is closed.
-// Once its member's connection is closing, it fails reads and writes with
-// errClosing: client-go takes the error of a closed connection for a
-// dropped one and retries a GET after a second, without heeding
-// cancellation, which would hold up the teardown of a hung member.
+// Once its member's connection is closing, or its member is stopped, it
+// fails reads and writes with errClosing: client-go takes the error of a
+// closed connection for a dropped one and retries a GET after a second,
+// without heeding cancellation, which would hold up the teardown of a hung
+// member.
 type notifyingConn struct {
 	net.Conn
 	closed  func()

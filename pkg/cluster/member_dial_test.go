@@ -1,11 +1,18 @@
 package cluster
 
 import (
+	"context"
+	"crypto/sha256"
 	"errors"
 	"net"
 	"testing"
+	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+
+	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 )
 
 func TestClosingConnectionErrorIsNotRetried(t *testing.T) {
@@ -41,5 +48,59 @@ func TestClosingConnectionErrorIsNotRetried(t *testing.T) {
 		if closing && !errors.Is(err, errClosing) {
 			t.Errorf("closing: write error %v, want %v", err, errClosing)
 		}
+	}
+}
+
+func TestStoppedMemberRefusesToDial(t *testing.T) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close()
+	addr := listener.Addr().String()
+	pool, err := NewPool(Options{Engage: func(context.Context, string, cluster.Cluster) {}, Policy: kubeconfigtest.Permissive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := kubeconfigtest.Build(t, func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) {
+		cl.Server, cl.CertificateAuthorityData, cl.InsecureSkipTLSVerify = "https://"+addr, nil, true
+	})
+	creds, err := pool.parse(sha256.Sum256(kc), kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMember("member", creds, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := func() bool {
+		t.Helper()
+		_ = listener.(*net.TCPListener).SetDeadline(time.Now().Add(100 * time.Millisecond))
+		c, err := listener.Accept()
+		if err != nil {
+			return false
+		}
+		_ = c.Close()
+		return true
+	}
+
+	c, err := m.dialer.DialContext(t.Context(), "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	if !accepted() {
+		t.Fatal("the running member's dial reached nothing")
+	}
+	m.stop()
+	// A teardown of a connection ends by allowing dials again; a stopped
+	// member's must stay refused.
+	m.closing.Store(true)
+	m.closing.Store(false)
+	if _, err := m.dialer.DialContext(t.Context(), "tcp", addr); !errors.Is(err, errClosing) {
+		t.Fatalf("a stopped member dialled: %v, want %v", err, errClosing)
+	}
+	if accepted() {
+		t.Fatal("a stopped member's dial reached the server")
 	}
 }

@@ -1,0 +1,78 @@
+package cluster_test
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+)
+
+// A reconciler may ignore its context and keep the client of a member
+// that has since been removed: its requests must fail without reaching
+// the member.
+func TestRemovedMemberNeverDialsAgain(t *testing.T) {
+	needEnvtest(t)
+	raw, err := clientcmd.Load(kubeconfig(t, members[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := raw.Clusters[raw.Contexts[raw.CurrentContext].Cluster]
+	u, err := url.Parse(server.Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := controlplane.StartProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	server.Server = "https://" + proxy.Addr()
+
+	w := newWatcher()
+	defer w.queue.ShutDown()
+	pool := startPool(t, cluster.Options{Engage: w.engage})
+	baseline, sockets := goleak.IgnoreCurrent(), openSockets(t)
+
+	if err := pool.Set(cluster.Registration{ClusterName: "removed", Kubeconfig: kubeconfigtest.Write(t, raw)}); err != nil {
+		t.Fatal(err)
+	}
+	<-w.engaged
+	cl, err := pool.Get("removed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := whoAmI(t.Context(), cl); err != nil {
+		t.Fatalf("before removal: %v", err)
+	}
+
+	if !pool.Remove("removed") {
+		t.Fatal("Remove reported no member")
+	}
+	eventually(t, "the removed member's connections closed", func() bool { return len(proxy.Accepted()) == 0 })
+
+	// A context of its own, as a reconciler that ignores the member's.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if user, err := whoAmI(ctx, cl); err == nil {
+		t.Errorf("a write through a removed member's client succeeded, as %q", user)
+	}
+	if err := cl.GetAPIReader().List(ctx, &corev1.NamespaceList{}); err == nil {
+		t.Error("a read through a removed member's client succeeded")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the requests took %s to fail", d)
+	}
+	if n := len(proxy.Accepted()); n > 0 {
+		t.Errorf("the removed member opened %d connections", n)
+	}
+	waitForBaseline(t, baseline, sockets)
+}
