@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"time"
-
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 )
@@ -17,35 +14,10 @@ const (
 	headOfLineProbes = 15
 )
 
-// proxied returns kubeconfig with its server moved to a proxy in front of
-// it, and the proxy.
-func proxied(kubeconfig []byte) ([]byte, *controlplane.Proxy, error) {
-	raw, err := clientcmd.Load(kubeconfig)
-	if err != nil {
-		return nil, nil, err
-	}
-	server := raw.Clusters[raw.Contexts[raw.CurrentContext].Cluster]
-	u, err := url.Parse(server.Server)
-	if err != nil {
-		return nil, nil, err
-	}
-	proxy, err := controlplane.StartProxy(u.Host)
-	if err != nil {
-		return nil, nil, err
-	}
-	server.Server = "https://" + proxy.Addr()
-	out, err := clientcmd.Write(*raw)
-	if err != nil {
-		proxy.Close()
-		return nil, nil, err
-	}
-	return out, proxy, nil
-}
-
 // benchHeadOfLine measures healthy members' engage latency right after 0,
 // 1 and 5 hung members (TCP accepted, never answered) were registered.
 func (b *bench) benchHeadOfLine(ctx context.Context) error {
-	hung, proxy, err := proxied(b.lab.kubeconfig[0])
+	hung, proxy, err := controlplane.ViaProxy(b.lab.kubeconfig[0])
 	if err != nil {
 		return err
 	}
@@ -107,7 +79,7 @@ func (b *bench) headOfLine(ctx context.Context, hung []byte, hungMembers int) (t
 // benchConnections measures how long a removed member's network
 // connections stay open after its Secret is deleted.
 func (b *bench) benchConnections(ctx context.Context) error {
-	kubeconfig, proxy, err := proxied(b.lab.kubeconfig[1])
+	kubeconfig, proxy, err := controlplane.ViaProxy(b.lab.kubeconfig[1])
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
+
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -39,7 +41,7 @@ func (b *bench) benchOutage(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kubeconfig, proxy, err := proxied(b.lab.kubeconfig[outageServer])
+	kubeconfig, proxy, err := controlplane.ViaProxy(b.lab.kubeconfig[outageServer])
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
 )
 
 const shutdownTable = "Shutdown"
@@ -12,7 +14,7 @@ const shutdownTable = "Shutdown"
 // healthy members engaged, the time from SIGTERM to its exit, without and
 // with 5 hung members registered.
 func (b *bench) benchShutdown(ctx context.Context) error {
-	hung, proxy, err := proxied(b.lab.kubeconfig[0])
+	hung, proxy, err := controlplane.ViaProxy(b.lab.kubeconfig[0])
 	if err != nil {
 		return err
 	}

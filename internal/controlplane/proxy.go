@@ -4,8 +4,11 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/url"
 	"slices"
 	"sync"
+
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Proxy forwards TCP connections on a loopback port of its own to a
@@ -153,4 +156,29 @@ func (p *Proxy) forward(c net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, upstream)
 	p.mu.Unlock()
+}
+
+// ViaProxy returns kubeconfig with the server of its current context moved
+// to a new proxy in front of it, and the proxy, which the caller closes.
+func ViaProxy(kubeconfig []byte) ([]byte, *Proxy, error) {
+	raw, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	server := raw.Clusters[raw.Contexts[raw.CurrentContext].Cluster]
+	u, err := url.Parse(server.Server)
+	if err != nil {
+		return nil, nil, err
+	}
+	proxy, err := StartProxy(u.Host)
+	if err != nil {
+		return nil, nil, err
+	}
+	server.Server = "https://" + proxy.Addr()
+	out, err := clientcmd.Write(*raw)
+	if err != nil {
+		proxy.Close()
+		return nil, nil, err
+	}
+	return out, proxy, nil
 }

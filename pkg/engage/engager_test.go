@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/poll"
+
 	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -120,7 +122,7 @@ func TestEngagerRetriesWithBackoff(t *testing.T) {
 	defer stop()
 
 	// First call fails; the retry waits one second, the next two.
-	waitFor(t, func() bool { return flaky.callsFor("flaky") == 1 && clock.HasWaiters() })
+	poll.Until(t, "engagement", func() bool { return flaky.callsFor("flaky") == 1 && clock.HasWaiters() })
 	if got := e.Engagements("flaky"); len(got) != 1 || got[0].Engaged || got[0].Err == nil {
 		t.Fatalf("after a failed attempt Engagements = %+v, want one, not engaged, with its error", got)
 	}
@@ -129,7 +131,7 @@ func TestEngagerRetriesWithBackoff(t *testing.T) {
 		t.Fatal("retried before the backoff elapsed")
 	}
 	clock.Step(time.Millisecond)
-	waitFor(t, func() bool { return flaky.callsFor("flaky") == 2 && clock.HasWaiters() })
+	poll.Until(t, "engagement", func() bool { return flaky.callsFor("flaky") == 2 && clock.HasWaiters() })
 	clock.Step(2 * time.Second)
 	if got := receive(t, flaky.engaged); got != "flaky" {
 		t.Fatalf("engaged %q, want flaky", got)
@@ -137,7 +139,7 @@ func TestEngagerRetriesWithBackoff(t *testing.T) {
 	if n := flaky.callsFor("flaky"); n != 3 {
 		t.Fatalf("Engage called %d times, want 3", n)
 	}
-	waitFor(t, func() bool {
+	poll.Until(t, "engagement", func() bool {
 		got := e.Engagements("flaky")
 		return len(got) == 1 && got[0].Engaged && got[0].Err == nil
 	})
@@ -149,21 +151,10 @@ func TestEngagerStopsRetryingWhenClusterLeaves(t *testing.T) {
 	never := newAware(1 << 30)
 	e.Add(never)
 	stop := serve(e, "doomed")
-	waitFor(t, func() bool { return clock.HasWaiters() })
+	poll.Until(t, "engagement", func() bool { return clock.HasWaiters() })
 	stop() // returns only once the retry loop has ended
 	if n := never.callsFor("doomed"); n != 1 {
 		t.Fatalf("Engage called %d times, want 1", n)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/poll"
+
 	dto "github.com/prometheus/client_model/go"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -97,7 +99,7 @@ func TestFairQueueMetrics(t *testing.T) {
 	expect("fleet_queue_depth", cluster("a"), 1)
 
 	clk.Step(unfinishedWorkPeriod)
-	fqWaitFor(t, "the unfinished-work update", func() bool {
+	poll.Until(t, "the unfinished-work update", func() bool {
 		v, _, _ := fqMetricValue(t, reg, "workqueue_longest_running_processor_seconds", queue)
 		return v == unfinishedWorkPeriod.Seconds()
 	})
@@ -136,7 +138,7 @@ func TestFairQueueMetricsOfItemsInFlight(t *testing.T) {
 	queue := map[string]string{"name": "gadgets", "controller": "gadgets"}
 	unfinished := func(total, longest float64) {
 		t.Helper()
-		fqWaitFor(t, fmt.Sprintf("unfinished work %vs, longest %vs", total, longest), func() bool {
+		poll.Until(t, fmt.Sprintf("unfinished work %vs, longest %vs", total, longest), func() bool {
 			u, _, _ := fqMetricValue(t, reg, "workqueue_unfinished_work_seconds", queue)
 			l, _, _ := fqMetricValue(t, reg, "workqueue_longest_running_processor_seconds", queue)
 			return u == total && l == longest

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/poll"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/types"
@@ -46,23 +48,10 @@ func newTestFairQueue(t *testing.T, opts Options[Request]) (*Queue[Request], *cl
 	return q, clk
 }
 
-// fqWaitFor polls cond until it holds; it fails the test after a minute.
-// controller-runtime's queue adds through a goroutine and makes waiting
-// items ready on the real clock, and the fair queue's timer goroutine
-// runs on its own: tests wait for counts, not for times.
-func fqWaitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // fqWaitLen waits until q.Len() is n.
 func fqWaitLen(t *testing.T, q workqueue.TypedInterface[Request], n int) {
 	t.Helper()
-	fqWaitFor(t, fmt.Sprintf("Len() == %d", n), func() bool { return q.Len() == n })
+	poll.Until(t, fmt.Sprintf("Len() == %d", n), func() bool { return q.Len() == n })
 }
 
 // ringOrder returns, per priority with a ring, the clusters of the ring
@@ -774,7 +763,7 @@ func TestFairQueueAddAfterOnFakeClock(t *testing.T) {
 		got <- item
 	}()
 	q.AddAfter(fqReq("a", "later"), time.Second)
-	fqWaitFor(t, "the queue's timer", func() bool { return clk.Waiters() == 1 })
+	poll.Until(t, "the queue's timer", func() bool { return clk.Waiters() == 1 })
 
 	clk.Step(time.Second - time.Nanosecond)
 	if n := q.Len(); n != 0 {
