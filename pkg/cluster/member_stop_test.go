@@ -2,16 +2,15 @@ package cluster_test
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/poll"
+
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
-	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 )
 
@@ -20,28 +19,18 @@ import (
 // the member.
 func TestRemovedMemberNeverDialsAgain(t *testing.T) {
 	needEnvtest(t)
-	raw, err := clientcmd.Load(kubeconfig(t, members[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := raw.Clusters[raw.Contexts[raw.CurrentContext].Cluster]
-	u, err := url.Parse(server.Server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := controlplane.StartProxy(u.Host)
+	viaProxy, proxy, err := controlplane.ViaProxy(kubeconfig(t, members[0]))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Close)
-	server.Server = "https://" + proxy.Addr()
 
 	w := newWatcher()
 	defer w.queue.ShutDown()
 	pool := startPool(t, cluster.Options{Engage: w.engage})
 	baseline, sockets := goleak.IgnoreCurrent(), openSockets(t)
 
-	if err := pool.Set(cluster.Registration{ClusterName: "removed", Kubeconfig: kubeconfigtest.Write(t, raw)}); err != nil {
+	if err := pool.Set(cluster.Registration{ClusterName: "removed", Kubeconfig: viaProxy}); err != nil {
 		t.Fatal(err)
 	}
 	<-w.engaged
@@ -56,7 +45,7 @@ func TestRemovedMemberNeverDialsAgain(t *testing.T) {
 	if !pool.Remove("removed") {
 		t.Fatal("Remove reported no member")
 	}
-	eventually(t, "the removed member's connections closed", func() bool { return len(proxy.Accepted()) == 0 })
+	poll.Until(t, "the removed member's connections closed", func() bool { return len(proxy.Accepted()) == 0 })
 
 	// A context of its own, as a reconciler that ignores the member's.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

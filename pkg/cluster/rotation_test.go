@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"net"
-	"net/url"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fleetkube/fleet-manager/internal/poll"
 
 	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 
@@ -152,21 +153,16 @@ func TestPoolRotatesServiceAccountToken(t *testing.T) {
 	}
 
 	// The member is reached through a proxy, which shows its connections.
-	raw, err := clientcmd.Load(kubeconfig(t, env))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kctx := raw.Contexts[raw.CurrentContext]
-	server, err := url.Parse(raw.Clusters[kctx.Cluster].Server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := controlplane.StartProxy(server.Host)
+	viaProxy, proxy, err := controlplane.ViaProxy(kubeconfig(t, env))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Close)
-	raw.Clusters[kctx.Cluster].Server = "https://" + proxy.Addr()
+	raw, err := clientcmd.Load(viaProxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx := raw.Contexts[raw.CurrentContext]
 
 	w := newWatcher()
 	defer w.queue.ShutDown()
@@ -199,7 +195,7 @@ func TestPoolRotatesServiceAccountToken(t *testing.T) {
 	tokenA := mint(secretA)
 	set(tokenA)
 	first := <-w.engaged
-	eventually(t, "member Ready", ready.Load)
+	poll.Until(t, "member Ready", ready.Load)
 	createConfigMap(t, admin, ns, "before", nil)
 	for r := w.next(t); r.Name != "before"; r = w.next(t) {
 	}
@@ -209,20 +205,20 @@ func TestPoolRotatesServiceAccountToken(t *testing.T) {
 		t.Fatal("the member has no connection open")
 	}
 	set(mint(secretB))
-	eventually(t, "connections opened with token A closed, new ones open", func() bool {
+	poll.Until(t, "connections opened with token A closed, new ones open", func() bool {
 		now := proxy.Accepted()
 		return len(now) > 0 && !slices.ContainsFunc(opened, func(c net.Conn) bool { return slices.Contains(now, c) })
 	})
 	if err := admin.Delete(ctx, secretA); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "token A revoked", func() bool { return apierrors.IsUnauthorized(review(ctx, env.Config, tokenA)) })
+	poll.Until(t, "token A revoked", func() bool { return apierrors.IsUnauthorized(review(ctx, env.Config, tokenA)) })
 
 	createConfigMap(t, admin, ns, "after", nil)
 	for r := w.next(t); r.Name != "after"; r = w.next(t) {
 	}
 	probed := probesOK.Load()
-	eventually(t, "three more probes succeed", func() bool { return probesOK.Load() >= probed+3 })
+	poll.Until(t, "three more probes succeed", func() bool { return probesOK.Load() >= probed+3 })
 	if n := leftReady.Load(); n > 0 {
 		t.Fatalf("the member left Ready on %d probes", n)
 	}
@@ -258,7 +254,7 @@ func TestPoolRotatesClientCertificate(t *testing.T) {
 	}
 	// Rotation closed every connection made with the old certificate, so
 	// no request can succeed with it.
-	eventually(t, "the member authenticates again", func() bool {
+	poll.Until(t, "the member authenticates again", func() bool {
 		user, err := whoAmI(ctx, first.cl)
 		if err == nil && user != "rotation-two" {
 			t.Fatalf("after rotation the member authenticated as %q, want rotation-two", user)
@@ -313,18 +309,6 @@ func whoAmI(ctx context.Context, cl crcluster.Cluster) (string, error) {
 		return "", err
 	}
 	return r.Status.UserInfo.Username, nil
-}
-
-// eventually polls cond until it holds, and fails the test after a minute.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within a minute: %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // messages records the messages a logger logs.
