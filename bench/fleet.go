@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +76,9 @@ func startFleet(hub *rest.Config, cfg fleetConfig) (*benchFleet, error) {
 		},
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := membercluster.Add(mgr); err != nil {
 		return nil, err
 	}
 	name := fmt.Sprintf("bench-%d", controllerIDs.Add(1))

@@ -138,6 +138,10 @@ const MaxRecentTransitions = 10
 // server accepts, in characters; writers shorten longer errors.
 const MaxLastErrorLength = 1024
 
+// FleetLabel is set on every MemberCluster a manager keeps, to its fleet
+// namespace. A manager touches only the MemberClusters of its own fleet.
+const FleetLabel = "fleet.fleetkube.io/fleet"
+
 // MaxServerVersionLength is the longest MemberClusterStatus.ServerVersion
 // the API accepts; the manager cuts a longer one.
 const MaxServerVersionLength = 64

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -229,6 +231,9 @@ func (d *demo) newManager(hubCfg *rest.Config) (*fleet.Manager, error) {
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("creating the fleet manager: %w", err)
+	}
+	if err := membercluster.Add(mgr); err != nil {
+		return nil, fmt.Errorf("adding the MemberCluster controller: %w", err)
 	}
 	reporter := &configmapreport.Reconciler{Fleet: mgr, Report: d.report}
 	inDemo := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == demoNamespace })

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
+
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
@@ -91,6 +93,9 @@ func runCommand(args []string, stderr io.Writer) error {
 	})
 	if err != nil {
 		return fmt.Errorf("creating the fleet manager: %w", err)
+	}
+	if err := membercluster.Add(mgr); err != nil {
+		return fmt.Errorf("adding the MemberCluster controller: %w", err)
 	}
 	// Only the process itself is checked: a member being down must never
 	// make this replica unready.

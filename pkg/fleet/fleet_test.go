@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
@@ -151,6 +153,9 @@ func startFleetWith(t *testing.T, configure func(o *fleet.Options)) *fleetEnv {
 	}
 	mgr, err := fleet.New(hub.Config, opts)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := membercluster.Add(mgr); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())

@@ -9,7 +9,6 @@ import (
 
 	"github.com/fleetkube/fleet-manager/internal/fleetmetrics"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -152,13 +151,6 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 			return nil, err
 		}
 	}
-	if _, err := hub.GetRESTMapper().RESTMapping(fleetv1alpha1.GroupVersion.WithKind("MemberCluster").GroupKind(), fleetv1alpha1.GroupVersion.Version); meta.IsNoMatchError(err) {
-		log.Info("The hub has no MemberCluster CRD: member status is not written (install deploy/crd)")
-		return m, nil
-	}
-	if err := addMemberClusters(m); err != nil {
-		return nil, err
-	}
 	return m, nil
 }
 
@@ -218,6 +210,9 @@ func (m *Manager) Registry() *registry.Registry { return m.registry }
 
 // Namespace returns the fleet namespace, which names the fleet.
 func (m *Manager) Namespace() string { return m.namespace }
+
+// MemberHealth returns how members are probed, defaults filled in.
+func (m *Manager) MemberHealth() cluster.HealthOptions { return m.pool.HealthOptions() }
 
 // Engagements returns where each fleet controller stands with cluster
 // clusterName.

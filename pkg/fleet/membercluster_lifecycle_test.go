@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -61,6 +63,9 @@ func newFleetOn(t *testing.T, ns string, configure func(o *fleet.Options)) *runn
 	}
 	mgr, err := fleet.New(hub.Config, opts)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := membercluster.Add(mgr); err != nil {
 		t.Fatal(err)
 	}
 	r := &runningFleet{fleetEnv: &fleetEnv{mgr: mgr, namespace: ns, logs: logs}}
@@ -258,8 +263,8 @@ func (o *mcObserver) record(event watch.EventType, mc *fleetv1alpha1.MemberClust
 	if uids := o.uids[mc.Name]; len(uids) == 0 || uids[len(uids)-1] != mc.UID {
 		o.uids[mc.Name] = append(uids, mc.UID)
 	}
-	if fleets := o.fleets[mc.Name]; len(fleets) == 0 || fleets[len(fleets)-1] != mc.Labels[fleet.FleetLabel] {
-		o.fleets[mc.Name] = append(fleets, mc.Labels[fleet.FleetLabel])
+	if fleets := o.fleets[mc.Name]; len(fleets) == 0 || fleets[len(fleets)-1] != mc.Labels[fleetv1alpha1.FleetLabel] {
+		o.fleets[mc.Name] = append(fleets, mc.Labels[fleetv1alpha1.FleetLabel])
 	}
 	switch event {
 	case watch.Added:
@@ -387,8 +392,8 @@ func TestLeaderHandoffKeepsMemberClusters(t *testing.T) {
 	before := map[string]*fleetv1alpha1.MemberCluster{}
 	for _, name := range names {
 		before[name] = readyFor(t, name, "lh-first")
-		if before[name].Labels[fleet.FleetLabel] != ns {
-			t.Fatalf("MemberCluster %s has fleet label %q, want %q", name, before[name].Labels[fleet.FleetLabel], ns)
+		if before[name].Labels[fleetv1alpha1.FleetLabel] != ns {
+			t.Fatalf("MemberCluster %s has fleet label %q, want %q", name, before[name].Labels[fleetv1alpha1.FleetLabel], ns)
 		}
 	}
 	o := observeMemberClusters(t, names...)
@@ -513,8 +518,8 @@ func TestTwoFleetsOnOneHub(t *testing.T) {
 		if err := hubClient.Get(t.Context(), types.NamespacedName{Name: name}, mc); err != nil {
 			t.Fatalf("MemberCluster %s: %v", name, err)
 		}
-		if mc.Labels[fleet.FleetLabel] != f.namespace || mc.Spec.SecretRef.Namespace != f.namespace {
-			t.Errorf("MemberCluster %s has fleet label %q and Secret %s/%s; want fleet %s's", name, mc.Labels[fleet.FleetLabel], mc.Spec.SecretRef.Namespace, mc.Spec.SecretRef.Name, f.namespace)
+		if mc.Labels[fleetv1alpha1.FleetLabel] != f.namespace || mc.Spec.SecretRef.Namespace != f.namespace {
+			t.Errorf("MemberCluster %s has fleet label %q and Secret %s/%s; want fleet %s's", name, mc.Labels[fleetv1alpha1.FleetLabel], mc.Spec.SecretRef.Namespace, mc.Spec.SecretRef.Name, f.namespace)
 		}
 	}
 }
@@ -531,7 +536,7 @@ func TestUnreadableSecretKeepsItsMemberCluster(t *testing.T) {
 		return condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) == metav1.ConditionFalse
 	})
 	accepted := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsAccepted)
-	if accepted.Reason != "MissingKubeconfig" || condition(mc, fleetv1alpha1.ConditionReady) != metav1.ConditionFalse || mc.Labels[fleet.FleetLabel] != f.namespace {
+	if accepted.Reason != "MissingKubeconfig" || condition(mc, fleetv1alpha1.ConditionReady) != metav1.ConditionFalse || mc.Labels[fleetv1alpha1.FleetLabel] != f.namespace {
 		t.Fatalf("MemberCluster ur-member has labels %v and conditions %+v; want fleet %s, CredentialsAccepted False for MissingKubeconfig, and not Ready",
 			mc.Labels, mc.Status.Conditions, f.namespace)
 	}

@@ -1,4 +1,4 @@
-package fleet
+package membercluster
 
 import (
 	"context"
@@ -25,6 +25,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -32,10 +33,6 @@ import (
 // causes a status write: every probe would be a write per member every
 // few seconds.
 const probeTimeRefresh = 30 * time.Second
-
-// FleetLabel is set on every MemberCluster a manager keeps, to its fleet
-// namespace. A manager touches only the MemberClusters of its own fleet.
-const FleetLabel = "fleet.fleetkube.io/fleet"
 
 // maxVersionBytes bounds the /version body read from a member.
 const maxVersionBytes = 16 << 10
@@ -47,7 +44,7 @@ const maxVersionBytes = 16 << 10
 // so a manager that starts, or becomes leader, deletes nothing that its
 // registrations still claim.
 type memberClusters struct {
-	m        *Manager
+	m        *fleet.Manager
 	client   client.Client
 	recorder events.EventRecorder
 
@@ -57,7 +54,13 @@ type memberClusters struct {
 	versions map[string]string
 }
 
-func addMemberClusters(m *Manager) error {
+// Add adds the MemberCluster controller to mgr. A hub without the
+// MemberCluster CRD gets none: Add logs that and returns nil.
+func Add(m *fleet.Manager) error {
+	if _, err := m.GetRESTMapper().RESTMapping(fleetv1alpha1.GroupVersion.WithKind("MemberCluster").GroupKind(), fleetv1alpha1.GroupVersion.Version); meta.IsNoMatchError(err) {
+		m.GetLogger().Info("The hub has no MemberCluster CRD: member status is not written (install deploy/crd)")
+		return nil
+	}
 	mc := &memberClusters{
 		m:        m,
 		client:   m.GetClient(),
@@ -67,18 +70,18 @@ func addMemberClusters(m *Manager) error {
 	return builder.ControllerManagedBy(m.Manager).
 		Named("fleet-memberclusters").
 		For(&fleetv1alpha1.MemberCluster{}).
-		WatchesRawSource(m.registry.Source()).
+		WatchesRawSource(m.Registry().Source()).
 		Complete(mc)
 }
 
 func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	select {
-	case <-mc.m.registry.Synced():
+	case <-mc.m.Registry().Synced():
 	case <-ctx.Done():
 		return reconcile.Result{}, nil
 	}
 	name := req.Name
-	c, registered := mc.m.registry.Get(name)
+	c, registered := mc.m.Registry().Get(name)
 	obj := &fleetv1alpha1.MemberCluster{}
 	err := mc.client.Get(ctx, req.NamespacedName, obj)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -87,7 +90,7 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	exists := err == nil
 	if exists && !mc.ours(obj, registered) {
 		if registered {
-			logf.FromContext(ctx).Info("A MemberCluster of another fleet has this cluster's name: leaving it alone", "cluster", name, "fleet", obj.Labels[FleetLabel])
+			logf.FromContext(ctx).Info("A MemberCluster of another fleet has this cluster's name: leaving it alone", "cluster", name, "fleet", obj.Labels[fleetv1alpha1.FleetLabel])
 		}
 		return reconcile.Result{}, nil
 	}
@@ -109,7 +112,7 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	if want.Labels == nil {
 		want.Labels = map[string]string{}
 	}
-	want.Labels[FleetLabel] = mc.m.namespace
+	want.Labels[fleetv1alpha1.FleetLabel] = mc.m.Namespace()
 	want.Spec.SecretRef = fleetv1alpha1.SecretReference{
 		Namespace: claim.Source.Namespace, Name: claim.Source.Name, Format: fleetv1alpha1.RegistrationFormat(claim.Source.Format),
 	}
@@ -145,11 +148,11 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 // without a fleet label, written before there was one, is adopted when this
 // fleet registers its name.
 func (mc *memberClusters) ours(obj *fleetv1alpha1.MemberCluster, registered bool) bool {
-	fleet, labelled := obj.Labels[FleetLabel]
+	fleet, labelled := obj.Labels[fleetv1alpha1.FleetLabel]
 	if !labelled {
 		return registered
 	}
-	return fleet == mc.m.namespace
+	return fleet == mc.m.Namespace()
 }
 
 // setStatus fills status from c, its registration and member state, and
@@ -214,7 +217,7 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 // the member, keeping the transition time of unchanged conditions.
 func (mc *memberClusters) controllerConditions(name string, old []fleetv1alpha1.ControllerCondition, now metav1.Time) []fleetv1alpha1.ControllerCondition {
 	var out []fleetv1alpha1.ControllerCondition
-	for _, e := range mc.m.engager.Engagements(name) {
+	for _, e := range mc.m.Engagements(name) {
 		c := fleetv1alpha1.ControllerCondition{Name: e.Aware, Status: metav1.ConditionTrue, Reason: fleetv1alpha1.ReasonEngaged, LastTransitionTime: now}
 		if !e.Engaged {
 			c.Status, c.Reason, c.Message = metav1.ConditionFalse, fleetv1alpha1.ReasonEngageFailed, "not engaged yet"
@@ -245,11 +248,11 @@ func (mc *memberClusters) serverVersion(ctx context.Context, name string, ready 
 	if known || !ready {
 		return gitVersion
 	}
-	cl, err := mc.m.pool.Get(name)
+	cl, err := mc.m.GetCluster(ctx, name)
 	if err != nil {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(ctx, mc.m.pool.HealthOptions().Timeout)
+	ctx, cancel := context.WithTimeout(ctx, mc.m.MemberHealth().Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cl.GetConfig().Host, "/")+"/version", nil)
 	if err != nil {
