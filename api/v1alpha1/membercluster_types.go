@@ -26,6 +26,9 @@ const (
 	FormatArgoCD RegistrationFormat = "argocd"
 )
 
+// RegistrationFormats are every RegistrationFormat.
+var RegistrationFormats = []RegistrationFormat{FormatNative, FormatMulticlusterRuntime, FormatClusterAPI, FormatArgoCD}
+
 // MemberState is where a member cluster is in its life:
 // Pending → Connecting → Ready ⇄ Unhealthy → Disconnected → Connecting …
 // A removed member has no MemberCluster.

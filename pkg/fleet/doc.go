@@ -21,9 +21,9 @@
 //     change, and makes the per-cluster metrics on controller-runtime's
 //     registry follow the registry (a cluster that is removed or refused
 //     has no series);
-//   - the MemberCluster controller, which keeps one MemberCluster per
-//     registered cluster of its fleet (label fleet.fleetkube.io/fleet) when
-//     the hub has the CRD, and deletes none before the registry synced.
+//   - the fleet controllers built on it, such as the MemberCluster
+//     controller (package controllers/membercluster), added with their
+//     own Add.
 //
 // # Usage
 //

@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 
+	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
+
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,6 +24,11 @@ func Example() {
 	mgr, err := fleet.New(ctrl.GetConfigOrDie(), fleet.Options{Namespace: "fleet-system"})
 	if err != nil {
 		log.Error(err, "Creating the fleet manager")
+		os.Exit(1)
+	}
+	// Optional: keep a MemberCluster per member on the hub, as fleet-manager run does.
+	if err := membercluster.Add(mgr); err != nil {
+		log.Error(err, "Adding the MemberCluster controller")
 		os.Exit(1)
 	}
 

@@ -118,6 +118,11 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	formats := append([]registry.Format{registry.NativeFormat(opts.Namespace)}, opts.SecretFormats...)
+	for _, f := range formats {
+		if !slices.Contains(fleetv1alpha1.RegistrationFormats, fleetv1alpha1.RegistrationFormat(f.Name)) {
+			return nil, fmt.Errorf("registration format %q: the name must be one of %v, which MemberClusters can record", f.Name, fleetv1alpha1.RegistrationFormats)
+		}
+	}
 	if m.registry, err = registry.NewWithSecrets(hub, formats, hub.GetControllerOptions().MaxConcurrentReconciles); err != nil {
 		return nil, err
 	}
