@@ -11,6 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 
 	corev1 "k8s.io/api/core/v1"
@@ -171,7 +174,24 @@ func (d *demo) run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	return d.wait(ctx, mgrStopped)
+	return d.wait(ctx, mgr, mgrStopped)
+}
+
+// showMemberClusters waits until every member's MemberCluster on the hub is
+// Ready, and says so.
+func (d *demo) showMemberClusters(ctx context.Context, mgr *fleet.Manager) error {
+	for _, name := range demoMembers {
+		mc := &fleetv1alpha1.MemberCluster{}
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, d.flags.timeout, true, func(ctx context.Context) (bool, error) {
+			err := mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: name}, mc)
+			return err == nil && mc.Status.State == fleetv1alpha1.MemberStateReady, nil
+		})
+		if err != nil {
+			return fmt.Errorf("MemberCluster %s is not Ready: %w", name, err)
+		}
+		d.say("MemberCluster %s is Ready", name)
+	}
+	return nil
 }
 
 // startAPIServers starts one control plane per name, in parallel.
@@ -282,7 +302,7 @@ func (d *demo) createConfigMap(ctx context.Context, cfg *rest.Config, name strin
 // wait waits until every member reported its ConfigMap, then, unless
 // exitWhenDone is set, until ctx ends. A manager that stops on its own
 // ends the wait with an error.
-func (d *demo) wait(ctx context.Context, mgrStopped <-chan struct{}) error {
+func (d *demo) wait(ctx context.Context, mgr *fleet.Manager, mgrStopped <-chan struct{}) error {
 	errStopped := errors.New("the fleet manager stopped on its own")
 	var timeout <-chan time.Time
 	if d.flags.exitWhenDone {
@@ -298,6 +318,9 @@ func (d *demo) wait(ctx context.Context, mgrStopped <-chan struct{}) error {
 		return fmt.Errorf("the ConfigMaps were not all reconciled within %s", d.flags.timeout)
 	case <-mgrStopped:
 		return errStopped
+	}
+	if err := d.showMemberClusters(ctx, mgr); err != nil {
+		return err
 	}
 	if d.flags.exitWhenDone {
 		d.say("every member reported %s/%s", demoNamespace, demoConfigMap)
