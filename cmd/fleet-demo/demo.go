@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/cli"
+
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -60,7 +62,7 @@ type demoFlags struct {
 // the demo's sentences go to stdout.
 func demoCommand(args []string, stderr io.Writer) error {
 	var f demoFlags
-	fs := newFlagSet(stderr, &f.zap)
+	fs := cli.NewFlagSet("fleet-demo", stderr, &f.zap)
 	// Logs go to stderr, plain and at error level unless the flags say
 	// otherwise, so that the demo's own sentences on stdout stay readable.
 	for name, value := range demoLogDefaults {
@@ -70,13 +72,13 @@ func demoCommand(args []string, stderr io.Writer) error {
 	}
 	fs.BoolVar(&f.exitWhenDone, "exit-when-done", false, "Exit once every member's ConfigMap was reconciled, instead of waiting for Ctrl-C.")
 	fs.DurationVar(&f.timeout, "timeout", 3*time.Minute, "With -exit-when-done, fail if the ConfigMaps are not all reconciled within this time.")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if f.timeout <= 0 {
-		return usageErrorf(fs, "-timeout must be positive")
+		return cli.UsageErrorf(fs, "-timeout must be positive")
 	}
-	setupLogging(&f.zap)
+	cli.SetupLogging(&f.zap)
 
 	// Unlike ctrl.SetupSignalHandler, a second signal does not exit at
 	// once: the API servers run in their own process groups, and exiting

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/cli"
+
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -59,7 +61,7 @@ func runCommand(args []string, stderr io.Writer) error {
 		return err
 	}
 
-	log := setupLogging(&f.zap).WithName("setup")
+	log := cli.SetupLogging(&f.zap).WithName("setup")
 	cfg, err := hubConfig(f.hubKubeconfig)
 	if err != nil {
 		return fmt.Errorf("loading the hub kubeconfig: %w", err)
@@ -115,11 +117,11 @@ func runCommand(args []string, stderr io.Writer) error {
 }
 
 // parseRunFlags parses and checks the flags of run. Bad usage is printed
-// to stderr and returned as errUsage.
+// to stderr and returned as cli.ErrUsage.
 func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	var f runFlags
 	var capiNamespaces string
-	fs := newFlagSet("run", stderr, &f.zap)
+	fs := cli.NewFlagSet("fleet-manager run", stderr, &f.zap)
 	fs.StringVar(&f.hubKubeconfig, "hub-kubeconfig", "", "Path to the hub's kubeconfig. Default: the in-cluster config, else $KUBECONFIG and the default loading rules.")
 	fs.StringVar(&f.namespace, "namespace", fleet.DefaultNamespace, "Fleet namespace on the hub: where native (and multicluster-runtime) registration Secrets and the leader election Lease live.")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", `Address the metrics endpoint binds to; "0" disables it.`)
@@ -147,17 +149,17 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.StringVar(&capiNamespaces, "capi-namespaces", "", "With -capi-secrets, the comma-separated namespaces to read Cluster API Secrets from. Default: all namespaces.")
 	fs.BoolVar(&f.argoCDSecrets, "argocd-secrets", false, "Also register Argo CD cluster Secrets. Default: off.")
 	fs.StringVar(&f.argoCDNamespace, "argocd-namespace", "argocd", "With -argocd-secrets, the namespace to read Argo CD cluster Secrets from.")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return f, err
 	}
 
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	if set["capi-namespaces"] && !f.capiSecrets {
-		return f, usageErrorf(fs, "-capi-namespaces needs -capi-secrets, which enables the format it configures")
+		return f, cli.UsageErrorf(fs, "-capi-namespaces needs -capi-secrets, which enables the format it configures")
 	}
 	if set["argocd-namespace"] && !f.argoCDSecrets {
-		return f, usageErrorf(fs, "-argocd-namespace needs -argocd-secrets, which enables the format it configures")
+		return f, cli.UsageErrorf(fs, "-argocd-namespace needs -argocd-secrets, which enables the format it configures")
 	}
 	if capiNamespaces != "" {
 		f.capiNamespaces = strings.Split(capiNamespaces, ",")
@@ -172,13 +174,13 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 		return f, err
 	}
 	if f.memberQPS <= 0 || f.memberBurst <= 0 {
-		return f, usageErrorf(fs, "-member-qps and -member-burst must be positive")
+		return f, cli.UsageErrorf(fs, "-member-qps and -member-burst must be positive")
 	}
 	if f.cacheSyncTimeout <= 0 {
-		return f, usageErrorf(fs, "-cache-sync-timeout must be positive")
+		return f, cli.UsageErrorf(fs, "-cache-sync-timeout must be positive")
 	}
 	if f.health.Interval <= 0 || f.health.RetryInterval <= 0 || f.health.Timeout <= 0 || f.health.FailureThreshold <= 0 || f.health.DisconnectAfter <= 0 {
-		return f, usageErrorf(fs, "-probe-interval, -probe-retry-interval, -probe-timeout, -probe-failure-threshold and -disconnect-after must be positive")
+		return f, cli.UsageErrorf(fs, "-probe-interval, -probe-retry-interval, -probe-timeout, -probe-failure-threshold and -disconnect-after must be positive")
 	}
 	return f, nil
 }
@@ -188,7 +190,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 func checkNamespaces(fs *flag.FlagSet, flagName string, names ...string) error {
 	for _, name := range names {
 		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-			return usageErrorf(fs, "invalid value %q for flag -%s: %s", name, flagName, errs[0])
+			return cli.UsageErrorf(fs, "invalid value %q for flag -%s: %s", name, flagName, errs[0])
 		}
 	}
 	return nil

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/cli"
+
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
@@ -84,8 +86,8 @@ func TestRunUsageErrors(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			if _, err := parseRunFlags(tc.args, &stderr); !errors.Is(err, errUsage) {
-				t.Errorf("parseRunFlags: got %v, want errUsage", err)
+			if _, err := parseRunFlags(tc.args, &stderr); !errors.Is(err, cli.ErrUsage) {
+				t.Errorf("parseRunFlags: got %v, want cli.ErrUsage", err)
 			}
 			if !strings.Contains(stderr.String(), tc.want) {
 				t.Errorf("stderr = %q, want it to contain %q", stderr.String(), tc.want)

@@ -1,0 +1,57 @@
+// Package cli holds what the project's commands share: flag parsing that
+// tells usage errors apart, and the logger setup.
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+// ErrUsage is returned for bad usage, which the command has explained.
+var ErrUsage = errors.New("bad usage")
+
+// NewFlagSet returns a flag set named name that returns its errors, and
+// binds the zap logger's flags to zapOpts.
+func NewFlagSet(name string, stderr io.Writer, zapOpts *zap.Options) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	zapOpts.BindFlags(fs)
+	return fs
+}
+
+// Parse parses args into fs and refuses positional arguments. The flag
+// package has already printed what was wrong, with the usage.
+func Parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return ErrUsage
+	}
+	if fs.NArg() > 0 {
+		return UsageErrorf(fs, "unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// UsageErrorf prints a usage error and where to find the usage.
+func UsageErrorf(fs *flag.FlagSet, format string, args ...any) error {
+	fmt.Fprintf(fs.Output(), "%s: %s\nRun \"%s -h\" for usage.\n", fs.Name(), fmt.Sprintf(format, args...), fs.Name())
+	return ErrUsage
+}
+
+// SetupLogging makes the logger zapOpts describe controller-runtime's and
+// klog's logger, and returns it.
+func SetupLogging(zapOpts *zap.Options) logr.Logger {
+	log := zap.New(zap.UseFlagOptions(zapOpts))
+	ctrl.SetLogger(log)
+	klog.SetLogger(log)
+	return log
+}
