@@ -19,23 +19,11 @@
 package main
 
 import (
-	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"os"
 
 	"github.com/fleetkube/fleet-manager/internal/cli"
 )
-
-// Exit codes.
-const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
-)
-
-// cli.ErrUsage reports bad usage whose message was already printed.
 
 func main() {
 	os.Exit(execute(os.Args[1:], os.Stderr))
@@ -44,13 +32,5 @@ func main() {
 // execute runs the demo with args and returns the exit code.
 func execute(args []string, stderr io.Writer) int {
 	err := demoCommand(args, stderr)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return exitOK
-	case errors.Is(err, cli.ErrUsage):
-		return exitUsage
-	default:
-		fmt.Fprintf(stderr, "fleet-demo: %v\n", err)
-		return exitError
-	}
+	return cli.ExitCode("fleet-demo", err, stderr)
 }

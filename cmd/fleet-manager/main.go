@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -10,15 +8,6 @@ import (
 
 	"github.com/fleetkube/fleet-manager/internal/cli"
 )
-
-// Exit codes.
-const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
-)
-
-// cli.ErrUsage reports bad usage whose message was already printed.
 
 func main() {
 	os.Exit(execute(os.Args[1:], os.Stderr))
@@ -37,21 +26,13 @@ func execute(args []string, stderr io.Writer) int {
 		err = runCommand(args, stderr)
 	case "help":
 		printUsage(stderr)
-		return exitOK
+		return cli.ExitOK
 	default:
 		fmt.Fprintf(stderr, "fleet-manager: unknown command %q\n\n", name)
 		printUsage(stderr)
-		return exitUsage
+		return cli.ExitUsage
 	}
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return exitOK
-	case errors.Is(err, cli.ErrUsage):
-		return exitUsage
-	default:
-		fmt.Fprintf(stderr, "fleet-manager %s: %v\n", name, err)
-		return exitError
-	}
+	return cli.ExitCode("fleet-manager "+name, err, stderr)
 }
 
 func printUsage(w io.Writer) {

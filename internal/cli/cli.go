@@ -55,3 +55,24 @@ func SetupLogging(zapOpts *zap.Options) logr.Logger {
 	klog.SetLogger(log)
 	return log
 }
+
+// Exit codes of the project's commands.
+const (
+	ExitOK    = 0
+	ExitError = 1
+	ExitUsage = 2
+)
+
+// ExitCode returns the exit code for what command returned, and prints an
+// error that is not about usage, which the command has already explained.
+func ExitCode(command string, err error, stderr io.Writer) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return ExitOK
+	case errors.Is(err, ErrUsage):
+		return ExitUsage
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", command, err)
+		return ExitError
+	}
+}

@@ -3,6 +3,8 @@
 package poll
 
 import (
+	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -20,4 +22,22 @@ func Until(tb testing.TB, what string, cond func() bool) {
 			tb.Fatalf("not within %s: %s", Timeout, what)
 		}
 	}
+}
+
+// OpenSockets counts this process's open sockets, for tests that wait
+// until a removed member's connections are gone. It skips the test where
+// /proc cannot be read.
+func OpenSockets(tb testing.TB) int {
+	tb.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		tb.Skipf("cannot count sockets: %v", err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(target, "socket:") {
+			n++
+		}
+	}
+	return n
 }

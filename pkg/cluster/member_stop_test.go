@@ -28,7 +28,7 @@ func TestRemovedMemberNeverDialsAgain(t *testing.T) {
 	w := newWatcher()
 	defer w.queue.ShutDown()
 	pool := startPool(t, cluster.Options{Engage: w.engage})
-	baseline, sockets := goleak.IgnoreCurrent(), openSockets(t)
+	baseline, sockets := goleak.IgnoreCurrent(), poll.OpenSockets(t)
 
 	if err := pool.Set(cluster.Registration{ClusterName: "removed", Kubeconfig: viaProxy}); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/poll"
+
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -160,7 +162,7 @@ func TestPoolRemoveLeavesNothingBehind(t *testing.T) {
 	w := newWatcher()
 	defer w.queue.ShutDown()
 	pool := startPool(t, cluster.Options{Engage: w.engage})
-	baseline, sockets := goleak.IgnoreCurrent(), openSockets(t)
+	baseline, sockets := goleak.IgnoreCurrent(), poll.OpenSockets(t)
 
 	if err := pool.Set(cluster.Registration{ClusterName: "leak-check", Kubeconfig: kc}); err != nil {
 		t.Fatal(err)
@@ -188,12 +190,12 @@ func waitForBaseline(t *testing.T, baseline goleak.Option, sockets int) {
 	var leaked error
 	for range 100 {
 		leaked = goleak.Find(baseline, goleak.IgnoreTopFunction("time.Sleep"))
-		if leaked == nil && openSockets(t) <= sockets {
+		if leaked == nil && poll.OpenSockets(t) <= sockets {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("%d sockets open, %d before; goroutines: %v", openSockets(t), sockets, leaked)
+	t.Fatalf("%d sockets open, %d before; goroutines: %v", poll.OpenSockets(t), sockets, leaked)
 }
 
 func TestPoolSetReplacesOnlyOnChange(t *testing.T) {
@@ -282,29 +284,13 @@ func TestPoolRefusesBadRegistrations(t *testing.T) {
 	}
 }
 
-// openSockets counts this process's open sockets.
-func openSockets(t *testing.T) int {
-	t.Helper()
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("cannot count sockets: %v", err)
-	}
-	n := 0
-	for _, fd := range fds {
-		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(target, "socket:") {
-			n++
-		}
-	}
-	return n
-}
-
 func TestPoolChurnReturnsToBaseline(t *testing.T) {
 	needEnvtest(t)
 	kc := kubeconfig(t, members[0])
 	w := newWatcher()
 	defer w.queue.ShutDown()
 	pool := startPool(t, cluster.Options{Engage: w.engage})
-	baseline, sockets := goleak.IgnoreCurrent(), openSockets(t)
+	baseline, sockets := goleak.IgnoreCurrent(), poll.OpenSockets(t)
 
 	for range 50 {
 		if err := pool.Set(cluster.Registration{ClusterName: "churn", Kubeconfig: kc}); err != nil {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/poll"
+
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -59,7 +61,7 @@ func TestHubObjectFansOutToEveryEngagedMember(t *testing.T) {
 	if err := hubClient.Delete(t.Context(), gone); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "fan-gone disengaged", func() bool { return !slices.Contains(f.mgr.ClusterNames(), "fan-gone") })
+	poll.Until(t, "fan-gone disengaged", func() bool { return !slices.Contains(f.mgr.ClusterNames(), "fan-gone") })
 
 	createConfigMap(t, hubClient, "fanout", "announce")
 	createConfigMap(t, hubClient, "fanout", "barrier")

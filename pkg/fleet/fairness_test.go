@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fleetkube/fleet-manager/internal/poll"
+
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,13 +80,13 @@ func TestQuietMemberIsNotStarvedByANoisyOne(t *testing.T) {
 	}
 	wg.Wait()
 	// One request is with the held worker; the rest are queued.
-	eventually(t, "the noisy backlog queued", func() bool { return queueDepth(t, "flood", "noisy") >= backlog-1 })
+	poll.Until(t, "the noisy backlog queued", func() bool { return queueDepth(t, "flood", "noisy") >= backlog-1 })
 	createConfigMap(t, memberClients[1], "flood", "whisper")
-	eventually(t, "the quiet request queued", func() bool { return queueDepth(t, "flood", "quiet") == 1 })
+	poll.Until(t, "the quiet request queued", func() bool { return queueDepth(t, "flood", "quiet") == 1 })
 	close(gate)
 
 	quiet := request("quiet", "flood", "whisper")
-	eventually(t, "the quiet request reconciled", func() bool {
+	poll.Until(t, "the quiet request reconciled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Contains(order, quiet)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
+	"github.com/fleetkube/fleet-manager/internal/poll"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
@@ -27,15 +27,11 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -128,46 +124,13 @@ func startFleet(t *testing.T) *fleetEnv {
 	return startFleetWith(t, nil)
 }
 
-// startFleetWith starts a fleet whose options configure adjusts; it is
-// given the fleet's namespace.
+// startFleetWith starts a fleet, on a fleet namespace of its own, whose
+// options configure adjusts; it is stopped when the test ends.
 func startFleetWith(t *testing.T, configure func(o *fleet.Options)) *fleetEnv {
 	t.Helper()
-	if hub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
-	ns := fmt.Sprintf("fleet-%d", fleetNamespaces.Add(1))
-	createNamespace(t, hubClient, ns)
-	logs := &logLines{}
-	opts := fleet.Options{
-		Options: manager.Options{
-			Logger:                 logs.logger(),
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-			// Every test runs a manager with the same built-in controller.
-			Controller: config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: 30 * time.Second},
-		},
-		Namespace: ns,
-	}
-	if configure != nil {
-		configure(&opts)
-	}
-	mgr, err := fleet.New(hub.Config, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := membercluster.Add(mgr); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
-	return &fleetEnv{mgr: mgr, namespace: ns, logs: logs}
+	f := newFleetOn(t, mclNamespace(t), configure)
+	f.start(t)
+	return f.fleetEnv
 }
 
 func (f *fleetEnv) register(t *testing.T, name string, kubeconfig []byte) *corev1.Secret {
@@ -186,7 +149,7 @@ func (f *fleetEnv) register(t *testing.T, name string, kubeconfig []byte) *corev
 // the named clusters.
 func (f *fleetEnv) waitEngaged(t *testing.T, names ...string) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("clusters %v engaged", names), func() bool {
+	poll.Until(t, fmt.Sprintf("clusters %v engaged", names), func() bool {
 		engaged := f.mgr.ClusterNames()
 		for _, n := range names {
 			if !slices.Contains(engaged, n) {
@@ -230,7 +193,7 @@ func (r *recorder) count() int {
 func (r *recorder) waitFor(t *testing.T, reqs ...fleet.Request) {
 	t.Helper()
 	for _, req := range reqs {
-		eventually(t, "reconcile of "+req.String(), func() bool { return r.has(req) })
+		poll.Until(t, "reconcile of "+req.String(), func() bool { return r.has(req) })
 	}
 }
 
@@ -269,19 +232,6 @@ func createConfigMap(t *testing.T, cl client.Client, namespace, name string) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 	if err := cl.Create(t.Context(), cm); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// eventually polls cond for up to a minute: long enough for a loaded
-// machine, and the tests assert outcomes, not durations.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -394,7 +344,7 @@ func TestReconcilerUsesTheMembersClient(t *testing.T) {
 	createConfigMap(t, memberClients[0], "readwrite", "source")
 
 	src, seen := &corev1.ConfigMap{}, &corev1.ConfigMap{}
-	eventually(t, "the reconciler's write in the member", func() bool {
+	poll.Until(t, "the reconciler's write in the member", func() bool {
 		return memberClients[0].Get(t.Context(), types.NamespacedName{Namespace: "readwrite", Name: "source-seen"}, seen) == nil
 	})
 	if err := memberClients[0].Get(t.Context(), types.NamespacedName{Namespace: "readwrite", Name: "source"}, src); err != nil {
@@ -434,7 +384,7 @@ func TestDeletedSecretDisengagesItsMember(t *testing.T) {
 	if err := hubClient.Delete(t.Context(), gone); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "gone disengaged", func() bool {
+	poll.Until(t, "gone disengaged", func() bool {
 		_, err := f.mgr.GetCluster(t.Context(), "gone")
 		return !slices.Contains(f.mgr.ClusterNames(), "gone") && err != nil
 	})
@@ -475,7 +425,7 @@ func TestChangedKubeconfigReengages(t *testing.T) {
 // secretName of the fleet namespace.
 func (f *fleetEnv) waitForWarning(t *testing.T, secretName, reason string) {
 	t.Helper()
-	eventually(t, reason+" reported on Secret "+secretName, func() bool {
+	poll.Until(t, reason+" reported on Secret "+secretName, func() bool {
 		events := &eventsv1.EventList{}
 		if err := hubClient.List(t.Context(), events, client.InNamespace(f.namespace)); err != nil {
 			return false
@@ -565,7 +515,7 @@ func TestHostileSecretsAreRefusedAndIsolated(t *testing.T) {
 	r.waitFor(t, request("healthy", "isolation", "works"))
 
 	for name, h := range hostile {
-		eventually(t, name+" refused in the log", func() bool {
+		poll.Until(t, name+" refused in the log", func() bool {
 			return f.logs.find("Registration refused", `"reason"="`+h.reason+`"`)
 		})
 		f.waitForWarning(t, name, h.reason)
@@ -674,7 +624,7 @@ func TestConflictingNamesEngageNeither(t *testing.T) {
 	for _, name := range []string{"first", "second"} {
 		f.waitForWarning(t, name, "ClusterNameConflict")
 	}
-	eventually(t, "contested disengaged", func() bool { return !slices.Contains(f.mgr.ClusterNames(), "contested") })
+	poll.Until(t, "contested disengaged", func() bool { return !slices.Contains(f.mgr.ClusterNames(), "contested") })
 
 	if err := hubClient.Delete(t.Context(), second); err != nil {
 		t.Fatal(err)
@@ -722,7 +672,7 @@ func TestSecretsRegisteredAtOnceSettleByName(t *testing.T) {
 			f.waitForWarning(t, fmt.Sprintf("claim-%d-%s", i, side), "ClusterNameConflict")
 		}
 	}
-	eventually(t, "contested names disengaged", func() bool {
+	poll.Until(t, "contested names disengaged", func() bool {
 		engaged := f.mgr.ClusterNames()
 		return !slices.Contains(engaged, "contested-0") && !slices.Contains(engaged, "contested-1")
 	})
@@ -809,7 +759,7 @@ func TestEventsAreWrittenToTheirMember(t *testing.T) {
 	watchConfigMaps(t, f, "events", "member-events", fleet.Members, reconciler)
 	f.register(t, "eventful", kubeconfigs[1])
 	createConfigMap(t, memberClients[1], "member-events", "noted")
-	eventually(t, "the Event in the member", func() bool {
+	poll.Until(t, "the Event in the member", func() bool {
 		events := &eventsv1.EventList{}
 		if err := memberClients[1].List(t.Context(), events, client.InNamespace("member-events")); err != nil {
 			return false

@@ -1,11 +1,10 @@
 package fleet_test
 
 import (
-	"net/url"
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
+	"github.com/fleetkube/fleet-manager/internal/poll"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
@@ -26,31 +25,17 @@ func quickHealth(o *fleet.Options) {
 // of it, which the test can take down and up again.
 func viaProxy(t *testing.T, kubeconfig []byte) ([]byte, *controlplane.Proxy) {
 	t.Helper()
-	raw, err := clientcmd.Load(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := raw.Clusters[raw.Contexts[raw.CurrentContext].Cluster]
-	u, err := url.Parse(server.Server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := controlplane.StartProxy(u.Host)
+	out, proxy, err := controlplane.ViaProxy(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Close)
-	server.Server = "https://" + proxy.Addr()
-	out, err := clientcmd.Write(*raw)
-	if err != nil {
-		t.Fatal(err)
-	}
 	return out, proxy
 }
 
 func (f *fleetEnv) waitState(t *testing.T, name string, want cluster.State) {
 	t.Helper()
-	eventually(t, name+" "+string(want), func() bool {
+	poll.Until(t, name+" "+string(want), func() bool {
 		got, _ := f.mgr.MemberState(name)
 		return got == want
 	})

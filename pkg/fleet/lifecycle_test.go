@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fleetkube/fleet-manager/internal/poll"
 
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -160,7 +160,7 @@ func TestMemberThatReconnectsGetsHubObjects(t *testing.T) {
 
 	proxy.Down()
 	f.waitState(t, "lc-returner", cluster.StateDisconnected)
-	eventually(t, "lc-returner no longer engaged", func() bool { return !slices.Contains(f.mgr.ClusterNames(), "lc-returner") })
+	poll.Until(t, "lc-returner no longer engaged", func() bool { return !slices.Contains(f.mgr.ClusterNames(), "lc-returner") })
 	lcConfigMap(t, hubClient, ns, "while-away")
 	before := &corev1.ConfigMap{}
 	if err := hubClient.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "before"}, before); err != nil {
@@ -217,12 +217,12 @@ func TestLabelChangeReachesClusterFilter(t *testing.T) {
 	}
 	setLabels(map[string]string{registry.KubeconfigLabel: "true", "tier": "gold"})
 	gold.waitFor(t, request(member, ns, "existing"))
-	eventually(t, "lc-gold-only engaged with "+member, func() bool { return engagedBy(f, member, "lc-gold-only") })
+	poll.Until(t, "lc-gold-only engaged with "+member, func() bool { return engagedBy(f, member, "lc-gold-only") })
 	lcConfigMap(t, memberClients[1], ns, "while-gold")
 	gold.waitFor(t, request(member, ns, "while-gold"))
 
 	setLabels(map[string]string{registry.KubeconfigLabel: "true"})
-	eventually(t, "lc-gold-only disengaged from "+member, func() bool { return !engagedBy(f, member, "lc-gold-only") })
+	poll.Until(t, "lc-gold-only disengaged from "+member, func() bool { return !engagedBy(f, member, "lc-gold-only") })
 	if !slices.Contains(f.mgr.ClusterNames(), member) || !engagedBy(f, member, "lc-gold-witness") {
 		t.Fatal("a label change disengaged the member from every controller")
 	}
@@ -286,7 +286,7 @@ func TestHoldWiredEndToEnd(t *testing.T) {
 		lcConfigMap(t, memberClients[0], ns, name)
 		queued = append(queued, request(member, ns, name))
 	}
-	eventually(t, "the member's requests queued", func() bool { return queueDepth(t, ctrl, member) >= float64(len(queued)) })
+	poll.Until(t, "the member's requests queued", func() bool { return queueDepth(t, ctrl, member) >= float64(len(queued)) })
 
 	proxy.Down()
 	f.waitState(t, member, cluster.StateUnhealthy)
@@ -329,22 +329,6 @@ func lcMemberClustersGone(t *testing.T, names ...string) {
 	}
 }
 
-// lcSockets counts this process's open sockets.
-func lcSockets(t *testing.T) int {
-	t.Helper()
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("cannot count sockets: %v", err)
-	}
-	n := 0
-	for _, fd := range fds {
-		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(target, "socket:") {
-			n++
-		}
-	}
-	return n
-}
-
 func TestFiftyMembers(t *testing.T) {
 	const ns, count = "fifty", 50
 	// Each member caches only the test's namespace, so that 50 members
@@ -364,13 +348,13 @@ func TestFiftyMembers(t *testing.T) {
 	// predates the baseline.
 	keep := lcRegister(t, f, "lc-fifty-keep", kubeconfigs[0], nil)
 	r.waitFor(t, request("lc-fifty-keep", ns, "marker"))
-	eventually(t, "MemberCluster lc-fifty-keep Ready, written by this fleet", func() bool {
+	poll.Until(t, "MemberCluster lc-fifty-keep Ready, written by this fleet", func() bool {
 		mc := &fleetv1alpha1.MemberCluster{}
 		return hubClient.Get(t.Context(), types.NamespacedName{Name: "lc-fifty-keep"}, mc) == nil &&
 			mc.Spec.SecretRef.Namespace == f.namespace && mc.Status.State == fleetv1alpha1.MemberStateReady
 	})
 	f.mgr.GetEventRecorder("warm-up").Eventf(keep, nil, corev1.EventTypeNormal, "WarmUp", "Test", "before the goroutine baseline")
-	baseline, sockets := goleak.IgnoreCurrent(), lcSockets(t)
+	baseline, sockets := goleak.IgnoreCurrent(), poll.OpenSockets(t)
 	hubWorkers := goleak.IgnoreTopFunction("sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue.(*priorityqueue[...]).GetWithPriority")
 	start := time.Now()
 
@@ -380,7 +364,7 @@ func TestFiftyMembers(t *testing.T) {
 		names[i] = fmt.Sprintf("lc-fifty-%02d", i)
 		secrets[i] = lcRegister(t, f, names[i], kubeconfigs[i%len(kubeconfigs)], nil)
 	}
-	eventually(t, "every member's marker reconciled", func() bool {
+	poll.Until(t, "every member's marker reconciled", func() bool {
 		for _, name := range names {
 			if !r.has(request(name, ns, "marker")) {
 				return false
@@ -391,7 +375,7 @@ func TestFiftyMembers(t *testing.T) {
 	if engaged := f.mgr.ClusterNames(); len(engaged) != count+1 {
 		t.Fatalf("%d members engaged, want %d", len(engaged), count+1)
 	}
-	t.Logf("%d members reconciled in %s, %d sockets open (%d before)", count, time.Since(start).Round(time.Millisecond), lcSockets(t), sockets)
+	t.Logf("%d members reconciled in %s, %d sockets open (%d before)", count, time.Since(start).Round(time.Millisecond), poll.OpenSockets(t), sockets)
 
 	removal := time.Now()
 	for _, s := range secrets {
@@ -399,7 +383,7 @@ func TestFiftyMembers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "every member disengaged", func() bool {
+	poll.Until(t, "every member disengaged", func() bool {
 		return slices.Equal(f.mgr.ClusterNames(), []string{"lc-fifty-keep"})
 	})
 	for _, name := range names {
@@ -414,7 +398,7 @@ func TestFiftyMembers(t *testing.T) {
 	var open int
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		leaked, open = goleak.Find(baseline, hubWorkers, goleak.IgnoreTopFunction("time.Sleep")), lcSockets(t)
+		leaked, open = goleak.Find(baseline, hubWorkers, goleak.IgnoreTopFunction("time.Sleep")), poll.OpenSockets(t)
 		// A couple of sockets of slack: the hub's client may open a
 		// connection of its own meanwhile.
 		if leaked == nil && open <= sockets+2 {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/poll"
+
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 
 	corev1 "k8s.io/api/core/v1"
@@ -385,7 +387,7 @@ func TestLeaderHandoffKeepsMemberClusters(t *testing.T) {
 	// status: that tells who wrote last.
 	watchConfigMaps(t, first.fleetEnv, "lh-first", "lh-first", fleet.Members, &recorder{})
 	first.start(t)
-	eventually(t, "the first manager elected", func() bool { return mclIsElected(first.mgr) })
+	poll.Until(t, "the first manager elected", func() bool { return mclIsElected(first.mgr) })
 
 	mclRegister(t, first.fleetEnv, "lh-native", kubeconfigs[0])
 	mclRegisterSecret(t, argoCDSecret(t, argoNS, "lh-argo", kubeconfigs[1]))
@@ -416,7 +418,7 @@ func TestLeaderHandoffKeepsMemberClusters(t *testing.T) {
 	second.start(t)
 	// Its native registrations read, the second manager has synced its
 	// caches and runs for election.
-	eventually(t, "the second manager's registry has lh-native", func() bool {
+	poll.Until(t, "the second manager's registry has lh-native", func() bool {
 		_, ok := second.mgr.Registry().Get("lh-native")
 		return ok
 	})
@@ -424,7 +426,7 @@ func TestLeaderHandoffKeepsMemberClusters(t *testing.T) {
 		t.Fatal("both managers lead")
 	}
 	first.stop(t)
-	eventually(t, "the second manager elected", func() bool { return mclIsElected(second.mgr) })
+	poll.Until(t, "the second manager elected", func() bool { return mclIsElected(second.mgr) })
 	if <-syncedWhenElected {
 		t.Fatal("the second manager read every registration before it led: the handoff tested nothing; make slowRead longer")
 	}
@@ -580,7 +582,7 @@ func TestRefusedMemberLeavesNoMetrics(t *testing.T) {
 	createConfigMap(t, memberClients[1], "rm-metered", "counted-"+f.namespace)
 	r.waitFor(t, request("rm-member", "rm-metered", "counted-"+f.namespace))
 	readyFor(t, "rm-member", "rm-metered")
-	eventually(t, "fleet_member_ready{cluster=rm-member} 1 and its probe and reconcile series", func() bool {
+	poll.Until(t, "fleet_member_ready{cluster=rm-member} 1 and its probe and reconcile series", func() bool {
 		series := seriesOf(t, "rm-member")
 		ready := series["fleet_member_ready"]
 		return len(ready) == 1 && ready[0].GetGauge().GetValue() == 1 &&
@@ -597,7 +599,7 @@ func TestRefusedMemberLeavesNoMetrics(t *testing.T) {
 	if c := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsAccepted); c.Reason != "InsecureTLSRefused" {
 		t.Fatalf("CredentialsAccepted is False for %s, want InsecureTLSRefused", c.Reason)
 	}
-	eventually(t, "no series of rm-member", func() bool { return len(seriesOf(t, "rm-member")) == 0 })
+	poll.Until(t, "no series of rm-member", func() bool { return len(seriesOf(t, "rm-member")) == 0 })
 	// And none comes back from a probe or a reconcile still under way.
 	time.Sleep(time.Second)
 	if series := seriesOf(t, "rm-member"); len(series) != 0 {

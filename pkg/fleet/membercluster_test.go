@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/internal/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -87,7 +89,7 @@ func TestMemberClusterFollowsItsMember(t *testing.T) {
 	if err := hubClient.Delete(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "MemberCluster observed deleted", func() bool {
+	poll.Until(t, "MemberCluster observed deleted", func() bool {
 		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Name: "observed"}, &fleetv1alpha1.MemberCluster{}))
 	})
 }
@@ -105,7 +107,7 @@ func TestMemberClusterCarriesTheRefusal(t *testing.T) {
 	if err := hubClient.DeleteAllOf(t.Context(), &corev1.Secret{}, client.InNamespace(f.namespace)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "MemberCluster refused deleted", func() bool {
+	poll.Until(t, "MemberCluster refused deleted", func() bool {
 		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Name: "refused"}, &fleetv1alpha1.MemberCluster{}))
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/fleetkube/fleet-manager/internal/poll"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -43,7 +45,7 @@ func TestMetricsFollowMembers(t *testing.T) {
 		"fleet_member_engagements_total", "fleet_member_engage_duration_seconds",
 		"fleet_reconciles_total", "fleet_reconcile_duration_seconds",
 	}
-	eventually(t, "every per-cluster series of metered", func() bool {
+	poll.Until(t, "every per-cluster series of metered", func() bool {
 		series := seriesOf(t, "metered")
 		for _, name := range want {
 			if len(series[name]) == 0 {
@@ -63,5 +65,5 @@ func TestMetricsFollowMembers(t *testing.T) {
 	if err := hubClient.Delete(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "metered's series deleted", func() bool { return len(seriesOf(t, "metered")) == 0 })
+	poll.Until(t, "metered's series deleted", func() bool { return len(seriesOf(t, "metered")) == 0 })
 }
