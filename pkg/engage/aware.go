@@ -21,9 +21,10 @@ type Aware interface {
 }
 
 // Disengager is an Aware that must know, before the cluster's name can be
-// engaged again, that a cluster has left: the engager calls Disengage once
-// the cluster's context has ended and every Engage call for it returned,
-// and before Serve returns.
+// engaged with it again, that a cluster has left it: the engager calls
+// Disengage once the engagement's context has ended and every Engage call
+// for it returned, when a Recheck ends the engagement and again before
+// Serve returns. It may be called more than once for one engagement.
 type Disengager interface {
 	Aware
 	Disengage(clusterName string)

@@ -6,7 +6,8 @@
 //
 // An [Aware] is a component that works on clusters, such as a fleet
 // controller. Engage(ctx, clusterName, cl) hands it one cluster; ctx lives
-// exactly as long as the cluster stays in the fleet ("" names the hub).
+// exactly as long as the aware works on that cluster: until the cluster
+// leaves the fleet, or a Selector stops accepting it ("" names the hub).
 //
 // A [Request] is a controller-runtime request tagged with the name of the
 // cluster it came from.
