@@ -38,7 +38,7 @@ manifests:
 
 ## bench: the Go benchmarks and the end-to-end bench program (bench/, a
 ## module of its own) against local API servers; writes bench/results.md and
-## PNG plots (five runs, about 10 minutes). BENCH_QUICK=1: fewer members and one run
+## PNG plots (five runs, about 18 minutes). BENCH_QUICK=1: fewer members and one run
 ## (about 2 minutes), written to bench/quick/.
 BENCH_QUICK ?=
 bench: envtest
