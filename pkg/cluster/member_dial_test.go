@@ -62,17 +62,7 @@ func TestStoppedMemberRefusesToDial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc := kubeconfigtest.Build(t, func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) {
-		cl.Server, cl.CertificateAuthorityData, cl.InsecureSkipTLSVerify = "https://"+addr, nil, true
-	})
-	creds, err := pool.parse(sha256.Sum256(kc), kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := newMember("member", creds, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newTestMember(t, pool, "https://"+addr)
 	accepted := func() bool {
 		t.Helper()
 		_ = listener.(*net.TCPListener).SetDeadline(time.Now().Add(100 * time.Millisecond))
@@ -103,4 +93,22 @@ func TestStoppedMemberRefusesToDial(t *testing.T) {
 	if accepted() {
 		t.Fatal("a stopped member's dial reached the server")
 	}
+}
+
+// newTestMember builds, without starting it, a member of pool named
+// "member" whose kubeconfig points at server.
+func newTestMember(t *testing.T, pool *Pool, server string) *member {
+	t.Helper()
+	kc := kubeconfigtest.Build(t, func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) {
+		cl.Server, cl.CertificateAuthorityData, cl.InsecureSkipTLSVerify = server, nil, true
+	})
+	creds, err := pool.parse(sha256.Sum256(kc), kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMember("member", creds, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

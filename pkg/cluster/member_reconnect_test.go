@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/util/wait"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -73,17 +71,7 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 		t.Fatal(err)
 	}
 	// The member's cluster starts nothing that reaches its server.
-	kc := kubeconfigtest.Build(t, func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) {
-		cl.Server, cl.CertificateAuthorityData, cl.InsecureSkipTLSVerify = "https://127.0.0.1:1", nil, true
-	})
-	creds, err := pool.parse(sha256.Sum256(kc), kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := newMember("member", creds, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newTestMember(t, pool, "https://127.0.0.1:1")
 	probes := &scriptedProbes{}
 	m.probe = probes.probe
 
