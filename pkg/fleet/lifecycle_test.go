@@ -412,3 +412,41 @@ func TestFiftyMembers(t *testing.T) {
 	lcMemberClustersGone(t, names...)
 	t.Logf("%d members removed, goroutines and sockets (%d, %d before) back in %s", count, open, sockets, time.Since(removal).Round(time.Millisecond))
 }
+
+// TestRemovalWaitsForReconcilesInFlight checks that a removed member is
+// disengaged only once its reconciles in flight have returned, also one
+// that ignores its context, so that nothing it started outlives it.
+func TestRemovalWaitsForReconcilesInFlight(t *testing.T) {
+	f := startFleet(t)
+	var running atomic.Bool
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	watchConfigMaps(t, f, "in-flight", "lc-inflight", fleet.Members, fleet.ReconcilerFunc(func(context.Context, fleet.Request) (reconcile.Result, error) {
+		running.Store(true)
+		defer running.Store(false)
+		once.Do(func() { close(started) })
+		<-release // ignores its context
+		return reconcile.Result{}, nil
+	}))
+	secret := f.register(t, "lc-inflight", kubeconfigs[0])
+	createConfigMap(t, memberClients[0], "lc-inflight", "slow")
+	select {
+	case <-started:
+	case <-time.After(poll.Timeout):
+		t.Fatal("the reconcile never started")
+	}
+	if err := hubClient.Delete(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	disengaged := func() bool { return f.logs.find("Disengaged member", `"cluster"="lc-inflight"`) }
+	poll.Until(t, "the member leaving", func() bool { return !slices.Contains(f.mgr.ClusterNames(), "lc-inflight") })
+	time.Sleep(500 * time.Millisecond)
+	if disengaged() {
+		t.Fatal("the member was disengaged while its reconcile was running")
+	}
+	close(release)
+	poll.Until(t, "the member disengaged", disengaged)
+	if running.Load() {
+		t.Fatal("the reconcile was still running when the member was disengaged")
+	}
+}
