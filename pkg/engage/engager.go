@@ -210,6 +210,7 @@ func (e *Engager) lockedSettle(eng *engagement, a Aware) {
 		})
 	}
 }
+
 // Clusters returns the names of the clusters being served, sorted.
 func (e *Engager) Clusters() []string {
 	e.mu.Lock()
