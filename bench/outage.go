@@ -14,12 +14,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/internal/controlplane"
-
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )

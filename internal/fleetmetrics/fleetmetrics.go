@@ -5,10 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/internal/metrics"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fleetkube/fleet-manager/internal/metrics"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )

@@ -10,12 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-
 	"golang.org/x/oauth2"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
+
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
 // credentials are one kubeconfig of a member, parsed. A rotation replaces

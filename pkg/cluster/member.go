@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +19,8 @@ import (
 	"k8s.io/client-go/util/connrotation"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
+
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
 // member is one registered member cluster. It owns its transport and its

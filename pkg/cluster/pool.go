@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -21,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
 var (

@@ -10,10 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/internal/poll"
-
-	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
-
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -30,6 +26,8 @@ import (
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
+	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 )
 

@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/internal/poll"
-
 	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
+	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 )
 

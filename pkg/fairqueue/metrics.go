@@ -4,10 +4,10 @@ import (
 	"errors"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/internal/metrics"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/fleetkube/fleet-manager/internal/metrics"
 )
 
 // MetricsProvider is a workqueue.MetricsProvider writing

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/internal/poll"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 
+	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 )
 

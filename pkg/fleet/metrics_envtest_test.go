@@ -4,12 +4,11 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/fleetkube/fleet-manager/internal/poll"
-
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
 

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
-
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +16,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/fleetkube/fleet-manager/pkg/engage"
+	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
 )
 
 // informerCluster is a cluster.Cluster with nothing but a cache of fake

@@ -7,15 +7,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
-
-	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
 // The native registration format: a Secret in the fleet namespace.
