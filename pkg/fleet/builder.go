@@ -291,10 +291,10 @@ func (b *Builder) Build(r Reconciler) (Controller, error) {
 		do:          r,
 		metrics:     b.mgr.metrics,
 		hub:         b.mgr.Manager,
+		registry:    b.mgr.registry,
 		ready:       make(chan struct{}),
 		engaged:     map[string]context.Context{},
 		reconciling: map[string]*sync.WaitGroup{},
-		held:        map[string]bool{},
 	}
 	for _, w := range b.watches {
 		clusters := b.clusters

@@ -7,14 +7,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/internal/fleetmetrics"
-
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/fleetkube/fleet-manager/internal/fleetmetrics"
 	fleetcluster "github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // controller is a fleet controller as an engage.Aware: it starts its
@@ -43,15 +43,18 @@ type controller struct {
 	// hub is the hub cluster, whose objects fanned out to members are
 	// replayed to each member the controller engages.
 	hub cluster.Cluster
+	// registry says which members' work is held: a queue made, or a
+	// member engaged again, takes the holds from it.
+	registry *registry.Registry
 
 	// mu guards engaged: each engaged cluster's engagement context (a
 	// cluster's requests are reconciled only while its context lives);
-	// reconciling: the reconciles in flight per cluster; and held: the
-	// clusters whose work is held, applied to the queue once it exists.
+	// and reconciling: the reconciles in flight per cluster. Holds are
+	// applied under it, each after reading the registry, so that a hold
+	// and a release cannot pass each other.
 	mu          sync.Mutex
 	engaged     map[string]context.Context
 	reconciling map[string]*sync.WaitGroup
-	held        map[string]bool
 }
 
 var (
@@ -98,8 +101,10 @@ func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.
 
 	c.mu.Lock()
 	c.engaged[clusterName] = ctx
-	if q := c.fair.Load(); q != nil && c.held[clusterName] {
-		q.Hold(clusterName, true) // a Disengage's Drop forgot it
+	if q := c.fair.Load(); q != nil {
+		if member, ok := c.registry.Get(clusterName); ok && held(member) {
+			q.Hold(clusterName, true) // a Disengage's Drop forgot it
+		}
 	}
 	c.mu.Unlock()
 	context.AfterFunc(ctx, func() {
@@ -179,28 +184,26 @@ func (c *controller) Disengage(clusterName string) {
 }
 
 // hold keeps a cluster's requests queued, without handing them to a
-// worker, while held. A hold set before the queue exists is applied when
-// it is made.
+// worker, while held. Before the queue exists it does nothing: the queue
+// takes the holds from the registry when it is made.
 func (c *controller) hold(clusterName string, held bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if held {
-		c.held[clusterName] = true
-	} else {
-		delete(c.held, clusterName)
-	}
 	if q := c.fair.Load(); q != nil {
 		q.Hold(clusterName, held)
 	}
 }
 
-// setQueue makes q the controller's fair queue and applies the holds.
+// setQueue makes q the controller's fair queue and holds the work of the
+// members held now.
 func (c *controller) setQueue(q *fairqueue.Queue[Request]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.fair.Store(q)
-	for clusterName := range c.held {
-		q.Hold(clusterName, true)
+	for _, member := range c.registry.List() {
+		if held(member) {
+			q.Hold(member.Name, true)
+		}
 	}
 }
 

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/fleetkube/fleet-manager/internal/fleetmetrics"
-
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -19,6 +17,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/fleetmetrics"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
@@ -172,9 +171,6 @@ func (m *Manager) observeMember(clusterName string, state cluster.State, probe *
 func (m *Manager) addController(c *controller) {
 	m.controllersMu.Lock()
 	m.controllers = append(m.controllers, c)
-	for _, cl := range m.registry.List() {
-		c.hold(cl.Name, cl.Accepted() && cl.State == cluster.StateUnhealthy)
-	}
 	m.controllersMu.Unlock()
 	m.engager.Add(c)
 }

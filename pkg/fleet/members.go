@@ -47,7 +47,7 @@ func (s *memberSync) settle(ctx context.Context, e registry.Event) {
 		if reg, generation, ok := e.New.Registration(); ok {
 			err := s.m.pool.Set(reg)
 			if err == nil {
-				if e.Refused() || !accepted(e.Old) {
+				if !accepted(e.Old) {
 					log.V(1).Info("Registration accepted")
 				}
 				return
@@ -67,12 +67,15 @@ func (s *memberSync) settle(ctx context.Context, e registry.Event) {
 	if s.m.pool.Remove(e.Name) && e.Removed() {
 		log.Info("Registration removed")
 	}
-	if e.New != nil && e.New.Refusal != nil && (e.Old == nil || e.Old.Refusal == nil || *e.Old.Refusal != *e.New.Refusal) {
+	if e.Refused() {
 		s.reportRefusal(log, e.New)
 	}
 }
 
 func accepted(c *registry.Cluster) bool { return c != nil && c.Accepted() }
+
+// held reports whether c's work is held: it is accepted and Unhealthy.
+func held(c *registry.Cluster) bool { return c.Accepted() && c.State == cluster.StateUnhealthy }
 
 var errRefused = errors.New("registration refused")
 
@@ -94,10 +97,10 @@ type lifecycle struct{ m *Manager }
 func (l lifecycle) Start(ctx context.Context) error {
 	l.m.registry.Subscribe(ctx).Run(ctx, 1, func(_ context.Context, e registry.Event) {
 		l.m.metrics.Follow(e.Name, e.New)
-		held := accepted(e.New) && e.New.State == cluster.StateUnhealthy
+		holdWork := e.New != nil && held(e.New)
 		l.m.controllersMu.Lock()
 		for _, c := range l.m.controllers {
-			c.hold(e.Name, held)
+			c.hold(e.Name, holdWork)
 		}
 		l.m.controllersMu.Unlock()
 		l.m.engager.Recheck(e.Name)

@@ -31,9 +31,10 @@ func (e Event) Registered() bool { return e.Old == nil && e.New != nil }
 // Removed reports whether the cluster is no longer registered.
 func (e Event) Removed() bool { return e.New == nil }
 
-// Refused reports whether the cluster is refused now and was not before.
+// Refused reports whether the cluster is refused now and was not before,
+// or was for another reason.
 func (e Event) Refused() bool {
-	return e.New != nil && !e.New.Accepted() && (e.Old == nil || e.Old.Accepted())
+	return e.New != nil && e.New.Refusal != nil && (e.Old == nil || e.Old.Refusal == nil || *e.Old.Refusal != *e.New.Refusal)
 }
 
 // LabelsChanged reports whether the cluster's labels changed.

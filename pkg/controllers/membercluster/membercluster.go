@@ -122,7 +122,7 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 		}
 	} else if !equality.Semantic.DeepEqual(obj.Labels, want.Labels) || obj.Spec != want.Spec {
 		if err := mc.client.Update(ctx, want); err != nil {
-			return requeueOnConflict(err)
+			return ignoreConflict(err)
 		}
 	}
 
@@ -131,7 +131,7 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	mc.setStatus(ctx, c, &want.Status)
 	if !statusUnchanged(before, &want.Status) {
 		if err := mc.client.Status().Update(ctx, want); err != nil {
-			return requeueOnConflict(err)
+			return ignoreConflict(err)
 		}
 	}
 	if want.Status.State != from && from != "" {
@@ -144,10 +144,10 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	return reconcile.Result{}, nil
 }
 
-// requeueOnConflict drops a write that lost to a newer version: the cache
+// ignoreConflict drops a write that lost to a newer version: the cache
 // was behind, which is no failure, and the newer version's event brings
 // the MemberCluster back.
-func requeueOnConflict(err error) (reconcile.Result, error) {
+func ignoreConflict(err error) (reconcile.Result, error) {
 	if apierrors.IsConflict(err) {
 		return reconcile.Result{}, nil
 	}
