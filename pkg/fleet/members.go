@@ -45,6 +45,11 @@ func (s *memberSync) settle(ctx context.Context, e registry.Event) {
 	log := s.log.WithValues("cluster", e.Name)
 	if e.New != nil {
 		if reg, generation, ok := e.New.Registration(); ok {
+			if accepted(e.Old) {
+				if _, settled, _ := e.Old.Registration(); settled == generation {
+					return // only its state or labels changed: the pool has it
+				}
+			}
 			err := s.m.pool.Set(reg)
 			if err == nil {
 				if !accepted(e.Old) {
