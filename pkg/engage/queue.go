@@ -37,18 +37,24 @@ func (q *clusterQueue) AddWithOpts(o priorityqueue.AddOpts, rs ...reconcile.Requ
 	for i, r := range rs {
 		tagged[i] = q.tag(r)
 	}
-	if pq, ok := q.queue.(priorityqueue.PriorityQueue[Request]); ok {
-		pq.AddWithOpts(o, tagged...)
+	addWithOpts(q.queue, o, tagged...)
+}
+
+// addWithOpts adds rs to q with o: as they are to a priority queue, and as
+// a rate-limited, delayed or plain add to another queue.
+func addWithOpts(q Queue, o priorityqueue.AddOpts, rs ...Request) {
+	if pq, ok := q.(priorityqueue.PriorityQueue[Request]); ok {
+		pq.AddWithOpts(o, rs...)
 		return
 	}
-	for _, r := range tagged {
+	for _, r := range rs {
 		switch {
 		case o.RateLimited:
-			q.queue.AddRateLimited(r)
+			q.AddRateLimited(r)
 		case o.After > 0:
-			q.queue.AddAfter(r, o.After)
+			q.AddAfter(r, o.After)
 		default:
-			q.queue.Add(r)
+			q.Add(r)
 		}
 	}
 }

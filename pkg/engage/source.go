@@ -225,14 +225,7 @@ func (q *targetQueue) AddRateLimited(r Request) {
 }
 
 func (q *targetQueue) AddWithOpts(o priorityqueue.AddOpts, rs ...Request) {
-	rs = slices.DeleteFunc(slices.Clone(rs), func(r Request) bool { return r.ClusterName != q.target })
-	if pq, ok := q.Queue.(priorityqueue.PriorityQueue[Request]); ok {
-		pq.AddWithOpts(o, rs...)
-		return
-	}
-	for _, r := range rs {
-		q.Queue.Add(r)
-	}
+	addWithOpts(q.Queue, o, slices.DeleteFunc(slices.Clone(rs), func(r Request) bool { return r.ClusterName != q.target })...)
 }
 
 // GetWithPriority reports a shut-down queue: the view is write-only.

@@ -253,9 +253,10 @@ func (b *Builder) WatchClusters(c Clusters) *Builder {
 }
 
 // WithOptions sets the controller's options. Reconciler and LogConstructor
-// are set by the builder (see WithLogConstructor). CacheSyncTimeout also bounds the wait for each
-// cluster's informers. NewQueue replaces the fair queue, and with it the
-// per-cluster cap and holding the work of Unhealthy members.
+// are set by the builder (see WithLogConstructor). CacheSyncTimeout also
+// bounds the wait for each cluster's informers. NewQueue replaces the fair
+// queue, and with it the per-cluster cap and holding the work of Unhealthy
+// members.
 func (b *Builder) WithOptions(options ControllerOptions) *Builder {
 	b.options = options
 	return b
