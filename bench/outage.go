@@ -76,12 +76,12 @@ func (b *bench) benchOutage(ctx context.Context) error {
 		if err := b.lab.awaitServing(ctx, outageServer); err != nil {
 			return time.Time{}, err
 		}
-		err := proxy.Up()
-		return time.Now(), err
+		restored := time.Now() // the clock starts as the member can reach its server, not after
+		return restored, proxy.Up()
 	}
 	thawed := func() (time.Time, error) {
-		err := server.thaw()
-		return time.Now(), err
+		restored := time.Now()
+		return restored, server.thaw()
 	}
 	outages := []struct {
 		name    string
