@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
@@ -58,13 +59,17 @@ func runCommand(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return run(ctrl.SetupSignalHandler(), f, cli.SetupLogging(&f.zap))
+}
 
-	log := cli.SetupLogging(&f.zap).WithName("setup")
+// run runs the manager the flags describe until ctx ends, logging to
+// logger.
+func run(ctx context.Context, f runFlags, logger logr.Logger) error {
+	log := logger.WithName("setup")
 	cfg, err := hubConfig(f.hubKubeconfig)
 	if err != nil {
 		return fmt.Errorf("loading the hub kubeconfig: %w", err)
 	}
-	ctx := ctrl.SetupSignalHandler()
 	if err := probeHub(ctx, cfg); err != nil {
 		return err
 	}
@@ -76,6 +81,7 @@ func runCommand(args []string, stderr io.Writer) error {
 	}
 	mgr, err := fleet.New(cfg, fleet.Options{
 		Options: manager.Options{
+			Logger:                        logger,
 			Metrics:                       metricsserver.Options{BindAddress: f.metricsAddr},
 			HealthProbeBindAddress:        f.probeAddr,
 			LeaderElection:                f.leaderElect,
