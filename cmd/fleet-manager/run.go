@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -41,6 +42,11 @@ type runFlags struct {
 	metricsAddr      string
 	probeAddr        string
 	leaderElect      bool
+	leaseDuration    time.Duration
+	renewDeadline    time.Duration
+	retryPeriod      time.Duration
+	hubQPS           float64
+	hubBurst         int
 	memberQPS        float64
 	memberBurst      int
 	cacheSyncTimeout time.Duration
@@ -70,6 +76,7 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 	if err != nil {
 		return fmt.Errorf("loading the hub kubeconfig: %w", err)
 	}
+	cfg.QPS, cfg.Burst = float32(f.hubQPS), f.hubBurst
 	if err := probeHub(ctx, cfg); err != nil {
 		return err
 	}
@@ -88,6 +95,9 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 			LeaderElectionID:              leaderElectionID,
 			LeaderElectionNamespace:       f.namespace,
 			LeaderElectionReleaseOnCancel: true,
+			LeaseDuration:                 &f.leaseDuration,
+			RenewDeadline:                 &f.renewDeadline,
+			RetryPeriod:                   &f.retryPeriod,
 			Controller:                    config.Controller{CacheSyncTimeout: f.cacheSyncTimeout},
 		},
 		Namespace:        f.namespace,
@@ -130,7 +140,12 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.StringVar(&f.namespace, "namespace", fleet.DefaultNamespace, "Fleet namespace on the hub: where native (and multicluster-runtime) registration Secrets and the leader election Lease live.")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", `Address the metrics endpoint binds to; "0" disables it.`)
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", `Address the /healthz and /readyz endpoints bind to; "0" disables them.`)
-	fs.BoolVar(&f.leaderElect, "leader-elect", false, "Elect a leader with a Lease, so that only one replica runs member caches and controllers.")
+	fs.BoolVar(&f.leaderElect, "leader-elect", false, "Elect a leader with a Lease, so that only one replica runs member caches and controllers. The leader exits with status 1 if it cannot renew the Lease, for example while the hub is down.")
+	fs.DurationVar(&f.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long the other replicas wait after the leader's last renewal before taking over.")
+	fs.DurationVar(&f.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew the Lease before it gives up and exits.")
+	fs.DurationVar(&f.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the Lease.")
+	fs.Float64Var(&f.hubQPS, "hub-qps", fleet.DefaultHubQPS, "Queries per second the manager's hub client may make.")
+	fs.IntVar(&f.hubBurst, "hub-burst", fleet.DefaultHubBurst, "Burst of queries the manager's hub client may make.")
 	fs.Float64Var(&f.memberQPS, "member-qps", 50, "Queries per second each member's client may make.")
 	fs.IntVar(&f.memberBurst, "member-burst", 100, "Burst of queries each member's client may make.")
 	fs.DurationVar(&f.cacheSyncTimeout, "cache-sync-timeout", 2*time.Minute, "How long a controller waits for a cluster's informers to sync.")
@@ -177,8 +192,11 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	if err := checkNamespaces(fs, "argocd-namespace", f.argoCDNamespace); err != nil {
 		return f, err
 	}
-	if f.memberQPS <= 0 || f.memberBurst <= 0 {
-		return f, cli.UsageErrorf(fs, "-member-qps and -member-burst must be positive")
+	if f.memberQPS <= 0 || f.memberBurst <= 0 || f.hubQPS <= 0 || f.hubBurst <= 0 {
+		return f, cli.UsageErrorf(fs, "-member-qps, -member-burst, -hub-qps and -hub-burst must be positive")
+	}
+	if f.retryPeriod <= 0 || float64(f.renewDeadline) <= leaderelection.JitterFactor*float64(f.retryPeriod) || f.leaseDuration <= f.renewDeadline {
+		return f, cli.UsageErrorf(fs, "the leader election durations must be positive, with -leader-elect-lease-duration > -leader-elect-renew-deadline > %g × -leader-elect-retry-period", leaderelection.JitterFactor)
 	}
 	if f.cacheSyncTimeout <= 0 {
 		return f, cli.UsageErrorf(fs, "-cache-sync-timeout must be positive")

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/fleetkube/fleet-manager/internal/cli"
-
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
@@ -80,6 +80,9 @@ func TestRunUsageErrors(t *testing.T) {
 		"bad fleet namespace":         {args: []string{"--namespace=Fleet"}, want: `invalid value "Fleet" for flag -namespace`},
 		"empty exec plugin":           {args: []string{"--allow-exec-plugin="}, want: "must not be empty"},
 		"positional argument":         {args: []string{"extra"}, want: `unexpected argument "extra"`},
+		"nonpositive hub qps":         {args: []string{"--hub-qps=0"}, want: "-hub-qps and -hub-burst must be positive"},
+		"renew after lease":           {args: []string{"--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=6s"}, want: "-leader-elect-lease-duration > -leader-elect-renew-deadline"},
+		"renew within retry":          {args: []string{"--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"}, want: "-leader-elect-renew-deadline > 1.2 × -leader-elect-retry-period"},
 		"nonpositive cache sync time": {args: []string{"--cache-sync-timeout=0s"}, want: "-cache-sync-timeout must be positive"},
 		"nonpositive probe threshold": {args: []string{"--probe-failure-threshold=0"}, want: "-probe-failure-threshold and -disconnect-after must be positive"},
 	}
@@ -115,5 +118,23 @@ func TestRunHealthFlags(t *testing.T) {
 	f, _ = parseRunFlags(nil, &stderr)
 	if worst := f.health.Interval + time.Duration(f.health.FailureThreshold)*f.health.Timeout + time.Duration(f.health.FailureThreshold-1)*f.health.RetryInterval; worst > 15*time.Second {
 		t.Fatalf("default health %+v may take %s to find a frozen member, over 15s", f.health, worst)
+	}
+}
+
+func TestRunHubAndLeaderFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	f, err := parseRunFlags(nil, &stderr)
+	if err != nil {
+		t.Fatalf("parseRunFlags: %v\n%s", err, stderr.String())
+	}
+	if f.hubQPS != fleet.DefaultHubQPS || f.hubBurst != fleet.DefaultHubBurst {
+		t.Errorf("hub limits = %g/%d, want the fleet defaults %d/%d", f.hubQPS, f.hubBurst, fleet.DefaultHubQPS, fleet.DefaultHubBurst)
+	}
+	f, err = parseRunFlags([]string{"--hub-qps=30", "--hub-burst=60", "--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}, &stderr)
+	if err != nil {
+		t.Fatalf("parseRunFlags: %v\n%s", err, stderr.String())
+	}
+	if f.hubQPS != 30 || f.hubBurst != 60 || f.leaseDuration != 4*time.Second || f.renewDeadline != 3*time.Second || f.retryPeriod != 500*time.Millisecond {
+		t.Errorf("flags = %+v", f)
 	}
 }

@@ -28,6 +28,15 @@ import (
 // DefaultNamespace is the default fleet namespace.
 const DefaultNamespace = "fleet-system"
 
+// DefaultHubQPS and DefaultHubBurst limit the hub client of a config that
+// sets no limit. client-go's own 5 QPS would let MemberCluster status lag
+// by minutes behind a few hundred registrations; the hub's API Priority
+// and Fairness still protects it.
+const (
+	DefaultHubQPS   = 200
+	DefaultHubBurst = 400
+)
+
 // Options configure a Manager.
 type Options struct {
 	// Options configure the hub's controller-runtime manager.
@@ -90,8 +99,13 @@ type Manager struct {
 	controllers   []*controller
 }
 
-// New returns a fleet manager for the hub cfg points at.
+// New returns a fleet manager for the hub cfg points at. A cfg with
+// neither QPS nor a RateLimiter gets DefaultHubQPS and DefaultHubBurst.
 func New(cfg *rest.Config, opts Options) (*Manager, error) {
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		cfg = rest.CopyConfig(cfg)
+		cfg.QPS, cfg.Burst = DefaultHubQPS, DefaultHubBurst
+	}
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace
 	}
