@@ -6,12 +6,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/discovery"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
@@ -35,6 +39,9 @@ const leaderElectionID = "fleet-manager"
 
 // hubProbeTimeout bounds the check that the hub answers at startup.
 const hubProbeTimeout = 30 * time.Second
+
+// anonymousUser is who the hub takes a client without credentials for.
+const anonymousUser = "system:anonymous"
 
 type runFlags struct {
 	hubKubeconfig    string
@@ -77,7 +84,8 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 		return fmt.Errorf("loading the hub kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = float32(f.hubQPS), f.hubBurst
-	if err := probeHub(ctx, cfg); err != nil {
+	user, err := probeHub(ctx, cfg)
+	if err != nil {
 		return err
 	}
 
@@ -113,16 +121,16 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 	if err := membercluster.Add(mgr); err != nil {
 		return fmt.Errorf("adding the MemberCluster controller: %w", err)
 	}
-	// Only the process itself is checked: a member being down must never
-	// make this replica unready.
+	// Only the process and its hub are checked: a member being down must
+	// never make this replica unready.
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("registrations", registrationsSynced(mgr)); err != nil {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
 
-	log.Info("Starting fleet manager", "host", cfg.Host, "namespace", f.namespace, "leaderElection", f.leaderElect, "formats", formatNames)
+	log.Info("Starting fleet manager", "host", cfg.Host, "user", user, "namespace", f.namespace, "leaderElection", f.leaderElect, "formats", formatNames)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the fleet manager: %w", err)
 	}
@@ -270,23 +278,62 @@ func hubConfig(path string) (*rest.Config, error) {
 			cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
 		}
 	}
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, errors.New("there is none: fleet-manager is not running in a cluster, and neither --hub-kubeconfig, $KUBECONFIG nor ~/.kube/config names one")
+	}
 	if err != nil {
 		return nil, err
 	}
 	return rest.AddUserAgent(cfg, "fleet-manager"), nil
 }
 
-// probeHub fails fast, with a clear message, when the hub does not answer.
-func probeHub(ctx context.Context, cfg *rest.Config) error {
+// registrationsSynced is ready once the hub's registration caches have
+// synced: a replica that may not read its Secrets, or cannot reach the
+// hub, is not ready.
+func registrationsSynced(mgr *fleet.Manager) healthz.Checker {
+	return func(*http.Request) error {
+		select {
+		case <-mgr.Registry().Synced():
+			return nil
+		default:
+			return errors.New("the registration Secrets have not been read yet")
+		}
+	}
+}
+
+// probeHub fails fast, with a clear message, when the hub does not answer
+// or does not know who the manager is, and returns the user it knows.
+func probeHub(ctx context.Context, cfg *rest.Config) (string, error) {
 	probe := rest.CopyConfig(cfg)
 	probe.Timeout = hubProbeTimeout
-	dc, err := discovery.NewDiscoveryClientForConfig(probe)
+	client, err := authenticationv1client.NewForConfig(probe)
 	if err != nil {
-		return fmt.Errorf("building a client for the hub at %s: %w", cfg.Host, err)
+		return "", fmt.Errorf("building a client for the hub at %s: %w", cfg.Host, err)
 	}
-	err = dc.RESTClient().Get().AbsPath("/version").Do(ctx).Error()
-	if err != nil && ctx.Err() == nil {
-		return fmt.Errorf("the hub at %s is unreachable: %w", cfg.Host, err)
+	review, err := client.SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	var status apierrors.APIStatus
+	switch {
+	case ctx.Err() != nil:
+		return "", ctx.Err()
+	case err == nil && review.Status.UserInfo.Username == anonymousUser, apierrors.IsForbidden(err) && !hasCredentials(cfg):
+		return "", fmt.Errorf("the hub at %s sees no credentials (it answers as %s): give --hub-kubeconfig a kubeconfig whose user has a token, a client certificate or an exec plugin", cfg.Host, anonymousUser)
+	case err == nil:
+		return review.Status.UserInfo.Username, nil
+	case apierrors.IsUnauthorized(err):
+		return "", fmt.Errorf("the hub at %s does not accept the hub kubeconfig's credentials (401 Unauthorized): they may be wrong, expired or revoked", cfg.Host)
+	case apierrors.IsForbidden(err):
+		return "", fmt.Errorf("the hub at %s forbids the hub kubeconfig's user to review itself (403 Forbidden), which every authenticated user may through the system:basic-user ClusterRole", cfg.Host)
+	case apierrors.IsNotFound(err):
+		return "", nil // a hub older than SelfSubjectReview: it answered
+	case errors.As(err, &status):
+		return "", fmt.Errorf("the hub at %s answered with an error: %w", cfg.Host, err)
+	default:
+		return "", fmt.Errorf("the hub at %s is unreachable: %w", cfg.Host, err)
 	}
-	return nil
+}
+
+// hasCredentials reports whether cfg carries any credentials.
+func hasCredentials(cfg *rest.Config) bool {
+	return cfg.BearerToken != "" || cfg.BearerTokenFile != "" || cfg.Username != "" ||
+		len(cfg.CertData) > 0 || cfg.CertFile != "" || cfg.ExecProvider != nil || cfg.AuthProvider != nil
 }

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/fleetkube/fleet-manager/internal/poll"
+)
+
+func TestHubProbeSaysWhatIsWrong(t *testing.T) {
+	needAPIServers(t)
+	unreachable := rest.CopyConfig(testHub.Config)
+	unreachable.Host = "https://" + closedAddress(t)
+	badToken := rest.AnonymousClientConfig(testHub.Config)
+	badToken.BearerToken = "not-a-token"
+	cases := map[string]struct {
+		cfg     *rest.Config
+		want    string
+		notWant string
+	}{
+		"unreachable":    {cfg: unreachable, want: "is unreachable"},
+		"refused token":  {cfg: badToken, want: "401 Unauthorized", notWant: "unreachable"},
+		"no credentials": {cfg: rest.AnonymousClientConfig(testHub.Config), want: "sees no credentials", notWant: "unknown"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := probeHub(context.Background(), tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || tc.notWant != "" && strings.Contains(err.Error(), tc.notWant) {
+				t.Fatalf("probeHub: %v, want an error saying %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "not-a-token") {
+				t.Fatalf("the error shows the token: %v", err)
+			}
+		})
+	}
+	user, err := probeHub(context.Background(), testHub.Config)
+	if err != nil || user == "" {
+		t.Fatalf("probeHub as an admin: user %q, %v", user, err)
+	}
+}
+
+func TestNoHubKubeconfigNamesTheFlag(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "missing"))
+	t.Setenv("HOME", t.TempDir())
+	_, err := hubConfig("")
+	if err == nil || !strings.Contains(err.Error(), "--hub-kubeconfig") || strings.Contains(err.Error(), "KUBERNETES_MASTER") {
+		t.Fatalf("hubConfig: %v, want an error naming --hub-kubeconfig", err)
+	}
+}
+
+// TestReadyOnlyOnceRegistrationsAreRead runs the manager as a user that
+// may not read the fleet's Secrets: it stays unready until it may.
+func TestReadyOnlyOnceRegistrationsAreRead(t *testing.T) {
+	needAPIServers(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	admin, err := client.New(testHub.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "readyz"}}
+	if err := admin.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	const userName = "fleet-manager-without-rbac"
+	user, err := testHub.AddUser(envtest.User{Name: userName}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "hub.kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	probeAddr := closedAddress(t)
+	f, err := parseRunFlags([]string{"--hub-kubeconfig=" + path, "--namespace=" + ns.Name, "--metrics-bind-address=0", "--health-probe-bind-address=" + probeAddr}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- run(ctx, f, logr.Discard()) }()
+	defer func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+
+	readyz := func() int {
+		resp, err := http.Get("http://" + probeAddr + "/readyz")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	healthz := func() int {
+		resp, err := http.Get("http://" + probeAddr + "/healthz")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	poll.Until(t, "/healthz answers 200", func() bool { return healthz() == http.StatusOK })
+	// A manager that may not list its Secrets stays unready.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if code := readyz(); code == http.StatusOK {
+			t.Fatal("/readyz answers 200 while the Secrets are forbidden")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "registrations"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}}},
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "registrations"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: userName}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := admin.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, "/readyz answers 200 once the Secrets may be read", func() bool { return readyz() == http.StatusOK })
+}
+
+// closedAddress returns a loopback address nothing listens on.
+func closedAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return fmt.Sprint(l.Addr())
+}
