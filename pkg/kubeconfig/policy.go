@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/net/http/httpguts"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -21,6 +22,14 @@ import (
 
 // MaxKubeconfigBytes bounds the size of a kubeconfig read from a Secret.
 const MaxKubeconfigBytes = 1 << 20
+
+// Reasons of refusals that callers outside this package also give.
+const (
+	// ReasonInvalidHeaderValue refuses a credential or impersonation field
+	// that cannot be sent in an HTTP header, such as a token with a line
+	// break: every request of the member would fail.
+	ReasonInvalidHeaderValue = "InvalidHeaderValue"
+)
 
 const malformedMessage = "kubeconfig is not a valid YAML or JSON Config"
 
@@ -35,8 +44,9 @@ const maxYAMLDepth = 32
 // the current context, and every server URL must be https:// with a host
 // unless AllowPlainHTTPLoopback says otherwise. Some things no policy allows: file references (token,
 // client certificate, client key, certificate authority), auth-provider
-// plugins, YAML anchors and aliases, and a current context that is missing
-// or names an unknown cluster or user.
+// plugins, YAML anchors and aliases, a current context that is missing
+// or names an unknown cluster or user, and a token, username, password or
+// impersonation field that an HTTP header cannot carry.
 type Policy struct {
 	// AllowInsecureTLS allows insecure-skip-tls-verify, which turns off
 	// verification of the server's certificate.
@@ -96,10 +106,14 @@ func Refuse(reason, format string, args ...any) error {
 // is built from passes through here. The policy is checked on the raw parsed
 // config, before a client exists, because building one already reads the
 // files a kubeconfig names. Parse never reads files or runs commands.
+//
+// Input over the budget (see CheckBudget) is refused before it is decoded,
+// and decoding waits while too many bytes are being decoded at once.
 func (p Policy) Parse(data []byte) (*rest.Config, error) {
-	if len(data) > MaxKubeconfigBytes {
-		return nil, Refuse("KubeconfigTooLarge", "kubeconfig is %d bytes, the limit is %d", len(data), MaxKubeconfigBytes)
+	if err := CheckBudget("kubeconfig", data); err != nil {
+		return nil, err
 	}
+	defer acquireParse(data)()
 	if err := checkYAML(data); err != nil {
 		return nil, err
 	}
@@ -233,7 +247,53 @@ func (p Policy) checkUser(user *clientcmdapi.AuthInfo) error {
 	case user.Exec != nil && !slices.Contains(p.AllowExecCommands, user.Exec.Command):
 		return Refuse("ExecPluginRefused", "exec plugin command is not in the policy's allowed list")
 	}
+	return checkHeaderFields(user)
+}
+
+// checkHeaderFields refuses the user's fields that client-go sends in HTTP
+// headers when one holds a byte no header may carry. Username and password
+// are base64-encoded into the header, but a control character in them is
+// as surely a mistake, such as the newline "echo | base64" leaves.
+func checkHeaderFields(user *clientcmdapi.AuthInfo) error {
+	// In a fixed order, so that the message is the same on every read.
+	for _, f := range []struct{ name, value string }{
+		{"token", user.Token},
+		{"username", user.Username},
+		{"password", user.Password},
+		{"as", user.Impersonate},
+		{"as-uid", user.ImpersonateUID},
+	} {
+		if err := CheckHeaderValue(f.name, f.value); err != nil {
+			return err
+		}
+	}
+	for _, group := range user.ImpersonateGroups {
+		if err := CheckHeaderValue("as-groups", group); err != nil {
+			return err
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(user.ImpersonateUserExtra)) {
+		if err := CheckHeaderValue("as-user-extra key", key); err != nil {
+			return err
+		}
+		for _, value := range user.ImpersonateUserExtra[key] {
+			if err := CheckHeaderValue("as-user-extra value", value); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// CheckHeaderValue refuses value, the content of the kubeconfig field
+// named field, if an HTTP header cannot carry it: it holds a control
+// character other than a tab, such as CR or LF. The refusal names the
+// field, never its value.
+func CheckHeaderValue(field, value string) error {
+	if httpguts.ValidHeaderFieldValue(value) {
+		return nil
+	}
+	return Refuse(ReasonInvalidHeaderValue, "%s holds a control character, such as a line break, that no HTTP header may carry", field)
 }
 
 func refuseFile(field, embedded string) error {

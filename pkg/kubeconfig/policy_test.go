@@ -1,6 +1,7 @@
 package kubeconfig_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -32,6 +33,17 @@ func withServer(url string) func(*clientcmdapi.Cluster, *clientcmdapi.AuthInfo) 
 		cl.Server = url
 		cl.CertificateAuthorityData = nil
 	}
+}
+
+// withUser returns a good kubeconfig after edit has changed its user.
+func withUser(tb testing.TB, edit func(*clientcmdapi.AuthInfo)) []byte {
+	return kubeconfigtest.Build(tb, func(_ *clientcmdapi.Cluster, u *clientcmdapi.AuthInfo) { edit(u) })
+}
+
+// withBasicAuth returns a good kubeconfig whose user has a username and
+// password instead of a token.
+func withBasicAuth(tb testing.TB, username, password string) []byte {
+	return withUser(tb, func(u *clientcmdapi.AuthInfo) { u.Token, u.Username, u.Password = "", username, password })
 }
 
 func nestedYAML(depth int) []byte {
@@ -149,11 +161,15 @@ func parseCases(tb testing.TB) map[string]parseCase {
 		"wrong field type":    {data: []byte(strings.Replace(jsonKubeconfig, `"token": "`+kubeconfigtest.Token+`"`, `"token": ["`+kubeconfigtest.Token+`"]`, 1)), reason: "KubeconfigMalformed"},
 		"duplicate user": {data: []byte(strings.Replace(jsonKubeconfig, `"users": [`,
 			`"users": [{"name": "admin", "user": {"password": "`+kubeconfigtest.Password+`"}}, `, 1)), reason: "KubeconfigMalformed"},
-		"nested past the YAML parser's limit": {data: nestedYAML(20000), reason: "KubeconfigMalformed"},
-		"nested too deep":                     {data: nestedYAML(40), reason: "KubeconfigTooDeep"},
-		"billion laughs":                      {data: []byte(billionLaughs), reason: "YAMLAliasRefused"},
-		"aliased names":                       {data: []byte(aliasedNames), reason: "YAMLAliasRefused"},
-		"merge key":                           {data: []byte(mergeKey), reason: "YAMLAliasRefused"},
+		"nested past the YAML parser's limit": {data: nestedYAML(20000), reason: kubeconfig.ReasonKubeconfigTooComplex},
+		"flat over the structure budget":      {data: kubeconfigtest.Flat(12 * (kubeconfig.MaxKubeconfigElements + 100)), reason: kubeconfig.ReasonKubeconfigTooComplex},
+		"flow list over the structure budget": {data: []byte("apiVersion: v1\nkind: Config\nx: [" + strings.Repeat("1,", kubeconfig.MaxKubeconfigElements) + "1]\n"),
+			reason: kubeconfig.ReasonKubeconfigTooComplex},
+		"comment lines under the structure budget": {data: slices.Concat(good, bytes.Repeat([]byte("# a comment line\n"), kubeconfig.MaxKubeconfigElements/2))},
+		"nested too deep":                          {data: nestedYAML(40), reason: "KubeconfigTooDeep"},
+		"billion laughs":                           {data: []byte(billionLaughs), reason: "YAMLAliasRefused"},
+		"aliased names":                            {data: []byte(aliasedNames), reason: "YAMLAliasRefused"},
+		"merge key":                                {data: []byte(mergeKey), reason: "YAMLAliasRefused"},
 		"anchor in json": {data: []byte(strings.Replace(jsonKubeconfig, `"current-context": "member"`, `"current-context": &c "member"`, 1)),
 			reason: "YAMLAliasRefused"},
 
@@ -242,6 +258,26 @@ func parseCases(tb testing.TB) map[string]parseCase {
 		"link-local unused cluster": {data: kubeconfigtest.Edit(tb, func(c *clientcmdapi.Config) {
 			c.Clusters["other"] = &clientcmdapi.Cluster{Server: "https://169.254.169.254"}
 		}), reason: "LinkLocalAddressRefused"},
+
+		// Header values: what client-go would send in a header must be one.
+		"token with CR LF":         {data: withUser(tb, func(u *clientcmdapi.AuthInfo) { u.Token = kubeconfigtest.Token + "\r\nX-Injected: 1" }), reason: kubeconfig.ReasonInvalidHeaderValue},
+		"token with trailing LF":   {data: withUser(tb, func(u *clientcmdapi.AuthInfo) { u.Token = kubeconfigtest.Token + "\n" }), reason: kubeconfig.ReasonInvalidHeaderValue},
+		"token with NUL in JSON":   {data: []byte(strings.Replace(jsonKubeconfig, kubeconfigtest.Token, kubeconfigtest.Token+`\u0000`, 1)), reason: kubeconfig.ReasonInvalidHeaderValue},
+		"token with DEL in YAML":   {data: []byte(strings.Replace(string(kubeconfigtest.Build(tb, nil)), "token: "+kubeconfigtest.Token, `token: "`+kubeconfigtest.Token+`\x7f"`, 1)), reason: kubeconfig.ReasonInvalidHeaderValue},
+		"username with LF":         {data: withBasicAuth(tb, "admin\n", kubeconfigtest.Password), reason: kubeconfig.ReasonInvalidHeaderValue},
+		"password with CR":         {data: withBasicAuth(tb, "admin", kubeconfigtest.Password+"\r"), reason: kubeconfig.ReasonInvalidHeaderValue},
+		"impersonated user":        {data: withUser(tb, func(u *clientcmdapi.AuthInfo) { u.Impersonate = "jane\r\nX-Injected: 1" }), reason: kubeconfig.ReasonInvalidHeaderValue},
+		"impersonated uid":         {data: withUser(tb, func(u *clientcmdapi.AuthInfo) { u.ImpersonateUID = "uid\n" }), reason: kubeconfig.ReasonInvalidHeaderValue},
+		"impersonated group":       {data: withUser(tb, func(u *clientcmdapi.AuthInfo) { u.ImpersonateGroups = []string{"dev", "ops\n"} }), reason: kubeconfig.ReasonInvalidHeaderValue},
+		"impersonated extra key":   {data: withUser(tb, func(u *clientcmdapi.AuthInfo) { u.ImpersonateUserExtra = map[string][]string{"scope\r\n": {"a"}} }), reason: kubeconfig.ReasonInvalidHeaderValue},
+		"impersonated extra value": {data: withUser(tb, func(u *clientcmdapi.AuthInfo) { u.ImpersonateUserExtra = map[string][]string{"scope": {"a", "b\n"}} }), reason: kubeconfig.ReasonInvalidHeaderValue},
+		"header value in an unused user": {data: kubeconfigtest.Edit(tb, func(c *clientcmdapi.Config) {
+			c.AuthInfos["other"] = &clientcmdapi.AuthInfo{Token: kubeconfigtest.Token + "\r\n"}
+		}), reason: kubeconfig.ReasonInvalidHeaderValue},
+		"header values with tabs and UTF-8": {data: withUser(tb, func(u *clientcmdapi.AuthInfo) {
+			u.Impersonate, u.ImpersonateGroups = "jöhn\tdoe", []string{"développeurs"}
+			u.ImpersonateUserExtra = map[string][]string{"scope": {"lecture écriture"}}
+		})},
 
 		// Passes the policy, refused by client-go.
 		"token and basic auth": {data: kubeconfigtest.Build(tb, func(_ *clientcmdapi.Cluster, u *clientcmdapi.AuthInfo) {
