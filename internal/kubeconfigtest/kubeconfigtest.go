@@ -3,6 +3,8 @@
 package kubeconfigtest
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -69,4 +71,16 @@ func Write(tb testing.TB, c *clientcmdapi.Config) []byte {
 		tb.Fatal(err)
 	}
 	return data
+}
+
+// Flat returns a valid kubeconfig of about size bytes, with no current
+// context and one key per line under preferences: decoded, it is a map
+// of that many entries, though it is only a few bytes per key.
+func Flat(size int) []byte {
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: Config\npreferences:\n")
+	for i := 0; b.Len() < size-16; i++ {
+		fmt.Fprintf(&b, "  k%05d: %d\n", i, i%10)
+	}
+	return []byte(b.String())
 }
