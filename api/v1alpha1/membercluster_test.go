@@ -31,8 +31,8 @@ func TestSetStateKeepsRecentTransitions(t *testing.T) {
 		if !s.SetState(state, fmt.Sprint("R", i), now) {
 			t.Fatalf("SetState(%s) number %d changed nothing", state, i)
 		}
-		if s.SetState(state, "Again", metav1.NewTime(now.Add(time.Hour))) {
-			t.Fatalf("SetState(%s) to the current state reported a change", state)
+		if s.SetState(state, fmt.Sprint("R", i), metav1.NewTime(now.Add(time.Hour))) {
+			t.Fatalf("SetState(%s) to the current state and reason reported a change", state)
 		}
 		if s.State != state || !s.StateSince.Equal(&now) {
 			t.Fatalf("after SetState(%s, %s): State %s since %s", state, now, s.State, s.StateSince)
@@ -47,6 +47,15 @@ func TestSetStateKeepsRecentTransitions(t *testing.T) {
 		if tr.State != want.State || !tr.Time.Equal(&want.Time) || tr.Reason != want.Reason {
 			t.Errorf("transition %d = %+v, want %+v", i, tr, want)
 		}
+	}
+}
+
+func TestSetStateForAnotherReasonIsATransition(t *testing.T) {
+	var s fleetv1alpha1.MemberClusterStatus
+	now := metav1.Now()
+	s.SetState(fleetv1alpha1.MemberStatePending, fleetv1alpha1.ReasonCredentialsRefused, now)
+	if !s.SetState(fleetv1alpha1.MemberStatePending, "ClusterNameConflict", now) || len(s.RecentTransitions) != 2 {
+		t.Fatalf("SetState to the current state for another reason: transitions %+v, want 2", s.RecentTransitions)
 	}
 }
 

@@ -104,6 +104,9 @@ const (
 	// ReasonCredentialsRefused (Ready False): the member cannot start
 	// because CredentialsAccepted is False.
 	ReasonCredentialsRefused = "CredentialsRefused"
+	// ReasonDeregistered (an Event): the cluster's registration is gone
+	// and its MemberCluster was deleted.
+	ReasonDeregistered = "Deregistered"
 
 	// ReasonNotProbed (Healthy Unknown): no probe has finished yet.
 	ReasonNotProbed = "NotProbed"
@@ -117,10 +120,10 @@ const (
 	// policy and the member accepted its credentials.
 	ReasonAccepted = "Accepted"
 	// ReasonUnauthorized (CredentialsAccepted False): the member answered
-	// 401; the manager re-reads the Secret at once.
+	// 401.
 	ReasonUnauthorized = "Unauthorized"
 	// ReasonForbidden (CredentialsAccepted False): the member answered
-	// 403; the manager re-reads the Secret at once.
+	// 403.
 	ReasonForbidden = "Forbidden"
 
 	// ReasonKindNotFound (a ControllerCondition False): a kind the
@@ -343,9 +346,9 @@ type ControllerCondition struct {
 // SetState records that the member entered state at now, for reason: it
 // sets State and StateSince and appends to RecentTransitions, dropping the
 // oldest beyond MaxRecentTransitions. It changes nothing and returns false
-// when state is the current state.
+// when state and reason are the current ones.
 func (s *MemberClusterStatus) SetState(state MemberState, reason string, now metav1.Time) bool {
-	if s.State == state {
+	if n := len(s.RecentTransitions); s.State == state && (n == 0 || s.RecentTransitions[n-1].Reason == reason) {
 		return false
 	}
 	s.State = state

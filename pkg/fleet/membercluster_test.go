@@ -2,10 +2,12 @@ package fleet_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +16,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
@@ -62,6 +65,21 @@ func TestMemberClusterFollowsItsMember(t *testing.T) {
 	if condition(mc, fleetv1alpha1.ConditionHealthy) != metav1.ConditionTrue || condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) != metav1.ConditionTrue {
 		t.Fatalf("conditions %+v, want Healthy and CredentialsAccepted True", mc.Status.Conditions)
 	}
+	// LastProbeTime is rewritten while the member is probed, though
+	// nothing else changes.
+	refresh := membercluster.ProbeTimeRefreshIntervals * 200 * time.Millisecond
+	first := mc.Status.LastProbeTime.Time
+	for deadline := time.Now().Add(2*refresh + time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if err := hubClient.Get(t.Context(), types.NamespacedName{Name: "observed"}, mc); err != nil {
+			t.Fatal(err)
+		}
+		if mc.Status.LastProbeTime.After(first) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("LastProbeTime still %s after %s, want it refreshed every %s", first, 2*refresh+time.Second, refresh)
+		}
+	}
 
 	proxy.Down()
 	memberCluster(t, "observed", "Unhealthy", func(mc *fleetv1alpha1.MemberCluster) bool {
@@ -84,6 +102,19 @@ func TestMemberClusterFollowsItsMember(t *testing.T) {
 	if !containsInOrder(seen, fleetv1alpha1.MemberStateReady, fleetv1alpha1.MemberStateUnhealthy, fleetv1alpha1.MemberStateDisconnected, fleetv1alpha1.MemberStateReady) {
 		t.Fatalf("transitions %v do not record Ready, Unhealthy, Disconnected, Ready", seen)
 	}
+	// Every transition, the first included, is one Event.
+	poll.Until(t, "one Event per transition of observed", func() bool {
+		events := stateEvents(t, "observed")
+		if len(events) != len(mc.Status.RecentTransitions) {
+			return false
+		}
+		for i, tr := range mc.Status.RecentTransitions {
+			if events[i].Reason != tr.Reason || !strings.HasPrefix(events[i].Note, "member is "+string(tr.State)) {
+				return false
+			}
+		}
+		return true
+	})
 
 	if err := hubClient.Delete(t.Context(), s); err != nil {
 		t.Fatal(err)
@@ -91,6 +122,40 @@ func TestMemberClusterFollowsItsMember(t *testing.T) {
 	poll.Until(t, "MemberCluster observed deleted", func() bool {
 		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Name: "observed"}, &fleetv1alpha1.MemberCluster{}))
 	})
+	poll.Until(t, "a Deregistered Event for observed", func() bool {
+		return slices.ContainsFunc(memberClusterEvents(t, "observed"), func(e eventsv1.Event) bool { return e.Reason == fleetv1alpha1.ReasonDeregistered })
+	})
+}
+
+// memberClusterEvents returns the Events about the MemberCluster named
+// name, oldest first.
+func memberClusterEvents(t *testing.T, name string) []eventsv1.Event {
+	t.Helper()
+	list := &eventsv1.EventList{}
+	if err := hubClient.List(t.Context(), list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+		t.Fatal(err)
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "MemberCluster" && e.Regarding.Name == name {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b eventsv1.Event) int { return a.EventTime.Compare(b.EventTime.Time) })
+	return out
+}
+
+// stateEvents returns the state change Events of the MemberCluster named
+// name, oldest first.
+func stateEvents(t *testing.T, name string) []eventsv1.Event {
+	t.Helper()
+	var out []eventsv1.Event
+	for _, e := range memberClusterEvents(t, name) {
+		if e.Action == "StateChanged" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func TestMemberClusterCarriesTheRefusal(t *testing.T) {
@@ -103,6 +168,10 @@ func TestMemberClusterCarriesTheRefusal(t *testing.T) {
 	if accepted.Reason != "ExecPluginRefused" || condition(mc, fleetv1alpha1.ConditionReady) != metav1.ConditionFalse {
 		t.Fatalf("conditions %+v, want CredentialsAccepted False for ExecPluginRefused and not Ready", mc.Status.Conditions)
 	}
+	poll.Until(t, "one Warning Event saying refused was refused", func() bool {
+		events := stateEvents(t, "refused")
+		return len(events) == 1 && events[0].Reason == fleetv1alpha1.ReasonCredentialsRefused && events[0].Type == corev1.EventTypeWarning
+	})
 	if err := hubClient.DeleteAllOf(t.Context(), &corev1.Secret{}, client.InNamespace(f.namespace)); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -29,10 +30,15 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// probeTimeRefresh is how stale LastProbeTime may grow before it alone
-// causes a status write: every probe would be a write per member every
-// few seconds.
-const probeTimeRefresh = 30 * time.Second
+// ProbeTimeRefreshIntervals is how many probe intervals LastProbeTime may
+// lag before it alone causes a status write (32 s by default): a write per
+// probe would be a write per member every few seconds. A LastProbeTime
+// older than that says the manager no longer probes the member.
+const ProbeTimeRefreshIntervals = 8
+
+// workers is how many MemberClusters are written at once: a fleet's
+// registrations arrive together at start-up.
+const workers = 8
 
 // maxVersionBytes bounds the /version body read from a member.
 const maxVersionBytes = 16 << 10
@@ -47,6 +53,8 @@ type memberClusters struct {
 	m        *fleet.Manager
 	client   client.Client
 	recorder events.EventRecorder
+	// probeTimeRefresh is how stale LastProbeTime may grow.
+	probeTimeRefresh time.Duration
 
 	// mu guards versions: each connected member's server version, asked
 	// once per connection.
@@ -66,11 +74,14 @@ func Add(m *fleet.Manager) error {
 		client:   m.GetClient(),
 		recorder: m.GetEventRecorder("fleet-manager"),
 		versions: map[string]string{},
+
+		probeTimeRefresh: ProbeTimeRefreshIntervals * m.MemberHealth().Interval,
 	}
 	return builder.ControllerManagedBy(m.Manager).
 		Named("fleet-memberclusters").
 		For(&fleetv1alpha1.MemberCluster{}).
 		WatchesRawSource(m.Registry().Source()).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(mc)
 }
 
@@ -96,9 +107,13 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	}
 	if !registered {
 		mc.forget(name)
-		if exists {
-			return reconcile.Result{}, client.IgnoreNotFound(mc.client.Delete(ctx, obj, client.Preconditions{UID: &obj.UID}))
+		if !exists {
+			return reconcile.Result{}, nil
 		}
+		if err := mc.client.Delete(ctx, obj, client.Preconditions{UID: &obj.UID}); err != nil {
+			return ignoreStale(client.IgnoreNotFound(err))
+		}
+		mc.recorder.Eventf(obj, nil, corev1.EventTypeNormal, fleetv1alpha1.ReasonDeregistered, "Deregister", "the cluster's registration is gone")
 		return reconcile.Result{}, nil
 	}
 	if !c.Accepted() || c.State != cluster.StateReady {
@@ -118,37 +133,54 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	}
 	if !exists {
 		if err := mc.client.Create(ctx, want); err != nil {
-			return reconcile.Result{}, err
+			return ignoreStale(err)
 		}
 	} else if !equality.Semantic.DeepEqual(obj.Labels, want.Labels) || obj.Spec != want.Spec {
 		if err := mc.client.Update(ctx, want); err != nil {
-			return ignoreConflict(err)
+			return ignoreStale(err)
 		}
 	}
 
 	before := want.Status.DeepCopy()
-	from := want.Status.State
+	transitions := len(want.Status.RecentTransitions)
 	mc.setStatus(ctx, c, &want.Status)
-	if !statusUnchanged(before, &want.Status) {
-		if err := mc.client.Status().Update(ctx, want); err != nil {
-			return ignoreConflict(err)
-		}
+	if mc.statusUnchanged(before, &want.Status) {
+		return reconcile.Result{}, nil
 	}
-	if want.Status.State != from && from != "" {
-		eventType := corev1.EventTypeNormal
-		if want.Status.State != fleetv1alpha1.MemberStateReady {
-			eventType = corev1.EventTypeWarning
-		}
-		mc.recorder.Eventf(want, nil, eventType, string(want.Status.State), "StateChanged", "member is %s, was %s", want.Status.State, from)
+	if err := mc.client.Status().Update(ctx, want); err != nil {
+		return ignoreStale(err)
+	}
+	if len(want.Status.RecentTransitions) > transitions || !exists {
+		mc.recordTransition(want, before.State)
 	}
 	return reconcile.Result{}, nil
 }
 
-// ignoreConflict drops a write that lost to a newer version: the cache
-// was behind, which is no failure, and the newer version's event brings
-// the MemberCluster back.
-func ignoreConflict(err error) (reconcile.Result, error) {
-	if apierrors.IsConflict(err) {
+// recordTransition makes the state transition a status write recorded an
+// Event: one per transition, the first included.
+func (mc *memberClusters) recordTransition(obj *fleetv1alpha1.MemberCluster, from fleetv1alpha1.MemberState) {
+	last := obj.Status.RecentTransitions[len(obj.Status.RecentTransitions)-1]
+	eventType := corev1.EventTypeNormal
+	switch last.State {
+	case fleetv1alpha1.MemberStateUnhealthy, fleetv1alpha1.MemberStateDisconnected:
+		eventType = corev1.EventTypeWarning
+	case fleetv1alpha1.MemberStatePending:
+		if last.Reason != string(fleetv1alpha1.MemberStatePending) {
+			eventType = corev1.EventTypeWarning // refused, or a name conflict
+		}
+	}
+	note := fmt.Sprintf("member is %s (%s)", last.State, last.Reason)
+	if from != "" {
+		note += fmt.Sprintf(", was %s", from)
+	}
+	mc.recorder.Eventf(obj, nil, eventType, last.Reason, "StateChanged", note)
+}
+
+// ignoreStale drops a write that lost to a newer version, or a create
+// that finds the object there: the cache was behind, which is no failure,
+// and the newer version's event brings the MemberCluster back.
+func ignoreStale(err error) (reconcile.Result, error) {
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 		return reconcile.Result{}, nil
 	}
 	return reconcile.Result{}, err
@@ -300,11 +332,11 @@ func (mc *memberClusters) forget(name string) {
 	delete(mc.versions, name)
 }
 
-// statusUnchanged reports whether after differs from before at most in a
-// LastProbeTime that is still fresh.
-func statusUnchanged(before, after *fleetv1alpha1.MemberClusterStatus) bool {
+// statusUnchanged reports whether after differs from before, the status
+// last written, at most in a LastProbeTime that is still fresh.
+func (mc *memberClusters) statusUnchanged(before, after *fleetv1alpha1.MemberClusterStatus) bool {
 	a := after.DeepCopy()
-	if before.LastProbeTime != nil && a.LastProbeTime != nil && a.LastProbeTime.Sub(before.LastProbeTime.Time) < probeTimeRefresh {
+	if before.LastProbeTime != nil && a.LastProbeTime != nil && a.LastProbeTime.Sub(before.LastProbeTime.Time) < mc.probeTimeRefresh {
 		a.LastProbeTime = before.LastProbeTime
 	}
 	return equality.Semantic.DeepEqual(before, a)
