@@ -56,6 +56,8 @@ type Format struct {
 	// Match picks the format's Secrets among those selected, for what
 	// selectors cannot express.
 	Match func(*corev1.Secret) bool
+	// Keys are the data keys Read uses; the Secret cache keeps no other.
+	Keys []string
 	// Read returns the registration a matching Secret holds, or a
 	// RefusedError.
 	Read func(*corev1.Secret) (cluster.Registration, error)
@@ -81,6 +83,7 @@ func labelledKubeconfig(name, namespace, label string) Format {
 		Namespaces: []string{namespace},
 		Label:      labels.SelectorFromSet(labels.Set{label: "true"}),
 		Match:      func(*corev1.Secret) bool { return true },
+		Keys:       []string{KubeconfigKey},
 		Read: func(s *corev1.Secret) (cluster.Registration, error) {
 			return readKey(s, s.Name, KubeconfigKey)
 		},
@@ -102,6 +105,7 @@ func ClusterAPIFormat(namespaces []string) Format {
 		Match: func(s *corev1.Secret) bool {
 			return s.Type == ClusterAPISecretType && strings.HasSuffix(s.Name, ClusterAPINameSuffix)
 		},
+		Keys: []string{ClusterAPIKey},
 		Read: func(s *corev1.Secret) (cluster.Registration, error) {
 			name := s.Labels[ClusterAPIClusterLabel]
 			if name == "" {
@@ -123,6 +127,7 @@ func ArgoCDFormat(namespace string) Format {
 		Namespaces: []string{namespace},
 		Label:      labels.SelectorFromSet(labels.Set{ArgoCDSecretTypeLabel: ArgoCDClusterType}),
 		Match:      func(*corev1.Secret) bool { return true },
+		Keys:       []string{"name", "server", "config"},
 		Read:       readArgoCD,
 	}
 }
@@ -135,7 +140,7 @@ func readKey(s *corev1.Secret, defaultName, key string) (cluster.Registration, e
 	if len(reg.Kubeconfig) == 0 {
 		return reg, kubeconfig.Refuse("MissingKubeconfig", "the Secret has no data key %q", key)
 	}
-	return reg, nil
+	return reg, kubeconfig.CheckBudget("kubeconfig", reg.Kubeconfig)
 }
 
 func nameOf(s *corev1.Secret, defaultName string) string {
@@ -190,12 +195,22 @@ func readArgoCD(s *corev1.Secret) (cluster.Registration, error) {
 	if server == "" {
 		return reg, kubeconfig.Refuse("MissingServer", "the Argo CD Secret has no data key %q", "server")
 	}
-	if len(s.Data["config"]) > kubeconfig.MaxKubeconfigBytes {
-		return reg, kubeconfig.Refuse("KubeconfigTooLarge", "config is %d bytes, the limit is %d", len(s.Data["config"]), kubeconfig.MaxKubeconfigBytes)
+	if err := kubeconfig.CheckBudget("the Argo CD config", s.Data["config"]); err != nil {
+		return reg, err
 	}
 	var cfg argoCDConfig
 	if err := json.Unmarshal(s.Data["config"], &cfg); err != nil {
 		return reg, kubeconfig.Refuse("KubeconfigMalformed", "the Argo CD config is not valid JSON of the expected shape")
+	}
+	// Checked here too, so that the refusal names Argo CD's field.
+	for _, f := range []struct{ name, value string }{
+		{"bearerToken", cfg.BearerToken},
+		{"username", cfg.Username},
+		{"password", cfg.Password},
+	} {
+		if err := kubeconfig.CheckHeaderValue(f.name, f.value); err != nil {
+			return reg, err
+		}
 	}
 	user := &clientcmdapi.AuthInfo{
 		Token:                 cfg.BearerToken,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -300,6 +302,10 @@ func TestArgoCDRefusals(t *testing.T) {
 	oversize := []byte(`{"bearerToken":"` + testToken + `","password":"` + testPassword + `","proxyUrl":"`)
 	oversize = append(oversize, bytes.Repeat([]byte("x"), kubeconfig.MaxKubeconfigBytes)...)
 	oversize = append(oversize, `"}`...)
+	overBudget := map[string]any{"bearerToken": testToken}
+	for i := range kubeconfig.MaxKubeconfigElements {
+		overBudget[fmt.Sprint("k", i)] = i
+	}
 	for name, tc := range map[string]struct {
 		name, server string
 		config       any
@@ -327,6 +333,9 @@ func TestArgoCDRefusals(t *testing.T) {
 		"oversize config": {
 			name: "member", server: "https://member.example.com", config: oversize, wantReason: "KubeconfigTooLarge",
 		},
+		"config over the structure budget": {
+			name: "member", server: "https://member.example.com", config: overBudget, wantReason: kubeconfig.ReasonKubeconfigTooComplex,
+		},
 		"invalid name": {
 			name: "In-Cluster (prod)", server: "https://member.example.com", config: credentials, wantReason: "InvalidClusterName",
 		},
@@ -348,6 +357,25 @@ func TestArgoCDRefusals(t *testing.T) {
 			}
 			_, err := registry.ArgoCDFormat("argocd").Read(secret)
 			checkRefused(t, err, tc.wantReason)
+		})
+	}
+}
+
+// TestArgoCDHeaderFields checks that a config field client-go sends in an
+// HTTP header is refused when no header can carry it, and that the
+// refusal names Argo CD's field (issue 12, defect 1).
+func TestArgoCDHeaderFields(t *testing.T) {
+	for field, config := range map[string]map[string]any{
+		"bearerToken": {"bearerToken": testToken + "\r\nX-Injected: 1"},
+		"username":    {"username": "admin\n", "password": testPassword},
+		"password":    {"username": "admin", "password": testPassword + "\r"},
+	} {
+		t.Run(field, func(t *testing.T) {
+			_, err := registry.ArgoCDFormat("argocd").Read(argoCDSecret(t, "member", "https://member.example.com", config))
+			checkRefused(t, err, kubeconfig.ReasonInvalidHeaderValue)
+			if err != nil && !strings.Contains(err.Error(), field) {
+				t.Errorf("the refusal %q does not name the field %s", err, field)
+			}
 		})
 	}
 }
@@ -430,6 +458,10 @@ func TestLabelledKubeconfigFormats(t *testing.T) {
 				},
 				"empty key": {
 					secret: secret("fleet", "member-1", map[string][]byte{"kubeconfig": {}}), wantReason: "MissingKubeconfig",
+				},
+				"over the structure budget": {
+					secret:     secret("fleet", "member-1", map[string][]byte{"kubeconfig": kubeconfigtest.Flat(kubeconfig.MaxKubeconfigBytes)}),
+					wantReason: kubeconfig.ReasonKubeconfigTooComplex,
 				},
 				"invalid name in the annotation": {
 					secret:     withAnnotation(secret("fleet", "member-1", map[string][]byte{"kubeconfig": testKubeconfig}), "Member_1"),
