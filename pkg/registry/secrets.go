@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -56,7 +57,9 @@ func NewWithSecrets(mgr manager.Manager, formats []Format, workers int) (*Regist
 			Scheme:            mgr.GetScheme(),
 			Mapper:            mgr.GetRESTMapper(),
 			DefaultNamespaces: namespaces(f.Namespaces),
-			ByObject:          map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: f.Label, Field: f.Field}},
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Secret{}: {Label: f.Label, Field: f.Field, Transform: keepOnlyRegistration(f)},
+			},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("creating the %s Secret cache: %w", f.Name, err)
@@ -90,6 +93,57 @@ func namespaces(names []string) map[string]cache.Config {
 		m[n] = cache.Config{}
 	}
 	return m
+}
+
+// keepOnlyRegistration returns the Secret cache transform of format f: a
+// cached Secret keeps only what reading its registration uses. Data keys
+// f does not read, managed fields and kubectl's last applied
+// configuration are dropped, and a value over the kubeconfig budget is
+// replaced by its refusal, so that a Secret the policy would refuse
+// unread costs the cache a few bytes instead of up to a megabyte, and its
+// refusal is still reported. It mutates the Secret in place, and is
+// idempotent, as client-go asks.
+func keepOnlyRegistration(f Format) toolscache.TransformFunc {
+	return func(obj any) (any, error) {
+		secret, ok := obj.(*corev1.Secret)
+		if !ok {
+			return obj, nil
+		}
+		secret.ManagedFields = nil
+		delete(secret.Annotations, corev1.LastAppliedConfigAnnotation)
+		data := make(map[string][]byte, len(f.Keys))
+		for _, key := range f.Keys {
+			value, ok := secret.Data[key]
+			if !ok {
+				continue
+			}
+			if err := kubeconfig.CheckBudget(key, value); err != nil {
+				refusal, _ := errors.AsType[*kubeconfig.RefusedError](err)
+				value = []byte(droppedMarker + refusal.Reason + "\x00" + refusal.Message)
+			}
+			data[key] = value
+		}
+		secret.Data, secret.StringData = data, nil
+		return secret, nil
+	}
+}
+
+// droppedMarker starts a cached data value that keepOnlyRegistration
+// replaced; its refusal follows.
+const droppedMarker = "\x00fleet-manager: dropped from the cache\x00"
+
+// droppedRefusal returns the refusal keepOnlyRegistration left in one of
+// keys' values, if any.
+func droppedRefusal(secret *corev1.Secret, keys []string) *kubeconfig.RefusedError {
+	for _, key := range keys {
+		rest, ok := bytes.CutPrefix(secret.Data[key], []byte(droppedMarker))
+		if !ok {
+			continue
+		}
+		reason, message, _ := bytes.Cut(rest, []byte{0})
+		return &kubeconfig.RefusedError{Reason: string(reason), Message: string(message)}
+	}
+	return nil
 }
 
 // secretCache puts a format's Secret cache in the manager's cache group:
@@ -221,6 +275,9 @@ func (r *secretReader) read(ctx context.Context, secret *corev1.Secret) {
 		return
 	}
 	reg, err := r.format.Read(secret)
+	if refusal := droppedRefusal(secret, r.format.Keys); refusal != nil && !isRefusal(err, ReasonInvalidClusterName) {
+		err = refusal
+	}
 	c := Claim{Source: src, Labels: maps.Clone(secret.Labels), kubeconfig: reg.Kubeconfig}
 	if err != nil {
 		refusal, ok := errors.AsType[*kubeconfig.RefusedError](err)
@@ -238,6 +295,11 @@ func (r *secretReader) read(ctx context.Context, secret *corev1.Secret) {
 		c.Refusal, c.kubeconfig = refusal, nil
 	}
 	r.registry.claim(reg.ClusterName, c)
+}
+
+func isRefusal(err error, reason string) bool {
+	refusal, ok := errors.AsType[*kubeconfig.RefusedError](err)
+	return ok && refusal.Reason == reason
 }
 
 func (r *secretReader) source(key types.NamespacedName) Source {
