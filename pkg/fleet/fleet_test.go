@@ -684,6 +684,15 @@ func TestSecretsRegisteredAtOnceSettleByName(t *testing.T) {
 	f.waitEngaged(t, "contested-0", "contested-1")
 	f.wantHost(t, "contested-0", members[1])
 	f.wantHost(t, "contested-1", members[1])
+
+	// Writing the MemberClusters of members that arrive together, from a
+	// cache that lags the writes, is no reconcile error.
+	for _, name := range append(solo, "contested-0", "contested-1") {
+		memberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool { return mc.Status.State == fleetv1alpha1.MemberStateReady })
+	}
+	if f.logs.find("Reconciler error") {
+		t.Fatal("a reconcile failed; the log says Reconciler error")
+	}
 }
 
 func TestOwnsAndWatchesResolveWithinEachMember(t *testing.T) {
