@@ -191,7 +191,7 @@ func TestMemberClusterAPI(t *testing.T) {
 			columns = append(columns, c.Name)
 		}
 	}
-	if want := []string{"Name", "State", "Ready", "Healthy", "Version", "Failures", "Age"}; !slices.Equal(columns, want) {
+	if want := []string{"Name", "State", "Ready", "Healthy", "Version", "Failures", "Last Probe", "Age"}; !slices.Equal(columns, want) {
 		t.Errorf("default columns %q, want %q", columns, want)
 	}
 	if len(table.Rows) != 1 {
