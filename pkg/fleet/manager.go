@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -101,11 +102,19 @@ type Manager struct {
 
 // New returns a fleet manager for the hub cfg points at. A cfg with
 // neither QPS nor a RateLimiter gets DefaultHubQPS and DefaultHubBurst.
+// Hub requests wait, up to 30 s or their context's end, for a hub that
+// refuses connections, so informers catch up as soon as it returns; each
+// kind of request the hub forbids is logged once, at error level.
 func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	if cfg.QPS == 0 && cfg.RateLimiter == nil {
 		cfg = rest.CopyConfig(cfg)
 		cfg.QPS, cfg.Burst = DefaultHubQPS, DefaultHubBurst
 	}
+	hubLog := opts.Logger
+	if hubLog.GetSink() == nil {
+		hubLog = crlog.Log
+	}
+	cfg = withHubTransport(cfg, hubLog.WithName("hub"))
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace
 	}

@@ -1,0 +1,149 @@
+package fleet_test
+
+import (
+	"context"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+)
+
+// hubOutage is long enough for client-go's reflector backoff to reach
+// sleeps of 6 to 13 s, which a hub that comes back would wait out.
+const hubOutage = 12 * time.Second
+
+func TestHubReturnsWithinSeconds(t *testing.T) {
+	ns := mclNamespace(t)
+	createNamespace(t, hubClient, ns)
+	u, err := url.Parse(hub.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := controlplane.StartProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	cfg := rest.CopyConfig(hub.Config)
+	cfg.Host = "https://" + proxy.Addr()
+	f := startHubFleet(t, cfg, ns)
+	f.register(t, "before-outage", kubeconfigs[0])
+	poll.Until(t, "before-outage engaged", func() bool { return slices.Contains(f.mgr.ClusterNames(), "before-outage") })
+
+	proxy.Down()
+	time.Sleep(hubOutage)
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	f.register(t, "after-outage", kubeconfigs[1])
+	poll.Until(t, "after-outage engaged", func() bool { return slices.Contains(f.mgr.ClusterNames(), "after-outage") })
+	took := time.Since(back)
+	t.Logf("engaged %s after the hub returned", took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Errorf("a Secret created when the hub returned was engaged %s later, want ≤ 2s", took.Round(time.Millisecond))
+	}
+}
+
+func TestHubDenialLoggedOnce(t *testing.T) {
+	ns := mclNamespace(t)
+	createNamespace(t, hubClient, ns)
+	nobody, err := hub.AddUser(envtest.User{Name: "fleet-nobody-" + ns}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startHubFleet(t, nobody.Config(), ns)
+	// The reflectors retry their list at 0.8 s, then 1.6 s and more.
+	time.Sleep(5 * time.Second)
+	cl, err := client.NewWithWatch(f.mgr.GetConfig(), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "denied"}}
+	for range 2 {
+		_ = cl.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{})
+		_ = cl.Create(ctx, secret.DeepCopy())
+		_ = cl.Delete(ctx, secret)
+		if w, err := cl.Watch(ctx, &corev1.SecretList{}, client.InNamespace(ns)); err == nil {
+			w.Stop()
+		}
+	}
+
+	denial := func(verb, resource, namespace string) string {
+		return `"verb"="` + verb + `" "resource"="` + resource + `" "namespace"="` + namespace + `"`
+	}
+	for _, want := range []string{
+		denial("list", "secrets", ns),
+		denial("get", "secrets", ns),
+		denial("create", "secrets", ns),
+		denial("delete", "secrets", ns),
+		denial("watch", "secrets", ns),
+	} {
+		if n := f.logs.count(`"msg"="The hub denied a request`, want); n != 1 {
+			t.Errorf("denial %s logged %d times, want once", want, n)
+		}
+	}
+}
+
+// startHubFleet runs a fleet manager on the hub cfg points at, with the
+// fleet namespace ns, until the test ends.
+func startHubFleet(t *testing.T, cfg *rest.Config, ns string) *fleetEnv {
+	t.Helper()
+	logs := &logLines{}
+	mgr, err := fleet.New(cfg, fleet.Options{
+		Options: manager.Options{
+			Logger:                 logs.logger(),
+			Metrics:                metricsserver.Options{BindAddress: "0"},
+			HealthProbeBindAddress: "0",
+			Controller:             config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: 30 * time.Second},
+		},
+		Namespace: ns,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("manager on %s: %v", ns, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("manager on %s did not stop", ns)
+		}
+	})
+	return &fleetEnv{mgr: mgr, namespace: ns, logs: logs}
+}
+
+// count returns how many lines hold every part.
+func (l *logLines) count(parts ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
+			n++
+		}
+	}
+	return n
+}
