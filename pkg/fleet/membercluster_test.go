@@ -15,9 +15,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -172,12 +174,34 @@ func TestMemberClusterCarriesTheRefusal(t *testing.T) {
 		events := stateEvents(t, "refused")
 		return len(events) == 1 && events[0].Reason == fleetv1alpha1.ReasonCredentialsRefused && events[0].Type == corev1.EventTypeWarning
 	})
+	// A token no HTTP header can carry, and a kubeconfig over the structure
+	// budget, are refused with their own reasons (issue 12, defects 1 and 10).
+	more := map[string]struct {
+		kubeconfig []byte
+		reason     string
+	}{
+		"refused-crlf-token":  {hostileKubeconfig("https://10.0.0.1", `{token: "`+hostileToken+`\r\nX-Injected: 1"}`), kubeconfig.ReasonInvalidHeaderValue},
+		"refused-too-complex": {kubeconfigtest.Flat(kubeconfig.MaxKubeconfigBytes - 1024), kubeconfig.ReasonKubeconfigTooComplex},
+	}
+	for name, m := range more {
+		f.register(t, name, m.kubeconfig)
+	}
+	for name, m := range more {
+		mc := memberCluster(t, name, "refused", func(mc *fleetv1alpha1.MemberCluster) bool {
+			return condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) == metav1.ConditionFalse
+		})
+		if accepted := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsAccepted); accepted.Reason != m.reason {
+			t.Fatalf("%s: CredentialsAccepted is False for %s, want %s", name, accepted.Reason, m.reason)
+		}
+	}
 	if err := hubClient.DeleteAllOf(t.Context(), &corev1.Secret{}, client.InNamespace(f.namespace)); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "MemberCluster refused deleted", func() bool {
-		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Name: "refused"}, &fleetv1alpha1.MemberCluster{}))
-	})
+	for _, name := range []string{"refused", "refused-crlf-token", "refused-too-complex"} {
+		poll.Until(t, "MemberCluster "+name+" deleted", func() bool {
+			return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Name: name}, &fleetv1alpha1.MemberCluster{}))
+		})
+	}
 }
 
 // containsInOrder reports whether want occurs in got as a subsequence.
