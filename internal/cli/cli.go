@@ -18,11 +18,15 @@ import (
 var ErrUsage = errors.New("bad usage")
 
 // NewFlagSet returns a flag set named name that returns its errors, and
-// binds the zap logger's flags to zapOpts.
+// binds the zap logger's flags to zapOpts. Stack traces are logged for
+// panics only: an error line says what failed and where already.
 func NewFlagSet(name string, stderr io.Writer, zapOpts *zap.Options) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	zapOpts.BindFlags(fs)
+	if err := fs.Set("zap-stacktrace-level", "panic"); err != nil {
+		panic(err) // the flag is controller-runtime's own
+	}
 	return fs
 }
 
