@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/fleetkube/fleet-manager/internal/cli"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
@@ -46,7 +45,7 @@ const anonymousUser = "system:anonymous"
 type runFlags struct {
 	hubKubeconfig    string
 	namespace        string
-	metricsAddr      string
+	metrics          metricsFlags
 	probeAddr        string
 	leaderElect      bool
 	leaseDuration    time.Duration
@@ -97,7 +96,7 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 	mgr, err := fleet.New(cfg, fleet.Options{
 		Options: manager.Options{
 			Logger:                        logger,
-			Metrics:                       metricsserver.Options{BindAddress: f.metricsAddr},
+			Metrics:                       f.metrics.options(),
 			HealthProbeBindAddress:        f.probeAddr,
 			LeaderElection:                f.leaderElect,
 			LeaderElectionID:              leaderElectionID,
@@ -146,7 +145,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs := cli.NewFlagSet("fleet-manager run", stderr, &f.zap)
 	fs.StringVar(&f.hubKubeconfig, "hub-kubeconfig", "", "Path to the hub's kubeconfig. Default: the in-cluster config, else $KUBECONFIG and the default loading rules.")
 	fs.StringVar(&f.namespace, "namespace", fleet.DefaultNamespace, "Fleet namespace on the hub: where native (and multicluster-runtime) registration Secrets and the leader election Lease live.")
-	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", `Address the metrics endpoint binds to; "0" disables it.`)
+	f.metrics.bindFlags(fs)
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", `Address the /healthz and /readyz endpoints bind to; "0" disables them.`)
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "Elect a leader with a Lease, so that only one replica runs member caches and controllers. The leader exits with status 1 if it cannot renew the Lease, for example while the hub is down.")
 	fs.DurationVar(&f.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long the other replicas wait after the leader's last renewal before taking over.")
