@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -36,7 +40,14 @@ const (
 	demoNamespace = "demo"
 	demoConfigMap = "hello"
 	demoUser      = "fleet-manager"
+	// adminUser is the user of the kubeconfigs the demo writes for people.
+	adminUser = "demo-admin"
 )
+
+// startupGrace bounds how long a stop waits for the fleet manager to
+// finish starting: stopping it midway cancels informers that are still
+// syncing, which controller-runtime logs as errors.
+const startupGrace = 30 * time.Second
 
 // demoMembers are the members the demo registers.
 var demoMembers = []string{"member-a", "member-b"}
@@ -54,9 +65,10 @@ type demoFlags struct {
 	zap          zap.Options
 }
 
-// demoCommand parses args, runs the demo until Ctrl-C (or until it is done
-// with -exit-when-done) and returns its error. Usage errors go to stderr;
-// the demo's sentences go to stdout.
+// demoCommand parses args, runs the demo until Ctrl-C or SIGTERM (or until
+// it is done with -exit-when-done) and returns its error: nil when it was
+// stopped by a signal. Usage errors go to stderr; the demo's sentences go
+// to stdout.
 func demoCommand(args []string, stderr io.Writer) error {
 	var f demoFlags
 	fs := cli.NewFlagSet("fleet-demo", stderr, &f.zap)
@@ -68,7 +80,7 @@ func demoCommand(args []string, stderr io.Writer) error {
 		}
 	}
 	fs.BoolVar(&f.exitWhenDone, "exit-when-done", false, "Exit once every member's ConfigMap was reconciled, instead of waiting for Ctrl-C.")
-	fs.DurationVar(&f.timeout, "timeout", 3*time.Minute, "With -exit-when-done, fail if the ConfigMaps are not all reconciled within this time.")
+	fs.DurationVar(&f.timeout, "timeout", 3*time.Minute, "Fail if the fleet is not up (every member's ConfigMap reconciled, every MemberCluster Ready) within this time.")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -82,11 +94,7 @@ func demoCommand(args []string, stderr io.Writer) error {
 	// before they are stopped would leave them behind.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := newDemo(os.Stdout, f).run(ctx)
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return nil // interrupted while setting up: not a failure
-	}
-	return err
+	return newDemo(os.Stdout, f).run(ctx)
 }
 
 // demo is one run of the demo: a hub and two members, each a local
@@ -121,13 +129,34 @@ func (d *demo) say(format string, args ...any) {
 	fmt.Fprintf(d.out, format+"\n", args...)
 }
 
-// run runs the demo until ctx ends, or until every member reported its
-// ConfigMap if exitWhenDone is set. Then it stops the manager, then the
-// API servers.
+// cluster is one of the demo's API servers.
+type cluster struct {
+	name string
+	env  *envtest.Environment
+	// kubeconfig is the path of a cluster admin's kubeconfig.
+	kubeconfig string
+	// pid is the kube-apiserver's process ID, 0 if unknown.
+	pid int
+}
+
+// run runs the demo until ctx ends, or until the fleet is up if
+// exitWhenDone is set. Then it stops the manager, then the API servers,
+// and removes the kubeconfigs it wrote. An end of ctx is no error.
 func (d *demo) run(ctx context.Context) (err error) {
+	dir, err := os.MkdirTemp("", "fleet-demo-")
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+
 	names := append([]string{"hub"}, demoMembers...)
 	envs, err := d.startAPIServers(names)
+	clusters := make([]*cluster, len(envs))
+	for i, env := range envs {
+		clusters[i] = &cluster{name: names[i], env: env}
+	}
 	defer func() {
+		thaw(clusters)
 		d.say("stopping the API servers…")
 		if stopErr := controlplane.Stop(envs); stopErr != nil {
 			err = errors.Join(err, stopErr)
@@ -138,66 +167,139 @@ func (d *demo) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	hub, members := envs[0], envs[1:]
-	if err := controlplane.InstallCRDs(hub); err != nil {
+	err = d.runFleet(ctx, dir, clusters)
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil // stopped by a signal: not a failure
+	}
+	return err
+}
+
+// runFleet registers the members on the hub, runs the fleet manager until
+// ctx ends (or until the fleet is up with exitWhenDone), and stops it.
+func (d *demo) runFleet(ctx context.Context, dir string, clusters []*cluster) (err error) {
+	if err := ctx.Err(); err != nil {
+		return err // interrupted while the API servers started
+	}
+	hub, members := clusters[0], clusters[1:]
+	if err := controlplane.InstallCRDs(hub.env); err != nil {
 		return fmt.Errorf("installing the CRDs on the hub: %w", err)
 	}
-
-	if err := d.register(ctx, hub.Config, members); err != nil {
+	if err := d.writeKubeconfigs(dir, clusters); err != nil {
 		return err
 	}
-	mgr, err := d.newManager(hub.Config)
+	if err := d.register(ctx, hub.env.Config, members); err != nil {
+		return err
+	}
+	mgr, err := d.newManager(hub.env.Config)
 	if err != nil {
 		return err
 	}
 
 	d.say("starting the fleet manager…")
-	mgrCtx, stopMgr := context.WithCancel(ctx)
+	// The manager outlives ctx: it is stopped only once it has started
+	// (see settle), then the API servers after it.
+	mgrCtx, stopMgr := context.WithCancel(context.WithoutCancel(ctx))
+	var background sync.WaitGroup
+	background.Go(func() { d.sayStates(mgrCtx, mgr.Registry()) })
 	var mgrErr error
 	mgrStopped := make(chan struct{})
 	go func() {
 		defer close(mgrStopped)
 		mgrErr = mgr.Start(mgrCtx)
 	}()
+	up := false
 	defer func() {
+		if !up {
+			d.settle(mgr, mgrStopped)
+		}
 		d.say("stopping the fleet manager…")
 		stopMgr()
 		<-mgrStopped
+		background.Wait()
 		if mgrErr != nil {
 			err = errors.Join(err, fmt.Errorf("fleet manager: %w", mgrErr))
 		}
 	}()
 
-	for i, env := range members {
-		if err := d.createConfigMap(ctx, env.Config, demoMembers[i]); err != nil {
+	for _, m := range members {
+		if err := d.createConfigMap(ctx, m.env.Config, m.name); err != nil {
 			return err
 		}
 	}
-	return d.wait(ctx, mgr, mgrStopped)
+	if err := d.awaitUp(ctx, mgr, mgrStopped); err != nil {
+		return err
+	}
+	up = true
+	if d.flags.exitWhenDone {
+		d.say("every member reported %s/%s", demoNamespace, demoConfigMap)
+		return nil
+	}
+	d.showTryIt(dir, clusters)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-mgrStopped:
+		return errors.New("the fleet manager stopped on its own")
+	}
 }
 
-// showMemberClusters waits until every member's MemberCluster on the hub is
-// Ready, and says so.
-func (d *demo) showMemberClusters(ctx context.Context, mgr *fleet.Manager) error {
+// awaitUp waits until every member reported its ConfigMap and every
+// MemberCluster on the hub is Ready, within the timeout flag.
+func (d *demo) awaitUp(ctx context.Context, mgr *fleet.Manager, mgrStopped <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, d.flags.timeout)
+	defer cancel()
+	select {
+	case <-d.done:
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("the ConfigMaps were not all reconciled within %s", d.flags.timeout)
+		}
+		return ctx.Err()
+	case <-mgrStopped:
+		return errors.New("the fleet manager stopped on its own")
+	}
+	return d.awaitMemberClusters(ctx, mgr)
+}
+
+// settle waits, within startupGrace, until a manager that is still
+// starting has every MemberCluster Ready: by then its controllers have
+// synced their informers, and stopping it cancels no sync midway.
+func (d *demo) settle(mgr *fleet.Manager, mgrStopped <-chan struct{}) {
+	d.say("letting the fleet manager finish starting before it stops…")
+	ctx, cancel := context.WithTimeout(context.Background(), startupGrace)
+	defer cancel()
+	go func() {
+		select {
+		case <-mgrStopped:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	_ = d.awaitMemberClusters(ctx, mgr) // a manager that cannot finish is stopped anyway
+}
+
+// awaitMemberClusters waits until every member's MemberCluster on the hub
+// is Ready.
+func (d *demo) awaitMemberClusters(ctx context.Context, mgr *fleet.Manager) error {
 	for _, name := range demoMembers {
 		mc := &fleetv1alpha1.MemberCluster{}
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, d.flags.timeout, true, func(ctx context.Context) (bool, error) {
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			err := mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: name}, mc)
 			return err == nil && mc.Status.State == fleetv1alpha1.MemberStateReady, nil
 		})
-		if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("MemberCluster %s is not Ready: %w", name, err)
 		}
-		d.say("MemberCluster %s is Ready", name)
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // startAPIServers starts one control plane per name, in parallel.
 func (d *demo) startAPIServers(names []string) ([]*envtest.Environment, error) {
-	for _, name := range names {
-		d.say("starting the %s API server…", name)
-	}
+	d.say("starting the API servers of %s…", strings.Join(names, ", "))
 	envs, err := controlplane.Start(len(names))
 	if err != nil {
 		return nil, err
@@ -208,9 +310,31 @@ func (d *demo) startAPIServers(names []string) ([]*envtest.Environment, error) {
 	return envs, nil
 }
 
+// writeKubeconfigs writes a cluster admin's kubeconfig of each cluster into
+// dir, and finds each member's kube-apiserver process.
+func (d *demo) writeKubeconfigs(dir string, clusters []*cluster) error {
+	for i, c := range clusters {
+		kubeconfig, err := controlplane.AdminKubeconfig(c.env, adminUser)
+		if err != nil {
+			return fmt.Errorf("making an admin of %s: %w", c.name, err)
+		}
+		c.kubeconfig = filepath.Join(dir, c.name+".kubeconfig")
+		if err := os.WriteFile(c.kubeconfig, kubeconfig, 0o600); err != nil {
+			return err
+		}
+		if i == 0 {
+			continue // the hub is not frozen: the demo needs it
+		}
+		if c.pid, err = controlplane.APIServerPID(c.env); err != nil {
+			d.say("cannot tell the PID of %s's API server: %v", c.name, err)
+		}
+	}
+	return nil
+}
+
 // register writes one native registration Secret per member on the hub,
 // each holding the kubeconfig of an admin of that member.
-func (d *demo) register(ctx context.Context, hubCfg *rest.Config, members []*envtest.Environment) error {
+func (d *demo) register(ctx context.Context, hubCfg *rest.Config, members []*cluster) error {
 	hub, err := client.New(hubCfg, client.Options{})
 	if err != nil {
 		return fmt.Errorf("connecting to the hub: %w", err)
@@ -219,24 +343,23 @@ func (d *demo) register(ctx context.Context, hubCfg *rest.Config, members []*env
 	if err := hub.Create(ctx, ns); err != nil {
 		return fmt.Errorf("creating namespace %s on the hub: %w", fleet.DefaultNamespace, err)
 	}
-	for i, env := range members {
-		name := demoMembers[i]
-		kubeconfig, err := controlplane.AdminKubeconfig(env, demoUser)
+	for _, m := range members {
+		kubeconfig, err := controlplane.AdminKubeconfig(m.env, demoUser)
 		if err != nil {
-			return fmt.Errorf("making an admin of %s: %w", name, err)
+			return fmt.Errorf("making an admin of %s: %w", m.name, err)
 		}
 		secret := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: fleet.DefaultNamespace,
-				Name:      name,
+				Name:      m.name,
 				Labels:    map[string]string{registry.KubeconfigLabel: "true"},
 			},
 			Data: map[string][]byte{registry.KubeconfigKey: kubeconfig},
 		}
 		if err := hub.Create(ctx, secret); err != nil {
-			return fmt.Errorf("registering %s: %w", name, err)
+			return fmt.Errorf("registering %s: %w", m.name, err)
 		}
-		d.say("registered %s (Secret %s/%s on the hub)", name, secret.Namespace, secret.Name)
+		d.say("registered %s (Secret %s/%s on the hub)", m.name, secret.Namespace, secret.Name)
 	}
 	return nil
 }
@@ -262,10 +385,30 @@ func (d *demo) newManager(hubCfg *rest.Config) (*fleet.Manager, error) {
 	return mgr, nil
 }
 
+// sayStates says each member's state as the registry changes it, until
+// ctx ends.
+func (d *demo) sayStates(ctx context.Context, reg *registry.Registry) {
+	reg.Subscribe(ctx).Run(ctx, 1, func(_ context.Context, e registry.Event) {
+		switch {
+		case e.Removed():
+			d.say("member %s left the fleet", e.Name)
+		case e.Refused():
+			d.say("member %s is refused: %v", e.Name, e.New.Refusal)
+		case e.StateChanged():
+			d.say("member %s is %s (was %s)", e.Name, e.New.State, e.Old.State)
+		case e.Registered() && e.New.State != "":
+			d.say("member %s is %s", e.Name, e.New.State)
+		}
+	})
+}
+
 // report is the reporter's Report: it says which ConfigMap was reconciled
-// where, and closes done once every member reported one.
+// where, and closes done once every member reported the demo's own.
 func (d *demo) report(clusterName string, cm *corev1.ConfigMap) {
-	d.say("reconciled %s/%s in %s: %q", cm.Namespace, cm.Name, clusterName, cm.Data["greeting"])
+	d.say("reconciled %s/%s in %s: %s", cm.Namespace, cm.Name, clusterName, summary(cm.Data))
+	if cm.Name != demoConfigMap {
+		return
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.pending[clusterName] {
@@ -274,6 +417,22 @@ func (d *demo) report(clusterName string, cm *corev1.ConfigMap) {
 			close(d.done)
 		}
 	}
+}
+
+// summary shows a ConfigMap's data on one short line.
+func summary(data map[string]string) string {
+	if len(data) == 0 {
+		return "no data"
+	}
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(data)) {
+		v := data[k]
+		if len(v) > 40 {
+			v = v[:40] + "…"
+		}
+		kv = append(kv, fmt.Sprintf("%s=%q", k, v))
+	}
+	return strings.Join(kv, " ")
 }
 
 // createConfigMap creates namespace demo and ConfigMap demo/hello in a
@@ -298,38 +457,51 @@ func (d *demo) createConfigMap(ctx context.Context, cfg *rest.Config, name strin
 	return nil
 }
 
-// wait waits until every member reported its ConfigMap, then, unless
-// exitWhenDone is set, until ctx ends. A manager that stops on its own
-// ends the wait with an error.
-func (d *demo) wait(ctx context.Context, mgr *fleet.Manager, mgrStopped <-chan struct{}) error {
-	errStopped := errors.New("the fleet manager stopped on its own")
-	var timeout <-chan time.Time
-	if d.flags.exitWhenDone {
-		t := time.NewTimer(d.flags.timeout)
-		defer t.Stop()
-		timeout = t.C
+// showTryIt says where the kubeconfigs are and what to try with them.
+func (d *demo) showTryIt(dir string, clusters []*cluster) {
+	d.outMu.Lock()
+	defer d.outMu.Unlock()
+	w := d.out
+	fmt.Fprintf(w, "\nthe fleet is up: every member reported %s/%s and its MemberCluster is Ready.\n", demoNamespace, demoConfigMap)
+	fmt.Fprintf(w, "kubeconfigs of a cluster admin, in %s (removed when the demo stops):\n", dir)
+	for _, c := range clusters {
+		pid := ""
+		if c.pid != 0 {
+			pid = fmt.Sprintf("  (kube-apiserver PID %d)", c.pid)
+		}
+		fmt.Fprintf(w, "  %-9s %s%s\n", c.name, c.kubeconfig, pid)
 	}
-	select {
-	case <-d.done:
-	case <-ctx.Done():
-		return nil
-	case <-timeout:
-		return fmt.Errorf("the ConfigMaps were not all reconciled within %s", d.flags.timeout)
-	case <-mgrStopped:
-		return errStopped
+	kubectl := kubectlPath()
+	hub, member := clusters[0], clusters[1]
+	fmt.Fprintf(w, "try, from another terminal:\n")
+	fmt.Fprintf(w, "  %s --kubeconfig %s get memberclusters\n", kubectl, hub.kubeconfig)
+	fmt.Fprintf(w, "  %s --kubeconfig %s -n %s create configmap try-me --from-literal=greeting=hi\n", kubectl, member.kubeconfig, demoNamespace)
+	if member.pid != 0 {
+		fmt.Fprintf(w, "  kill -STOP %d   # freeze %s's API server: %s turns Unhealthy within about 10 s\n", member.pid, member.name, member.name)
+		fmt.Fprintf(w, "  kill -CONT %d   # thaw it: %s is Ready again within a few seconds\n", member.pid, member.name)
 	}
-	if err := d.showMemberClusters(ctx, mgr); err != nil {
-		return err
+	fmt.Fprintf(w, "each reconcile and each member's state change shows below; press Ctrl-C to stop.\n\n")
+}
+
+// kubectlPath returns the absolute path of the kubectl `make envtest`
+// built next to the API servers, or "kubectl" if there is none.
+func kubectlPath() string {
+	p, err := filepath.Abs(filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"))
+	if err != nil {
+		return "kubectl"
 	}
-	if d.flags.exitWhenDone {
-		d.say("every member reported %s/%s", demoNamespace, demoConfigMap)
-		return nil
+	if _, err := os.Stat(p); err != nil {
+		return "kubectl"
 	}
-	d.say("every member reported %s/%s; the fleet manager keeps running, press Ctrl-C to stop", demoNamespace, demoConfigMap)
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-mgrStopped:
-		return errStopped
+	return p
+}
+
+// thaw resumes the members' API servers, in case one was left frozen:
+// a stopped process does not stop on SIGTERM.
+func thaw(clusters []*cluster) {
+	for _, c := range clusters {
+		if c.pid != 0 {
+			_ = syscall.Kill(c.pid, syscall.SIGCONT)
+		}
 	}
 }
