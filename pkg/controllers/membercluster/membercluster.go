@@ -3,6 +3,7 @@ package membercluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -85,7 +86,12 @@ func Add(m *fleet.Manager) error {
 		Complete(mc)
 }
 
-func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, retErr error) {
+	defer func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			retErr = nil // the manager is stopping: no failure, and the next one reconciles again
+		}
+	}()
 	select {
 	case <-mc.m.Registry().Synced():
 	case <-ctx.Done():
