@@ -3,6 +3,7 @@
 // Usage:
 //
 //	fleet-manager [run] [flags]   run the manager against a hub (the default)
+//	fleet-manager version         print the version, the commit and the Go version (also --version)
 //
 // run connects to the hub (--hub-kubeconfig, else the in-cluster config,
 // else $KUBECONFIG and the default loading rules), registers every member

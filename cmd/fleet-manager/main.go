@@ -10,20 +10,25 @@ import (
 )
 
 func main() {
-	os.Exit(execute(os.Args[1:], os.Stderr))
+	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // execute runs the subcommand args name, "run" if none, and returns the
-// exit code.
-func execute(args []string, stderr io.Writer) int {
+// exit code. --version alone is the version command.
+func execute(args []string, stdout, stderr io.Writer) int {
 	name := "run"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	switch {
+	case len(args) == 1 && (args[0] == "--version" || args[0] == "-version"):
+		name, args = "version", nil
+	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
 		name, args = args[0], args[1:]
 	}
 	var err error
 	switch name {
 	case "run":
 		err = runCommand(args, stderr)
+	case "version":
+		err = versionCommand(args, stdout, stderr)
 	case "help":
 		printUsage(stderr)
 		return cli.ExitOK
@@ -38,6 +43,7 @@ func execute(args []string, stderr io.Writer) int {
 func printUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   fleet-manager [run] [flags]   run the fleet manager against a hub (the default)
+  fleet-manager version         print the version, the commit and the Go version (also --version)
 
 Run "fleet-manager <command> -h" for the flags of a command.
 `)

@@ -96,7 +96,7 @@ func TestRunUsageErrors(t *testing.T) {
 				t.Errorf("stderr = %q, want it to contain %q", stderr.String(), tc.want)
 			}
 			stderr.Reset()
-			if code := execute(append([]string{"run"}, tc.args...), &stderr); code != cli.ExitUsage {
+			if code := execute(append([]string{"run"}, tc.args...), &stderr, &stderr); code != cli.ExitUsage {
 				t.Errorf("exit code = %d, want %d", code, cli.ExitUsage)
 			}
 		})
