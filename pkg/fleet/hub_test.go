@@ -45,8 +45,28 @@ func TestHubReturnsWithinSeconds(t *testing.T) {
 	f.register(t, "before-outage", kubeconfigs[0])
 	poll.Until(t, "before-outage engaged", func() bool { return slices.Contains(f.mgr.ClusterNames(), "before-outage") })
 
+	// A request waits for the hub no longer than its context allows. The
+	// client's first request, before the outage, reads discovery, which
+	// has no context.
+	cl, err := client.New(f.mgr.GetConfig(), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Get(t.Context(), client.ObjectKey{Name: ns}, &corev1.Namespace{}); err != nil {
+		t.Fatal(err)
+	}
+
+	down := time.Now()
 	proxy.Down()
-	time.Sleep(hubOutage)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if err := cl.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}); err == nil {
+		t.Error("a request to a hub that is down succeeded")
+	}
+	if took := time.Since(down); took > 2*time.Second {
+		t.Errorf("a request with a 1s deadline returned %s into the outage", took.Round(time.Millisecond))
+	}
+	time.Sleep(hubOutage - time.Since(down))
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
 	}
