@@ -51,7 +51,7 @@ func TestVersionOf(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			v := versionOf(tc.stamped, tc.info)
 			if v.Version != tc.wantVersion || v.Commit != tc.wantCommit {
-				t.Errorf("versionOf = %+v, want version %q, commit %q", v, tc.wantVersion, tc.wantCommit)
+				t.Errorf("versionOf: version %q, commit %q; want %q, %q", v.Version, v.Commit, tc.wantVersion, tc.wantCommit)
 			}
 			if !strings.HasPrefix(v.Go, "go") {
 				t.Errorf("Go = %q, want the Go version", v.Go)
