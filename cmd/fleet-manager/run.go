@@ -64,6 +64,10 @@ type runFlags struct {
 	argoCDSecrets    bool
 	argoCDNamespace  string
 	zap              zap.Options
+
+	// skipNameValidation lets a test run the manager more than once in a
+	// process, which controller-runtime's unique controller names forbid.
+	skipNameValidation bool
 }
 
 func runCommand(args []string, stderr io.Writer) error {
@@ -105,7 +109,7 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 			LeaseDuration:                 &f.leaseDuration,
 			RenewDeadline:                 &f.renewDeadline,
 			RetryPeriod:                   &f.retryPeriod,
-			Controller:                    config.Controller{CacheSyncTimeout: f.cacheSyncTimeout},
+			Controller:                    config.Controller{CacheSyncTimeout: f.cacheSyncTimeout, SkipNameValidation: &f.skipNameValidation},
 		},
 		Namespace:        f.namespace,
 		SecretFormats:    formats,

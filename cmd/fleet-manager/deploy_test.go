@@ -1,0 +1,682 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+)
+
+// Where deploy/ puts the manager.
+const (
+	deployNamespace      = "fleet-system"
+	deployServiceAccount = "fleet-manager"
+)
+
+// TestDeploy applies deploy/ to the hub as `kubectl apply -k deploy/` and
+// then `kubectl apply --server-side -k deploy/` would, and runs the
+// manager in-process with the Deployment's arguments and nothing but its
+// ServiceAccount's token: with the native format, and with each example
+// of deploy/formats. The hub has no kubelet, so the Deployment's pods
+// never run.
+func TestDeploy(t *testing.T) {
+	needAPIServers(t)
+	d := applyDeploy(t)
+
+	t.Run("manifests", func(t *testing.T) { checkManifests(t, d.rendered) })
+
+	t.Run("native", func(t *testing.T) {
+		m := d.startManager(t)
+		registered := d.registerNative(t, "deploy-native")
+		refused := d.refuseNative(t, "deploy-native-refused")
+		m.waitReady(t, registered)
+		m.waitEvent(t, refused)
+		m.checkLease(t)
+		m.checkMetrics(t)
+		d.checkAccess(t, nil, nil)
+		m.checkNoForbidden(t)
+	})
+
+	t.Run("argocd", func(t *testing.T) {
+		const ns = "argocd"
+		d.createNamespace(t, ns)
+		d.kubectlApplyFile(t, filepath.Join(deployDir(t), "formats", "argocd-role.yaml"))
+		m := d.startManager(t, "--argocd-secrets")
+		d.register(t, d.argoCDSecret(t, ns, "deploy-argocd", false))
+		refused := d.register(t, d.argoCDSecret(t, ns, "deploy-argocd-refused", true))
+		m.waitReady(t, "deploy-argocd")
+		m.waitEvent(t, refused)
+		d.checkAccess(t, []access{
+			{verb: "list", resource: "secrets", namespace: ns},
+			{verb: "create", resource: "events", namespace: ns},
+		}, []access{
+			{verb: "create", resource: "secrets", namespace: ns},
+			{verb: "update", resource: "secrets", namespace: ns},
+		})
+		m.checkNoForbidden(t)
+	})
+
+	t.Run("capi in its namespaces", func(t *testing.T) {
+		const ns = "capi-clusters"
+		d.createNamespace(t, ns)
+		// As the file's comment says: its ClusterRole, bound in each
+		// namespace by a RoleBinding instead of its ClusterRoleBinding.
+		capi := splitDocuments(t, readFile(t, filepath.Join(deployDir(t), "formats", "capi-clusterrole.yaml")))
+		d.kubectlApply(t, documentOfKind(t, capi, "ClusterRole"))
+		binding := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet-manager-capi"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "fleet-manager-capi"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: deployServiceAccount, Namespace: deployNamespace}},
+		}
+		d.create(t, binding)
+		m := d.startManager(t, "--capi-secrets", "--capi-namespaces="+ns)
+		d.register(t, d.capiSecret(t, ns, "deploy-capi", false))
+		refused := d.register(t, d.capiSecret(t, ns, "deploy-capi-refused", true))
+		m.waitReady(t, ns+".deploy-capi")
+		m.waitEvent(t, refused)
+		d.checkAccess(t, []access{
+			{verb: "list", resource: "secrets", namespace: ns},
+			{verb: "create", resource: "events", namespace: ns},
+		}, []access{
+			{verb: "create", resource: "secrets", namespace: ns},
+			{verb: "delete", resource: "secrets", namespace: ns},
+		})
+		m.checkNoForbidden(t)
+	})
+
+	t.Run("capi in every namespace", func(t *testing.T) {
+		const ns = "capi-everywhere"
+		d.createNamespace(t, ns)
+		d.kubectlApplyFile(t, filepath.Join(deployDir(t), "formats", "capi-clusterrole.yaml"))
+		m := d.startManager(t, "--capi-secrets")
+		d.register(t, d.capiSecret(t, ns, "deploy-capi", false))
+		refused := d.register(t, d.capiSecret(t, ns, "deploy-capi-refused", true))
+		m.waitReady(t, ns+".deploy-capi")
+		m.waitEvent(t, refused)
+		// Reading every Secret, and reporting on any, is what this
+		// example grants; writing any is not.
+		for _, verb := range []string{"create", "update", "patch", "delete"} {
+			d.wantDenied(t, access{verb: verb, resource: "secrets", namespace: "kube-system"})
+		}
+		m.checkNoForbidden(t)
+	})
+}
+
+// deployment is deploy/ as applied to the hub.
+type deployment struct {
+	rendered   []byte
+	args       []string // the manager container's, after the command
+	kubeconfig string   // a hub admin's, for kubectl
+	admin      client.Client
+	clientset  kubernetes.Interface
+	member     []byte // the member's admin kubeconfig
+}
+
+// applyDeploy renders deploy/ in-process and applies it with the project's
+// kubectl: client-side, then server-side with kubectl's field manager and
+// no --force-conflicts, which must find nothing to conflict on.
+func applyDeploy(t *testing.T) *deployment {
+	t.Helper()
+	d := &deployment{rendered: renderKustomization(t, deployDir(t))}
+	var err error
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), fleetv1alpha1.AddToScheme(scheme)); err != nil {
+		t.Fatal(err)
+	}
+	if d.admin, err = client.New(testHub.Config, client.Options{Scheme: scheme}); err != nil {
+		t.Fatal(err)
+	}
+	if d.clientset, err = kubernetes.NewForConfig(testHub.Config); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := controlplane.AdminKubeconfig(testHub, "deploy-test-admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.kubeconfig = writeTemp(t, "admin.kubeconfig", admin)
+	if d.member, err = controlplane.AdminKubeconfig(testMember, "deploy-test-member"); err != nil {
+		t.Fatal(err)
+	}
+
+	rendered := writeTemp(t, "deploy.yaml", d.rendered)
+	d.kubectl(t, nil, "apply", "-f", rendered)
+	d.kubectl(t, nil, "apply", "--server-side", "-f", rendered)
+
+	deploy := &appsv1.Deployment{}
+	if err := d.admin.Get(t.Context(), client.ObjectKey{Namespace: deployNamespace, Name: "fleet-manager"}, deploy); err != nil {
+		t.Fatal(err)
+	}
+	container := deploy.Spec.Template.Spec.Containers[0]
+	if len(container.Args) == 0 || container.Args[0] != "run" {
+		t.Fatalf("the Deployment's args are %q, want run and its flags", container.Args)
+	}
+	for _, arg := range container.Args[1:] {
+		d.args = append(d.args, strings.ReplaceAll(arg, "$(POD_NAMESPACE)", deployNamespace))
+	}
+	return d
+}
+
+// kubectl runs the project's kubectl as the hub's admin, with stdin.
+func (d *deployment) kubectl(t *testing.T, stdin []byte, args ...string) {
+	t.Helper()
+	out, err := kubectlCommand(t, d.kubeconfig, stdin, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func (d *deployment) kubectlApply(t *testing.T, manifest []byte) {
+	t.Helper()
+	d.kubectl(t, manifest, "apply", "-f", "-")
+}
+
+// kubectlApplyFile applies an example from deploy/, and deletes what it
+// created when t ends, so that each subtest checks its own grants only.
+func (d *deployment) kubectlApplyFile(t *testing.T, path string) {
+	t.Helper()
+	d.kubectl(t, nil, "apply", "-f", path)
+	t.Cleanup(func() {
+		if out, err := kubectlCommand(t, d.kubeconfig, nil, "delete", "--wait=false", "-f", path); err != nil {
+			t.Errorf("kubectl delete -f %s: %v\n%s", path, err, out)
+		}
+	})
+}
+
+// create creates obj as the hub's admin and deletes it when t ends.
+func (d *deployment) create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := d.admin.Create(t.Context(), obj); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.admin.Delete(context.Background(), obj); client.IgnoreNotFound(err) != nil {
+			t.Errorf("deleting %s: %v", obj.GetName(), err)
+		}
+	})
+}
+
+func (d *deployment) createNamespace(t *testing.T, name string) {
+	t.Helper()
+	if err := d.admin.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// register creates a registration Secret and returns its key.
+func (d *deployment) register(t *testing.T, s *corev1.Secret) client.ObjectKey {
+	t.Helper()
+	d.create(t, s)
+	return client.ObjectKeyFromObject(s)
+}
+
+// registerNative registers the member as cluster name, and returns name.
+func (d *deployment) registerNative(t *testing.T, name string) string {
+	t.Helper()
+	d.register(t, nativeSecret(name, d.member))
+	return name
+}
+
+// refuseNative creates a native registration the policy refuses.
+func (d *deployment) refuseNative(t *testing.T, name string) client.ObjectKey {
+	t.Helper()
+	return d.register(t, nativeSecret(name, insecure(t, d.member)))
+}
+
+func nativeSecret(name string, kubeconfig []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: deployNamespace, Name: name, Labels: map[string]string{registry.KubeconfigLabel: "true"}},
+		Data:       map[string][]byte{registry.KubeconfigKey: kubeconfig},
+	}
+}
+
+// capiSecret is Cluster API's kubeconfig Secret of cluster name; refused
+// skips TLS verification, which the policy refuses.
+func (d *deployment) capiSecret(t *testing.T, namespace, name string, refused bool) *corev1.Secret {
+	kubeconfig := d.member
+	if refused {
+		kubeconfig = insecure(t, kubeconfig)
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + registry.ClusterAPINameSuffix, Labels: map[string]string{registry.ClusterAPIClusterLabel: name}},
+		Type:       registry.ClusterAPISecretType,
+		Data:       map[string][]byte{registry.ClusterAPIKey: kubeconfig},
+	}
+}
+
+// argoCDSecret is Argo CD's cluster Secret for the member, named name;
+// refused skips TLS verification, which the policy refuses.
+func (d *deployment) argoCDSecret(t *testing.T, namespace, name string, refused bool) *corev1.Secret {
+	t.Helper()
+	raw, err := clientcmd.Load(d.member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx := raw.Contexts[raw.CurrentContext]
+	server, user := raw.Clusters[kctx.Cluster], raw.AuthInfos[kctx.AuthInfo]
+	tlsConfig := map[string]any{"caData": server.CertificateAuthorityData, "certData": user.ClientCertificateData, "keyData": user.ClientKeyData}
+	if refused {
+		tlsConfig = map[string]any{"insecure": true, "certData": user.ClientCertificateData, "keyData": user.ClientKeyData}
+	}
+	config, err := json.Marshal(map[string]any{"tlsClientConfig": tlsConfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{registry.ArgoCDSecretTypeLabel: registry.ArgoCDClusterType}},
+		Data:       map[string][]byte{"name": []byte(name), "server": []byte(server.Server), "config": config},
+	}
+}
+
+// insecure returns kubeconfig with TLS verification off.
+func insecure(t *testing.T, kubeconfig []byte) []byte {
+	t.Helper()
+	raw, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range raw.Clusters {
+		c.InsecureSkipTLSVerify, c.CertificateAuthorityData = true, nil
+	}
+	out, err := clientcmd.Write(*raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// token mints a token for a ServiceAccount with TokenRequest.
+func (d *deployment) token(t *testing.T, namespace, serviceAccount string) string {
+	t.Helper()
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	resp, err := d.clientset.CoreV1().ServiceAccounts(namespace).CreateToken(t.Context(), serviceAccount, req, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Status.Token
+}
+
+// runningManager is a manager run in-process for one subtest.
+type runningManager struct {
+	d           *deployment
+	logs        *logBuffer
+	metricsAddr string
+	probeAddr   string
+}
+
+// startManager runs the manager with the Deployment's args, extra ones
+// and a hub kubeconfig holding only the ServiceAccount's token, until t
+// ends.
+func (d *deployment) startManager(t *testing.T, extra ...string) *runningManager {
+	t.Helper()
+	m := &runningManager{d: d, logs: &logBuffer{}, metricsAddr: closedAddress(t), probeAddr: closedAddress(t)}
+	hub := clientcmdapi.NewConfig()
+	hub.Clusters["hub"] = &clientcmdapi.Cluster{Server: testHub.Config.Host, CertificateAuthorityData: testHub.Config.CAData}
+	hub.AuthInfos[deployServiceAccount] = &clientcmdapi.AuthInfo{Token: d.token(t, deployNamespace, deployServiceAccount)}
+	hub.Contexts["hub"] = &clientcmdapi.Context{Cluster: "hub", AuthInfo: deployServiceAccount}
+	hub.CurrentContext = "hub"
+	kubeconfig, err := clientcmd.Write(*hub)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	args := append(slices.Clone(d.args), extra...)
+	args = append(args, "--hub-kubeconfig="+writeTemp(t, "hub.kubeconfig", kubeconfig),
+		"--metrics-bind-address="+m.metricsAddr, "--health-probe-bind-address="+m.probeAddr)
+	f, err := parseRunFlags(args, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.skipNameValidation = true
+	logger, stopLogging := captureLogs(m.logs)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- run(ctx, f, logger) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		stopLogging()
+		if t.Failed() {
+			t.Logf("the manager's log:\n%s", m.logs)
+		}
+	})
+	return m
+}
+
+// waitReady waits until the member's MemberCluster is Ready with its
+// status written, and the manager's /readyz answers 200.
+func (m *runningManager) waitReady(t *testing.T, cluster string) {
+	t.Helper()
+	mc := &fleetv1alpha1.MemberCluster{}
+	poll.Until(t, "MemberCluster "+cluster+" is Ready", func() bool {
+		if err := m.d.admin.Get(t.Context(), client.ObjectKey{Name: cluster}, mc); err != nil {
+			return false
+		}
+		return meta.IsStatusConditionTrue(mc.Status.Conditions, fleetv1alpha1.ConditionReady)
+	})
+	if mc.Status.ServerVersion == "" || mc.Status.LastProbeTime == nil || mc.Status.State == "" ||
+		!meta.IsStatusConditionTrue(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsAccepted) {
+		t.Errorf("MemberCluster %s is Ready with an incomplete status: %+v", cluster, mc.Status)
+	}
+	// A cluster-scoped object's Events go to the default namespace.
+	poll.Until(t, "an Event about MemberCluster "+cluster, func() bool {
+		return m.hasEvent(t, "default", cluster)
+	})
+	poll.Until(t, "/readyz answers 200", func() bool {
+		resp, err := http.Get("http://" + m.probeAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// waitEvent waits for an Event about a refused registration Secret.
+func (m *runningManager) waitEvent(t *testing.T, secret client.ObjectKey) {
+	t.Helper()
+	poll.Until(t, fmt.Sprintf("an Event about Secret %s", secret), func() bool {
+		return m.hasEvent(t, secret.Namespace, secret.Name)
+	})
+}
+
+func (m *runningManager) hasEvent(t *testing.T, namespace, name string) bool {
+	events := &corev1.EventList{}
+	if err := m.d.admin.List(t.Context(), events, client.InNamespace(namespace)); err != nil {
+		return false
+	}
+	return slices.ContainsFunc(events.Items, func(e corev1.Event) bool { return e.InvolvedObject.Name == name })
+}
+
+// checkLease checks that a manager holds the leader election Lease.
+func (m *runningManager) checkLease(t *testing.T) {
+	t.Helper()
+	lease := &coordinationv1.Lease{}
+	if err := m.d.admin.Get(t.Context(), client.ObjectKey{Namespace: deployNamespace, Name: leaderElectionID}, lease); err != nil {
+		t.Fatalf("the leader election Lease: %v", err)
+	}
+	if ptr.Deref(lease.Spec.HolderIdentity, "") == "" {
+		t.Errorf("nobody holds the Lease %s/%s", deployNamespace, leaderElectionID)
+	}
+}
+
+// checkMetrics checks that /metrics answers only callers the hub
+// authenticates and who are bound to fleet-manager-metrics-reader.
+func (m *runningManager) checkMetrics(t *testing.T) {
+	t.Helper()
+	const scraper, stranger = "deploy-test-scraper", "deploy-test-stranger"
+	for _, name := range []string{scraper, stranger} {
+		m.d.create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: deployNamespace, Name: name}})
+	}
+	m.d.create(t, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: scraper},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "fleet-manager-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: scraper, Namespace: deployNamespace}},
+	})
+	get := func(token string) (int, string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://"+m.metricsAddr+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		// The endpoint's certificate is self-signed.
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		var body bytes.Buffer
+		_, _ = body.ReadFrom(resp.Body)
+		return resp.StatusCode, body.String()
+	}
+	var code int
+	var body string
+	authorized := m.d.token(t, deployNamespace, scraper)
+	poll.Until(t, "/metrics answers an authorized scraper", func() bool {
+		code, body = get(authorized)
+		return code == http.StatusOK
+	})
+	if !strings.Contains(body, "cluster=") {
+		t.Errorf("/metrics has no series labelled by cluster:\n%s", body)
+	}
+	if code, _ := get(""); code != http.StatusUnauthorized {
+		t.Errorf("/metrics without a token: %d, want 401", code)
+	}
+	// controller-runtime's filter answers 500 to a token the TokenReview
+	// finds malformed, 401 to none.
+	if code, _ := get("not-a-token"); code == http.StatusOK {
+		t.Errorf("/metrics with a token the hub refuses: %d", code)
+	}
+	if code, _ := get(m.d.token(t, deployNamespace, stranger)); code != http.StatusForbidden {
+		t.Errorf("/metrics with a token not bound to fleet-manager-metrics-reader: %d, want 403", code)
+	}
+	if code, _ := get(m.d.token(t, deployNamespace, deployServiceAccount)); code != http.StatusForbidden {
+		t.Errorf("/metrics with the manager's own token: %d, want 403", code)
+	}
+}
+
+// checkNoForbidden fails if the manager's log has a forbidden request.
+func (m *runningManager) checkNoForbidden(t *testing.T) {
+	t.Helper()
+	for _, line := range m.logs.lines("forbidden") {
+		t.Errorf("the manager's log shows a forbidden request: %s", line)
+	}
+}
+
+// access is a request of the manager's ServiceAccount.
+type access struct {
+	verb, group, resource, subresource, name, namespace string
+}
+
+func (a access) String() string {
+	s := a.verb + " " + a.resource
+	if a.group != "" {
+		s += "." + a.group
+	}
+	if a.subresource != "" {
+		s += "/" + a.subresource
+	}
+	if a.name != "" {
+		s += " " + a.name
+	}
+	if a.namespace != "" {
+		s += " in " + a.namespace
+	}
+	return s
+}
+
+// checkAccess checks with SubjectAccessReviews what deploy/ lets the
+// manager do and not do, plus a format's allowed and denied requests.
+func (d *deployment) checkAccess(t *testing.T, allowed, denied []access) {
+	t.Helper()
+	const group = "fleet.fleetkube.io"
+	allowed = append(allowed,
+		access{verb: "list", resource: "secrets", namespace: deployNamespace},
+		access{verb: "watch", resource: "secrets", namespace: deployNamespace},
+		access{verb: "create", resource: "events", namespace: deployNamespace},
+		access{verb: "create", resource: "events", namespace: "default"},
+		access{verb: "patch", group: "events.k8s.io", resource: "events", namespace: "default"},
+		access{verb: "update", group: "coordination.k8s.io", resource: "leases", name: leaderElectionID, namespace: deployNamespace},
+		access{verb: "delete", group: group, resource: "memberclusters"},
+		access{verb: "patch", group: group, resource: "memberclusters", subresource: "status"},
+		access{verb: "create", group: "authentication.k8s.io", resource: "tokenreviews"},
+		access{verb: "create", group: "authorization.k8s.io", resource: "subjectaccessreviews"},
+	)
+	denied = append(denied,
+		// Secrets outside its namespaces, and writing any.
+		access{verb: "get", resource: "secrets", namespace: "kube-system"},
+		access{verb: "list", resource: "secrets", namespace: "default"},
+		access{verb: "watch", resource: "secrets"},
+		access{verb: "create", resource: "secrets", namespace: deployNamespace},
+		access{verb: "update", resource: "secrets", namespace: deployNamespace},
+		access{verb: "delete", resource: "secrets", namespace: deployNamespace},
+		// Events elsewhere, and rewriting or deleting its own.
+		access{verb: "create", resource: "events", namespace: "kube-system"},
+		access{verb: "create", group: "events.k8s.io", resource: "events", namespace: "kube-system"},
+		access{verb: "delete", resource: "events", namespace: deployNamespace},
+		access{verb: "list", resource: "events", namespace: "default"},
+		// The status subresource: get, update and patch only.
+		access{verb: "delete", group: group, resource: "memberclusters", subresource: "status"},
+		access{verb: "create", group: group, resource: "memberclusters", subresource: "status"},
+		access{verb: "list", group: group, resource: "memberclusters", subresource: "status"},
+		// Other Leases, other kinds, other identities.
+		access{verb: "update", group: "coordination.k8s.io", resource: "leases", name: "kube-scheduler", namespace: "kube-system"},
+		access{verb: "update", group: "coordination.k8s.io", resource: "leases", name: "another", namespace: deployNamespace},
+		access{verb: "delete", group: "coordination.k8s.io", resource: "leases", name: leaderElectionID, namespace: deployNamespace},
+		access{verb: "get", resource: "configmaps", namespace: deployNamespace},
+		access{verb: "create", resource: "serviceaccounts", subresource: "token", name: deployServiceAccount, namespace: deployNamespace},
+		access{verb: "create", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: deployNamespace},
+		access{verb: "impersonate", resource: "users"},
+	)
+	for _, a := range allowed {
+		if !d.allowed(t, a) {
+			t.Errorf("the manager's ServiceAccount may not %s", a)
+		}
+	}
+	for _, a := range denied {
+		d.wantDenied(t, a)
+	}
+}
+
+func (d *deployment) wantDenied(t *testing.T, a access) {
+	t.Helper()
+	if d.allowed(t, a) {
+		t.Errorf("the manager's ServiceAccount may %s", a)
+	}
+}
+
+// allowed asks the hub whether the manager's ServiceAccount may do a.
+func (d *deployment) allowed(t *testing.T, a access) bool {
+	t.Helper()
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   "system:serviceaccount:" + deployNamespace + ":" + deployServiceAccount,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + deployNamespace, "system:authenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Name: a.name, Namespace: a.namespace,
+		},
+	}}
+	if err := d.admin.Create(t.Context(), review); err != nil {
+		t.Fatal(err)
+	}
+	return review.Status.Allowed
+}
+
+// checkManifests checks what applying cannot: the Deployment's choices.
+func checkManifests(t *testing.T, rendered []byte) {
+	docs := splitDocuments(t, rendered)
+	deploy := &appsv1.Deployment{}
+	decodeDocument(t, documentOfKind(t, docs, "Deployment"), deploy)
+	if got := ptr.Deref(deploy.Spec.Replicas, 1); got < 2 {
+		t.Errorf("the Deployment runs %d replicas, want 2 with leader election", got)
+	}
+	if sel := deploy.Spec.Selector.MatchLabels; len(sel) != 2 || sel["app.kubernetes.io/part-of"] != "" {
+		t.Errorf("the Deployment's immutable selector is %v, want its two labels and none of kustomize's", sel)
+	}
+	spec := deploy.Spec.Template.Spec
+	if len(spec.TopologySpreadConstraints) == 0 || spec.TopologySpreadConstraints[0].TopologyKey != corev1.LabelHostname {
+		t.Errorf("the Deployment spreads its replicas by %v, want over hostnames", spec.TopologySpreadConstraints)
+	}
+	if sc := spec.SecurityContext; ptr.Deref(sc.RunAsUser, 0) != 65532 || ptr.Deref(sc.RunAsGroup, 0) != 65532 {
+		t.Errorf("the pod runs as %v:%v, want the image's 65532:65532", sc.RunAsUser, sc.RunAsGroup)
+	}
+	container := spec.Containers[0]
+	if version, err := os.ReadFile(filepath.Join(deployDir(t), "..", "VERSION")); err == nil {
+		if want := "ghcr.io/fleetkube/fleet-manager:" + strings.TrimSpace(string(version)); container.Image != want {
+			t.Errorf("the Deployment's image is %s, want %s as VERSION says", container.Image, want)
+		}
+	} else if strings.HasSuffix(container.Image, ":latest") || !strings.Contains(container.Image, ":v") {
+		t.Errorf("the Deployment's image is %s, want one pinned by version", container.Image)
+	}
+	limit := container.Resources.Limits[corev1.ResourceMemory]
+	var goMemLimit string
+	for _, env := range container.Env {
+		if env.Name == "GOMEMLIMIT" {
+			goMemLimit = env.Value
+		}
+	}
+	// GOMEMLIMIT's units are Go's (MiB), resource.Quantity's are Mi.
+	soft, err := resource.ParseQuantity(strings.TrimSuffix(goMemLimit, "B"))
+	if err != nil {
+		t.Fatalf("GOMEMLIMIT %q: %v", goMemLimit, err)
+	}
+	if ratio := float64(soft.Value()) / float64(limit.Value()); ratio < 0.85 || ratio > 0.95 {
+		t.Errorf("GOMEMLIMIT is %s, %.0f%% of the memory limit %s: keep it near 90%%", goMemLimit, 100*ratio, limit.String())
+	}
+	// Only the events Role stays outside the fleet namespace.
+	for _, doc := range docs {
+		var obj metav1.PartialObjectMetadata
+		decodeDocument(t, doc, &obj)
+		if ns := obj.Namespace; ns != "" && ns != deployNamespace && (obj.Kind != "Role" && obj.Kind != "RoleBinding" || ns != "default") {
+			t.Errorf("%s %s is in namespace %s", obj.Kind, obj.Name, ns)
+		}
+	}
+
+	// The optional ServiceMonitor, in an overlay of deploy/ as the
+	// component's comment says.
+	overlay := t.TempDir()
+	base, err := filepath.Rel(overlay, deployDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomization := fmt.Sprintf("resources: [%q]\ncomponents: [%q]\n", base, filepath.Join(base, "components", "prometheus"))
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var monitor struct {
+		metav1.ObjectMeta `json:"metadata"`
+		Spec              struct {
+			Selector  metav1.LabelSelector `json:"selector"`
+			Endpoints []struct {
+				Port   string `json:"port"`
+				Scheme string `json:"scheme"`
+			} `json:"endpoints"`
+		} `json:"spec"`
+	}
+	withMonitor := splitDocuments(t, renderKustomization(t, overlay))
+	decodeDocument(t, documentOfKind(t, withMonitor, "ServiceMonitor"), &monitor)
+	service := &corev1.Service{}
+	decodeDocument(t, documentOfKind(t, withMonitor, "Service"), service)
+	selector, err := metav1.LabelSelectorAsSelector(&monitor.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if monitor.Namespace != deployNamespace || !selector.Matches(labels.Set(service.Labels)) || len(monitor.Spec.Endpoints) != 1 ||
+		monitor.Spec.Endpoints[0].Port != service.Spec.Ports[0].Name || monitor.Spec.Endpoints[0].Scheme != "https" {
+		t.Errorf("the ServiceMonitor does not scrape the Service %s over https: %+v", service.Name, monitor)
+	}
+}
