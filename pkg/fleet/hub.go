@@ -16,7 +16,9 @@ import (
 
 // hubWaitRetry is how often a request retries the dial to a hub that
 // refuses connections, and hubWaitMax how long it waits at most, unless
-// its context ends first.
+// its context ends first. The cap ends requests made without a deadline,
+// such as discovery's, in a long outage; a reflector whose request hit it
+// backs off one step, a few seconds at first, and waits again.
 const (
 	hubWaitRetry = 250 * time.Millisecond
 	hubWaitMax   = 30 * time.Second
