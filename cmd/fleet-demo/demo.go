@@ -49,6 +49,14 @@ const (
 // syncing, which controller-runtime logs as errors.
 const startupGrace = 30 * time.Second
 
+// quiesceTimeout bounds how long a stop waits for the MemberClusters to
+// show their members' current state, and eventWriteGrace how long it then
+// gives their Events to reach the hub.
+const (
+	quiesceTimeout  = 5 * time.Second
+	eventWriteGrace = time.Second
+)
+
 // demoMembers are the members the demo registers.
 var demoMembers = []string{"member-a", "member-b"}
 
@@ -212,6 +220,7 @@ func (d *demo) runFleet(ctx context.Context, dir string, clusters []*cluster) (e
 		if !up {
 			d.settle(mgr, mgrStopped)
 		}
+		d.quiesce(mgr)
 		d.say("stopping the fleet manager…")
 		stopMgr()
 		<-mgrStopped
@@ -276,6 +285,28 @@ func (d *demo) settle(mgr *fleet.Manager, mgrStopped <-chan struct{}) {
 		}
 	}()
 	_ = d.awaitMemberClusters(ctx, mgr) // a manager that cannot finish is stopped anyway
+}
+
+// quiesce waits, within quiesceTimeout, until every MemberCluster on the
+// hub shows its member's current state, then lets the Events of those
+// transitions reach the hub: a stopping manager cancels the Event writes
+// still in flight, and client-go logs each as an error.
+func (d *demo) quiesce(mgr *fleet.Manager) {
+	ctx, cancel := context.WithTimeout(context.Background(), quiesceTimeout)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		for _, name := range demoMembers {
+			c, registered := mgr.Registry().Get(name)
+			mc := &fleetv1alpha1.MemberCluster{}
+			if err := mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: name}, mc); err != nil || !registered || string(mc.Status.State) != string(c.State) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err == nil {
+		time.Sleep(eventWriteGrace)
+	}
 }
 
 // awaitMemberClusters waits until every member's MemberCluster on the hub
