@@ -43,7 +43,7 @@ type bench struct {
 }
 
 // scenarioNames are the scenarios -only selects from.
-var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "bigsecrets", "outage"}
+var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "outage"}
 
 // selected reports whether scenario is selected.
 func (b *bench) selected(scenario string) bool { return len(b.only) == 0 || b.only[scenario] }
@@ -157,6 +157,9 @@ func (b *bench) scenarios(ctx context.Context, run int) error {
 		{"headofline", b.benchHeadOfLine},
 		{"connections", b.benchConnections},
 		{"shutdown", b.benchShutdown},
+		{"startup", b.benchStartup},
+		{"hub-outage", b.benchHubOutage},
+		{"failover", b.benchFailover},
 		{"bigsecrets", b.benchBigSecrets},
 		{"outage", b.benchOutage}, // last: it restarts a member server
 	}
