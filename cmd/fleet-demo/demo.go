@@ -44,15 +44,11 @@ const (
 	adminUser = "demo-admin"
 )
 
-// startupGrace bounds how long a stop waits for the fleet manager to
-// finish starting: stopping it midway cancels informers that are still
-// syncing, which controller-runtime logs as errors.
-const startupGrace = 30 * time.Second
-
-// quiesceTimeout bounds how long a stop waits for the MemberClusters to
-// show their members' current state, and eventWriteGrace how long it then
-// gives their Events to reach the hub.
+// How long a stop waits for the fleet to be quiet (see quiesce): for a
+// manager still starting, for one that has started, and for the Events of
+// the last state changes to reach the hub.
 const (
+	startupGrace    = 30 * time.Second
 	quiesceTimeout  = 5 * time.Second
 	eventWriteGrace = time.Second
 )
@@ -205,7 +201,7 @@ func (d *demo) runFleet(ctx context.Context, dir string, clusters []*cluster) (e
 
 	d.say("starting the fleet manager…")
 	// The manager outlives ctx: it is stopped only once it has started
-	// (see settle), then the API servers after it.
+	// (see quiesce), then the API servers after it.
 	mgrCtx, stopMgr := context.WithCancel(context.WithoutCancel(ctx))
 	var background sync.WaitGroup
 	background.Go(func() { d.sayStates(mgrCtx, mgr.Registry()) })
@@ -217,10 +213,12 @@ func (d *demo) runFleet(ctx context.Context, dir string, clusters []*cluster) (e
 	}()
 	up := false
 	defer func() {
+		timeout := quiesceTimeout
 		if !up {
-			d.settle(mgr, mgrStopped)
+			d.say("letting the fleet manager finish starting before it stops…")
+			timeout = startupGrace
 		}
-		d.quiesce(mgr)
+		d.quiesce(mgr, mgrStopped, timeout)
 		d.say("stopping the fleet manager…")
 		stopMgr()
 		<-mgrStopped
@@ -270,12 +268,14 @@ func (d *demo) awaitUp(ctx context.Context, mgr *fleet.Manager, mgrStopped <-cha
 	return d.awaitMemberClusters(ctx, mgr)
 }
 
-// settle waits, within startupGrace, until a manager that is still
-// starting has every MemberCluster Ready: by then its controllers have
-// synced their informers, and stopping it cancels no sync midway.
-func (d *demo) settle(mgr *fleet.Manager, mgrStopped <-chan struct{}) {
-	d.say("letting the fleet manager finish starting before it stops…")
-	ctx, cancel := context.WithTimeout(context.Background(), startupGrace)
+// quiesce waits, within timeout, until every MemberCluster on the hub
+// shows its member's current state, then lets the Events of those
+// transitions reach the hub. By then the manager has started (its
+// controllers have synced their informers) and writes nothing: stopping it
+// earlier cancels informer syncs and Event writes midway, which
+// controller-runtime and client-go log as errors.
+func (d *demo) quiesce(mgr *fleet.Manager, mgrStopped <-chan struct{}, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	go func() {
 		select {
@@ -284,16 +284,6 @@ func (d *demo) settle(mgr *fleet.Manager, mgrStopped <-chan struct{}) {
 		case <-ctx.Done():
 		}
 	}()
-	_ = d.awaitMemberClusters(ctx, mgr) // a manager that cannot finish is stopped anyway
-}
-
-// quiesce waits, within quiesceTimeout, until every MemberCluster on the
-// hub shows its member's current state, then lets the Events of those
-// transitions reach the hub: a stopping manager cancels the Event writes
-// still in flight, and client-go logs each as an error.
-func (d *demo) quiesce(mgr *fleet.Manager) {
-	ctx, cancel := context.WithTimeout(context.Background(), quiesceTimeout)
-	defer cancel()
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		for _, name := range demoMembers {
 			c, registered := mgr.Registry().Get(name)

@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // runDemoEnv makes the test binary run the demo instead of the tests, so
@@ -28,6 +30,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(runDemoEnv) == "1" {
 		os.Exit(execute(os.Args[1:], os.Stderr))
 	}
+	logf.SetLogger(logr.Discard()) // the test's own clients log nothing worth reading
 	os.Exit(m.Run())
 }
 
