@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/sets"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 )
@@ -120,59 +122,27 @@ func (d *hubDenials) observe(req *http.Request) {
 		"verb", denial.verb, "resource", denial.resource, "namespace", denial.namespace)
 }
 
+// hubRequests reads the verb, resource and namespace of a hub request as
+// the API server does.
+var hubRequests = &apirequest.RequestInfoFactory{
+	APIPrefixes:          sets.NewString("api", "apis"),
+	GrouplessAPIPrefixes: sets.NewString("api"),
+}
+
 // parseHubRequest names the verb, the resource (group-qualified, with
-// its subresource) and the namespace of a request to an API path such
-// as /apis/group/version/namespaces/ns/resource/name/subresource.
-// Another path, such as /version, is its own resource.
+// its subresource) and the namespace of req. A request for another path,
+// such as /version, names the path.
 func parseHubRequest(req *http.Request) hubDenial {
-	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
-	var group string
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		group, parts = parts[1], parts[3:]
-	default:
+	info, err := hubRequests.NewRequestInfo(req)
+	if err != nil || !info.IsResourceRequest {
 		return hubDenial{verb: strings.ToLower(req.Method), resource: req.URL.Path}
 	}
-	var d hubDenial
-	if len(parts) > 2 && parts[0] == "namespaces" {
-		d.namespace, parts = parts[1], parts[2:]
+	d := hubDenial{verb: info.Verb, resource: info.Resource, namespace: info.Namespace}
+	if info.APIGroup != "" {
+		d.resource += "." + info.APIGroup
 	}
-	if len(parts) == 0 {
-		return hubDenial{verb: strings.ToLower(req.Method), resource: req.URL.Path}
-	}
-	d.resource = parts[0]
-	if group != "" {
-		d.resource += "." + group
-	}
-	if len(parts) >= 3 {
-		d.resource += "/" + parts[2]
-	}
-	named := len(parts) >= 2
-	switch req.Method {
-	case http.MethodGet, http.MethodHead:
-		switch {
-		case req.URL.Query().Get("watch") == "true" || req.URL.Query().Get("watch") == "1":
-			d.verb = "watch"
-		case named:
-			d.verb = "get"
-		default:
-			d.verb = "list"
-		}
-	case http.MethodPost:
-		d.verb = "create"
-	case http.MethodPut:
-		d.verb = "update"
-	case http.MethodPatch:
-		d.verb = "patch"
-	case http.MethodDelete:
-		d.verb = "delete"
-		if !named {
-			d.verb = "deletecollection"
-		}
-	default:
-		d.verb = strings.ToLower(req.Method)
+	if info.Subresource != "" {
+		d.resource += "/" + info.Subresource
 	}
 	return d
 }
