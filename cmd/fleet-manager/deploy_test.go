@@ -80,6 +80,7 @@ func TestDeploy(t *testing.T) {
 		d.checkAccess(t, []access{
 			{verb: "list", resource: "secrets", namespace: ns},
 			{verb: "create", resource: "events", namespace: ns},
+			{verb: "create", group: "events.k8s.io", resource: "events", namespace: ns},
 		}, []access{
 			{verb: "create", resource: "secrets", namespace: ns},
 			{verb: "update", resource: "secrets", namespace: ns},
@@ -108,6 +109,7 @@ func TestDeploy(t *testing.T) {
 		d.checkAccess(t, []access{
 			{verb: "list", resource: "secrets", namespace: ns},
 			{verb: "create", resource: "events", namespace: ns},
+			{verb: "create", group: "events.k8s.io", resource: "events", namespace: ns},
 		}, []access{
 			{verb: "create", resource: "secrets", namespace: ns},
 			{verb: "delete", resource: "secrets", namespace: ns},
