@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +18,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/fleetkube/fleet-manager/internal/syncbuffer"
 )
 
 // runDemoEnv makes the test binary run the demo instead of the tests, so
@@ -129,7 +129,7 @@ type demoProcess struct {
 	t              *testing.T
 	cmd            *exec.Cmd
 	exited         chan error
-	stdout, stderr lockedBuffer
+	stdout, stderr syncbuffer.Buffer
 }
 
 // startDemo starts the demo; it is stopped when t ends, if still running.
@@ -204,23 +204,4 @@ func (d *demoProcess) interruptCleanly() {
 			d.t.Errorf("the demo's %s has an ERROR line", name)
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that a process writes while the test
-// reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

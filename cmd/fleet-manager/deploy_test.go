@@ -35,6 +35,7 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/internal/syncbuffer"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -331,7 +332,7 @@ func (d *deployment) token(t *testing.T, namespace, serviceAccount string) strin
 // runningManager is a manager run in-process for one subtest.
 type runningManager struct {
 	d           *deployment
-	logs        *logBuffer
+	logs        *syncbuffer.Buffer
 	metricsAddr string
 	probeAddr   string
 }
@@ -341,7 +342,7 @@ type runningManager struct {
 // ends.
 func (d *deployment) startManager(t *testing.T, extra ...string) *runningManager {
 	t.Helper()
-	m := &runningManager{d: d, logs: &logBuffer{}, metricsAddr: closedAddress(t), probeAddr: closedAddress(t)}
+	m := &runningManager{d: d, logs: &syncbuffer.Buffer{}, metricsAddr: closedAddress(t), probeAddr: closedAddress(t)}
 	hub := clientcmdapi.NewConfig()
 	hub.Clusters["hub"] = &clientcmdapi.Cluster{Server: testHub.Config.Host, CertificateAuthorityData: testHub.Config.CAData}
 	hub.AuthInfos[deployServiceAccount] = &clientcmdapi.AuthInfo{Token: d.token(t, deployNamespace, deployServiceAccount)}
@@ -495,7 +496,7 @@ func (m *runningManager) checkMetrics(t *testing.T) {
 // checkNoForbidden fails if the manager's log has a forbidden request.
 func (m *runningManager) checkNoForbidden(t *testing.T) {
 	t.Helper()
-	for _, line := range m.logs.lines("forbidden") {
+	for _, line := range linesWith(m.logs.String(), "forbidden") {
 		t.Errorf("the manager's log shows a forbidden request: %s", line)
 	}
 }

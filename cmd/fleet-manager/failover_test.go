@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/internal/syncbuffer"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -135,7 +134,7 @@ func TestLeaderFailover(t *testing.T) {
 // replica is a fleet-manager process and what it logged.
 type replica struct {
 	cmd  *exec.Cmd
-	logs *lockedBuffer
+	logs *syncbuffer.Buffer
 	done chan struct{}
 	err  error // cmd.Wait's, once done is closed
 }
@@ -144,7 +143,7 @@ type replica struct {
 // namespace ns; it is killed, if still running, when the test ends.
 func startReplica(t *testing.T, bin, hubKubeconfig, ns string) *replica {
 	t.Helper()
-	r := &replica{logs: &lockedBuffer{}, done: make(chan struct{})}
+	r := &replica{logs: &syncbuffer.Buffer{}, done: make(chan struct{})}
 	r.cmd = exec.Command(bin,
 		"--hub-kubeconfig="+hubKubeconfig, "--namespace="+ns,
 		"--metrics-bind-address=0", "--health-probe-bind-address=0",
@@ -173,14 +172,14 @@ func startReplica(t *testing.T, bin, hubKubeconfig, ns string) *replica {
 }
 
 // leading reports whether r has acquired the Lease.
-func (r *replica) leading() bool { return r.logs.contains("Successfully acquired lease") }
+func (r *replica) leading() bool { return hasLine(r.logs.String(), "Successfully acquired lease") }
 
 // awaitEngaged waits until r logs the member Ready: only a leader runs
 // members, so r engaged it as it led.
 func (r *replica) awaitEngaged(t *testing.T) {
 	t.Helper()
 	poll.Until(t, "the member Ready in the leader's log", func() bool {
-		return r.logs.contains("Member state changed", `"cluster":"`+failoverMember+`"`, `"to":"Ready"`)
+		return hasLine(r.logs.String(), "Member state changed", `"cluster":"`+failoverMember+`"`, `"to":"Ready"`)
 	})
 }
 
@@ -229,27 +228,9 @@ func buildFleetManager(t *testing.T) string {
 	return bin
 }
 
-// lockedBuffer is a process's output, written and read concurrently.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// contains reports whether one line holds every part.
-func (b *lockedBuffer) contains(parts ...string) bool {
-	for _, line := range strings.Split(b.String(), "\n") {
+// hasLine reports whether one line of log holds every part.
+func hasLine(log string, parts ...string) bool {
+	for _, line := range strings.Split(log, "\n") {
 		all := true
 		for _, p := range parts {
 			all = all && strings.Contains(line, p)

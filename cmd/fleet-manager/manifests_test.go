@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/fleetkube/fleet-manager/internal/syncbuffer"
 )
 
 // deployDir is the repository's deploy/.
@@ -116,28 +118,10 @@ func decodeDocument(t *testing.T, doc []byte, into any) {
 	}
 }
 
-// logBuffer holds a manager's log, written from many goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // captureLogs returns a logger writing JSON lines to b, to which klog (so
 // client-go's reflectors) and controller-runtime's global log (so its
 // metrics server) write too, until the returned func is called.
-func captureLogs(b *logBuffer) (logr.Logger, func()) {
+func captureLogs(b *syncbuffer.Buffer) (logr.Logger, func()) {
 	setGlobalLoggers.Do(func() {
 		// Set once: klog's may not change while anything logs, and
 		// controller-runtime's cannot change at all.
@@ -153,7 +137,7 @@ func captureLogs(b *logBuffer) (logr.Logger, func()) {
 // in-process, if any.
 var (
 	setGlobalLoggers sync.Once
-	currentLogs      atomic.Pointer[logBuffer]
+	currentLogs      atomic.Pointer[syncbuffer.Buffer]
 )
 
 type currentLogWriter struct{}
@@ -165,10 +149,10 @@ func (currentLogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// lines returns the lines of the log that contain s, in any case.
-func (b *logBuffer) lines(s string) []string {
+// linesWith returns the lines of log that contain s, in any case.
+func linesWith(log, s string) []string {
 	var found []string
-	for line := range strings.Lines(b.String()) {
+	for line := range strings.Lines(log) {
 		if strings.Contains(strings.ToLower(line), strings.ToLower(s)) {
 			found = append(found, line)
 		}
