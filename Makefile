@@ -5,12 +5,31 @@ BIN := $(CURDIR)/bin
 export KUBEBUILDER_ASSETS := $(BIN)
 GO_TEST_FLAGS ?= -race -timeout 15m
 
-.PHONY: all build test fuzz envtest demo bench lint manifests
+# VERSION is the release the binary and the image are stamped with.
+VERSION := $(shell cat VERSION)
+GO_LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: all build image push test fuzz envtest demo bench lint manifests
 
 all: build
 
+## build: bin/fleet-manager, stamped with VERSION and the commit.
 build:
-	go build -o $(BIN)/fleet-manager ./cmd/fleet-manager
+	go build -buildvcs=auto -ldflags '$(GO_LDFLAGS)' -o $(BIN)/fleet-manager ./cmd/fleet-manager
+
+## image: the linux/amd64 and linux/arm64 image, without a Docker engine, as an
+## OCI layout in bin/image (hack/image, a module of its own).
+image:
+	cd hack/image && go run . build -root $(CURDIR) -out $(BIN)/image
+
+## push: push the image to IMAGE, e.g. make push IMAGE=ghcr.io/fleetkube/fleet-manager:$(VERSION)
+ifneq ($(filter push,$(MAKECMDGOALS)),)
+ifeq ($(IMAGE),)
+$(error set IMAGE, e.g. make push IMAGE=ghcr.io/fleetkube/fleet-manager:$(VERSION))
+endif
+endif
+push: image
+	cd hack/image && go run . push -layout $(BIN)/image -image $(IMAGE)
 
 ## envtest: build kube-apiserver, etcd and kubectl from the Go module proxy into bin/ (only when missing or changed).
 envtest:
@@ -20,6 +39,7 @@ envtest:
 ## high-confidence checks (`make lint` runs all of vet) and the fuzz seeds.
 test: envtest
 	go test $(GO_TEST_FLAGS) ./...
+	cd hack/image && go test $(GO_TEST_FLAGS) ./...
 
 ## fuzz: fuzz the kubeconfig parser for FUZZTIME, without API servers (the
 ## fuzz workers need none). CI runs it after make test.
