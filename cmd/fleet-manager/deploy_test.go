@@ -78,11 +78,7 @@ func TestDeploy(t *testing.T) {
 		refused := d.register(t, d.argoCDSecret(t, ns, "deploy-argocd-refused", true))
 		m.waitReady(t, "deploy-argocd")
 		m.waitEvent(t, refused)
-		d.checkAccess(t, []access{
-			{verb: "list", resource: "secrets", namespace: ns},
-			{verb: "create", resource: "events", namespace: ns},
-			{verb: "create", group: "events.k8s.io", resource: "events", namespace: ns},
-		}, []access{
+		d.checkAccess(t, formatAccess(ns), []access{
 			{verb: "create", resource: "secrets", namespace: ns},
 			{verb: "update", resource: "secrets", namespace: ns},
 		})
@@ -107,11 +103,7 @@ func TestDeploy(t *testing.T) {
 		refused := d.register(t, d.capiSecret(t, ns, "deploy-capi-refused", true))
 		m.waitReady(t, ns+".deploy-capi")
 		m.waitEvent(t, refused)
-		d.checkAccess(t, []access{
-			{verb: "list", resource: "secrets", namespace: ns},
-			{verb: "create", resource: "events", namespace: ns},
-			{verb: "create", group: "events.k8s.io", resource: "events", namespace: ns},
-		}, []access{
+		d.checkAccess(t, formatAccess(ns), []access{
 			{verb: "create", resource: "secrets", namespace: ns},
 			{verb: "delete", resource: "secrets", namespace: ns},
 		})
@@ -498,6 +490,16 @@ func (m *runningManager) checkNoForbidden(t *testing.T) {
 	t.Helper()
 	for _, line := range linesWith(m.logs.String(), "forbidden") {
 		t.Errorf("the manager's log shows a forbidden request: %s", line)
+	}
+}
+
+// formatAccess is what a registration format needs in its namespace ns:
+// read its Secrets and report on them with Events.
+func formatAccess(ns string) []access {
+	return []access{
+		{verb: "list", resource: "secrets", namespace: ns},
+		{verb: "create", resource: "events", namespace: ns},
+		{verb: "create", group: "events.k8s.io", resource: "events", namespace: ns},
 	}
 }
 

@@ -105,22 +105,16 @@ func TestReadyOnlyOnceRegistrationsAreRead(t *testing.T) {
 		}
 	}()
 
-	readyz := func() int {
-		resp, err := http.Get("http://" + probeAddr + "/readyz")
+	status := func(path string) int {
+		resp, err := http.Get("http://" + probeAddr + path)
 		if err != nil {
 			return 0
 		}
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	healthz := func() int {
-		resp, err := http.Get("http://" + probeAddr + "/healthz")
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	readyz := func() int { return status("/readyz") }
+	healthz := func() int { return status("/healthz") }
 	poll.Until(t, "/healthz answers 200", func() bool { return healthz() == http.StatusOK })
 	// A manager that may not list its Secrets stays unready.
 	deadline := time.Now().Add(3 * time.Second)
