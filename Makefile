@@ -60,8 +60,8 @@ manifests:
 
 ## bench: the Go benchmarks and the end-to-end bench program (bench/, a
 ## module of its own) against local API servers; writes bench/results.md and
-## PNG plots (five runs, about 18 minutes). BENCH_QUICK=1: fewer members and one run
-## (about 2 minutes), written to bench/quick/.
+## PNG plots (five runs, about 25 minutes). BENCH_QUICK=1: fewer members and one run
+## (about 3 minutes), written to bench/quick/.
 BENCH_QUICK ?=
 bench: envtest
 	cd bench && go run . -quick=$(if $(filter 1,$(BENCH_QUICK)),true,false) -out $(if $(filter 1,$(BENCH_QUICK)),quick,.)

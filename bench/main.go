@@ -7,8 +7,8 @@
 // measure a figure under its scenario's conditions reports it as failed;
 // a scenario that cannot run at all fails the run.
 //
-// `make bench` runs it in full (five runs, about 18 minutes on 2 cores);
-// BENCH_QUICK=1 runs fewer members and one run of each (about 2 minutes).
+// `make bench` runs it in full (five runs, about 25 minutes on 2 cores);
+// BENCH_QUICK=1 runs fewer members and one run of each (about 3 minutes).
 package main
 
 import (
