@@ -37,14 +37,19 @@
 // # Lifecycle
 //
 // Start the Manager like any manager. With leader election only the
-// leader runs member caches and fleet controllers. The requests of an
+// leader runs member caches and fleet controllers; the registry's Secret
+// caches run on every replica, and [registry.Registry.Synced] says when
+// they have been read once. The hub client gets [DefaultHubQPS] and
+// [DefaultHubBurst] when its config sets no limit; its requests wait up to
+// 30 s for a hub that refuses connections, so informers resume as soon as
+// the hub is back, and each kind of request the hub denies is logged once. The requests of an
 // Unhealthy member are held in the queue, without a worker. A member that
 // leaves, because its Secret was deleted or changed, it was Disconnected or
 // a cluster filter stopped accepting it, is disengaged: its handlers are
 // removed, a reconcile already running for it has its context cancelled
 // and is waited for, its queued requests are dropped from the queue, and
 // everything it started ends before the pool lets go of it. A member that
-// is engaged again gets the requests of the hub objects that exist then. A refused
-// Secret is logged with its reason, reported as an Event on the Secret and
+// is engaged again gets the requests of the hub objects that exist then.
+// A refused Secret is logged with its reason, reported as an Event on the Secret and
 // on its MemberCluster, and affects no other member.
 package fleet
