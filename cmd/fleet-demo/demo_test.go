@@ -81,11 +81,14 @@ func TestDemoAsANewcomer(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	d.await("member member-a is Unhealthy (was Ready)", 30*time.Second)
+	const unhealthy = "member member-a is Unhealthy (was Ready)"
+	d.await(unhealthy, 30*time.Second)
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	d.await("member member-a is Ready (was Unhealthy)", 30*time.Second)
+	// Back from Unhealthy, or through Connecting if its connections
+	// were lost while it was frozen.
+	d.awaitAfter(unhealthy, "member member-a is Ready (was ", 30*time.Second)
 
 	d.interruptCleanly()
 	if _, err := os.Stat(filepath.Dir(kubeconfigs["hub"])); !errors.Is(err, os.ErrNotExist) {
@@ -170,10 +173,21 @@ func startDemo(t *testing.T) *demoProcess {
 // exits or timeout passes first.
 func (d *demoProcess) await(want string, timeout time.Duration) {
 	d.t.Helper()
+	d.awaitAfter("", want, timeout)
+}
+
+// awaitAfter waits until the demo says want after it said after.
+func (d *demoProcess) awaitAfter(after, want string, timeout time.Duration) {
+	d.t.Helper()
 	deadline := time.After(timeout)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	for !strings.Contains(d.stdout.String(), want) {
+	said := func() bool {
+		out := d.stdout.String()
+		i := strings.Index(out, after)
+		return i >= 0 && strings.Contains(out[i+len(after):], want)
+	}
+	for !said() {
 		select {
 		case err := <-d.exited:
 			d.t.Fatalf("the demo exited (%v) before saying %q", err, want)
