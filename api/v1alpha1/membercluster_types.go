@@ -81,6 +81,11 @@ const (
 	// credentials (401 or 403); True once a client was built from it and
 	// the member accepted it.
 	ConditionCredentialsAccepted = "CredentialsAccepted"
+	// ConditionCredentialsExpiring is True when less than a tenth of the
+	// credential's lifetime is left and no renewal has replaced it; the
+	// message gives the expiry. False while the credential has time, or
+	// has no expiry.
+	ConditionCredentialsExpiring = "CredentialsExpiring"
 )
 
 // Common condition reasons. When CredentialsAccepted is False because the
@@ -133,6 +138,18 @@ const (
 	// ReasonEngageFailed (a ControllerCondition False): engaging the
 	// controller with the member failed for another reason, or timed out.
 	ReasonEngageFailed = "EngageFailed"
+
+	// ReasonNoExpiry (CredentialsExpiring False): the credential does not
+	// expire, or its expiry is unknown (exec plugins, basic auth).
+	ReasonNoExpiry = "NoExpiry"
+	// ReasonValid (CredentialsExpiring False): more than a tenth of the
+	// credential's lifetime is left.
+	ReasonValid = "Valid"
+	// ReasonExpiring (CredentialsExpiring True): less than a tenth of the
+	// lifetime is left; a renewable token's renewals are failing.
+	ReasonExpiring = "Expiring"
+	// ReasonExpired (CredentialsExpiring True): the credential has expired.
+	ReasonExpired = "Expired"
 )
 
 // MaxRecentTransitions is how many state changes
@@ -176,6 +193,7 @@ const MaxServerVersionLength = 64
 // +kubebuilder:printcolumn:name="Failures",type=integer,JSONPath=`.status.consecutiveFailures`,description="Failed probes in a row"
 // +kubebuilder:printcolumn:name="Last Probe",type=date,JSONPath=`.status.lastProbeTime`,description="When the last probe finished; older than 8 probe intervals means no manager probes the member"
 // +kubebuilder:printcolumn:name="Format",type=string,JSONPath=`.spec.secretRef.format`,priority=1,description="Format of the registration Secret"
+// +kubebuilder:printcolumn:name="Credentials Expire",type=date,JSONPath=`.status.credentials.expirationTime`,priority=1,description="When the member's credential expires"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type MemberCluster struct {
 	metav1.TypeMeta `json:",inline"`
@@ -299,6 +317,50 @@ type MemberClusterStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	LastError string `json:"lastError,omitempty"`
+
+	// Credentials describe the credential the manager reaches the member
+	// with: its kind, its expiry and its renewals. Never the credential.
+	// +optional
+	Credentials *CredentialStatus `json:"credentials,omitempty"`
+}
+
+// CredentialType is the kind of credential a member's kubeconfig holds.
+// +kubebuilder:validation:Enum=Token;ClientCertificate;ExecPlugin;BasicAuth;None
+type CredentialType string
+
+const (
+	CredentialTypeToken             CredentialType = "Token"
+	CredentialTypeClientCertificate CredentialType = "ClientCertificate"
+	CredentialTypeExecPlugin        CredentialType = "ExecPlugin"
+	CredentialTypeBasicAuth         CredentialType = "BasicAuth"
+	CredentialTypeNone              CredentialType = "None"
+)
+
+// CredentialStatus describes a member's credential without holding it.
+type CredentialStatus struct {
+	// Type is the kind of credential; with both a token and a client
+	// certificate, the token.
+	Type CredentialType `json:"type"`
+	// ExpirationTime is when the credential stops working: a token's exp
+	// claim, a client certificate's notAfter. Unset when it does not
+	// expire or the manager cannot tell.
+	// +optional
+	ExpirationTime *metav1.Time `json:"expirationTime,omitempty"`
+	// Renewable is true for a service account token in a native
+	// registration Secret, which the manager renews through the member's
+	// TokenRequest API at about 80% of its lifetime and writes back into
+	// the Secret.
+	// +optional
+	Renewable bool `json:"renewable,omitempty"`
+	// LastRenewalTime is when the manager last wrote a renewed token into
+	// the Secret.
+	// +optional
+	LastRenewalTime *metav1.Time `json:"lastRenewalTime,omitempty"`
+	// LastRenewalError is why the last renewal failed; cleared by a
+	// renewal that succeeds. It never holds the token.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	LastRenewalError string `json:"lastRenewalError,omitempty"`
 }
 
 // StateTransition is one change of a member's state.
