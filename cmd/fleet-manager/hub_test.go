@@ -58,7 +58,7 @@ func TestNoHubKubeconfigNamesTheFlag(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "missing"))
 	t.Setenv("HOME", t.TempDir())
-	_, err := hubConfig("")
+	_, err := hubConfig(hubFlags{})
 	if err == nil || !strings.Contains(err.Error(), "--hub-kubeconfig") || strings.Contains(err.Error(), "KUBERNETES_MASTER") {
 		t.Fatalf("hubConfig: %v, want an error naming --hub-kubeconfig", err)
 	}

@@ -2,7 +2,8 @@ package main
 
 import (
 	"crypto/tls"
-	"flag"
+
+	"github.com/spf13/pflag"
 
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -16,7 +17,7 @@ type metricsFlags struct {
 	certDir     string
 }
 
-func (m *metricsFlags) bindFlags(fs *flag.FlagSet) {
+func (m *metricsFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&m.bindAddress, "metrics-bind-address", ":8443", `Address the metrics endpoint binds to; "0" disables it.`)
 	fs.BoolVar(&m.secure, "metrics-secure", true, "Serve metrics over HTTPS, only to callers whose token the hub accepts (a TokenReview) and who may get the non-resource URL /metrics (a SubjectAccessReview). With false, plain HTTP to anyone: bind it to a loopback address.")
 	fs.StringVar(&m.certDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint, reloaded when they change, such as a mounted kubernetes.io/tls Secret. Default: a self-signed certificate, generated at start.")

@@ -3,21 +3,19 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -43,7 +41,7 @@ const hubProbeTimeout = 30 * time.Second
 const anonymousUser = "system:anonymous"
 
 type runFlags struct {
-	hubKubeconfig    string
+	hub              hubFlags
 	namespace        string
 	metrics          metricsFlags
 	probeAddr        string
@@ -70,21 +68,42 @@ type runFlags struct {
 	skipNameValidation bool
 }
 
-func runCommand(args []string, stderr io.Writer) error {
-	f, err := parseRunFlags(args, stderr)
-	if err != nil {
-		return err
-	}
+// startManager runs the manager f describes until SIGINT or SIGTERM.
+func startManager(f runFlags) error {
 	return run(ctrl.SetupSignalHandler(), f, cli.SetupLogging(&f.zap))
+}
+
+// newRunCommand returns the run command, which reaches the hub as hub
+// says and hands its checked flags to start.
+func newRunCommand(hub *hubFlags, start func(runFlags) error) *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run [flags]",
+		Short: "Run the fleet manager against a hub (the default command)",
+		Long: `Run the fleet manager against a hub: register every member whose kubeconfig
+Secret sits in the fleet namespace, keep a MemberCluster per member, renew
+members' expiring tokens, and serve metrics and health probes. A member being
+down never fails /readyz.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.hub = *hub
+			if err := f.check(cmd); err != nil {
+				return err
+			}
+			return start(f)
+		},
+	}
+	f.bindFlags(cmd.Flags())
+	return cmd
 }
 
 // run runs the manager the flags describe until ctx ends, logging to
 // logger.
 func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 	log := logger.WithName("setup")
-	cfg, err := hubConfig(f.hubKubeconfig)
+	cfg, err := hubConfig(f.hub)
 	if err != nil {
-		return fmt.Errorf("loading the hub kubeconfig: %w", err)
+		return err
 	}
 	cfg.QPS, cfg.Burst = float32(f.hubQPS), f.hubBurst
 	user, err := probeHub(ctx, cfg)
@@ -141,13 +160,8 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 	return nil
 }
 
-// parseRunFlags parses and checks the flags of run. Bad usage is printed
-// to stderr and returned as cli.ErrUsage.
-func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
-	var f runFlags
-	var capiNamespaces string
-	fs := cli.NewFlagSet("fleet-manager run", stderr, &f.zap)
-	fs.StringVar(&f.hubKubeconfig, "hub-kubeconfig", "", "Path to the hub's kubeconfig. Default: the in-cluster config, else $KUBECONFIG and the default loading rules.")
+// bindFlags binds the flags of run to f.
+func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.namespace, "namespace", fleet.DefaultNamespace, "Fleet namespace on the hub: where native (and multicluster-runtime) registration Secrets and the leader election Lease live.")
 	f.metrics.bindFlags(fs)
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", `Address the /healthz and /readyz endpoints bind to; "0" disables them.`)
@@ -165,65 +179,59 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.DurationVar(&f.health.Timeout, "probe-timeout", 3*time.Second, "How long one probe may take.")
 	fs.IntVar(&f.health.FailureThreshold, "probe-failure-threshold", 2, "Failed probes in a row that make a member Unhealthy: its work is held, its caches kept.")
 	fs.DurationVar(&f.health.DisconnectAfter, "disconnect-after", time.Minute, "How long probes must keep failing before a member is Disconnected: torn down, then reconnected with backoff once a probe succeeds.")
-
-	// The kubeconfig policy: each flag relaxes one check.
-	fs.BoolVar(&f.policy.AllowInsecureTLS, "allow-insecure-tls", false, "Accept member kubeconfigs with insecure-skip-tls-verify. Default: refused.")
-	fs.Var((*stringList)(&f.policy.AllowExecCommands), "allow-exec-plugin", "Accept member kubeconfigs whose exec plugin runs this exact `command` (repeatable; \"aws\" does not match \"/usr/bin/aws\"). Default: every exec plugin is refused.")
-	fs.BoolVar(&f.policy.AllowPlainHTTPLoopback, "allow-plain-http-loopback", false, "Accept http:// member servers on a loopback address or localhost. Default: https only.")
-	fs.BoolVar(&f.policy.AllowProxy, "allow-proxy", false, "Accept member kubeconfigs with a proxy-url. Default: refused.")
-	fs.BoolVar(&f.policy.AllowLinkLocal, "allow-link-local", false, "Accept member server and proxy hosts that are link-local or cloud metadata addresses. Default: refused.")
+	bindPolicyFlags(fs, &f.policy)
 
 	// Registration formats besides the native one, which is always read.
 	fs.BoolVar(&f.mcrSecrets, "multicluster-runtime-secrets", false, "Also register multicluster-runtime kubeconfig Secrets in the fleet namespace. Default: off.")
 	fs.BoolVar(&f.capiSecrets, "capi-secrets", false, "Also register Cluster API kubeconfig Secrets. Default: off.")
-	fs.StringVar(&capiNamespaces, "capi-namespaces", "", "With -capi-secrets, the comma-separated namespaces to read Cluster API Secrets from. Default: all namespaces.")
+	fs.StringSliceVar(&f.capiNamespaces, "capi-namespaces", nil, "With --capi-secrets, the comma-separated namespaces to read Cluster API Secrets from. Default: all namespaces.")
 	fs.BoolVar(&f.argoCDSecrets, "argocd-secrets", false, "Also register Argo CD cluster Secrets. Default: off.")
-	fs.StringVar(&f.argoCDNamespace, "argocd-namespace", "argocd", "With -argocd-secrets, the namespace to read Argo CD cluster Secrets from.")
-	if err := cli.Parse(fs, args); err != nil {
-		return f, err
-	}
+	fs.StringVar(&f.argoCDNamespace, "argocd-namespace", "argocd", "With --argocd-secrets, the namespace to read Argo CD cluster Secrets from.")
+	cli.BindZapFlags(fs, &f.zap)
+}
 
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if set["capi-namespaces"] && !f.capiSecrets {
-		return f, cli.UsageErrorf(fs, "-capi-namespaces needs -capi-secrets, which enables the format it configures")
+// check reports bad usage of the flags of run, cmd.
+func (f *runFlags) check(cmd *cobra.Command) error {
+	fs := cmd.Flags()
+	if fs.Changed("capi-namespaces") && !f.capiSecrets {
+		return usageErrorf(cmd, "--capi-namespaces needs --capi-secrets, which enables the format it configures")
 	}
-	if set["argocd-namespace"] && !f.argoCDSecrets {
-		return f, cli.UsageErrorf(fs, "-argocd-namespace needs -argocd-secrets, which enables the format it configures")
+	if fs.Changed("argocd-namespace") && !f.argoCDSecrets {
+		return usageErrorf(cmd, "--argocd-namespace needs --argocd-secrets, which enables the format it configures")
 	}
-	if capiNamespaces != "" {
-		f.capiNamespaces = strings.Split(capiNamespaces, ",")
+	if err := checkNamespaces(cmd, "namespace", f.namespace); err != nil {
+		return err
 	}
-	if err := checkNamespaces(fs, "namespace", f.namespace); err != nil {
-		return f, err
+	if err := checkNamespaces(cmd, "capi-namespaces", f.capiNamespaces...); err != nil {
+		return err
 	}
-	if err := checkNamespaces(fs, "capi-namespaces", f.capiNamespaces...); err != nil {
-		return f, err
+	if err := checkNamespaces(cmd, "argocd-namespace", f.argoCDNamespace); err != nil {
+		return err
 	}
-	if err := checkNamespaces(fs, "argocd-namespace", f.argoCDNamespace); err != nil {
-		return f, err
+	if err := checkPolicyFlags(cmd, f.policy); err != nil {
+		return err
 	}
 	if f.memberQPS <= 0 || f.memberBurst <= 0 || f.hubQPS <= 0 || f.hubBurst <= 0 {
-		return f, cli.UsageErrorf(fs, "-member-qps, -member-burst, -hub-qps and -hub-burst must be positive")
+		return usageErrorf(cmd, "--member-qps, --member-burst, --hub-qps and --hub-burst must be positive")
 	}
 	if f.retryPeriod <= 0 || float64(f.renewDeadline) <= leaderelection.JitterFactor*float64(f.retryPeriod) || f.leaseDuration <= f.renewDeadline {
-		return f, cli.UsageErrorf(fs, "the leader election durations must be positive, with -leader-elect-lease-duration > -leader-elect-renew-deadline > %g × -leader-elect-retry-period", leaderelection.JitterFactor)
+		return usageErrorf(cmd, "the leader election durations must be positive, with --leader-elect-lease-duration > --leader-elect-renew-deadline > %g × --leader-elect-retry-period", leaderelection.JitterFactor)
 	}
 	if f.cacheSyncTimeout <= 0 {
-		return f, cli.UsageErrorf(fs, "-cache-sync-timeout must be positive")
+		return usageErrorf(cmd, "--cache-sync-timeout must be positive")
 	}
 	if f.health.Interval <= 0 || f.health.RetryInterval <= 0 || f.health.Timeout <= 0 || f.health.FailureThreshold <= 0 || f.health.DisconnectAfter <= 0 {
-		return f, cli.UsageErrorf(fs, "-probe-interval, -probe-retry-interval, -probe-timeout, -probe-failure-threshold and -disconnect-after must be positive")
+		return usageErrorf(cmd, "--probe-interval, --probe-retry-interval, --probe-timeout, --probe-failure-threshold and --disconnect-after must be positive")
 	}
-	return f, nil
+	return nil
 }
 
 // checkNamespaces reports a usage error unless every name, given with flag
 // flagName, is a DNS-1123 label.
-func checkNamespaces(fs *flag.FlagSet, flagName string, names ...string) error {
+func checkNamespaces(cmd *cobra.Command, flagName string, names ...string) error {
 	for _, name := range names {
 		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-			return cli.UsageErrorf(fs, "invalid value %q for flag -%s: %s", name, flagName, errs[0])
+			return usageErrorf(cmd, "invalid value %q for flag --%s: %s", name, flagName, errs[0])
 		}
 	}
 	return nil
@@ -245,49 +253,23 @@ func (f runFlags) secretFormats() []registry.Format {
 	return formats
 }
 
-// stringList is a repeatable flag: each use appends one value.
-type stringList []string
-
-// String may be called on a nil receiver, as flag.Value allows.
-func (l *stringList) String() string {
-	if l == nil {
-		return ""
-	}
-	return strings.Join(*l, ",")
-}
-
-func (l *stringList) Set(value string) error {
-	if value == "" {
-		return errors.New("must not be empty")
-	}
-	*l = append(*l, value)
-	return nil
-}
-
-// hubConfig returns the hub's REST config: from path if set, else the
-// in-cluster config, else $KUBECONFIG and the default loading rules. The
-// hub's kubeconfig comes from the operator and is trusted, unlike a
-// member's.
-func hubConfig(path string) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	switch {
-	case path != "":
-		cfg, err = clientcmd.BuildConfigFromFlags("", path)
-	default:
-		cfg, err = rest.InClusterConfig()
-		if errors.Is(err, rest.ErrNotInCluster) {
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+// hubConfig returns the manager's hub REST config: the in-cluster config
+// unless a hub flag is set, else as hub.restConfig finds it.
+func hubConfig(hub hubFlags) (*rest.Config, error) {
+	if !hub.set() {
+		cfg, err := rest.InClusterConfig()
+		if err == nil {
+			return rest.AddUserAgent(cfg, "fleet-manager"), nil
+		}
+		if !errors.Is(err, rest.ErrNotInCluster) {
+			return nil, fmt.Errorf("loading the in-cluster hub config: %w", err)
 		}
 	}
-	if clientcmd.IsEmptyConfig(err) {
-		return nil, errors.New("there is none: fleet-manager is not running in a cluster, and neither --hub-kubeconfig, $KUBECONFIG nor ~/.kube/config names one")
+	cfg, err := hub.restConfig()
+	if err != nil && !hub.set() {
+		return nil, fmt.Errorf("%w; fleet-manager is not running in a cluster either", err)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return rest.AddUserAgent(cfg, "fleet-manager"), nil
+	return cfg, err
 }
 
 // registrationsSynced is ready once the hub's registration caches have

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,6 +15,22 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
+
+// parseRunFlags parses and checks args as fleet-manager run would, and
+// returns the flags it would run the manager with. Bad usage is printed
+// to stderr and returned as cli.ErrUsage.
+func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
+	var f runFlags
+	root := newRootCommand(func(parsed runFlags) error { f = parsed; return nil })
+	switch code := executeRoot(root, append([]string{"run"}, args...), io.Discard, stderr); code {
+	case cli.ExitOK:
+		return f, nil
+	case cli.ExitUsage:
+		return f, cli.ErrUsage
+	default:
+		return f, fmt.Errorf("exit code %d", code)
+	}
+}
 
 func TestRunFlags(t *testing.T) {
 	type format struct {
@@ -71,20 +89,20 @@ func TestRunUsageErrors(t *testing.T) {
 		args []string
 		want string // in the message
 	}{
-		"capi namespaces alone":       {args: []string{"--capi-namespaces=team-a"}, want: "-capi-namespaces needs -capi-secrets"},
-		"capi namespaces, capi off":   {args: []string{"--capi-secrets=false", "--capi-namespaces=team-a"}, want: "-capi-namespaces needs -capi-secrets"},
-		"argocd namespace alone":      {args: []string{"--argocd-namespace=argocd"}, want: "-argocd-namespace needs -argocd-secrets"},
-		"bad capi namespace":          {args: []string{"--capi-secrets", "--capi-namespaces=team-a,Team_B"}, want: `invalid value "Team_B" for flag -capi-namespaces`},
-		"empty capi namespace":        {args: []string{"--capi-secrets", "--capi-namespaces=team-a,"}, want: `invalid value "" for flag -capi-namespaces`},
-		"bad argocd namespace":        {args: []string{"--argocd-secrets", "--argocd-namespace=argo.cd"}, want: `invalid value "argo.cd" for flag -argocd-namespace`},
-		"bad fleet namespace":         {args: []string{"--namespace=Fleet"}, want: `invalid value "Fleet" for flag -namespace`},
-		"empty exec plugin":           {args: []string{"--allow-exec-plugin="}, want: "must not be empty"},
+		"capi namespaces alone":       {args: []string{"--capi-namespaces=team-a"}, want: "--capi-namespaces needs --capi-secrets"},
+		"capi namespaces, capi off":   {args: []string{"--capi-secrets=false", "--capi-namespaces=team-a"}, want: "--capi-namespaces needs --capi-secrets"},
+		"argocd namespace alone":      {args: []string{"--argocd-namespace=argocd"}, want: "--argocd-namespace needs --argocd-secrets"},
+		"bad capi namespace":          {args: []string{"--capi-secrets", "--capi-namespaces=team-a,Team_B"}, want: `invalid value "Team_B" for flag --capi-namespaces`},
+		"empty capi namespace":        {args: []string{"--capi-secrets", "--capi-namespaces=team-a,"}, want: `invalid value "" for flag --capi-namespaces`},
+		"bad argocd namespace":        {args: []string{"--argocd-secrets", "--argocd-namespace=argo.cd"}, want: `invalid value "argo.cd" for flag --argocd-namespace`},
+		"bad fleet namespace":         {args: []string{"--namespace=Fleet"}, want: `invalid value "Fleet" for flag --namespace`},
+		"empty exec plugin":           {args: []string{"--allow-exec-plugin="}, want: "--allow-exec-plugin must name a command"},
 		"positional argument":         {args: []string{"extra"}, want: `unexpected argument "extra"`},
-		"nonpositive hub qps":         {args: []string{"--hub-qps=0"}, want: "-hub-qps and -hub-burst must be positive"},
-		"renew after lease":           {args: []string{"--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=6s"}, want: "-leader-elect-lease-duration > -leader-elect-renew-deadline"},
-		"renew within retry":          {args: []string{"--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"}, want: "-leader-elect-renew-deadline > 1.2 × -leader-elect-retry-period"},
-		"nonpositive cache sync time": {args: []string{"--cache-sync-timeout=0s"}, want: "-cache-sync-timeout must be positive"},
-		"nonpositive probe threshold": {args: []string{"--probe-failure-threshold=0"}, want: "-probe-failure-threshold and -disconnect-after must be positive"},
+		"nonpositive hub qps":         {args: []string{"--hub-qps=0"}, want: "--hub-qps and --hub-burst must be positive"},
+		"renew after lease":           {args: []string{"--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=6s"}, want: "--leader-elect-lease-duration > --leader-elect-renew-deadline"},
+		"renew within retry":          {args: []string{"--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"}, want: "--leader-elect-renew-deadline > 1.2 × --leader-elect-retry-period"},
+		"nonpositive cache sync time": {args: []string{"--cache-sync-timeout=0s"}, want: "--cache-sync-timeout must be positive"},
+		"nonpositive probe threshold": {args: []string{"--probe-failure-threshold=0"}, want: "--probe-failure-threshold and --disconnect-after must be positive"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

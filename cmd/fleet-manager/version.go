@@ -1,13 +1,12 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"runtime"
 	"runtime/debug"
 
-	"github.com/fleetkube/fleet-manager/internal/cli"
+	"github.com/spf13/cobra"
 )
 
 // version is the release this binary is, stamped at build by make build and
@@ -61,17 +60,16 @@ func (v buildVersion) String() string {
 	return fmt.Sprintf("version: %s\ncommit: %s\ngo: %s\n", v.Version, v.Commit, v.Go)
 }
 
-// versionCommand prints the binary's version, commit and Go version to
-// stdout.
-func versionCommand(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("fleet-manager version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: fleet-manager version\n\nPrints the version, the commit it was built from and the Go version.\n")
+// newVersionCommand returns the version command, which prints the
+// binary's version, commit and Go version to stdout.
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version, the commit and the Go version (also --version)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := io.WriteString(cmd.OutOrStdout(), currentVersion().String())
+			return err
+		},
 	}
-	if err := cli.Parse(fs, args); err != nil {
-		return err
-	}
-	_, err := io.WriteString(stdout, currentVersion().String())
-	return err
 }

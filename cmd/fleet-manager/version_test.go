@@ -62,7 +62,7 @@ func TestVersionOf(t *testing.T) {
 
 func TestVersionCommand(t *testing.T) {
 	want := currentVersion().String()
-	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
 		var stdout, stderr bytes.Buffer
 		if code := execute(args, &stdout, &stderr); code != cli.ExitOK {
 			t.Errorf("%q: exit code %d, want %d; stderr:\n%s", args, code, cli.ExitOK, stderr.String())

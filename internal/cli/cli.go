@@ -9,6 +9,7 @@ import (
 	"io"
 
 	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -23,11 +24,23 @@ var ErrUsage = errors.New("bad usage")
 func NewFlagSet(name string, stderr io.Writer, zapOpts *zap.Options) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	bindZapFlags(fs, zapOpts)
+	return fs
+}
+
+// BindZapFlags binds the zap logger's flags to zapOpts on fs, a pflag set,
+// with stack traces for panics only, as NewFlagSet does.
+func BindZapFlags(fs *pflag.FlagSet, zapOpts *zap.Options) {
+	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
+	bindZapFlags(goFlags, zapOpts)
+	fs.AddGoFlagSet(goFlags)
+}
+
+func bindZapFlags(fs *flag.FlagSet, zapOpts *zap.Options) {
 	zapOpts.BindFlags(fs)
 	if err := fs.Set("zap-stacktrace-level", "panic"); err != nil {
 		panic(err) // the flag is controller-runtime's own
 	}
-	return fs
 }
 
 // Parse parses args into fs and refuses positional arguments. The flag

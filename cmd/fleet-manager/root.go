@@ -1,0 +1,188 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/cli"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+)
+
+// scheme holds what the commands read and write on the hub and members.
+var scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(fleetv1alpha1.AddToScheme(scheme))
+}
+
+// execute runs the command args name, run if args name none, and returns
+// the exit code.
+func execute(args []string, stdout, stderr io.Writer) int {
+	return executeRoot(newRootCommand(startManager), args, stdout, stderr)
+}
+
+// executeRoot runs root with args and returns the exit code.
+func executeRoot(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetArgs(defaultToRun(root, args))
+	cmd, err := root.ExecuteC()
+	switch {
+	case err == nil:
+		return cli.ExitOK
+	case errors.As(err, new(*exitCodeError)):
+		var exit *exitCodeError
+		errors.As(err, &exit)
+		return exit.code
+	case errors.As(err, new(*usageError)):
+		fmt.Fprintf(stderr, "Error: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+		return cli.ExitUsage
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
+		return cli.ExitError
+	}
+}
+
+// defaultToRun makes run the command when args start with a flag, or are
+// empty, as long as that flag is not the root's own.
+func defaultToRun(root *cobra.Command, args []string) []string {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "--version" || args[0][0] != '-') {
+		return args
+	}
+	return append([]string{"run"}, args...)
+}
+
+// newRootCommand returns the fleet-manager command and its subcommands;
+// run hands its checked flags to start.
+func newRootCommand(start func(runFlags) error) *cobra.Command {
+	var hub hubFlags
+	root := &cobra.Command{
+		Use:   "fleet-manager",
+		Short: "Run a fleet of Kubernetes clusters from a hub, and register its members",
+		Long: `fleet-manager runs a fleet of Kubernetes clusters from a hub cluster. Each member is
+registered by a kubeconfig Secret on the hub; "fleet-manager register" writes one
+with least-privilege, self-renewing credentials. Without a command, it runs the
+manager ("fleet-manager run").`,
+		Version:           currentVersion().Version,
+		Args:              noArgs,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
+		RunE:              func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	root.SetVersionTemplate("{{.Annotations.fullVersion}}")
+	root.Annotations = map[string]string{"fullVersion": currentVersion().String()}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	hub.bindFlags(root.PersistentFlags())
+	root.AddCommand(
+		newRunCommand(&hub, start),
+		newDemoCommand(),
+		newVersionCommand(),
+	)
+	return root
+}
+
+// usageError is bad usage: the command exits 2 and points at its help.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// usageErrorf returns a usage error. cmd is the command it is about; the
+// error is printed with a pointer to its help.
+func usageErrorf(_ *cobra.Command, format string, args ...any) error {
+	return &usageError{fmt.Errorf(format, args...)}
+}
+
+// noArgs refuses positional arguments as bad usage.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		if cmd.HasSubCommands() {
+			return usageErrorf(cmd, "unknown command %q for %q", args[0], cmd.CommandPath())
+		}
+		return usageErrorf(cmd, "unexpected argument %q", args[0])
+	}
+	return nil
+}
+
+// exactArgs wants n positional arguments, named names in its message.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf(cmd, "%s wants %s, got %d arguments", cmd.CommandPath(), names, len(args))
+		}
+		return nil
+	}
+}
+
+// hubFlags say how every command reaches the hub.
+type hubFlags struct {
+	kubeconfig string
+	context    string
+}
+
+func (h *hubFlags) bindFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&h.kubeconfig, "hub-kubeconfig", "", "Path to the hub's kubeconfig. Default: $KUBECONFIG and the default loading rules (for run, the in-cluster config first).")
+	fs.StringVar(&h.context, "hub-context", "", "Context of the hub's kubeconfig to use. Default: its current context.")
+}
+
+// set reports whether either flag names a kubeconfig or context.
+func (h *hubFlags) set() bool { return h.kubeconfig != "" || h.context != "" }
+
+// restConfig returns the hub's REST config as kubectl finds it: the file
+// --hub-kubeconfig names, else $KUBECONFIG and ~/.kube/config, with the
+// context --hub-context names, else the current one. The hub's kubeconfig
+// comes from the operator and is trusted, unlike a member's.
+func (h *hubFlags) restConfig() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = h.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: h.context}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, errors.New("no hub kubeconfig: neither --hub-kubeconfig, $KUBECONFIG nor ~/.kube/config names one")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading the hub kubeconfig: %w", err)
+	}
+	return rest.AddUserAgent(cfg, "fleet-manager"), nil
+}
+
+// client returns a client for the hub, for the commands a person runs.
+func (h *hubFlags) client() (client.Client, error) {
+	cfg, err := h.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
+
+// bindPolicyFlags binds the flags that relax the member kubeconfig policy
+// p, each one check.
+func bindPolicyFlags(fs *pflag.FlagSet, p *kubeconfig.Policy) {
+	fs.BoolVar(&p.AllowInsecureTLS, "allow-insecure-tls", false, "Accept member kubeconfigs with insecure-skip-tls-verify. Default: refused.")
+	fs.StringArrayVar(&p.AllowExecCommands, "allow-exec-plugin", nil, "Accept member kubeconfigs whose exec plugin runs this exact `command` (repeatable; \"aws\" does not match \"/usr/bin/aws\"). Default: every exec plugin is refused.")
+	fs.BoolVar(&p.AllowPlainHTTPLoopback, "allow-plain-http-loopback", false, "Accept http:// member servers on a loopback address or localhost. Default: https only.")
+	fs.BoolVar(&p.AllowProxy, "allow-proxy", false, "Accept member kubeconfigs with a proxy-url. Default: refused.")
+	fs.BoolVar(&p.AllowLinkLocal, "allow-link-local", false, "Accept member server and proxy hosts that are link-local or cloud metadata addresses. Default: refused.")
+}
+
+// checkPolicyFlags reports bad usage of the policy flags.
+func checkPolicyFlags(cmd *cobra.Command, p kubeconfig.Policy) error {
+	if slices.Contains(p.AllowExecCommands, "") {
+		return usageErrorf(cmd, "--allow-exec-plugin must name a command")
+	}
+	return nil
+}
