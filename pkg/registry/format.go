@@ -63,11 +63,14 @@ type Format struct {
 	Read func(*corev1.Secret) (cluster.Registration, error)
 }
 
+// NativeFormatName is the native format's name.
+const NativeFormatName = "native"
+
 // NativeFormat reads Secrets labelled fleet.fleetkube.io/kubeconfig: "true"
 // in namespace, with the kubeconfig under key "kubeconfig". The cluster
 // name is the Secret's name.
 func NativeFormat(namespace string) Format {
-	return labelledKubeconfig("native", namespace, KubeconfigLabel)
+	return labelledKubeconfig(NativeFormatName, namespace, KubeconfigLabel)
 }
 
 // MulticlusterRuntimeFormat reads multicluster-runtime's kubeconfig

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -54,6 +55,9 @@ type Cluster struct {
 	State cluster.State
 	// Probe is the member's last probe, nil before the first.
 	Probe *cluster.ProbeResult
+	// Credentials describe the accepted kubeconfig's credential and its
+	// renewals; nil until observed, and while refused.
+	Credentials *Credentials
 
 	// generation counts the accepted registrations of the name, so that
 	// a refusal of an older kubeconfig is not pinned on a newer one.
@@ -199,7 +203,42 @@ func (r *Registry) Refuse(name string, generation int64, refusal *kubeconfig.Ref
 	}
 	next := *cur
 	next.Refusal = refusal
-	next.State, next.Probe = "", nil
+	next.State, next.Probe, next.Credentials = "", nil, nil
+	r.lockedPublish(name, &next)
+}
+
+// Credentials are what the manager knows of a cluster's credential, never
+// the credential itself.
+type Credentials struct {
+	kubeconfig.Credential
+	// Renewable is true when the manager renews the token itself.
+	Renewable bool
+	// Expiring is true when less than a tenth of the credential's
+	// lifetime is left.
+	Expiring bool
+	// Expired is true once the credential's expiry has passed.
+	Expired bool
+	// LastRenewal is when the manager last wrote a renewed token into the
+	// Secret; zero before.
+	LastRenewal time.Time
+	// RenewalError says why the last renewal failed; empty after a
+	// success.
+	RenewalError string
+}
+
+// ObserveCredentials records what the renewer found of the credential of
+// cluster name's kubeconfig of the given generation (see Registration).
+// It is ignored for a cluster that is not accepted, or whose kubeconfig
+// has changed since.
+func (r *Registry) ObserveCredentials(name string, generation int64, creds Credentials) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.clusters[name]
+	if cur == nil || !cur.Accepted() || cur.generation != generation || (cur.Credentials != nil && *cur.Credentials == creds) {
+		return
+	}
+	next := *cur
+	next.Credentials = &creds
 	r.lockedPublish(name, &next)
 }
 
@@ -254,7 +293,7 @@ func (r *Registry) lockedSet(cur, next *Cluster) {
 	wasAccepted := cur != nil && cur.Accepted()
 	switch {
 	case !next.Accepted():
-		next.State, next.Probe = "", nil
+		next.State, next.Probe, next.Credentials = "", nil, nil
 	case !wasAccepted || !slices.Equal(cur.Claims[0].kubeconfig, first.kubeconfig):
 		next.generation++
 		if !wasAccepted {
