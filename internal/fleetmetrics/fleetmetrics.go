@@ -50,6 +50,7 @@ type Fleet struct {
 	probes              *prometheus.CounterVec
 	probeDuration       *prometheus.HistogramVec
 	consecutiveFailures *prometheus.GaugeVec
+	credentialExpiry    *prometheus.GaugeVec
 	engageDuration      *prometheus.HistogramVec
 	engagements         *prometheus.CounterVec
 	reconciles          *prometheus.CounterVec
@@ -101,6 +102,10 @@ func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
 			Name: "fleet_member_consecutive_probe_failures",
 			Help: "Health probes of the cluster that failed in a row since its last success.",
 		}, []string{labelCluster}),
+		credentialExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleet_member_credential_expiry_timestamp_seconds",
+			Help: "When the cluster's credential expires, in seconds since the Unix epoch; no series when it does not expire.",
+		}, []string{labelCluster}),
 		engageDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fleet_member_engage_duration_seconds",
 			Help:    "How long engaging the cluster with a controller took.",
@@ -137,6 +142,7 @@ func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
 		metrics.Register(reg, &m.probes),
 		metrics.Register(reg, &m.probeDuration),
 		metrics.Register(reg, &m.consecutiveFailures),
+		metrics.Register(reg, &m.credentialExpiry),
 		metrics.Register(reg, &m.engageDuration),
 		metrics.Register(reg, &m.engagements),
 		metrics.Register(reg, &m.reconciles),
@@ -171,6 +177,11 @@ func (m *Fleet) Follow(clusterName string, c *registry.Cluster) {
 		failures = c.Probe.ConsecutiveFailures
 	}
 	m.consecutiveFailures.WithLabelValues(clusterName).Set(float64(failures))
+	if c.Credentials != nil && !c.Credentials.Expiry.IsZero() {
+		m.credentialExpiry.WithLabelValues(clusterName).Set(float64(c.Credentials.Expiry.Unix()))
+	} else {
+		m.credentialExpiry.DeleteLabelValues(clusterName)
+	}
 }
 
 // ObserveProbe records one health probe of a live cluster.
@@ -256,6 +267,7 @@ func (m *Fleet) lockedForget(clusterName string) {
 		m.probes,
 		m.probeDuration,
 		m.consecutiveFailures,
+		m.credentialExpiry,
 		m.engageDuration,
 		m.engagements,
 		m.reconciles,
