@@ -71,6 +71,10 @@ type Options struct {
 	// Unhealthy and Disconnected; see cluster.HealthOptions for defaults.
 	MemberHealth cluster.HealthOptions
 
+	// CredentialRenewal sets how members' tokens are renewed; see
+	// RenewalOptions for defaults.
+	CredentialRenewal RenewalOptions
+
 	// ConfigureMember, if set, adjusts each member's cluster.Options, for
 	// example its cache transforms, namespaces or selectors. It is called
 	// once per member with fresh options.
@@ -173,6 +177,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		}),
 		&memberSync{m: m, log: log.WithName("members"), recorder: hub.GetEventRecorder("fleet-manager")},
 		lifecycle{m},
+		newCredentialRenewal(m, opts.CredentialRenewal, opts.KubeconfigPolicy, log.WithName("credentials")),
 	} {
 		if err := hub.Add(r); err != nil {
 			return nil, err
