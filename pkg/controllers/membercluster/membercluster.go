@@ -148,6 +148,7 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	}
 
 	before := want.Status.DeepCopy()
+	wasExpiring := meta.IsStatusConditionTrue(before.Conditions, fleetv1alpha1.ConditionCredentialsExpiring)
 	transitions := len(want.Status.RecentTransitions)
 	mc.setStatus(ctx, c, &want.Status)
 	if mc.statusUnchanged(before, &want.Status) {
@@ -158,6 +159,9 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	}
 	if len(want.Status.RecentTransitions) > transitions || !exists {
 		mc.recordTransition(want, before.State)
+	}
+	if expiring := meta.FindStatusCondition(want.Status.Conditions, fleetv1alpha1.ConditionCredentialsExpiring); expiring.Status == metav1.ConditionTrue && !wasExpiring {
+		mc.recorder.Eventf(want, nil, corev1.EventTypeWarning, expiring.Reason, "CheckCredentials", expiring.Message)
 	}
 	return reconcile.Result{}, nil
 }
@@ -252,6 +256,9 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 	}
 	meta.SetStatusCondition(&status.Conditions, ready)
 
+	status.Credentials = credentialStatus(c.Credentials)
+	meta.SetStatusCondition(&status.Conditions, expiringCondition(c.Credentials))
+
 	status.ServerVersion = mc.serverVersion(ctx, c.Name, c.Accepted() && c.State == cluster.StateReady)
 	status.EngagedControllers, status.ControllerConditions = nil, mc.controllerConditions(c.Name, status.ControllerConditions, now)
 	for _, c := range status.ControllerConditions {
@@ -259,6 +266,52 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 			status.EngagedControllers = append(status.EngagedControllers, c.Name)
 		}
 	}
+}
+
+// credentialStatus describes creds, which may be nil, in the status.
+func credentialStatus(creds *registry.Credentials) *fleetv1alpha1.CredentialStatus {
+	if creds == nil {
+		return nil
+	}
+	s := &fleetv1alpha1.CredentialStatus{
+		Type:             fleetv1alpha1.CredentialType(creds.Type),
+		Renewable:        creds.Renewable,
+		LastRenewalError: truncate(creds.RenewalError, fleetv1alpha1.MaxLastErrorLength),
+	}
+	if !creds.Expiry.IsZero() {
+		s.ExpirationTime = &metav1.Time{Time: creds.Expiry}
+	}
+	if !creds.LastRenewal.IsZero() {
+		s.LastRenewalTime = &metav1.Time{Time: creds.LastRenewal}
+	}
+	return s
+}
+
+// expiringCondition is the CredentialsExpiring condition for creds, which
+// may be nil.
+func expiringCondition(creds *registry.Credentials) metav1.Condition {
+	c := metav1.Condition{Type: fleetv1alpha1.ConditionCredentialsExpiring, Status: metav1.ConditionFalse, Reason: fleetv1alpha1.ReasonNoExpiry, Message: "the credential has no expiry the manager can read"}
+	switch {
+	case creds == nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, fleetv1alpha1.ReasonPending, "the credential has not been read yet"
+	case creds.Expiry.IsZero():
+	case creds.Expired:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, fleetv1alpha1.ReasonExpired, "the credential expired at "+creds.Expiry.UTC().Format(time.RFC3339)
+	case creds.Expiring:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, fleetv1alpha1.ReasonExpiring, "the credential expires at "+creds.Expiry.UTC().Format(time.RFC3339)
+		if creds.RenewalError != "" {
+			c.Message += "; renewing it failed: " + creds.RenewalError
+		} else if !creds.Renewable {
+			c.Message += " and the manager cannot renew it: register the member again"
+		}
+	default:
+		c.Reason, c.Message = fleetv1alpha1.ReasonValid, "the credential expires at "+creds.Expiry.UTC().Format(time.RFC3339)
+		if creds.Renewable {
+			c.Message += "; the manager renews it before"
+		}
+	}
+	c.Message = truncate(c.Message, fleetv1alpha1.MaxLastErrorLength)
+	return c
 }
 
 // controllerConditions says, per fleet controller, whether it works with
