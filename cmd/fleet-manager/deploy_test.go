@@ -533,6 +533,8 @@ func (d *deployment) checkAccess(t *testing.T, allowed, denied []access) {
 	allowed = append(allowed,
 		access{verb: "list", resource: "secrets", namespace: deployNamespace},
 		access{verb: "watch", resource: "secrets", namespace: deployNamespace},
+		// A renewed token, written into its registration Secret.
+		access{verb: "update", resource: "secrets", namespace: deployNamespace},
 		access{verb: "create", resource: "events", namespace: deployNamespace},
 		access{verb: "create", resource: "events", namespace: "default"},
 		access{verb: "patch", group: "events.k8s.io", resource: "events", namespace: "default"},
@@ -543,13 +545,15 @@ func (d *deployment) checkAccess(t *testing.T, allowed, denied []access) {
 		access{verb: "create", group: "authorization.k8s.io", resource: "subjectaccessreviews"},
 	)
 	denied = append(denied,
-		// Secrets outside its namespaces, and writing any.
+		// Secrets outside its namespaces, and any write but an update in
+		// the fleet namespace.
 		access{verb: "get", resource: "secrets", namespace: "kube-system"},
 		access{verb: "list", resource: "secrets", namespace: "default"},
 		access{verb: "watch", resource: "secrets"},
 		access{verb: "create", resource: "secrets", namespace: deployNamespace},
-		access{verb: "update", resource: "secrets", namespace: deployNamespace},
+		access{verb: "patch", resource: "secrets", namespace: deployNamespace},
 		access{verb: "delete", resource: "secrets", namespace: deployNamespace},
+		access{verb: "update", resource: "secrets", namespace: "default"},
 		// Events elsewhere, and rewriting or deleting its own.
 		access{verb: "create", resource: "events", namespace: "kube-system"},
 		access{verb: "create", group: "events.k8s.io", resource: "events", namespace: "kube-system"},

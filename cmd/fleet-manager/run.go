@@ -54,6 +54,7 @@ type runFlags struct {
 	memberQPS        float64
 	memberBurst      int
 	cacheSyncTimeout time.Duration
+	renewTokens      bool
 	health           cluster.HealthOptions
 	policy           kubeconfig.Policy
 	mcrSecrets       bool
@@ -130,12 +131,13 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 			RetryPeriod:                   &f.retryPeriod,
 			Controller:                    config.Controller{CacheSyncTimeout: f.cacheSyncTimeout, SkipNameValidation: &f.skipNameValidation},
 		},
-		Namespace:        f.namespace,
-		SecretFormats:    formats,
-		KubeconfigPolicy: f.policy,
-		MemberQPS:        float32(f.memberQPS),
-		MemberBurst:      f.memberBurst,
-		MemberHealth:     f.health,
+		Namespace:         f.namespace,
+		SecretFormats:     formats,
+		KubeconfigPolicy:  f.policy,
+		MemberQPS:         float32(f.memberQPS),
+		MemberBurst:       f.memberBurst,
+		MemberHealth:      f.health,
+		CredentialRenewal: fleet.RenewalOptions{Disabled: !f.renewTokens},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the fleet manager: %w", err)
@@ -179,6 +181,7 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.health.Timeout, "probe-timeout", 3*time.Second, "How long one probe may take.")
 	fs.IntVar(&f.health.FailureThreshold, "probe-failure-threshold", 2, "Failed probes in a row that make a member Unhealthy: its work is held, its caches kept.")
 	fs.DurationVar(&f.health.DisconnectAfter, "disconnect-after", time.Minute, "How long probes must keep failing before a member is Disconnected: torn down, then reconnected with backoff once a probe succeeds.")
+	fs.BoolVar(&f.renewTokens, "renew-tokens", true, "Renew each member's service account token, in a native registration Secret, through the member's TokenRequest API at about 80% of its lifetime, and write it back into the Secret (needs update on Secrets in the fleet namespace).")
 	bindPolicyFlags(fs, &f.policy)
 
 	// Registration formats besides the native one, which is always read.
