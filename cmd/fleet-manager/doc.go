@@ -1,21 +1,31 @@
-// Command fleet-manager runs a fleet of Kubernetes clusters from a hub.
+// Command fleet-manager runs a fleet of Kubernetes clusters from a hub, and
+// registers its members.
 //
 // Usage:
 //
-//	fleet-manager [run] [flags]   run the manager against a hub (the default)
-//	fleet-manager version         print the version, the commit and the Go version (also --version)
+//	fleet-manager [run] [flags]           run the manager against a hub (the default)
+//	fleet-manager register NAME [flags]   give the manager least-privilege, self-renewing access to a member
+//	fleet-manager unregister NAME         remove a member's registration (--cleanup: and its access)
+//	fleet-manager get members             list the members, kubectl-style
+//	fleet-manager status NAME             one member's state, conditions, transitions and credentials
+//	fleet-manager check-kubeconfig FILE   say whether the manager's policy accepts a kubeconfig
+//	fleet-manager demo                    run fleet-demo, a local hub and two members
+//	fleet-manager version                 print the version (also --version)
+//	fleet-manager completion SHELL        print a shell completion script
 //
-// run connects to the hub (--hub-kubeconfig, else the in-cluster config,
-// else $KUBECONFIG and the default loading rules), registers every member
-// whose kubeconfig Secret sits in the fleet namespace, and serves metrics
-// and health probes. A member being down never fails /readyz. The
-// --allow-* flags relax the kubeconfig policy; --multicluster-runtime-secrets,
-// --capi-secrets and --argocd-secrets also register the Secrets of those
-// tools.
+// The commands are cobra commands with pflag flags. Every one reaches the
+// hub through --hub-kubeconfig and --hub-context, else $KUBECONFIG and the
+// default loading rules, as kubectl does; run tries the in-cluster config
+// first.
 //
-// It logs with controller-runtime's zap logger (see the --zap-* flags);
-// klog, used by client-go, goes to the same logger. The exit code is 0 on
-// a clean stop, 1 on an error and 2 on bad usage.
+// run registers every member whose kubeconfig Secret sits in the fleet
+// namespace, keeps a MemberCluster per member, renews members' service
+// account tokens, and serves metrics and health probes. It logs with
+// controller-runtime's zap logger (see the --zap-* flags); klog, used by
+// client-go, goes to the same logger.
+//
+// The exit code is 0 on success, 1 on an error, which is printed as one
+// line, and 2 on bad usage.
 //
 // The demo is a program of its own, cmd/fleet-demo (`make demo`), so that
 // this binary does not link envtest and the local API servers; a test
