@@ -1,0 +1,154 @@
+package enroll_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/enroll"
+)
+
+// The package's API servers: a hub with the fleet's CRDs, and a member.
+var hubEnv, memberEnv *envtest.Environment
+
+var scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(fleetv1alpha1.AddToScheme(scheme))
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		os.Exit(m.Run()) // envtest tests skip themselves
+	}
+	envs, err := controlplane.Start(2)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := 1
+	if err := controlplane.InstallCRDs(envs[0]); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		hubEnv, memberEnv = envs[0], envs[1]
+		if err := aggregateClusterRoles(memberEnv); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		} else {
+			code = m.Run()
+		}
+	}
+	if err := controlplane.Stop(envs); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+// aggregateClusterRoles fills the aggregated ClusterRoles (view, edit,
+// admin) with the rules of the roles they select, as
+// kube-controller-manager would: envtest runs none, so they would be empty.
+func aggregateClusterRoles(env *envtest.Environment) error {
+	ctx := context.Background()
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	// Three times, as edit aggregates view and admin aggregates edit.
+	for range 3 {
+		var roles rbacv1.ClusterRoleList
+		if err := c.List(ctx, &roles); err != nil {
+			return err
+		}
+		for _, role := range roles.Items {
+			if role.AggregationRule == nil {
+				continue
+			}
+			var rules []rbacv1.PolicyRule
+			for _, sel := range role.AggregationRule.ClusterRoleSelectors {
+				s, err := metav1.LabelSelectorAsSelector(&sel)
+				if err != nil {
+					return err
+				}
+				for _, other := range roles.Items {
+					if other.Name != role.Name && s.Matches(labels.Set(other.Labels)) {
+						rules = append(rules, other.Rules...)
+					}
+				}
+			}
+			role.Rules = rules
+			if err := c.Update(ctx, &role); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// clients returns admin clients of the hub and the member, and a fresh
+// fleet namespace on the hub. Whatever the test registers in the member
+// is removed when it ends, so the next test finds the member bare.
+func clients(t *testing.T) (hub, member client.Client, fleetNS string) {
+	t.Helper()
+	if hubEnv == nil {
+		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
+	}
+	var err error
+	if hub, err = client.New(hubEnv.Config, client.Options{Scheme: scheme}); err != nil {
+		t.Fatal(err)
+	}
+	if member, err = client.New(memberEnv.Config, client.Options{Scheme: scheme}); err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "fleet-"}}
+	if err := hub.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resetMember(t, member) })
+	return hub, member, ns.Name
+}
+
+// resetMember removes what any register left in the member, and
+// fleet-system, which envtest, without a namespace controller, would
+// otherwise keep terminating forever.
+func resetMember(t *testing.T, member client.Client) {
+	ctx := context.Background()
+	for _, name := range []string{"eu-1", "eu-2", "other"} {
+		if _, err := enroll.Cleanup(ctx, memberEnv.Config, name); err != nil {
+			t.Errorf("cleanup of %s: %v", name, err)
+		}
+	}
+	cs, err := kubernetes.NewForConfig(memberEnv.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, enroll.MemberNamespace, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	if ns.DeletionTimestamp == nil {
+		if err := member.Delete(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		if ns, err = cs.CoreV1().Namespaces().Get(ctx, enroll.MemberNamespace, metav1.GetOptions{}); err != nil {
+			return
+		}
+	}
+	ns.Spec.Finalizers = nil
+	if _, err := cs.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
