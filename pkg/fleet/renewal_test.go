@@ -1,0 +1,213 @@
+package fleet_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+)
+
+// renewSoon renews a 10-minute token after about 1.2 s.
+func renewSoon(o *fleet.Options) {
+	o.CredentialRenewal.RenewAfter = 0.002
+	o.CredentialRenewal.WarnAfter = 0.5
+}
+
+// serviceAccountMember sets up, in member i, what fleet-manager register
+// does: a service account in namespace ns that may request tokens for
+// itself, and returns a kubeconfig with a 10-minute token of it.
+func serviceAccountMember(t *testing.T, i int, ns string) []byte {
+	t.Helper()
+	ctx, cl := t.Context(), memberClients[i]
+	createNamespace(t, cl, ns)
+	const name = "fleet-manager"
+	for _, obj := range []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet-manager-token"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}, ResourceNames: []string{name}},
+		}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet-manager-token"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fleet-manager-token"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}},
+	} {
+		if err := cl.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}
+	if err := cl.SubResource("token").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, request); err != nil {
+		t.Fatal(err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["member"] = &clientcmdapi.Cluster{Server: members[i].Config.Host, CertificateAuthorityData: members[i].Config.CAData}
+	cfg.AuthInfos["fleet-manager"] = &clientcmdapi.AuthInfo{Token: request.Status.Token}
+	cfg.Contexts["member"] = &clientcmdapi.Context{Cluster: "member", AuthInfo: "fleet-manager"}
+	cfg.CurrentContext = "member"
+	kc, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// tokenOf returns the token of the kubeconfig in Secret key.
+func tokenOf(t *testing.T, key types.NamespacedName) string {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := hubClient.Get(t.Context(), key, s); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load(s.Data[registry.KubeconfigKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo].Token
+}
+
+// whoIs returns the user member i takes token for.
+func whoIs(t *testing.T, i int, token string) string {
+	t.Helper()
+	cfg := &rest.Config{Host: members[i].Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: members[i].Config.CAData}, BearerToken: token}
+	cl, err := authenticationv1client.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := cl.SelfSubjectReviews().Create(t.Context(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("reviewing the token: %v", err)
+	}
+	return review.Status.UserInfo.Username
+}
+
+func TestTokenIsRenewedInPlace(t *testing.T) {
+	f := startFleetWith(t, renewSoon)
+	const name = "renewed"
+	s := f.register(t, name, serviceAccountMember(t, 0, "renewal-in-place"))
+	key := client.ObjectKeyFromObject(s)
+	first := tokenOf(t, key)
+	mc := memberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.State == fleetv1alpha1.MemberStateReady
+	})
+	transitions := len(mc.Status.RecentTransitions)
+	member, err := f.mgr.GetCluster(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	poll.Until(t, "the Secret's token renewed twice", func() bool {
+		mc := &fleetv1alpha1.MemberCluster{}
+		return tokenOf(t, key) != first && hubClient.Get(t.Context(), types.NamespacedName{Name: name}, mc) == nil &&
+			mc.Status.Credentials != nil && mc.Status.Credentials.LastRenewalTime != nil
+	})
+	mc = memberCluster(t, name, "with renewed credentials", func(mc *fleetv1alpha1.MemberCluster) bool {
+		c := mc.Status.Credentials
+		return c != nil && c.Type == fleetv1alpha1.CredentialTypeToken && c.Renewable && c.ExpirationTime != nil && c.LastRenewalError == ""
+	})
+	if got := mc.Status.Credentials.ExpirationTime.Sub(time.Now()); got < 9*time.Minute || got > 11*time.Minute {
+		t.Errorf("expirationTime is %s from now, want about 10m", got)
+	}
+	if c := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsExpiring); c == nil || c.Status != metav1.ConditionFalse || c.Reason != fleetv1alpha1.ReasonValid {
+		t.Errorf("CredentialsExpiring = %+v, want False, Valid", c)
+	}
+	// In place: the same cluster, no state transition.
+	if now, err := f.mgr.GetCluster(t.Context(), name); err != nil || now != member {
+		t.Errorf("after renewal, GetCluster = %p, %v; want the same cluster %p", now, err, member)
+	}
+	if mc.Status.State != fleetv1alpha1.MemberStateReady || len(mc.Status.RecentTransitions) != transitions {
+		t.Errorf("after renewal: state %s, transitions %+v; want Ready with the %d transitions before", mc.Status.State, mc.Status.RecentTransitions, transitions)
+	}
+	// The old token works until it expires; the new one is the same
+	// service account's.
+	want := "system:serviceaccount:renewal-in-place:fleet-manager"
+	if got := whoIs(t, 0, first); got != want {
+		t.Errorf("the first token is %q, want %q", got, want)
+	}
+	if got := whoIs(t, 0, tokenOf(t, key)); got != want {
+		t.Errorf("the renewed token is %q, want %q", got, want)
+	}
+	if expiry := credentialExpiry(t, name); expiry == 0 {
+		t.Error("no fleet_member_credential_expiry_timestamp_seconds series for the member")
+	}
+	for _, token := range []string{first, tokenOf(t, key)} {
+		if f.logs.find(token) {
+			t.Error("a token appeared in the logs")
+		}
+	}
+}
+
+func TestRefusedRenewalWarns(t *testing.T) {
+	f := startFleetWith(t, func(o *fleet.Options) {
+		o.CredentialRenewal.RenewAfter = 0.002
+		o.CredentialRenewal.WarnAfter = 0.004 // 2.4 s of 10 minutes
+	})
+	const name = "unrenewable"
+	kc := serviceAccountMember(t, 1, "renewal-refused")
+	if err := memberClients[1].Delete(t.Context(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "renewal-refused", Name: "fleet-manager-token"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.register(t, name, kc)
+
+	mc := memberCluster(t, name, "CredentialsExpiring", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return condition(mc, fleetv1alpha1.ConditionCredentialsExpiring) == metav1.ConditionTrue
+	})
+	c := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsExpiring)
+	if c.Reason != fleetv1alpha1.ReasonExpiring || !strings.Contains(c.Message, "renewing it failed") {
+		t.Errorf("CredentialsExpiring = %+v, want reason Expiring and the renewal's failure", c)
+	}
+	if e := mc.Status.Credentials.LastRenewalError; !strings.Contains(e, "403 Forbidden") {
+		t.Errorf("lastRenewalError = %q, want the member's refusal", e)
+	}
+	if mc.Status.State != fleetv1alpha1.MemberStateReady {
+		t.Errorf("state = %s, want Ready: the token still works", mc.Status.State)
+	}
+	poll.Until(t, "a CredentialsExpiring Warning Event", func() bool {
+		var list eventsv1.EventList
+		if err := hubClient.List(t.Context(), &list); err != nil {
+			return false
+		}
+		return slices.ContainsFunc(list.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.Name == name && e.Regarding.Kind == "MemberCluster" && e.Type == corev1.EventTypeWarning && e.Reason == fleetv1alpha1.ReasonExpiring
+		})
+	})
+}
+
+// credentialExpiry returns the member's fleet_member_credential_expiry_timestamp_seconds, 0 without one.
+func credentialExpiry(t *testing.T, clusterName string) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() != "fleet_member_credential_expiry_timestamp_seconds" {
+			continue
+		}
+		for _, m := range mf.Metric {
+			if label(m, "cluster") == clusterName {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
