@@ -210,4 +210,3 @@ func credentialExpiry(t *testing.T, clusterName string) float64 {
 	}
 	return 0
 }
-
