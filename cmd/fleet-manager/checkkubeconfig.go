@@ -1,0 +1,100 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+)
+
+// newCheckKubeconfigCommand returns "check-kubeconfig FILE|-", which runs
+// the manager's kubeconfig policy on a file and prints its verdict.
+func newCheckKubeconfigCommand() *cobra.Command {
+	var policy kubeconfig.Policy
+	cmd := &cobra.Command{
+		Use:   "check-kubeconfig FILE|-",
+		Short: "Check a member kubeconfig against the manager's policy, without using it",
+		Long: `check-kubeconfig runs the policy the manager applies to every member kubeconfig on
+FILE, or on standard input with "-", and prints whether the manager would accept it
+and, if not, why. It never connects to the server, never reads a file the
+kubeconfig names and never runs its exec plugin. It exits 0 when the kubeconfig is
+accepted, 1 when it is refused.`,
+		Example: `  fleet-manager check-kubeconfig member.kubeconfig
+  kubectl get secret -n fleet-system east -o jsonpath='{.data.kubeconfig}' | base64 -d | fleet-manager check-kubeconfig -
+  fleet-manager check-kubeconfig --allow-exec-plugin=aws eks.kubeconfig`,
+		Args: exactArgs(1, "one FILE, or - for standard input"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkPolicyFlags(cmd, policy); err != nil {
+				return err
+			}
+			data, err := readKubeconfig(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			cfg, err := policy.Parse(data)
+			if err != nil {
+				return fmt.Errorf("refused: %w", err)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "accepted: server %s, credentials %s\n", serverURL(cfg), credentialType(cfg))
+			return err
+		},
+	}
+	bindPolicyFlags(cmd.Flags(), &policy)
+	return cmd
+}
+
+// readKubeconfig reads the kubeconfig at path, or standard input for "-",
+// and no more of it than the policy accepts.
+func readKubeconfig(cmd *cobra.Command, path string) ([]byte, error) {
+	r := cmd.InOrStdin()
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	data, err := io.ReadAll(io.LimitReader(r, kubeconfig.MaxKubeconfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(data) > kubeconfig.MaxKubeconfigBytes {
+		return nil, fmt.Errorf("refused: %w", kubeconfig.Refuse("KubeconfigTooLarge", "kubeconfig is over the limit of %d bytes", kubeconfig.MaxKubeconfigBytes))
+	}
+	return data, nil
+}
+
+// serverURL is cfg's server without any user info, which could hold a
+// password.
+func serverURL(cfg *rest.Config) string {
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return "<unparsable>"
+	}
+	u.User = nil
+	return u.String()
+}
+
+// credentialType is the kind of credential cfg authenticates with, named
+// as in MemberCluster status: with both a token and a client certificate,
+// the token.
+func credentialType(cfg *rest.Config) fleetv1alpha1.CredentialType {
+	switch {
+	case cfg.BearerToken != "":
+		return fleetv1alpha1.CredentialTypeToken
+	case cfg.ExecProvider != nil:
+		return fleetv1alpha1.CredentialTypeExecPlugin
+	case len(cfg.CertData) > 0:
+		return fleetv1alpha1.CredentialTypeClientCertificate
+	case cfg.Username != "" || cfg.Password != "":
+		return fleetv1alpha1.CredentialTypeBasicAuth
+	}
+	return fleetv1alpha1.CredentialTypeNone
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+)
+
+// newStatusCommand returns "status NAME".
+func newStatusCommand(hub *hubFlags) *cobra.Command {
+	return statusCommand(hub, clock.RealClock{})
+}
+
+// statusCommand is newStatusCommand with the clock that relative times
+// are measured by.
+func statusCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status NAME",
+		Short: "Show how the manager sees one member: state, conditions, transitions, controllers, credentials",
+		Args:  exactArgs(1, "a member NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := hub.client()
+			if err != nil {
+				return err
+			}
+			var mc fleetv1alpha1.MemberCluster
+			if err := c.Get(cmd.Context(), client.ObjectKey{Name: args[0]}, &mc); err != nil {
+				return hubReadError(err)
+			}
+			return printStatus(cmd.OutOrStdout(), &mc, clk.Now())
+		},
+	}
+}
+
+// printStatus writes mc's summary to w, with times relative to now.
+func printStatus(w io.Writer, mc *fleetv1alpha1.MemberCluster, now time.Time) error {
+	st := mc.Status
+	ref := mc.Spec.SecretRef
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	field := func(name, value string) { fmt.Fprintf(tw, "%s:\t%s\n", name, value) }
+
+	field("Name", mc.Name)
+	field("Labels", orNone(labels.FormatLabels(mc.Labels)))
+	state := orNone(string(st.State))
+	if st.StateSince != nil {
+		state += " since " + when(st.StateSince, now)
+	}
+	field("State", state)
+	field("Format", string(ref.Format))
+	field("Secret", ref.Namespace+"/"+ref.Name)
+	field("Server version", orNone(oneLine(st.ServerVersion)))
+	probe := none
+	if st.LastProbeTime != nil {
+		probe = fmt.Sprintf("%s, %s, %d consecutive failures", when(st.LastProbeTime, now), orNone(string(st.LastProbeResult)), st.ConsecutiveFailures)
+	}
+	field("Last probe", probe)
+	field("Last error", orNone(oneLine(st.LastError)))
+	field("Engaged controllers", orNone(strings.Join(st.EngagedControllers, ", ")))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	conds := make([][]string, len(st.Conditions))
+	for i, c := range st.Conditions {
+		conds[i] = []string{c.Type, string(c.Status), c.Reason, age(&c.LastTransitionTime, now), orNone(oneLine(c.Message))}
+	}
+	if err := section(w, "Conditions", []string{"TYPE", "STATUS", "REASON", "AGE", "MESSAGE"}, conds); err != nil {
+		return err
+	}
+	transitions := make([][]string, len(st.RecentTransitions))
+	for i, t := range st.RecentTransitions {
+		transitions[i] = []string{utc(t.Time), age(&t.Time, now), string(t.State), orNone(oneLine(t.Reason))}
+	}
+	if err := section(w, "Recent transitions (newest last)", []string{"TIME", "AGE", "STATE", "REASON"}, transitions); err != nil {
+		return err
+	}
+	ctrls := make([][]string, len(st.ControllerConditions))
+	for i, c := range st.ControllerConditions {
+		ctrls[i] = []string{c.Name, string(c.Status), oneLine(c.Reason), age(&c.LastTransitionTime, now), orNone(oneLine(c.Message))}
+	}
+	if err := section(w, "Controller conditions", []string{"NAME", "STATUS", "REASON", "AGE", "MESSAGE"}, ctrls); err != nil {
+		return err
+	}
+
+	cred := st.Credentials
+	if cred == nil {
+		_, err := fmt.Fprintf(w, "\nCredentials: %s\n", none)
+		return err
+	}
+	fmt.Fprintln(w, "\nCredentials:")
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	field("  Type", orNone(string(cred.Type)))
+	expires := none
+	if cred.ExpirationTime != nil {
+		expires = utc(*cred.ExpirationTime) + " (" + expiry(cred.ExpirationTime, now) + ")"
+	}
+	field("  Expires", expires)
+	field("  Renewable", strconv.FormatBool(cred.Renewable))
+	field("  Last renewal", when(cred.LastRenewalTime, now))
+	field("  Last renewal error", orNone(oneLine(cred.LastRenewalError)))
+	return tw.Flush()
+}
+
+// section writes a titled table of rows under header, or the title and
+// <none> when there are no rows.
+func section(w io.Writer, title string, header []string, rows [][]string) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintf(w, "\n%s: %s\n", title, none)
+		return err
+	}
+	fmt.Fprintf(w, "\n%s:\n", title)
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	for _, row := range append([][]string{header}, rows...) {
+		fmt.Fprintf(tw, "  %s\n", strings.Join(row, "\t"))
+	}
+	return tw.Flush()
+}
+
+// when is t in UTC with how long ago it was at now, or <none>.
+func when(t *metav1.Time, now time.Time) string {
+	if t == nil || t.IsZero() {
+		return none
+	}
+	return utc(*t) + " (" + age(t, now) + " ago)"
+}
+
+// expiry says how long t is after now, or that it has passed.
+func expiry(t *metav1.Time, now time.Time) string {
+	if !t.After(now) {
+		return "expired " + age(t, now) + " ago"
+	}
+	return "in " + until(t, now)
+}
+
+func utc(t metav1.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// oneLine makes s fit on one line of a table: control characters (line
+// breaks, tabs, terminal escapes) become spaces.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
