@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/workqueue"
@@ -189,6 +190,12 @@ func (r *credentialRenewal) evaluate(ctx context.Context, queue workqueue.TypedR
 		return
 	}
 	err = r.renew(ctx, name, t, reg.Kubeconfig)
+	if errors.Is(err, errSecretChanged) || apierrors.IsConflict(err) {
+		// Lost to another write of the Secret: a new kubeconfig comes
+		// through the registry; anything else, try again.
+		queue.AddAfter(name, time.Second)
+		return
+	}
 	r.mu.Lock()
 	if err != nil {
 		t.renewalError = err.Error()
