@@ -1,0 +1,229 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fleetkube/fleet-manager/internal/enroll"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+)
+
+// memberFlags say how a person's own kubeconfig reaches a member.
+type memberFlags struct {
+	kubeconfig string
+	context    string
+}
+
+func (m *memberFlags) bindFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&m.kubeconfig, "member-kubeconfig", "", "Path to your kubeconfig of the member. Default: $KUBECONFIG and the default loading rules. Its credentials are used only to reach the member, never copied.")
+	fs.StringVar(&m.context, "member-context", "", "Context of the member's kubeconfig to use. Default: its current context.")
+}
+
+// restConfig returns the member's REST config as kubectl finds it. The
+// person's kubeconfig is trusted, unlike one from a Secret.
+func (m *memberFlags) restConfig() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = m.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: m.context}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, errors.New("no member kubeconfig: neither --member-kubeconfig, $KUBECONFIG nor ~/.kube/config names one")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading the member kubeconfig: %w", err)
+	}
+	return rest.AddUserAgent(cfg, "fleet-manager"), nil
+}
+
+// newRegisterCommand returns "register NAME".
+func newRegisterCommand(hub *hubFlags) *cobra.Command {
+	var (
+		member                 memberFlags
+		o                      enroll.Options
+		labels, dryRun, output string
+		wait                   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "register NAME --permissions=cluster-admin|edit|view | --cluster-role=NAME",
+		Short: "Register a member cluster with the fleet, with least-privilege, short-lived credentials",
+		Long: `Register the member cluster that your kubeconfig reaches as NAME.
+
+In the member, it creates (or updates) the namespace fleet-system, the
+ServiceAccount fleet-system/fleet-manager, the bindings --permissions or
+--cluster-role name, and a Role that lets the ServiceAccount mint tokens for
+itself only, so that the manager can renew them. Each object is labelled
+app.kubernetes.io/managed-by=fleet-manager and fleet.fleetkube.io/cluster-name=NAME.
+A fleet-system namespace that exists already is used as it is.
+
+It then mints a token from the member's TokenRequest API (no token Secret)
+and writes the registration Secret NAME on the hub: the member's server and
+CA, from your kubeconfig, and that token. Your own credentials reach the
+member and are never copied. Running it again changes nothing in the member
+and updates the Secret in place with a new token.
+
+Then it waits until the manager reports the member Ready.`,
+		Example: `  fleet-manager register eu-1 --member-context=eu-1 --permissions=view
+  fleet-manager register eu-1 --permissions=edit --namespaces=shop,web --labels=env=prod
+  fleet-manager register eu-1 --cluster-role=fleet-reader --server=https://10.0.0.7:6443
+  fleet-manager register eu-1 --permissions=view --dry-run -o yaml`,
+		Args: exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkRegisterFlags(cmd, &o, labels, dryRun, output); err != nil {
+				return err
+			}
+			o.Name = args[0]
+			if err := cluster.ValidateName(o.Name); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return usageErrorf(cmd, "%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+			}
+			memberCfg, err := member.restConfig()
+			if err != nil {
+				return err
+			}
+			waiting := wait > 0 && o.DryRun == enroll.DryRunNone
+			var hubClient client.Client
+			if o.DryRun != enroll.DryRunClient {
+				if hubClient, err = hub.client(); err != nil {
+					return err
+				}
+			}
+			if waiting {
+				if err := enroll.CheckCRD(cmd.Context(), hubClient); err != nil {
+					return crdError(err)
+				}
+			}
+			res, err := enroll.Register(cmd.Context(), memberCfg, hubClient, o)
+			if err != nil {
+				return memberError(err)
+			}
+			for _, w := range res.Warnings {
+				fmt.Fprintf(cmd.ErrOrStderr(), "Warning: %s\n", w)
+			}
+			if err := printRegistered(cmd.OutOrStdout(), res, o.DryRun, output); err != nil {
+				return err
+			}
+			if !waiting {
+				return nil
+			}
+			mc, err := enroll.WaitReady(cmd.Context(), hubClient, o.Name, wait, func(state string) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "Waiting for MemberCluster %s to be Ready: %s\n", o.Name, state)
+			})
+			if err != nil {
+				return crdError(err)
+			}
+			if output == "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "MemberCluster %s is %s (Kubernetes %s)\n", mc.Name, mc.Status.State, mc.Status.ServerVersion)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	member.bindFlags(fs)
+	fs.StringVar(&o.Preset, "permissions", "", "What the fleet may do in the member: cluster-admin, edit or view (the built-in ClusterRoles). Required unless --cluster-role is given; there is no default.")
+	fs.StringVar(&o.ClusterRole, "cluster-role", "", "Bind this existing ClusterRole of the member instead of a --permissions preset.")
+	fs.StringSliceVar(&o.Namespaces, "namespaces", nil, "Grant the permissions only in these existing namespaces (RoleBindings), not cluster-wide. Not with cluster-admin.")
+	fs.DurationVar(&o.TokenTTL, "token-ttl", enroll.DefaultTokenTTL, "Lifetime asked for the member's token (at least 10m; the member's API server may shorten it). The manager renews it.")
+	fs.StringVar(&o.Server, "server", "", "The member's URL as the hub reaches it. Default: the server of your member kubeconfig.")
+	fs.StringVar(&labels, "labels", "", "The cluster's labels, k=v,k2=v2, set on the registration Secret (others on it are kept).")
+	fs.StringVar(&o.HubNamespace, "namespace", enroll.MemberNamespace, "The fleet namespace on the hub, where the registration Secret goes.")
+	fs.DurationVar(&wait, "wait", 2*time.Minute, "How long to wait for the MemberCluster to be Ready; 0 does not wait.")
+	fs.StringVar(&dryRun, "dry-run", string(enroll.DryRunNone), `"none", "client" (send nothing) or "server" (send the writes with dryRun=All; no token is minted). --dry-run alone is client.`)
+	fs.Lookup("dry-run").NoOptDefVal = string(enroll.DryRunClient)
+	fs.StringVarP(&output, "output", "o", "", `"yaml": print the objects written (or that would be), member ones first, the token redacted.`)
+	return cmd
+}
+
+// checkRegisterFlags reports bad usage, and sets o from the flags that
+// need parsing.
+func checkRegisterFlags(cmd *cobra.Command, o *enroll.Options, labels, dryRun, output string) error {
+	switch {
+	case o.Preset == "" && o.ClusterRole == "":
+		return usageErrorf(cmd, "name the permissions: --permissions=cluster-admin|edit|view or --cluster-role=NAME (there is no default)")
+	case o.Preset != "" && o.ClusterRole != "":
+		return usageErrorf(cmd, "--permissions and --cluster-role exclude each other")
+	case o.Preset != "" && !slices.Contains(enroll.Presets, o.Preset):
+		return usageErrorf(cmd, "--permissions must be cluster-admin, edit or view, not %q", o.Preset)
+	case o.Preset == "cluster-admin" && len(o.Namespaces) > 0:
+		return usageErrorf(cmd, "--namespaces wants --permissions=edit or view: cluster-admin is cluster-wide")
+	case slices.Contains(o.Namespaces, ""):
+		return usageErrorf(cmd, "--namespaces must name namespaces")
+	case o.TokenTTL < enroll.MinTokenTTL:
+		return usageErrorf(cmd, "--token-ttl must be at least %s", enroll.MinTokenTTL)
+	case !slices.Contains([]string{"", "yaml"}, output):
+		return usageErrorf(cmd, "--output must be yaml, not %q", output)
+	}
+	switch d := enroll.DryRun(dryRun); d {
+	case enroll.DryRunNone, enroll.DryRunClient, enroll.DryRunServer:
+		o.DryRun = d
+	default:
+		return usageErrorf(cmd, "--dry-run must be none, client or server, not %q", dryRun)
+	}
+	l, err := enroll.ParseLabels(labels)
+	if err != nil {
+		return usageErrorf(cmd, "--labels: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	o.Labels = l
+	return nil
+}
+
+// memberError says what a person can do about err.
+func memberError(err error) error {
+	var unreachable *enroll.UnreachableError
+	var forbidden *enroll.ForbiddenError
+	switch {
+	case errors.As(err, &unreachable):
+		return fmt.Errorf("%w; check --member-kubeconfig/--member-context", err)
+	case errors.As(err, &forbidden) && forbidden.Resource == "ClusterRoleBindings":
+		return fmt.Errorf("%w; ask a cluster admin or use --namespaces", err)
+	case errors.As(err, &forbidden):
+		return fmt.Errorf("%w; ask a cluster admin", err)
+	}
+	return err
+}
+
+// crdError says what to do about a hub without the MemberCluster CRD.
+func crdError(err error) error {
+	if errors.Is(err, enroll.ErrNoCRD) {
+		return fmt.Errorf("%w: apply deploy/crd (kubectl apply -k deploy/crd) or use --wait=0", err)
+	}
+	return err
+}
+
+// printRegistered prints what Register did: a line per object, or with
+// -o yaml the objects.
+func printRegistered(w io.Writer, res *enroll.Result, dryRun enroll.DryRun, output string) error {
+	if output == "yaml" {
+		return enroll.WriteYAML(w, res.Objects())
+	}
+	suffix := map[enroll.DryRun]string{enroll.DryRunClient: " (dry run)", enroll.DryRunServer: " (server dry run)"}[dryRun]
+	for _, c := range res.Member {
+		fmt.Fprintf(w, "member: %s %s %s%s\n", c.Object.GetObjectKind().GroupVersionKind().Kind, objectKey(c.Object), c.Op, suffix)
+	}
+	s := res.Secret.Object
+	expiry := ""
+	if !res.TokenExpiry.IsZero() {
+		expiry = fmt.Sprintf(" (its token expires at %s)", res.TokenExpiry.UTC().Format(time.RFC3339))
+	}
+	_, err := fmt.Fprintf(w, "hub: Secret %s %s%s%s\n", objectKey(s), res.Secret.Op, suffix, expiry)
+	return err
+}
+
+// objectKey is obj's namespace/name, or name.
+func objectKey(obj client.Object) string {
+	if obj.GetNamespace() == "" {
+		return obj.GetName()
+	}
+	return obj.GetNamespace() + "/" + obj.GetName()
+}

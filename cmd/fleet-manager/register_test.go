@@ -1,0 +1,258 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/enroll"
+)
+
+// enrollResult is what register or unregister printed, and its exit code.
+type enrollResult struct {
+	stdout, stderr string
+	code           int
+}
+
+// runEnroll runs fleet-manager args under a root holding register and
+// unregister, and returns what it printed and its exit code as execute
+// would.
+func runEnroll(t *testing.T, args ...string) enrollResult {
+	t.Helper()
+	var hub hubFlags
+	root := &cobra.Command{Use: "fleet-manager", SilenceErrors: true, SilenceUsage: true}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	hub.bindFlags(root.PersistentFlags())
+	root.AddCommand(newRegisterCommand(&hub), newUnregisterCommand(&hub))
+	var stdout, stderr bytes.Buffer
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(t.Context())
+	code := 0
+	switch {
+	case errors.As(err, new(*usageError)):
+		fmt.Fprintf(&stderr, "Error: %v\n", err)
+		code = 2
+	case err != nil:
+		fmt.Fprintf(&stderr, "%s: %v\n", cmd.CommandPath(), err)
+		code = 1
+	}
+	return enrollResult{stdout.String(), stderr.String(), code}
+}
+
+// enrollSetup returns admin clients of the test hub and member, a fresh
+// fleet namespace on the hub, and the flags that reach both. What the
+// test leaves in the member is removed when it ends.
+func enrollSetup(t *testing.T) (hub, member client.Client, ns string, flags []string) {
+	t.Helper()
+	needAPIServers(t)
+	var err error
+	if hub, err = client.New(testHub.Config, client.Options{Scheme: scheme}); err != nil {
+		t.Fatal(err)
+	}
+	if member, err = client.New(testMember.Config, client.Options{Scheme: scheme}); err != nil {
+		t.Fatal(err)
+	}
+	fleetNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "register-"}}
+	if err := hub.Create(t.Context(), fleetNS); err != nil {
+		t.Fatal(err)
+	}
+	memberKubeconfig, err := controlplane.AdminKubeconfig(testMember, "register-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resetTestMember(t, member) })
+	return hub, member, fleetNS.Name, []string{
+		hubFlag(t, testHub), "--member-kubeconfig=" + writeTemp(t, "member.kubeconfig", memberKubeconfig), "--namespace=" + fleetNS.Name,
+	}
+}
+
+// resetTestMember removes what the register tests left in the member,
+// and finalizes fleet-system, which envtest (no namespace controller)
+// would keep terminating.
+func resetTestMember(t *testing.T, member client.Client) {
+	ctx := context.Background()
+	for _, name := range []string{"reg-ready", "reg-dry"} {
+		if _, err := enroll.Cleanup(ctx, testMember.Config, name); err != nil {
+			t.Errorf("cleanup of %s: %v", name, err)
+		}
+	}
+	cs, err := kubernetes.NewForConfig(testMember.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, enroll.MemberNamespace, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	if ns.DeletionTimestamp == nil {
+		if err := member.Delete(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		if ns, err = cs.CoreV1().Namespaces().Get(ctx, enroll.MemberNamespace, metav1.GetOptions{}); err != nil {
+			return
+		}
+	}
+	ns.Spec.Finalizers = nil
+	if _, err := cs.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// labelledInMember lists the member's objects labelled as fleet-manager's,
+// terminating ones left out.
+func labelledInMember(t *testing.T, member client.Client) []string {
+	t.Helper()
+	var names []string
+	sel := client.MatchingLabels{enroll.ManagedByLabel: enroll.ManagedByValue}
+	var nss corev1.NamespaceList
+	var sas corev1.ServiceAccountList
+	var roles rbacv1.RoleList
+	var rbs rbacv1.RoleBindingList
+	var crbs rbacv1.ClusterRoleBindingList
+	for _, l := range []client.ObjectList{&nss, &sas, &roles, &rbs, &crbs} {
+		if err := member.List(t.Context(), l, sel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range nss.Items {
+		if n.DeletionTimestamp == nil {
+			names = append(names, "Namespace "+n.Name)
+		}
+	}
+	for _, o := range sas.Items {
+		names = append(names, "ServiceAccount "+o.Namespace+"/"+o.Name)
+	}
+	for _, o := range roles.Items {
+		names = append(names, "Role "+o.Namespace+"/"+o.Name)
+	}
+	for _, o := range rbs.Items {
+		names = append(names, "RoleBinding "+o.Namespace+"/"+o.Name)
+	}
+	for _, o := range crbs.Items {
+		names = append(names, "ClusterRoleBinding "+o.Name)
+	}
+	return names
+}
+
+func TestRegisterWaitsForReadyAndUnregisterCleansUp(t *testing.T) {
+	hub, member, ns, flags := enrollSetup(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	f, err := parseRunFlags([]string{flags[0], "--namespace=" + ns, "--metrics-bind-address=0", "--health-probe-bind-address=0"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.skipNameValidation = true
+	stopped := make(chan error, 1)
+	go func() { stopped <- run(ctx, f, logr.Discard()) }()
+	defer func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+
+	res := runEnroll(t, append([]string{"register", "reg-ready", "--permissions=view", "--labels=env=test", "--wait=1m"}, flags...)...)
+	if res.code != 0 || !strings.Contains(res.stderr, "Waiting for MemberCluster reg-ready to be Ready: ") ||
+		!strings.Contains(res.stdout, "MemberCluster reg-ready is Ready (Kubernetes v") {
+		t.Fatalf("register: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+	for _, line := range []string{"member: Namespace fleet-system created", "member: ClusterRoleBinding fleet-manager:view created", "hub: Secret " + ns + "/reg-ready created"} {
+		if !strings.Contains(res.stdout, line) {
+			t.Errorf("register's output has no line %q:\n%s", line, res.stdout)
+		}
+	}
+	var mc fleetv1alpha1.MemberCluster
+	if err := hub.Get(t.Context(), client.ObjectKey{Name: "reg-ready"}, &mc); err != nil || mc.Labels["env"] != "test" {
+		t.Errorf("MemberCluster: %v, labels %v", err, mc.Labels)
+	}
+
+	before := labelledInMember(t, member)
+	res = runEnroll(t, append([]string{"unregister", "reg-ready", "--wait=1m"}, flags[0], flags[2])...)
+	if res.code != 0 || !strings.Contains(res.stdout, "MemberCluster reg-ready is gone") {
+		t.Fatalf("unregister: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+	if after := labelledInMember(t, member); strings.Join(after, ",") != strings.Join(before, ",") || len(after) != 5 {
+		t.Errorf("unregister without --cleanup changed the member: %v, was %v", after, before)
+	}
+	res = runEnroll(t, append([]string{"unregister", "reg-ready", "--cleanup"}, flags...)...)
+	if res.code != 0 || !strings.Contains(res.stdout, "member: ClusterRoleBinding fleet-manager:view deleted") {
+		t.Fatalf("unregister --cleanup: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+	if left := labelledInMember(t, member); len(left) > 0 {
+		t.Errorf("after unregister --cleanup the member has %v", left)
+	}
+}
+
+func TestRegisterDryRun(t *testing.T) {
+	hub, member, ns, flags := enrollSetup(t)
+	for _, mode := range []string{"--dry-run", "--dry-run=server"} {
+		res := runEnroll(t, append([]string{"register", "reg-dry", "--permissions=edit", "--namespaces=default", mode, "-o", "yaml"}, flags...)...)
+		docs := strings.Split(res.stdout, "---\n")
+		if res.code != 0 || len(docs) != 6 || !strings.Contains(docs[0], "kind: Namespace") || !strings.Contains(docs[5], "token: <redacted>") {
+			t.Fatalf("register %s -o yaml: exit %d\nstdout:\n%s\nstderr:\n%s", mode, res.code, res.stdout, res.stderr)
+		}
+		if left := labelledInMember(t, member); len(left) > 0 {
+			t.Errorf("register %s created %v in the member", mode, left)
+		}
+		var secrets corev1.SecretList
+		if err := hub.List(t.Context(), &secrets, client.InNamespace(ns)); err != nil || len(secrets.Items) > 0 {
+			t.Errorf("register %s: hub Secrets %v, %v", mode, secrets.Items, err)
+		}
+	}
+}
+
+func TestRegisterErrors(t *testing.T) {
+	_, _, _, flags := enrollSetup(t)
+	unreachable := writeTemp(t, "unreachable.kubeconfig", []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: m, cluster: {server: "https://`+closedAddress(t)+`"}}]
+users: [{name: u, user: {token: secret-token-123}}]
+contexts: [{name: m, context: {cluster: m, user: u}}]
+current-context: m
+`))
+	noCRD := hubFlag(t, testMember)
+	cases := map[string]struct {
+		args []string
+		code int
+		want string
+	}{
+		"bad name":                       {args: []string{"register", "Bad_Name", "--permissions=view"}, code: 1, want: "DNS-1123"},
+		"no permissions":                 {args: []string{"register", "reg-x"}, code: 2, want: "there is no default"},
+		"both":                           {args: []string{"register", "reg-x", "--permissions=view", "--cluster-role=view"}, code: 2, want: "exclude each other"},
+		"bad preset":                     {args: []string{"register", "reg-x", "--permissions=admin"}, code: 2, want: "cluster-admin, edit or view"},
+		"no NAME":                        {args: []string{"register", "--permissions=view"}, code: 2, want: "NAME"},
+		"bad label":                      {args: []string{"register", "reg-x", "--permissions=view", "--labels=a"}, code: 2, want: "key=value"},
+		"short ttl":                      {args: []string{"register", "reg-x", "--permissions=view", "--token-ttl=1m"}, code: 2, want: "at least 10m"},
+		"unreachable":                    {args: []string{"register", "reg-x", "--permissions=view", "--wait=0", "--member-kubeconfig=" + unreachable}, code: 1, want: "cannot reach the member at https://127.0.0.1:"},
+		"unreachable says what to check": {args: []string{"register", "reg-x", "--permissions=view", "--wait=0", "--member-kubeconfig=" + unreachable}, code: 1, want: "; check --member-kubeconfig/--member-context"},
+		"no CRD":                         {args: []string{"register", "reg-x", "--permissions=view", noCRD}, code: 1, want: "apply deploy/crd"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			// The case's own flags come last, so that they win.
+			res := runEnroll(t, append(append([]string{tc.args[0]}, flags...), tc.args[1:]...)...)
+			if res.code != tc.code || !strings.Contains(res.stderr, tc.want) || strings.Count(res.stderr, "\n") != 1 {
+				t.Fatalf("exit %d, want %d with one line saying %q; stderr:\n%s", res.code, tc.code, tc.want, res.stderr)
+			}
+			if strings.Contains(res.stderr, "secret-token-123") {
+				t.Error("the error shows the token")
+			}
+		})
+	}
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+
+	"github.com/fleetkube/fleet-manager/internal/enroll"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+)
+
+// newUnregisterCommand returns "unregister NAME".
+func newUnregisterCommand(hub *hubFlags) *cobra.Command {
+	var (
+		member    memberFlags
+		namespace string
+		wait      time.Duration
+		cleanup   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "unregister NAME",
+		Short: "Remove a member cluster from the fleet",
+		Long: `Remove the member cluster NAME from the fleet: delete its registration
+Secret on the hub (only a native one, labelled fleet.fleetkube.io/kubeconfig=true)
+and wait until the manager has removed its MemberCluster.
+
+With --cleanup, it then also deletes, in the member, what "fleet-manager register"
+created there: the objects labelled app.kubernetes.io/managed-by=fleet-manager and
+fleet.fleetkube.io/cluster-name=NAME, and nothing else. Without it, the member is
+left untouched.`,
+		Example: `  fleet-manager unregister eu-1
+  fleet-manager unregister eu-1 --cleanup --member-context=eu-1`,
+		Args: exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if err := cluster.ValidateName(name); err != nil {
+				return err
+			}
+			var memberCfg *rest.Config
+			if cleanup {
+				var err error
+				if memberCfg, err = member.restConfig(); err != nil {
+					return err
+				}
+			} else if cmd.Flags().Changed("member-kubeconfig") || cmd.Flags().Changed("member-context") {
+				return usageErrorf(cmd, "--member-kubeconfig and --member-context only matter with --cleanup")
+			}
+			hubClient, err := hub.client()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			s, err := enroll.Unregister(cmd.Context(), hubClient, namespace, name)
+			switch {
+			case errors.Is(err, enroll.ErrNotRegistered) && cleanup:
+				fmt.Fprintf(cmd.ErrOrStderr(), "Warning: %v; cleaning up the member anyway\n", err)
+			case err != nil:
+				return err
+			default:
+				fmt.Fprintf(out, "hub: Secret %s deleted\n", objectKey(s))
+			}
+			if wait > 0 {
+				// The manager stops using the member before its rights go.
+				if err := enroll.WaitGone(cmd.Context(), hubClient, name, wait); err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "hub: MemberCluster %s is gone\n", name)
+			}
+			if !cleanup {
+				return nil
+			}
+			deleted, err := enroll.Cleanup(cmd.Context(), memberCfg, name)
+			for _, c := range deleted {
+				fmt.Fprintf(out, "member: %s %s deleted\n", c.Object.GetObjectKind().GroupVersionKind().Kind, objectKey(c.Object))
+			}
+			if err != nil {
+				return memberError(err)
+			}
+			if len(deleted) == 0 {
+				fmt.Fprintf(out, "member: nothing of %s to delete\n", name)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	member.bindFlags(fs)
+	fs.StringVar(&namespace, "namespace", enroll.MemberNamespace, "The fleet namespace on the hub, where the registration Secret is.")
+	fs.DurationVar(&wait, "wait", 2*time.Minute, "How long to wait for the MemberCluster to go; 0 does not wait.")
+	fs.BoolVar(&cleanup, "cleanup", false, "Also delete, in the member, what register created there (needs --member-kubeconfig/--member-context, or the default kubeconfig, to reach it).")
+	return cmd
+}
