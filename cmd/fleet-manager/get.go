@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -71,7 +70,7 @@ func getCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
 				return err
 			}
 			items, getErr := getMembers(cmd.Context(), c, names, sel)
-			if errors.Is(getErr, errNoCRD) || len(names) > 0 && len(items) == 0 {
+			if getErr != nil && len(items) == 0 {
 				return getErr
 			}
 			if err := printMembers(cmd, items, output, len(names) == 1, clk.Now()); err != nil {
@@ -117,17 +116,10 @@ func getMembers(ctx context.Context, c client.Client, names []string, sel labels
 // hubReadError turns the hub's answer that it serves no MemberClusters
 // into errNoCRD.
 func hubReadError(err error) error {
-	if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) && !isObjectNotFound(err) {
+	if meta.IsNoMatchError(err) {
 		return errNoCRD
 	}
 	return err
-}
-
-// isObjectNotFound tells a missing object from a missing resource: the
-// API server names the object in its 404 only for the former.
-func isObjectNotFound(err error) bool {
-	var status apierrors.APIStatus
-	return errors.As(err, &status) && status.Status().Details != nil && status.Status().Details.Name != ""
 }
 
 // joinLine joins errs into one line.

@@ -273,6 +273,21 @@ func TestGetMembers(t *testing.T) {
 		}
 	})
 
+	t.Run("forbidden", func(t *testing.T) {
+		user, err := testHub.AddUser(envtest.User{Name: "get-nobody"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := user.KubeConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := runCLI(t, nil, clk, "get", "members", "--hub-kubeconfig="+writeTemp(t, "nobody.kubeconfig", data))
+		if res.code != 1 || res.stdout != "" || strings.Count(res.stderr, "\n") != 1 || !strings.Contains(res.stderr, "forbidden") {
+			t.Errorf("got %+v, want exit 1 and one line saying it is forbidden", res)
+		}
+	})
+
 	t.Run("bad usage", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"get", "members", "-o", "table"},
