@@ -30,6 +30,12 @@ arguments ("fleet-manager demo -h" shows them).`,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path, err := findDemo()
+			if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+				if err := cmd.Help(); err != nil || path == "" {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout())
+			}
 			if err != nil {
 				return err
 			}

@@ -89,6 +89,11 @@ manager ("fleet-manager run").`,
 	hub.bindFlags(root.PersistentFlags())
 	root.AddCommand(
 		newRunCommand(&hub, start),
+		newRegisterCommand(&hub),
+		newUnregisterCommand(&hub),
+		newGetCommand(&hub),
+		newStatusCommand(&hub),
+		newCheckKubeconfigCommand(),
 		newDemoCommand(),
 		newVersionCommand(),
 	)
