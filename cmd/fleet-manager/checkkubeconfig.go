@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 
-	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/cli"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
@@ -37,11 +37,18 @@ accepted, 1 when it is refused.`,
 			if err != nil {
 				return err
 			}
-			cfg, err := policy.Parse(data)
-			if err != nil {
-				return fmt.Errorf("refused: %w", err)
+			var cfg *rest.Config
+			if len(data) > kubeconfig.MaxKubeconfigBytes {
+				err = kubeconfig.Refuse("KubeconfigTooLarge", "kubeconfig is over the limit of %d bytes", kubeconfig.MaxKubeconfigBytes)
+			} else {
+				cfg, err = policy.Parse(data)
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "accepted: server %s, credentials %s\n", serverURL(cfg), credentialType(cfg))
+			out := cmd.OutOrStdout()
+			if err != nil {
+				fmt.Fprintf(out, "refused: %v\n", err)
+				return &exitCodeError{code: cli.ExitError}
+			}
+			_, err = fmt.Fprintf(out, "accepted: server %s, credentials %s\n", serverURL(cfg), kubeconfig.DescribeCredential(cfg).Type)
 			return err
 		},
 	}
@@ -49,8 +56,9 @@ accepted, 1 when it is refused.`,
 	return cmd
 }
 
-// readKubeconfig reads the kubeconfig at path, or standard input for "-",
-// and no more of it than the policy accepts.
+// readKubeconfig reads the kubeconfig at path, or standard input for "-":
+// no more than one byte over what the policy accepts, so that the policy
+// refuses a bigger one without it all in memory.
 func readKubeconfig(cmd *cobra.Command, path string) ([]byte, error) {
 	r := cmd.InOrStdin()
 	if path != "-" {
@@ -65,9 +73,6 @@ func readKubeconfig(cmd *cobra.Command, path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	if len(data) > kubeconfig.MaxKubeconfigBytes {
-		return nil, fmt.Errorf("refused: %w", kubeconfig.Refuse("KubeconfigTooLarge", "kubeconfig is over the limit of %d bytes", kubeconfig.MaxKubeconfigBytes))
-	}
 	return data, nil
 }
 
@@ -80,21 +85,4 @@ func serverURL(cfg *rest.Config) string {
 	}
 	u.User = nil
 	return u.String()
-}
-
-// credentialType is the kind of credential cfg authenticates with, named
-// as in MemberCluster status: with both a token and a client certificate,
-// the token.
-func credentialType(cfg *rest.Config) fleetv1alpha1.CredentialType {
-	switch {
-	case cfg.BearerToken != "":
-		return fleetv1alpha1.CredentialTypeToken
-	case cfg.ExecProvider != nil:
-		return fleetv1alpha1.CredentialTypeExecPlugin
-	case len(cfg.CertData) > 0:
-		return fleetv1alpha1.CredentialTypeClientCertificate
-	case cfg.Username != "" || cfg.Password != "":
-		return fleetv1alpha1.CredentialTypeBasicAuth
-	}
-	return fleetv1alpha1.CredentialTypeNone
 }

@@ -42,9 +42,10 @@ type cliResult struct {
 	code           int
 }
 
-// runCLI runs args under a root like fleet-manager's that holds the get,
-// status and check-kubeconfig commands, measuring time with clk, and
-// returns what it printed and its exit code as execute would.
+// runCLI runs args as execute does, under a root like fleet-manager's that
+// holds the get, status and check-kubeconfig commands with clk as their
+// clock and stdin as its input, and returns what it printed and its exit
+// code.
 func runCLI(t *testing.T, stdin io.Reader, clk clock.PassiveClock, args ...string) cliResult {
 	t.Helper()
 	var hub hubFlags
@@ -52,21 +53,9 @@ func runCLI(t *testing.T, stdin io.Reader, clk clock.PassiveClock, args ...strin
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	hub.bindFlags(root.PersistentFlags())
 	root.AddCommand(getCommand(&hub, clk), statusCommand(&hub, clk), newCheckKubeconfigCommand())
-	var stdout, stderr bytes.Buffer
 	root.SetIn(stdin)
-	root.SetOut(&stdout)
-	root.SetErr(&stderr)
-	root.SetArgs(args)
-	cmd, err := root.ExecuteContextC(t.Context())
-	code := 0
-	switch {
-	case errors.As(err, new(*usageError)):
-		fmt.Fprintf(&stderr, "Error: %v\n", err)
-		code = 2
-	case err != nil:
-		fmt.Fprintf(&stderr, "%s: %v\n", cmd.CommandPath(), err)
-		code = 1
-	}
+	var stdout, stderr bytes.Buffer
+	code := executeRoot(root, args, &stdout, &stderr)
 	return cliResult{stdout.String(), stderr.String(), code}
 }
 
@@ -432,7 +421,7 @@ func TestCheckKubeconfig(t *testing.T) {
 	}, {
 		name: "exec plugin",
 		args: []string{writeTemp(t, "exec", execKubeconfig)},
-		want: cliResult{stderr: "fleet-manager check-kubeconfig: refused: ExecPluginRefused: exec plugin command is not in the policy's allowed list\n", code: 1},
+		want: cliResult{stdout: "refused: ExecPluginRefused: exec plugin command is not in the policy's allowed list\n", code: 1},
 	}, {
 		name: "exec plugin allowed",
 		args: []string{"--allow-exec-plugin=" + plugin, writeTemp(t, "exec", execKubeconfig)},
@@ -440,12 +429,12 @@ func TestCheckKubeconfig(t *testing.T) {
 	}, {
 		name: "token file",
 		args: []string{writeTemp(t, "token-file", tokenFileKubeconfig)},
-		want: cliResult{stderr: "fleet-manager check-kubeconfig: refused: FileReference: tokenFile names a file, which is never read; put the content in token instead\n", code: 1},
+		want: cliResult{stdout: "refused: FileReference: tokenFile names a file, which is never read; put the content in token instead\n", code: 1},
 	}, {
 		name:  "not YAML",
 		stdin: strings.NewReader("{"),
 		args:  []string{"-"},
-		want:  cliResult{stderr: "fleet-manager check-kubeconfig: refused: KubeconfigMalformed: kubeconfig is not a valid YAML or JSON Config\n", code: 1},
+		want:  cliResult{stdout: "refused: KubeconfigMalformed: kubeconfig is not a valid YAML or JSON Config\n", code: 1},
 	}, {
 		name: "missing file",
 		args: []string{filepath.Join(dir, "missing")},
@@ -470,7 +459,7 @@ func TestCheckKubeconfig(t *testing.T) {
 	t.Run("huge stdin", func(t *testing.T) {
 		huge := &countingReader{left: 10 << 20}
 		res := runCLI(t, huge, clk, "check-kubeconfig", "-")
-		want := cliResult{stderr: fmt.Sprintf("fleet-manager check-kubeconfig: refused: KubeconfigTooLarge: kubeconfig is over the limit of %d bytes\n", kubeconfig.MaxKubeconfigBytes), code: 1}
+		want := cliResult{stdout: fmt.Sprintf("refused: KubeconfigTooLarge: kubeconfig is over the limit of %d bytes\n", kubeconfig.MaxKubeconfigBytes), code: 1}
 		if res != want {
 			t.Errorf("got %+v, want %+v", res, want)
 		}
