@@ -69,8 +69,9 @@ func findDemo() (string, error) {
 	return path, nil
 }
 
-// exitCodeError is a program that ended with a code of its own, which
-// fleet-manager exits with, having printed nothing more.
+// exitCodeError makes fleet-manager exit with code, printing nothing more:
+// what was to say is said (a refused kubeconfig's verdict, the demo's own
+// output).
 type exitCodeError struct{ code int }
 
 func (e *exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
