@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -20,6 +21,7 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/enroll"
+	"github.com/fleetkube/fleet-manager/internal/poll"
 )
 
 // enrollResult is what register or unregister printed, and its exit code.
@@ -181,6 +183,15 @@ func TestRegisterWaitsForReadyAndUnregisterCleansUp(t *testing.T) {
 	if err := hub.Get(t.Context(), client.ObjectKey{Name: "reg-ready"}, &mc); err != nil || mc.Labels["env"] != "test" {
 		t.Errorf("MemberCluster: %v, labels %v", err, mc.Labels)
 	}
+	// The manager takes the registered token for one it renews.
+	poll.Until(t, "the registered token described as renewable", func() bool {
+		var mc fleetv1alpha1.MemberCluster
+		if hub.Get(t.Context(), client.ObjectKey{Name: "reg-ready"}, &mc) != nil || mc.Status.Credentials == nil {
+			return false
+		}
+		c := mc.Status.Credentials
+		return c.Type == fleetv1alpha1.CredentialTypeToken && c.Renewable && c.ExpirationTime != nil && time.Until(c.ExpirationTime.Time) > 23*time.Hour
+	})
 
 	before := labelledInMember(t, member)
 	res = runEnroll(t, append([]string{"unregister", "reg-ready", "--wait=1m"}, flags[0], flags[2])...)
