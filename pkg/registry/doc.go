@@ -17,7 +17,9 @@
 //
 // The member pool reports each member's state and probes
 // ([Registry.ObserveState]); whoever builds members reports a kubeconfig
-// it could not build ([Registry.Refuse]). Reports about a name that is not
+// it could not build ([Registry.Refuse]); the credential renewal reports
+// what it knows of each kubeconfig's credential
+// ([Registry.ObserveCredentials]). Reports about a name that is not
 // accepted, or about an older kubeconfig, are ignored, so a member that is
 // stopping cannot overwrite the truth.
 //
