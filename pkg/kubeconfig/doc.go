@@ -14,4 +14,9 @@
 // [Policy.DialControl] checks each address a member's dialer connects to,
 // after name resolution, so that a host name cannot lead where a literal
 // address may not.
+//
+// [DescribeCredential] says what an accepted kubeconfig authenticates
+// with, without holding it: the credential's type, its lifetime (a
+// token's iat and exp claims, read unverified; a client certificate's
+// validity) and a service account token's service account.
 package kubeconfig
