@@ -1,8 +1,9 @@
 // Package membercluster is the built-in controller that keeps one
 // cluster-scoped MemberCluster on the hub per registered cluster of a
 // fleet: its labels, its registration Secret and its status (conditions
-// Ready, Healthy and CredentialsAccepted, state and recent transitions,
-// server version, last probe, engaged controllers).
+// Ready, Healthy, CredentialsAccepted and CredentialsExpiring, state and
+// recent transitions, server version, last probe, engaged controllers,
+// the credential's type, expiry and renewals).
 //
 // # Setup
 //
@@ -18,5 +19,5 @@
 // the name, so a manager that starts or becomes leader keeps the
 // MemberClusters it will register, with their UIDs and history. A state
 // change is recorded as an Event after the status that shows it is
-// written.
+// written, and so is a credential that turns expiring (a Warning).
 package membercluster
