@@ -37,9 +37,9 @@ import (
 // older than that says the manager no longer probes the member.
 const ProbeTimeRefreshIntervals = 8
 
-// workers is how many MemberClusters are written at once: a fleet's
-// registrations arrive together at start-up.
-const workers = 8
+// DefaultWorkers is how many MemberClusters are written at once: a
+// fleet's registrations arrive together at start-up.
+const DefaultWorkers = 8
 
 // maxVersionBytes bounds the /version body read from a member.
 const maxVersionBytes = 16 << 10
@@ -63,16 +63,36 @@ type memberClusters struct {
 	versions map[string]string
 }
 
-// Add adds the MemberCluster controller to mgr. A hub without the
-// MemberCluster CRD gets none: Add logs that and returns nil.
-func Add(m *fleet.Manager) error {
+// Options configure the MemberCluster controller.
+type Options struct {
+	// Workers is how many MemberClusters are written at once. Default:
+	// DefaultWorkers.
+	Workers int
+	// Client writes MemberClusters. Default: the manager's client.
+	Client client.Client
+}
+
+// Add adds the MemberCluster controller to mgr with the default options.
+// A hub without the MemberCluster CRD gets none: Add logs that and
+// returns nil.
+func Add(m *fleet.Manager) error { return AddWithOptions(m, Options{}) }
+
+// AddWithOptions adds the MemberCluster controller to mgr, configured by
+// opts, as Add does.
+func AddWithOptions(m *fleet.Manager, opts Options) error {
 	if _, err := m.GetRESTMapper().RESTMapping(fleetv1alpha1.GroupVersion.WithKind("MemberCluster").GroupKind(), fleetv1alpha1.GroupVersion.Version); meta.IsNoMatchError(err) {
 		m.GetLogger().Info("The hub has no MemberCluster CRD: member status is not written (install deploy/crd)")
 		return nil
 	}
+	if opts.Workers <= 0 {
+		opts.Workers = DefaultWorkers
+	}
+	if opts.Client == nil {
+		opts.Client = m.GetClient()
+	}
 	mc := &memberClusters{
 		m:        m,
-		client:   m.GetClient(),
+		client:   opts.Client,
 		recorder: m.GetEventRecorder("fleet-manager"),
 		versions: map[string]string{},
 
@@ -82,7 +102,7 @@ func Add(m *fleet.Manager) error {
 		Named("fleet-memberclusters").
 		For(&fleetv1alpha1.MemberCluster{}).
 		WatchesRawSource(m.Registry().Source()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 		Complete(mc)
 }
 
