@@ -1,0 +1,117 @@
+package controllers
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+)
+
+// Context is what an initializer adds its controller with.
+type Context struct {
+	Manager *fleet.Manager
+	// Concurrency is how many objects the controller reconciles at once.
+	Concurrency int
+	// Client is a hub client, reading from the manager's cache, whose
+	// user agent names the controller.
+	Client client.Client
+}
+
+// Initializer adds one built-in controller to a manager.
+type Initializer struct {
+	// Name is the controller's name in --controllers and in its
+	// --concurrent-<name>-syncs flag.
+	Name string
+	// OnByDefault says whether "*" enables it.
+	OnByDefault bool
+	// Concurrency is its default concurrency.
+	Concurrency int
+	// Add adds the controller.
+	Add func(Context) error
+}
+
+// Initializers returns the built-in controllers, in the order they start.
+func Initializers() []Initializer {
+	return []Initializer{
+		{
+			Name: "membercluster", OnByDefault: true, Concurrency: membercluster.DefaultWorkers,
+			Add: func(c Context) error {
+				return membercluster.AddWithOptions(c.Manager, membercluster.Options{Workers: c.Concurrency, Client: c.Client})
+			},
+		},
+	}
+}
+
+// Names returns the names of initializers.
+func Names(initializers []Initializer) []string {
+	names := make([]string, 0, len(initializers))
+	for _, i := range initializers {
+		names = append(names, i.Name)
+	}
+	return names
+}
+
+// Enabled reports whether selection, a --controllers list, enables the
+// controller name: named, it is on; named with a leading "-", off;
+// otherwise on if selection holds "*" and it is on by default.
+func Enabled(selection []string, name string, onByDefault bool) bool {
+	star := false
+	for _, s := range selection {
+		switch s {
+		case name:
+			return true
+		case "-" + name:
+			return false
+		case "*":
+			star = true
+		}
+	}
+	return star && onByDefault
+}
+
+// Validate refuses a selection that names a controller none of
+// initializers is.
+func Validate(selection []string, initializers []Initializer) error {
+	names := Names(initializers)
+	for _, s := range selection {
+		if s != "*" && !slices.Contains(names, strings.TrimPrefix(s, "-")) {
+			return fmt.Errorf("%q is not a controller: the controllers are %s", s, strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
+// Start adds to m each of initializers that selection enables, with the
+// concurrency concurrency holds for its name, else its default.
+func Start(m *fleet.Manager, initializers []Initializer, selection []string, concurrency map[string]int) error {
+	log := m.GetLogger().WithName("controllers")
+	for _, i := range initializers {
+		if !Enabled(selection, i.Name, i.OnByDefault) {
+			log.Info("Controller disabled", "controller", i.Name)
+			continue
+		}
+		cfg := rest.CopyConfig(m.GetConfig())
+		cfg.UserAgent = "fleet-manager/" + i.Name
+		cl, err := client.New(cfg, client.Options{
+			Scheme: m.GetScheme(), Mapper: m.GetRESTMapper(),
+			Cache: &client.CacheOptions{Reader: m.GetCache()},
+		})
+		if err != nil {
+			return fmt.Errorf("building the %s controller's client: %w", i.Name, err)
+		}
+		c := Context{Manager: m, Concurrency: i.Concurrency, Client: cl}
+		if n, ok := concurrency[i.Name]; ok && n > 0 {
+			c.Concurrency = n
+		}
+		if err := i.Add(c); err != nil {
+			return fmt.Errorf("adding the %s controller: %w", i.Name, err)
+		}
+		log.V(1).Info("Controller added", "controller", i.Name, "concurrency", c.Concurrency)
+	}
+	return nil
+}

@@ -1,0 +1,128 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/pkg/controllers"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+)
+
+// testHub is the package's API server; nil without $KUBEBUILDER_ASSETS.
+var testHub *envtest.Environment
+
+func TestMain(m *testing.M) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		os.Exit(m.Run())
+	}
+	envs, err := controlplane.Start(1)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testHub = envs[0]
+	code := m.Run()
+	if err := controlplane.Stop(envs); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+func TestEnabled(t *testing.T) {
+	cases := []struct {
+		selection   []string
+		onByDefault bool
+		want        bool
+	}{
+		{[]string{"*"}, true, true},
+		{[]string{"*"}, false, false},
+		{[]string{"*", "x"}, false, true},
+		{[]string{"*", "-x"}, true, false},
+		{[]string{"-x", "*"}, true, false},
+		{[]string{"x"}, false, true},
+		{[]string{"y"}, true, false},
+		{nil, true, false},
+	}
+	for _, tc := range cases {
+		if got := controllers.Enabled(tc.selection, "x", tc.onByDefault); got != tc.want {
+			t.Errorf("Enabled(%q, x, onByDefault %t) = %t, want %t", tc.selection, tc.onByDefault, got, tc.want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	table := controllers.Initializers()
+	if err := controllers.Validate([]string{"*", "-membercluster"}, table); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	if err := controllers.Validate([]string{"*", "-nonesuch"}, table); err == nil || !strings.Contains(err.Error(), "membercluster") {
+		t.Errorf("Validate of an unknown name: %v, want an error listing the controllers", err)
+	}
+}
+
+// TestStartGivesEachControllerItsClient starts a table of two controllers,
+// one disabled, and checks the enabled one's client names it to the hub.
+func TestStartGivesEachControllerItsClient(t *testing.T) {
+	if testHub == nil {
+		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
+	}
+	var mu sync.Mutex
+	agents := map[string]bool{}
+	cfg := rest.CopyConfig(testHub.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			mu.Lock()
+			agents[r.Header.Get("User-Agent")] = true
+			mu.Unlock()
+			return rt.RoundTrip(r)
+		})
+	})
+	m, err := fleet.New(cfg, fleet.Options{Options: manager.Options{
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var added []controllers.Context
+	add := func(c controllers.Context) error { added = append(added, c); return nil }
+	table := []controllers.Initializer{
+		{Name: "first", OnByDefault: true, Concurrency: 3, Add: add},
+		{Name: "second", OnByDefault: true, Concurrency: 3, Add: add},
+	}
+	if err := controllers.Start(m, table, []string{"*", "-second"}, map[string]int{"first": 7}); err != nil {
+		t.Fatal(err)
+	}
+	if len(added) != 1 || added[0].Concurrency != 7 {
+		t.Fatalf("added %+v, want only the first, with concurrency 7", added)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "controllers-user-agent"}}
+	if err := added[0].Client.Create(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !agents["fleet-manager/first"] {
+		t.Errorf("user agents seen: %v, want fleet-manager/first", agents)
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
