@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -25,7 +26,7 @@ import (
 
 	"github.com/fleetkube/fleet-manager/internal/cli"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
-	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
+	"github.com/fleetkube/fleet-manager/pkg/controllers"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -55,6 +56,8 @@ type runFlags struct {
 	memberBurst      int
 	cacheSyncTimeout time.Duration
 	renewTokens      bool
+	controllers      []string
+	concurrency      map[string]*int
 	health           cluster.HealthOptions
 	policy           kubeconfig.Policy
 	mcrSecrets       bool
@@ -142,8 +145,12 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 	if err != nil {
 		return fmt.Errorf("creating the fleet manager: %w", err)
 	}
-	if err := membercluster.Add(mgr); err != nil {
-		return fmt.Errorf("adding the MemberCluster controller: %w", err)
+	concurrency := map[string]int{}
+	for name, n := range f.concurrency {
+		concurrency[name] = *n
+	}
+	if err := controllers.Start(mgr, controllers.Initializers(), f.controllers, concurrency); err != nil {
+		return err
 	}
 	// Only the process and its hub are checked: a member being down must
 	// never make this replica unready.
@@ -181,6 +188,20 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.health.Timeout, "probe-timeout", 3*time.Second, "How long one probe may take.")
 	fs.IntVar(&f.health.FailureThreshold, "probe-failure-threshold", 2, "Failed probes in a row that make a member Unhealthy: its work is held, its caches kept.")
 	fs.DurationVar(&f.health.DisconnectAfter, "disconnect-after", time.Minute, "How long probes must keep failing before a member is Disconnected: torn down, then reconnected with backoff once a probe succeeds.")
+	table := controllers.Initializers()
+	var names []string
+	for _, c := range table {
+		state := "off"
+		if c.OnByDefault {
+			state = "on"
+		}
+		names = append(names, fmt.Sprintf("%s (%s by default)", c.Name, state))
+	}
+	fs.StringSliceVar(&f.controllers, "controllers", []string{"*"}, "The built-in controllers to run: '*' runs those on by default, 'name' runs one, '-name' stops one. The controllers: "+strings.Join(names, ", ")+".")
+	f.concurrency = map[string]*int{}
+	for _, c := range table {
+		f.concurrency[c.Name] = fs.Int("concurrent-"+c.Name+"-syncs", c.Concurrency, "How many objects the "+c.Name+" controller reconciles at once.")
+	}
 	fs.BoolVar(&f.renewTokens, "renew-tokens", true, "Renew each member's service account token, in a native registration Secret, through the member's TokenRequest API at about 80% of its lifetime, and write it back into the Secret (needs update on Secrets in the fleet namespace).")
 	bindPolicyFlags(fs, &f.policy)
 
@@ -213,6 +234,14 @@ func (f *runFlags) check(cmd *cobra.Command) error {
 	}
 	if err := checkPolicyFlags(cmd, f.policy); err != nil {
 		return err
+	}
+	if err := controllers.Validate(f.controllers, controllers.Initializers()); err != nil {
+		return usageErrorf(cmd, "--controllers: %v", err)
+	}
+	for name, n := range f.concurrency {
+		if *n <= 0 {
+			return usageErrorf(cmd, "--concurrent-%s-syncs must be positive", name)
+		}
 	}
 	if f.memberQPS <= 0 || f.memberBurst <= 0 || f.hubQPS <= 0 || f.hubBurst <= 0 {
 		return usageErrorf(cmd, "--member-qps, --member-burst, --hub-qps and --hub-burst must be positive")

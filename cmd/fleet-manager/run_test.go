@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetkube/fleet-manager/internal/cli"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
@@ -102,6 +103,8 @@ func TestRunUsageErrors(t *testing.T) {
 		"renew after lease":           {args: []string{"--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=6s"}, want: "--leader-elect-lease-duration > --leader-elect-renew-deadline"},
 		"renew within retry":          {args: []string{"--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"}, want: "--leader-elect-renew-deadline > 1.2 × --leader-elect-retry-period"},
 		"nonpositive cache sync time": {args: []string{"--cache-sync-timeout=0s"}, want: "--cache-sync-timeout must be positive"},
+		"unknown controller":          {args: []string{"--controllers=*,-nonesuch"}, want: `--controllers: "-nonesuch" is not a controller: the controllers are membercluster`},
+		"nonpositive concurrency":     {args: []string{"--concurrent-membercluster-syncs=0"}, want: "--concurrent-membercluster-syncs must be positive"},
 		"nonpositive probe threshold": {args: []string{"--probe-failure-threshold=0"}, want: "--probe-failure-threshold and --disconnect-after must be positive"},
 	}
 	for name, tc := range cases {
@@ -118,6 +121,24 @@ func TestRunUsageErrors(t *testing.T) {
 				t.Errorf("exit code = %d, want %d", code, cli.ExitUsage)
 			}
 		})
+	}
+}
+
+func TestRunControllerFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	f, err := parseRunFlags(nil, &stderr)
+	if err != nil {
+		t.Fatalf("parseRunFlags: %v\n%s", err, stderr.String())
+	}
+	if !reflect.DeepEqual(f.controllers, []string{"*"}) || *f.concurrency["membercluster"] != membercluster.DefaultWorkers {
+		t.Errorf("defaults: controllers %q, membercluster concurrency %d", f.controllers, *f.concurrency["membercluster"])
+	}
+	f, err = parseRunFlags([]string{"--controllers=*,-membercluster", "--concurrent-membercluster-syncs=3"}, &stderr)
+	if err != nil {
+		t.Fatalf("parseRunFlags: %v\n%s", err, stderr.String())
+	}
+	if !reflect.DeepEqual(f.controllers, []string{"*", "-membercluster"}) || *f.concurrency["membercluster"] != 3 {
+		t.Errorf("controllers %q, membercluster concurrency %d", f.controllers, *f.concurrency["membercluster"])
 	}
 }
 
