@@ -16,6 +16,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -151,4 +153,38 @@ func closedAddress(t *testing.T) string {
 	}
 	defer l.Close()
 	return fmt.Sprint(l.Addr())
+}
+
+func TestHubFlagsPickTheKubeconfigAndContext(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	cfg := clientcmdapi.NewConfig()
+	for _, name := range []string{"a", "b"} {
+		cfg.Clusters[name] = &clientcmdapi.Cluster{Server: "https://" + name + ".example:6443"}
+		cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: "token-" + name}
+		cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	}
+	cfg.CurrentContext = "a"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		hub  hubFlags
+		want string
+	}{
+		{hubFlags{kubeconfig: path}, "https://a.example:6443"},
+		{hubFlags{kubeconfig: path, context: "b"}, "https://b.example:6443"},
+	} {
+		got, err := hubConfig(tc.hub)
+		if err != nil || got.Host != tc.want {
+			t.Errorf("hubConfig(%+v) = %v, %v; want host %s", tc.hub, got, err, tc.want)
+		}
+	}
+	t.Setenv("KUBECONFIG", path)
+	if got, err := (&hubFlags{context: "b"}).restConfig(); err != nil || got.Host != "https://b.example:6443" {
+		t.Errorf("--hub-context=b with $KUBECONFIG: %v, %v", got, err)
+	}
+	if _, err := (&hubFlags{kubeconfig: path, context: "c"}).restConfig(); err == nil || !strings.Contains(err.Error(), `context "c"`) {
+		t.Errorf("--hub-context=c: %v, want an error naming the missing context", err)
+	}
 }
