@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
@@ -78,7 +77,7 @@ func enrollSetup(t *testing.T) (hub, member client.Client, ns string, flags []st
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { resetTestMember(t, member) })
+	t.Cleanup(func() { resetTestMember(t) })
 	return hub, member, fleetNS.Name, []string{
 		hubFlag(t, testHub), "--member-kubeconfig=" + writeTemp(t, "member.kubeconfig", memberKubeconfig), "--namespace=" + fleetNS.Name,
 	}
@@ -87,31 +86,14 @@ func enrollSetup(t *testing.T) (hub, member client.Client, ns string, flags []st
 // resetTestMember removes what the register tests left in the member,
 // and finalizes fleet-system, which envtest (no namespace controller)
 // would keep terminating.
-func resetTestMember(t *testing.T, member client.Client) {
+func resetTestMember(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"reg-ready", "reg-dry"} {
 		if _, err := enroll.Cleanup(ctx, testMember.Config, name); err != nil {
 			t.Errorf("cleanup of %s: %v", name, err)
 		}
 	}
-	cs, err := kubernetes.NewForConfig(testMember.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := cs.CoreV1().Namespaces().Get(ctx, enroll.MemberNamespace, metav1.GetOptions{})
-	if err != nil {
-		return
-	}
-	if ns.DeletionTimestamp == nil {
-		if err := member.Delete(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-		if ns, err = cs.CoreV1().Namespaces().Get(ctx, enroll.MemberNamespace, metav1.GetOptions{}); err != nil {
-			return
-		}
-	}
-	ns.Spec.Finalizers = nil
-	if _, err := cs.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{}); err != nil {
+	if err := controlplane.RemoveNamespace(ctx, testMember.Config, enroll.MemberNamespace); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -117,38 +116,21 @@ func clients(t *testing.T) (hub, member client.Client, fleetNS string) {
 	if err := hub.Create(t.Context(), ns); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { resetMember(t, member) })
+	t.Cleanup(func() { resetMember(t) })
 	return hub, member, ns.Name
 }
 
 // resetMember removes what any register left in the member, and
 // fleet-system, which envtest, without a namespace controller, would
 // otherwise keep terminating forever.
-func resetMember(t *testing.T, member client.Client) {
+func resetMember(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"eu-1", "eu-2", "other"} {
 		if _, err := enroll.Cleanup(ctx, memberEnv.Config, name); err != nil {
 			t.Errorf("cleanup of %s: %v", name, err)
 		}
 	}
-	cs, err := kubernetes.NewForConfig(memberEnv.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := cs.CoreV1().Namespaces().Get(ctx, enroll.MemberNamespace, metav1.GetOptions{})
-	if err != nil {
-		return
-	}
-	if ns.DeletionTimestamp == nil {
-		if err := member.Delete(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-		if ns, err = cs.CoreV1().Namespaces().Get(ctx, enroll.MemberNamespace, metav1.GetOptions{}); err != nil {
-			return
-		}
-	}
-	ns.Spec.Finalizers = nil
-	if _, err := cs.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{}); err != nil {
+	if err := controlplane.RemoveNamespace(ctx, memberEnv.Config, enroll.MemberNamespace); err != nil {
 		t.Fatal(err)
 	}
 }
