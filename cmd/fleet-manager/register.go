@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fleetkube/fleet-manager/internal/enroll"
@@ -29,20 +29,10 @@ func (m *memberFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&m.context, "member-context", "", "Context of the member's kubeconfig to use. Default: its current context.")
 }
 
-// restConfig returns the member's REST config as kubectl finds it. The
-// person's kubeconfig is trusted, unlike one from a Secret.
+// restConfig returns the member's REST config as kubectl finds it (see
+// personConfig).
 func (m *memberFlags) restConfig() (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = m.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: m.context}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
-	if clientcmd.IsEmptyConfig(err) {
-		return nil, errors.New("no member kubeconfig: neither --member-kubeconfig, $KUBECONFIG nor ~/.kube/config names one")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("loading the member kubeconfig: %w", err)
-	}
-	return rest.AddUserAgent(cfg, "fleet-manager"), nil
+	return personConfig("member", m.kubeconfig, m.context, os.Stdin)
 }
 
 // newRegisterCommand returns "register NAME".

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -147,20 +148,33 @@ func (h *hubFlags) bindFlags(fs *pflag.FlagSet) {
 // set reports whether either flag names a kubeconfig or context.
 func (h *hubFlags) set() bool { return h.kubeconfig != "" || h.context != "" }
 
-// restConfig returns the hub's REST config as kubectl finds it: the file
-// --hub-kubeconfig names, else $KUBECONFIG and ~/.kube/config, with the
-// context --hub-context names, else the current one. The hub's kubeconfig
-// comes from the operator and is trusted, unlike a member's.
+// restConfig returns the hub's REST config for a person's command, as
+// kubectl finds it: see personConfig.
 func (h *hubFlags) restConfig() (*rest.Config, error) {
+	return personConfig("hub", h.kubeconfig, h.context, os.Stdin)
+}
+
+// personConfig returns the REST config of the cluster that a person's
+// kubeconfig reaches, as kubectl finds it: the file path names, else
+// $KUBECONFIG and ~/.kube/config, with the context kubeContext names, else
+// the current one. With stdin, an exec plugin may ask the person for
+// input there, as with kubectl. A person's kubeconfig is trusted, unlike
+// a member's from a Secret; which is named by which ("hub" or "member")
+// and its --<which>-kubeconfig flag.
+func personConfig(which, path, kubeContext string, stdin io.Reader) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = h.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: h.context}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	rules.ExplicitPath = path
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: kubeContext}
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	if stdin != nil {
+		loader = clientcmd.NewInteractiveDeferredLoadingClientConfig(rules, overrides, stdin)
+	}
+	cfg, err := loader.ClientConfig()
 	if clientcmd.IsEmptyConfig(err) {
-		return nil, errors.New("no hub kubeconfig: neither --hub-kubeconfig, $KUBECONFIG nor ~/.kube/config names one")
+		return nil, fmt.Errorf("no %s kubeconfig: neither --%s-kubeconfig, $KUBECONFIG nor ~/.kube/config names one", which, which)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("loading the hub kubeconfig: %w", err)
+		return nil, fmt.Errorf("loading the %s kubeconfig: %w", which, err)
 	}
 	return rest.AddUserAgent(cfg, "fleet-manager"), nil
 }

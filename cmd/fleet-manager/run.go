@@ -297,7 +297,8 @@ func hubConfig(hub hubFlags) (*rest.Config, error) {
 			return nil, fmt.Errorf("loading the in-cluster hub config: %w", err)
 		}
 	}
-	cfg, err := hub.restConfig()
+	// Not interactive: the manager is a daemon, with no person at stdin.
+	cfg, err := personConfig("hub", hub.kubeconfig, hub.context, nil)
 	if err != nil && !hub.set() {
 		return nil, fmt.Errorf("%w; fleet-manager is not running in a cluster either", err)
 	}
