@@ -112,7 +112,7 @@ func TestStartGivesEachControllerItsClient(t *testing.T) {
 	if len(added) != 1 || added[0].Concurrency != 7 {
 		t.Fatalf("added %+v, want only the first, with concurrency 7", added)
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "controllers-user-agent"}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", GenerateName: "controllers-user-agent-"}}
 	if err := added[0].Client.Create(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}

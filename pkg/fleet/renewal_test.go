@@ -101,8 +101,8 @@ func whoIs(t *testing.T, i int, token string) string {
 
 func TestTokenIsRenewedInPlace(t *testing.T) {
 	f := startFleetWith(t, renewSoon)
-	const name = "renewed"
-	s := f.register(t, name, serviceAccountMember(t, 0, "renewal-in-place"))
+	name := f.namespace + "-renewed" // the member namespace, the cluster name: new on every run
+	s := f.register(t, name, serviceAccountMember(t, 0, name))
 	key := client.ObjectKeyFromObject(s)
 	first := tokenOf(t, key)
 	mc := memberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
@@ -138,7 +138,7 @@ func TestTokenIsRenewedInPlace(t *testing.T) {
 	}
 	// The old token works until it expires; the new one is the same
 	// service account's.
-	want := "system:serviceaccount:renewal-in-place:fleet-manager"
+	want := "system:serviceaccount:" + name + ":fleet-manager"
 	if got := whoIs(t, 0, first); got != want {
 		t.Errorf("the first token is %q, want %q", got, want)
 	}
@@ -160,9 +160,9 @@ func TestRefusedRenewalWarns(t *testing.T) {
 		o.CredentialRenewal.RenewAfter = 0.002
 		o.CredentialRenewal.WarnAfter = 0.004 // 2.4 s of 10 minutes
 	})
-	const name = "unrenewable"
-	kc := serviceAccountMember(t, 1, "renewal-refused")
-	if err := memberClients[1].Delete(t.Context(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "renewal-refused", Name: "fleet-manager-token"}}); err != nil {
+	name := f.namespace + "-unrenewable"
+	kc := serviceAccountMember(t, 1, name)
+	if err := memberClients[1].Delete(t.Context(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "fleet-manager-token"}}); err != nil {
 		t.Fatal(err)
 	}
 	f.register(t, name, kc)
