@@ -53,9 +53,10 @@ fuzz:
 	KUBEBUILDER_ASSETS= go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./pkg/kubeconfig
 
 ## demo: a local hub and two members, a fleet-wide ConfigMap reporter, until Ctrl-C
-## (cmd/fleet-demo, a program of its own: the fleet-manager binary has no demo).
+## (cmd/fleet-demo, a program of its own: the fleet-manager binary has no demo;
+## it is built too, for the status command the demo suggests).
 ## Built, then run, rather than `go run`, which exits 1 on Ctrl-C whatever the demo returns.
-demo: envtest
+demo: envtest build
 	go build -o $(BIN)/fleet-demo ./cmd/fleet-demo
 	$(BIN)/fleet-demo $(DEMO_FLAGS)
 

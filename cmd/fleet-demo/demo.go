@@ -496,6 +496,9 @@ func (d *demo) showTryIt(dir string, clusters []*cluster) {
 	hub, member := clusters[0], clusters[1]
 	fmt.Fprintf(w, "try, from another terminal:\n")
 	fmt.Fprintf(w, "  %s --kubeconfig %s get memberclusters\n", kubectl, hub.kubeconfig)
+	if cli := fleetManagerPath(); cli != "" {
+		fmt.Fprintf(w, "  %s --hub-kubeconfig %s status %s\n", cli, hub.kubeconfig, member.name)
+	}
 	fmt.Fprintf(w, "  %s --kubeconfig %s -n %s create configmap try-me --from-literal=greeting=hi\n", kubectl, member.kubeconfig, demoNamespace)
 	if member.pid != 0 {
 		fmt.Fprintf(w, "  kill -STOP %d   # freeze %s's API server: %s turns Unhealthy within about 10 s\n", member.pid, member.name, member.name)
@@ -513,6 +516,20 @@ func kubectlPath() string {
 	}
 	if _, err := os.Stat(p); err != nil {
 		return "kubectl"
+	}
+	return p
+}
+
+// fleetManagerPath returns the path of the fleet-manager binary that
+// `make demo` builds beside this one, or "" if there is none.
+func fleetManagerPath() string {
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(self), "fleet-manager")
+	if _, err := os.Stat(p); err != nil {
+		return ""
 	}
 	return p
 }
