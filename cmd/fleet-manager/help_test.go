@@ -52,3 +52,24 @@ func TestDemoWithoutFleetDemo(t *testing.T) {
 		t.Errorf("demo without fleet-demo: exit code %d, stderr %q; want 1 and a pointer to make demo", code, stderr.String())
 	}
 }
+
+func TestDefaultToRun(t *testing.T) {
+	root := newRootCommand(func(runFlags) error { return nil })
+	for _, tc := range []struct{ args, want string }{
+		{"", "run"},
+		{"--leader-elect", "run --leader-elect"},
+		{"--namespace fleet --leader-elect", "run --namespace fleet --leader-elect"},
+		{"--hub-kubeconfig hub.yaml --leader-elect", "run --hub-kubeconfig hub.yaml --leader-elect"},
+		{"--hub-kubeconfig hub.yaml get members", "--hub-kubeconfig hub.yaml get members"},
+		{"--hub-context=hub status eu-1", "--hub-context=hub status eu-1"},
+		{"get mc", "get mc"},
+		{"bogus", "bogus"},
+		{"--help", "--help"},
+		{"--version", "--version"},
+		{"__complete get ''", "__complete get ''"},
+	} {
+		if got := strings.Join(defaultToRun(root, strings.Fields(tc.args)), " "); got != tc.want {
+			t.Errorf("defaultToRun(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -57,13 +58,39 @@ func executeRoot(root *cobra.Command, args []string, stdout, stderr io.Writer) i
 	}
 }
 
-// defaultToRun makes run the command when args start with a flag, or are
-// empty, as long as that flag is not the root's own.
+// defaultToRun makes run the command when args name none: when they are
+// empty, start with one of run's flags, or name no command after the
+// root's own flags, as in "--hub-kubeconfig hub.yaml --leader-elect".
+// A first word that is no command is left for cobra to call unknown.
 func defaultToRun(root *cobra.Command, args []string) []string {
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "--version" || args[0][0] != '-') {
-		return args
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case i == 0 && (a == "-h" || a == "--help" || a == "-v" || a == "--version"):
+			return args
+		case a == "--hub-kubeconfig" || a == "--hub-context":
+			i++ // the flag's value
+		case strings.HasPrefix(a, "-"):
+		case i == 0 || isCommand(root, a):
+			return args
+		default:
+			return append([]string{"run"}, args...)
+		}
 	}
 	return append([]string{"run"}, args...)
+}
+
+// isCommand reports whether name names one of root's commands, those
+// cobra adds included.
+func isCommand(root *cobra.Command, name string) bool {
+	if name == "help" || name == "completion" || strings.HasPrefix(name, "__") {
+		return true
+	}
+	for _, c := range root.Commands() {
+		if c.Name() == name || c.HasAlias(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // newRootCommand returns the fleet-manager command and its subcommands;
