@@ -30,7 +30,7 @@ accepted, 1 when it is refused.`,
   fleet-manager check-kubeconfig --allow-exec-plugin=aws eks.kubeconfig`,
 		Args: exactArgs(1, "one FILE, or - for standard input"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkPolicyFlags(cmd, policy); err != nil {
+			if err := checkPolicyFlags(policy); err != nil {
 				return err
 			}
 			data, err := readKubeconfig(cmd, args[0])

@@ -43,7 +43,7 @@ func getCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
 		Short: "Display the fleet's members",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErrorf(cmd, "%s wants a resource: members", cmd.CommandPath())
+			return usageErrorf("%s wants a resource: members", cmd.CommandPath())
 		},
 	}
 	var output, selector string
@@ -56,14 +56,14 @@ func getCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
   fleet-manager get member east -o yaml`,
 		RunE: func(cmd *cobra.Command, names []string) error {
 			if !slices.Contains([]string{"", "wide", "yaml", "json"}, output) {
-				return usageErrorf(cmd, "--output must be wide, yaml or json, not %q", output)
+				return usageErrorf("--output must be wide, yaml or json, not %q", output)
 			}
 			sel, err := labels.Parse(selector)
 			if err != nil {
-				return usageErrorf(cmd, "--selector: %v", err)
+				return usageErrorf("--selector: %v", err)
 			}
 			if len(names) > 0 && selector != "" {
-				return usageErrorf(cmd, "NAME and --selector cannot be used together")
+				return usageErrorf("NAME and --selector cannot be used together")
 			}
 			c, err := hub.client()
 			if err != nil {

@@ -68,7 +68,7 @@ Then it waits until the manager reports the member Ready.`,
   fleet-manager register eu-1 --permissions=view --dry-run -o yaml`,
 		Args: exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkRegisterFlags(cmd, &o, labels, dryRun, output); err != nil {
+			if err := checkRegisterFlags(&o, labels, dryRun, output); err != nil {
 				return err
 			}
 			o.Name = args[0]
@@ -76,7 +76,7 @@ Then it waits until the manager reports the member Ready.`,
 				return err
 			}
 			if err := o.Validate(); err != nil {
-				return usageErrorf(cmd, "%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+				return usageErrorf("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
 			}
 			memberCfg, err := member.restConfig()
 			if err != nil {
@@ -137,32 +137,32 @@ Then it waits until the manager reports the member Ready.`,
 
 // checkRegisterFlags reports bad usage, and sets o from the flags that
 // need parsing.
-func checkRegisterFlags(cmd *cobra.Command, o *enroll.Options, labels, dryRun, output string) error {
+func checkRegisterFlags(o *enroll.Options, labels, dryRun, output string) error {
 	switch {
 	case o.Preset == "" && o.ClusterRole == "":
-		return usageErrorf(cmd, "name the permissions: --permissions=cluster-admin|edit|view or --cluster-role=NAME (there is no default)")
+		return usageErrorf("name the permissions: --permissions=cluster-admin|edit|view or --cluster-role=NAME (there is no default)")
 	case o.Preset != "" && o.ClusterRole != "":
-		return usageErrorf(cmd, "--permissions and --cluster-role exclude each other")
+		return usageErrorf("--permissions and --cluster-role exclude each other")
 	case o.Preset != "" && !slices.Contains(enroll.Presets, o.Preset):
-		return usageErrorf(cmd, "--permissions must be cluster-admin, edit or view, not %q", o.Preset)
+		return usageErrorf("--permissions must be cluster-admin, edit or view, not %q", o.Preset)
 	case o.Preset == "cluster-admin" && len(o.Namespaces) > 0:
-		return usageErrorf(cmd, "--namespaces wants --permissions=edit or view: cluster-admin is cluster-wide")
+		return usageErrorf("--namespaces wants --permissions=edit or view: cluster-admin is cluster-wide")
 	case slices.Contains(o.Namespaces, ""):
-		return usageErrorf(cmd, "--namespaces must name namespaces")
+		return usageErrorf("--namespaces must name namespaces")
 	case o.TokenTTL < enroll.MinTokenTTL:
-		return usageErrorf(cmd, "--token-ttl must be at least %s", enroll.MinTokenTTL)
+		return usageErrorf("--token-ttl must be at least %s", enroll.MinTokenTTL)
 	case !slices.Contains([]string{"", "yaml"}, output):
-		return usageErrorf(cmd, "--output must be yaml, not %q", output)
+		return usageErrorf("--output must be yaml, not %q", output)
 	}
 	switch d := enroll.DryRun(dryRun); d {
 	case enroll.DryRunNone, enroll.DryRunClient, enroll.DryRunServer:
 		o.DryRun = d
 	default:
-		return usageErrorf(cmd, "--dry-run must be none, client or server, not %q", dryRun)
+		return usageErrorf("--dry-run must be none, client or server, not %q", dryRun)
 	}
 	l, err := enroll.ParseLabels(labels)
 	if err != nil {
-		return usageErrorf(cmd, "--labels: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return usageErrorf("--labels: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	o.Labels = l
 	return nil

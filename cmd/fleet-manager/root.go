@@ -134,9 +134,9 @@ type usageError struct{ err error }
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
-// usageErrorf returns a usage error. cmd is the command it is about; the
-// error is printed with a pointer to its help.
-func usageErrorf(_ *cobra.Command, format string, args ...any) error {
+// usageErrorf returns a usage error, which is printed with a pointer to
+// the help of the command that returned it.
+func usageErrorf(format string, args ...any) error {
 	return &usageError{fmt.Errorf(format, args...)}
 }
 
@@ -144,9 +144,9 @@ func usageErrorf(_ *cobra.Command, format string, args ...any) error {
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		if cmd.HasSubCommands() {
-			return usageErrorf(cmd, "unknown command %q for %q", args[0], cmd.CommandPath())
+			return usageErrorf("unknown command %q for %q", args[0], cmd.CommandPath())
 		}
-		return usageErrorf(cmd, "unexpected argument %q", args[0])
+		return usageErrorf("unexpected argument %q", args[0])
 	}
 	return nil
 }
@@ -155,7 +155,7 @@ func noArgs(cmd *cobra.Command, args []string) error {
 func exactArgs(n int, names string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return usageErrorf(cmd, "%s wants %s, got %d arguments", cmd.CommandPath(), names, len(args))
+			return usageErrorf("%s wants %s, got %d arguments", cmd.CommandPath(), names, len(args))
 		}
 		return nil
 	}
@@ -226,9 +226,9 @@ func bindPolicyFlags(fs *pflag.FlagSet, p *kubeconfig.Policy) {
 }
 
 // checkPolicyFlags reports bad usage of the policy flags.
-func checkPolicyFlags(cmd *cobra.Command, p kubeconfig.Policy) error {
+func checkPolicyFlags(p kubeconfig.Policy) error {
 	if slices.Contains(p.AllowExecCommands, "") {
-		return usageErrorf(cmd, "--allow-exec-plugin must name a command")
+		return usageErrorf("--allow-exec-plugin must name a command")
 	}
 	return nil
 }

@@ -218,52 +218,52 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 func (f *runFlags) check(cmd *cobra.Command) error {
 	fs := cmd.Flags()
 	if fs.Changed("capi-namespaces") && !f.capiSecrets {
-		return usageErrorf(cmd, "--capi-namespaces needs --capi-secrets, which enables the format it configures")
+		return usageErrorf("--capi-namespaces needs --capi-secrets, which enables the format it configures")
 	}
 	if fs.Changed("argocd-namespace") && !f.argoCDSecrets {
-		return usageErrorf(cmd, "--argocd-namespace needs --argocd-secrets, which enables the format it configures")
+		return usageErrorf("--argocd-namespace needs --argocd-secrets, which enables the format it configures")
 	}
-	if err := checkNamespaces(cmd, "namespace", f.namespace); err != nil {
+	if err := checkNamespaces("namespace", f.namespace); err != nil {
 		return err
 	}
-	if err := checkNamespaces(cmd, "capi-namespaces", f.capiNamespaces...); err != nil {
+	if err := checkNamespaces("capi-namespaces", f.capiNamespaces...); err != nil {
 		return err
 	}
-	if err := checkNamespaces(cmd, "argocd-namespace", f.argoCDNamespace); err != nil {
+	if err := checkNamespaces("argocd-namespace", f.argoCDNamespace); err != nil {
 		return err
 	}
-	if err := checkPolicyFlags(cmd, f.policy); err != nil {
+	if err := checkPolicyFlags(f.policy); err != nil {
 		return err
 	}
 	if err := controllers.Validate(f.controllers, controllers.Initializers()); err != nil {
-		return usageErrorf(cmd, "--controllers: %v", err)
+		return usageErrorf("--controllers: %v", err)
 	}
 	for name, n := range f.concurrency {
 		if *n <= 0 {
-			return usageErrorf(cmd, "--concurrent-%s-syncs must be positive", name)
+			return usageErrorf("--concurrent-%s-syncs must be positive", name)
 		}
 	}
 	if f.memberQPS <= 0 || f.memberBurst <= 0 || f.hubQPS <= 0 || f.hubBurst <= 0 {
-		return usageErrorf(cmd, "--member-qps, --member-burst, --hub-qps and --hub-burst must be positive")
+		return usageErrorf("--member-qps, --member-burst, --hub-qps and --hub-burst must be positive")
 	}
 	if f.retryPeriod <= 0 || float64(f.renewDeadline) <= leaderelection.JitterFactor*float64(f.retryPeriod) || f.leaseDuration <= f.renewDeadline {
-		return usageErrorf(cmd, "the leader election durations must be positive, with --leader-elect-lease-duration > --leader-elect-renew-deadline > %g × --leader-elect-retry-period", leaderelection.JitterFactor)
+		return usageErrorf("the leader election durations must be positive, with --leader-elect-lease-duration > --leader-elect-renew-deadline > %g × --leader-elect-retry-period", leaderelection.JitterFactor)
 	}
 	if f.cacheSyncTimeout <= 0 {
-		return usageErrorf(cmd, "--cache-sync-timeout must be positive")
+		return usageErrorf("--cache-sync-timeout must be positive")
 	}
 	if f.health.Interval <= 0 || f.health.RetryInterval <= 0 || f.health.Timeout <= 0 || f.health.FailureThreshold <= 0 || f.health.DisconnectAfter <= 0 {
-		return usageErrorf(cmd, "--probe-interval, --probe-retry-interval, --probe-timeout, --probe-failure-threshold and --disconnect-after must be positive")
+		return usageErrorf("--probe-interval, --probe-retry-interval, --probe-timeout, --probe-failure-threshold and --disconnect-after must be positive")
 	}
 	return nil
 }
 
 // checkNamespaces reports a usage error unless every name, given with flag
 // flagName, is a DNS-1123 label.
-func checkNamespaces(cmd *cobra.Command, flagName string, names ...string) error {
+func checkNamespaces(flagName string, names ...string) error {
 	for _, name := range names {
 		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-			return usageErrorf(cmd, "invalid value %q for flag --%s: %s", name, flagName, errs[0])
+			return usageErrorf("invalid value %q for flag --%s: %s", name, flagName, errs[0])
 		}
 	}
 	return nil

@@ -46,7 +46,7 @@ left untouched.`,
 					return err
 				}
 			} else if cmd.Flags().Changed("member-kubeconfig") || cmd.Flags().Changed("member-context") {
-				return usageErrorf(cmd, "--member-kubeconfig and --member-context only matter with --cleanup")
+				return usageErrorf("--member-kubeconfig and --member-context only matter with --cleanup")
 			}
 			hubClient, err := hub.client()
 			if err != nil {
