@@ -118,6 +118,9 @@ type credentialRenewal struct {
 	policy kubeconfig.Policy
 	log    logr.Logger
 
+	// backoff spaces a cluster's failed renewals: 1 s, doubling to 5 min.
+	backoff workqueue.TypedRateLimiter[string]
+
 	mu      sync.Mutex
 	tracked map[string]*tracked
 }
@@ -134,20 +137,22 @@ type tracked struct {
 	// not renewed again until renewalSettle passed.
 	renewedGeneration int64
 	renewalError      string
+	// retryAt is when a failed renewal may be tried again.
+	retryAt time.Time
 }
 
 func newCredentialRenewal(m *Manager, opts RenewalOptions, policy kubeconfig.Policy, log logr.Logger) *credentialRenewal {
-	return &credentialRenewal{m: m, opts: opts.withDefaults(), policy: policy, log: log, tracked: map[string]*tracked{}}
+	return &credentialRenewal{
+		m: m, opts: opts.withDefaults(), policy: policy, log: log, tracked: map[string]*tracked{},
+		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
+	}
 }
 
 // NeedLeaderElection is true: only the leader renews and reports.
 func (*credentialRenewal) NeedLeaderElection() bool { return true }
 
 func (r *credentialRenewal) Start(ctx context.Context) error {
-	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
-		workqueue.TypedRateLimitingQueueConfig[string]{Clock: r.opts.Clock},
-	)
+	queue := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Clock: r.opts.Clock})
 	var wg sync.WaitGroup
 	for range renewalWorkers {
 		wg.Go(func() {
@@ -169,14 +174,14 @@ func (r *credentialRenewal) Start(ctx context.Context) error {
 
 // evaluate describes cluster name's credential to the registry, renews
 // its token when due, and queues name again for its next due time.
-func (r *credentialRenewal) evaluate(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], name string) {
+func (r *credentialRenewal) evaluate(ctx context.Context, queue workqueue.TypedDelayingInterface[string], name string) {
 	c, ok := r.m.registry.Get(name)
 	reg, generation, accepted := registration(c, ok)
 	if !accepted {
 		r.mu.Lock()
 		delete(r.tracked, name)
 		r.mu.Unlock()
-		queue.Forget(name)
+		r.backoff.Forget(name)
 		return
 	}
 	t, err := r.track(name, c, reg, generation)
@@ -184,7 +189,8 @@ func (r *credentialRenewal) evaluate(ctx context.Context, queue workqueue.TypedR
 		return // the member pool refuses it too, and says why
 	}
 	now := r.opts.Clock.Now()
-	if t.plan.renewAt.IsZero() || now.Before(t.plan.renewAt) || (t.renewedGeneration == generation && now.Sub(t.lastRenewal) < renewalSettle) {
+	if t.plan.renewAt.IsZero() || now.Before(t.plan.renewAt) || now.Before(t.retryAt) ||
+		(t.renewedGeneration == generation && now.Sub(t.lastRenewal) < renewalSettle) {
 		r.report(name, t, now)
 		r.requeue(queue, name, t, now)
 		return
@@ -196,24 +202,29 @@ func (r *credentialRenewal) evaluate(ctx context.Context, queue workqueue.TypedR
 		queue.AddAfter(name, time.Second)
 		return
 	}
+	if ctx.Err() != nil {
+		return
+	}
+	var retry time.Duration
+	if err != nil {
+		retry = r.backoff.When(name)
+	} else {
+		r.backoff.Forget(name)
+	}
 	r.mu.Lock()
 	if err != nil {
-		t.renewalError = err.Error()
+		t.renewalError, t.retryAt = err.Error(), now.Add(retry)
 	} else {
-		t.renewalError, t.lastRenewal, t.renewedGeneration = "", now, generation
+		t.renewalError, t.retryAt, t.lastRenewal, t.renewedGeneration = "", time.Time{}, now, generation
 	}
 	r.mu.Unlock()
 	r.report(name, t, now)
-	switch {
-	case ctx.Err() != nil:
-	case err != nil:
-		r.log.Error(err, "Renewing the member's token failed; retrying", "cluster", name)
-		queue.AddRateLimited(name)
-	default:
+	if err != nil {
+		r.log.Error(err, "Renewing the member's token failed", "cluster", name, "retryIn", retry)
+	} else {
 		r.log.Info("Renewed the member's token", "cluster", name, "serviceAccount", t.credential.ServiceAccount)
-		queue.Forget(name)
-		queue.AddAfter(name, renewalSettle)
 	}
+	r.requeue(queue, name, t, now)
 }
 
 func registration(c *registry.Cluster, ok bool) (cluster.Registration, int64, bool) {
@@ -265,14 +276,17 @@ func (r *credentialRenewal) report(name string, t *tracked, now time.Time) {
 	r.m.registry.ObserveCredentials(name, t.generation, creds)
 }
 
-// requeue queues name again at its next due time.
-func (r *credentialRenewal) requeue(queue workqueue.TypedRateLimitingInterface[string], name string, t *tracked, now time.Time) {
-	queue.Forget(name)
+// requeue queues name again at its next due time: a renewal, a retry, a
+// warning, an expiry, or the end of a renewal's settling.
+func (r *credentialRenewal) requeue(queue workqueue.TypedDelayingInterface[string], name string, t *tracked, now time.Time) {
+	r.mu.Lock()
 	settled := time.Time{}
 	if !t.lastRenewal.IsZero() {
 		settled = t.lastRenewal.Add(renewalSettle)
 	}
-	if d, ok := nextWake(now, t.plan.renewAt, t.plan.warnAt, t.credential.Expiry, settled); ok {
+	d, ok := nextWake(now, t.plan.renewAt, t.retryAt, t.plan.warnAt, t.credential.Expiry, settled)
+	r.mu.Unlock()
+	if ok {
 		queue.AddAfter(name, d)
 	}
 }

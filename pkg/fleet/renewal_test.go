@@ -157,9 +157,11 @@ func TestTokenIsRenewedInPlace(t *testing.T) {
 
 func TestRefusedRenewalWarns(t *testing.T) {
 	f := startFleetWith(t, func(o *fleet.Options) {
+		quickHealth(o) // a registry event every 200 ms: none may hasten a retry
 		o.CredentialRenewal.RenewAfter = 0.002
 		o.CredentialRenewal.WarnAfter = 0.004 // 2.4 s of 10 minutes
 	})
+	start := time.Now()
 	name := f.namespace + "-unrenewable"
 	kc := serviceAccountMember(t, 1, name)
 	if err := memberClients[1].Delete(t.Context(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "fleet-manager-token"}}); err != nil {
@@ -179,6 +181,12 @@ func TestRefusedRenewalWarns(t *testing.T) {
 	}
 	if mc.Status.State != fleetv1alpha1.MemberStateReady {
 		t.Errorf("state = %s, want Ready: the token still works", mc.Status.State)
+	}
+	// Failed renewals back off, 1 s doubling, whatever else happens to
+	// the member meanwhile.
+	time.Sleep(time.Until(start.Add(6 * time.Second)))
+	if n := f.logs.count("Renewing the member's token failed", name); n == 0 || n > 4 {
+		t.Errorf("%d renewals failed in the first 6 s, want 1 to 4 (backoff from 1 s)", n)
 	}
 	poll.Until(t, "a CredentialsExpiring Warning Event", func() bool {
 		var list eventsv1.EventList
