@@ -42,12 +42,11 @@ func executeRoot(root *cobra.Command, args []string, stdout, stderr io.Writer) i
 	root.SetErr(stderr)
 	root.SetArgs(defaultToRun(root, args))
 	cmd, err := root.ExecuteC()
+	exit, exitCode := errors.AsType[*exitCodeError](err)
 	switch {
 	case err == nil:
 		return cli.ExitOK
-	case errors.As(err, new(*exitCodeError)):
-		var exit *exitCodeError
-		errors.As(err, &exit)
+	case exitCode:
 		return exit.code
 	case errors.As(err, new(*usageError)):
 		fmt.Fprintf(stderr, "Error: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
