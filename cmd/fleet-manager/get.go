@@ -22,11 +22,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/enroll"
 )
 
 // errNoCRD is what every command that reads MemberClusters says when the
-// hub does not serve them.
-var errNoCRD = errors.New("the hub has no MemberCluster CRD: apply deploy/crd (kubectl apply -k deploy/)")
+// hub does not serve them: enroll.ErrNoCRD, and what to do.
+var errNoCRD = fmt.Errorf("%w: apply deploy/crd (kubectl apply -k deploy/)", enroll.ErrNoCRD)
 
 // none stands for a field that is not set, as kubectl prints it.
 const none = "<none>"

@@ -186,7 +186,7 @@ func memberError(err error) error {
 // crdError says what to do about a hub without the MemberCluster CRD.
 func crdError(err error) error {
 	if errors.Is(err, enroll.ErrNoCRD) {
-		return fmt.Errorf("%w: apply deploy/crd (kubectl apply -k deploy/crd) or use --wait=0", err)
+		return fmt.Errorf("%w, or use --wait=0", errNoCRD)
 	}
 	return err
 }
