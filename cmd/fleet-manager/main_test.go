@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -15,25 +14,10 @@ import (
 var testHub, testMember *envtest.Environment
 
 func TestMain(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		os.Exit(m.Run()) // envtest tests skip themselves
-	}
-	envs, err := controlplane.Start(2)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := 1
-	if err := controlplane.InstallCRDs(envs[0]); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
+	os.Exit(controlplane.RunTests(m.Run, 2, func(envs []*envtest.Environment) error {
 		testHub, testMember = envs[0], envs[1]
-		code = m.Run()
-	}
-	if err := controlplane.Stop(envs); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+		return controlplane.InstallCRDs(testHub)
+	}))
 }
 
 // needAPIServers skips t without the package's API servers.

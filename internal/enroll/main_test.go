@@ -2,7 +2,6 @@ package enroll_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 
@@ -32,29 +31,13 @@ func init() {
 }
 
 func TestMain(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		os.Exit(m.Run()) // envtest tests skip themselves
-	}
-	envs, err := controlplane.Start(2)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := 1
-	if err := controlplane.InstallCRDs(envs[0]); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
+	os.Exit(controlplane.RunTests(m.Run, 2, func(envs []*envtest.Environment) error {
 		hubEnv, memberEnv = envs[0], envs[1]
-		if err := aggregateClusterRoles(memberEnv); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-		} else {
-			code = m.Run()
+		if err := controlplane.InstallCRDs(hubEnv); err != nil {
+			return err
 		}
-	}
-	if err := controlplane.Stop(envs); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+		return aggregateClusterRoles(memberEnv)
+	}))
 }
 
 // aggregateClusterRoles fills the aggregated ClusterRoles (view, edit,

@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -27,20 +26,10 @@ import (
 var testHub *envtest.Environment
 
 func TestMain(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		os.Exit(m.Run())
-	}
-	envs, err := controlplane.Start(1)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	testHub = envs[0]
-	code := m.Run()
-	if err := controlplane.Stop(envs); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	os.Exit(controlplane.RunTests(m.Run, 1, func(envs []*envtest.Environment) error {
+		testHub = envs[0]
+		return nil
+	}))
 }
 
 func TestEnabled(t *testing.T) {
