@@ -199,21 +199,13 @@ func printRegistered(w io.Writer, res *enroll.Result, dryRun enroll.DryRun, outp
 	}
 	suffix := map[enroll.DryRun]string{enroll.DryRunClient: " (dry run)", enroll.DryRunServer: " (server dry run)"}[dryRun]
 	for _, c := range res.Member {
-		fmt.Fprintf(w, "member: %s %s %s%s\n", c.Object.GetObjectKind().GroupVersionKind().Kind, objectKey(c.Object), c.Op, suffix)
+		fmt.Fprintf(w, "member: %s %s%s\n", enroll.Describe(c.Object), c.Op, suffix)
 	}
 	s := res.Secret.Object
 	expiry := ""
 	if !res.TokenExpiry.IsZero() {
 		expiry = fmt.Sprintf(" (its token expires at %s)", res.TokenExpiry.UTC().Format(time.RFC3339))
 	}
-	_, err := fmt.Fprintf(w, "hub: Secret %s %s%s%s\n", objectKey(s), res.Secret.Op, suffix, expiry)
+	_, err := fmt.Fprintf(w, "hub: %s %s%s%s\n", enroll.Describe(s), res.Secret.Op, suffix, expiry)
 	return err
-}
-
-// objectKey is obj's namespace/name, or name.
-func objectKey(obj client.Object) string {
-	if obj.GetNamespace() == "" {
-		return obj.GetName()
-	}
-	return obj.GetNamespace() + "/" + obj.GetName()
 }

@@ -60,7 +60,7 @@ left untouched.`,
 			case err != nil:
 				return err
 			default:
-				fmt.Fprintf(out, "hub: Secret %s deleted\n", objectKey(s))
+				fmt.Fprintf(out, "hub: %s deleted\n", enroll.Describe(s))
 			}
 			if wait > 0 {
 				// The manager stops using the member before its rights go.
@@ -74,7 +74,7 @@ left untouched.`,
 			}
 			deleted, err := enroll.Cleanup(cmd.Context(), memberCfg, name)
 			for _, c := range deleted {
-				fmt.Fprintf(out, "member: %s %s deleted\n", c.Object.GetObjectKind().GroupVersionKind().Kind, objectKey(c.Object))
+				fmt.Fprintf(out, "member: %s deleted\n", enroll.Describe(c.Object))
 			}
 			if err != nil {
 				return memberError(err)

@@ -139,7 +139,7 @@ func (m *memberWriter) applyOne(ctx context.Context, want client.Object) (string
 // owned refuses an object that this cluster's register did not create.
 func (m *memberWriter) owned(obj client.Object) error {
 	l := obj.GetLabels()
-	what := fmt.Sprintf("%s %s", kindOf(obj), key(obj))
+	what := Describe(obj)
 	if l[ManagedByLabel] != ManagedByValue {
 		return fmt.Errorf("%s exists in the member and was not created by fleet-manager register: remove it, or register another member", what)
 	}
@@ -155,7 +155,7 @@ func (m *memberWriter) owned(obj client.Object) error {
 func (m *memberWriter) prune(ctx context.Context, want []client.Object) ([]Change, string, error) {
 	wanted := map[string]bool{}
 	for _, obj := range want {
-		wanted[kindOf(obj)+" "+key(obj)] = true
+		wanted[Describe(obj)] = true
 	}
 	var changes []Change
 	for _, list := range []client.ObjectList{&rbacv1.ClusterRoleBindingList{}, &rbacv1.RoleBindingList{}} {
@@ -167,7 +167,7 @@ func (m *memberWriter) prune(ctx context.Context, want []client.Object) ([]Chang
 			return changes, "", err
 		}
 		for _, obj := range objs {
-			if wanted[kindOf(obj)+" "+key(obj)] {
+			if wanted[Describe(obj)] {
 				continue
 			}
 			if err := m.c.Delete(ctx, obj, m.deleteOpts(obj)...); err != nil && !apierrors.IsNotFound(err) {
@@ -339,10 +339,10 @@ func kindOf(obj runtime.Object) string {
 	return kind
 }
 
-// key is obj's namespace/name, or name.
-func key(obj client.Object) string {
+// Describe names obj for people: its kind, then namespace/name, or name.
+func Describe(obj client.Object) string {
 	if obj.GetNamespace() == "" {
-		return obj.GetName()
+		return kindOf(obj) + " " + obj.GetName()
 	}
-	return obj.GetNamespace() + "/" + obj.GetName()
+	return kindOf(obj) + " " + obj.GetNamespace() + "/" + obj.GetName()
 }
