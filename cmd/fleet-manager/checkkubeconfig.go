@@ -57,8 +57,9 @@ accepted, 1 when it is refused.`,
 }
 
 // readKubeconfig reads the kubeconfig at path, or standard input for "-":
-// no more than one byte over what the policy accepts, so that the policy
-// refuses a bigger one without it all in memory.
+// no more than one byte over what the policy accepts, so that a bigger one
+// is refused without it all in memory (and without the policy quoting the
+// size of what was read, not of the file).
 func readKubeconfig(cmd *cobra.Command, path string) ([]byte, error) {
 	r := cmd.InOrStdin()
 	if path != "-" {
