@@ -1,0 +1,321 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DriftPolicy says what happens when a copy in a member no longer matches
+// its hub object.
+//
+// +kubebuilder:validation:Enum=Correct;Report
+type DriftPolicy string
+
+const (
+	// DriftCorrect applies the hub object again.
+	DriftCorrect DriftPolicy = "Correct"
+	// DriftReport leaves the copy as it is and reports the changed fields.
+	DriftReport DriftPolicy = "Report"
+)
+
+// DeletionPolicy says what happens to copies that stop being wanted.
+//
+// +kubebuilder:validation:Enum=Delete;Orphan
+type DeletionPolicy string
+
+const (
+	// DeletionDelete deletes them from the member.
+	DeletionDelete DeletionPolicy = "Delete"
+	// DeletionOrphan leaves them in the member, without the labels and
+	// annotations that made them copies.
+	DeletionOrphan DeletionPolicy = "Orphan"
+)
+
+// Copies carry these labels and annotations. The labels select them in
+// the copy caches; the annotations say where they come from.
+const (
+	// PropagationLabel names the Propagation a copy belongs to; the copy
+	// also carries FleetLabel, naming the fleet.
+	PropagationLabel = "fleet.fleetkube.io/propagation"
+	// SourceAnnotation is the hub object a copy was made from:
+	// "<apiVersion>/<kind>/<namespace>/<name>" (a core kind has "v1").
+	SourceAnnotation = "fleet.fleetkube.io/source"
+	// SourceUIDAnnotation is the hub object's UID.
+	SourceUIDAnnotation = "fleet.fleetkube.io/source-uid"
+	// ContentHashAnnotation is a hash of what was applied.
+	ContentHashAnnotation = "fleet.fleetkube.io/content-hash"
+	// DeletionAnnotation is the Propagation's deletion policy when the copy
+	// was applied, so that a copy whose Propagation is gone is treated as
+	// it asked.
+	DeletionAnnotation = "fleet.fleetkube.io/deletion"
+)
+
+// PropagationFinalizer holds a deleted Propagation until the removal of
+// its copies is done, or recorded as owed by members that are not Ready.
+const PropagationFinalizer = "fleet.fleetkube.io/propagation-cleanup"
+
+// FieldManager is the server-side apply field manager of every copy.
+const FieldManager = "fleet-manager"
+
+// Propagation keeps hub objects of its namespace present and identical in
+// the same namespace of the selected members.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=prop,categories=fleet
+// +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="the name must be at most 63 characters: copies carry it in a label"
+// +kubebuilder:printcolumn:name="Selected",type=integer,JSONPath=`.status.selected`,description="Members selected"
+// +kubebuilder:printcolumn:name="Applied",type=integer,JSONPath=`.status.applied`,description="Members whose copies are applied and in sync"
+// +kubebuilder:printcolumn:name="Drifted",type=integer,JSONPath=`.status.drifted`,description="Members whose copies drifted"
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failed`,description="Members where applying failed"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Status of the Ready condition"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Propagation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec PropagationSpec `json:"spec"`
+	// +optional
+	Status PropagationStatus `json:"status,omitempty"`
+}
+
+// PropagationSpec says which hub objects go to which members, and how.
+type PropagationSpec struct {
+	// Resources select objects of the Propagation's own namespace on the
+	// hub. Each is copied into the same namespace of every selected member,
+	// which is created there when missing. Cluster-scoped kinds are
+	// refused.
+	//
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	Resources []ResourceSelector `json:"resources"`
+
+	// Members select the member clusters, by the labels of their
+	// MemberClusters (their registration's labels) and by name. An empty
+	// members selects every member.
+	Members MemberSelector `json:"members"`
+
+	// Drift says what happens when a field the manager applied is changed
+	// in a member: Correct applies it again, Report leaves it and reports
+	// it in status, as an Event and in a metric.
+	//
+	// +kubebuilder:default=Correct
+	// +optional
+	Drift DriftPolicy `json:"drift,omitempty"`
+
+	// Deletion says what happens to copies that stop being wanted: the hub
+	// object is deleted or stops matching, a member stops being selected,
+	// or the Propagation is deleted.
+	//
+	// +kubebuilder:default=Delete
+	// +optional
+	Deletion DeletionPolicy `json:"deletion,omitempty"`
+
+	// Adopt takes over an object that exists in a member and is not a
+	// copy: without it, that member reports AlreadyExists.
+	//
+	// +optional
+	Adopt bool `json:"adopt,omitempty"`
+
+	// Suspend stops applying, correcting and deleting; status still
+	// follows the members.
+	//
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// ResourceSelector selects hub objects of one kind, by name or by labels.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.name) != has(self.selector)",message="exactly one of name and selector must be set"
+type ResourceSelector struct {
+	// APIVersion is the objects' group/version, such as "apps/v1" or "v1".
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	APIVersion string `json:"apiVersion"`
+	// Kind is the objects' kind, such as "Deployment".
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+	// Name selects one object.
+	//
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Selector selects the objects whose labels it matches.
+	//
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+}
+
+// MemberSelector selects member clusters. A member is selected when it
+// matches every part that is set.
+type MemberSelector struct {
+	// Selector matches MemberCluster labels.
+	//
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+	// Names are member cluster names.
+	//
+	// +kubebuilder:validation:MaxItems=1000
+	// +listType=set
+	// +optional
+	Names []string `json:"names,omitempty"`
+}
+
+// Conditions of a Propagation.
+const (
+	// PropagationReady: every selected member has every copy applied and in
+	// sync, and no deletion is owed.
+	PropagationReady = "Ready"
+	// PropagationApplied: every selected member has every copy applied.
+	PropagationApplied = "Applied"
+	// PropagationDrifted: some member's copies drifted.
+	PropagationDrifted = "Drifted"
+)
+
+// MemberResult is where a Propagation stands in one member.
+//
+// +kubebuilder:validation:Enum=Applied;Drifted;Failed;Pending;DeletionOwed
+type MemberResult string
+
+const (
+	// ResultApplied: every copy is applied and in sync.
+	ResultApplied MemberResult = "Applied"
+	// ResultDrifted: a copy was changed in the member (drift: Report).
+	ResultDrifted MemberResult = "Drifted"
+	// ResultFailed: a copy could not be applied; the reason says why.
+	ResultFailed MemberResult = "Failed"
+	// ResultPending: not applied yet, for example because the member is
+	// not Ready.
+	ResultPending MemberResult = "Pending"
+	// ResultDeletionOwed: copies must be removed from a member that is not
+	// Ready; it happens when the member is Ready again.
+	ResultDeletionOwed MemberResult = "DeletionOwed"
+)
+
+// Reasons of a member's result and of the Propagation's conditions.
+const (
+	ReasonApplied          = "Applied"
+	ReasonDrifted          = "Drifted"
+	ReasonMemberUnhealthy  = "MemberUnhealthy"
+	ReasonAlreadyExists    = "AlreadyExists"
+	ReasonInvalid          = "Invalid"
+	ReasonApplyFailed      = "ApplyFailed"
+	ReasonClusterScoped    = "ClusterScopedKind"
+	ReasonSuspended        = "Suspended"
+	ReasonDeletionOwed     = "DeletionOwed"
+	ReasonMembersFailed    = "MembersFailed"
+	ReasonMembersPending   = "MembersPending"
+	ReasonNoMembers        = "NoMembersSelected"
+	ReasonHubReadFailed    = "HubReadFailed"
+	ReasonNoDrift          = "NoDrift"
+	ReasonInvalidSelector  = "InvalidSelector"
+	ReasonResourcesApplied = "ResourcesApplied"
+)
+
+// MaxListedMembers bounds status.members; failing, drifted and pending
+// members are listed first, and members beyond the bound are only
+// counted.
+const MaxListedMembers = 1000
+
+// MaxMemberMessageLength bounds a member's message in status.
+const MaxMemberMessageLength = 512
+
+// MaxDriftedFields bounds the field paths listed for one member.
+const MaxDriftedFields = 16
+
+// PropagationStatus is what the manager observed, per member and in sum.
+type PropagationStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Selected counts the selected members.
+	// +optional
+	Selected int32 `json:"selected"`
+	// Applied counts the members whose copies are applied and in sync.
+	// +optional
+	Applied int32 `json:"applied"`
+	// Drifted counts the members whose copies drifted.
+	// +optional
+	Drifted int32 `json:"drifted"`
+	// Failed counts the members where a copy failed.
+	// +optional
+	Failed int32 `json:"failed"`
+	// PendingDeletions counts the members that owe a deletion.
+	// +optional
+	PendingDeletions int32 `json:"pendingDeletions"`
+
+	// Kinds are every kind the Propagation has copied, so that copies of a
+	// kind removed from resources are still found and removed.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Kinds []KindReference `json:"kinds,omitempty"`
+
+	// Members lists every member that is not Applied (at most
+	// MaxListedMembers of them, failing first); Applied members are
+	// counted only.
+	// +kubebuilder:validation:MaxItems=1000
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Members []MemberPropagationStatus `json:"members,omitempty"`
+}
+
+// KindReference names a kind.
+type KindReference struct {
+	// +kubebuilder:validation:MaxLength=253
+	APIVersion string `json:"apiVersion"`
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+}
+
+// MemberPropagationStatus is where a Propagation stands in one member.
+type MemberPropagationStatus struct {
+	// Name is the member cluster's name.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Result sums up the member.
+	Result MemberResult `json:"result"`
+	// Reason is a CamelCase reason, such as KindNotFound or Forbidden.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message says what happened, naming the object.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Message string `json:"message,omitempty"`
+	// DriftedFields are the changed field paths of drifted copies, such as
+	// "ConfigMap web: .data.color".
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	DriftedFields []string `json:"driftedFields,omitempty"`
+	// ObservedGeneration is the Propagation's generation the result is for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// LastTransitionTime is when the result last changed.
+	// +optional
+	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// PropagationList is a list of Propagations.
+type PropagationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Propagation `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Propagation{}, &PropagationList{})
+}
