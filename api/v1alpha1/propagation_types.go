@@ -195,24 +195,36 @@ const (
 	ResultDeletionOwed MemberResult = "DeletionOwed"
 )
 
-// Reasons of a member's result and of the Propagation's conditions.
+// Reasons of a member's result and of the Propagation's conditions,
+// beside ReasonKindNotFound and ReasonForbidden.
 const (
-	ReasonApplied          = "Applied"
-	ReasonDrifted          = "Drifted"
-	ReasonMemberUnhealthy  = "MemberUnhealthy"
-	ReasonAlreadyExists    = "AlreadyExists"
-	ReasonInvalid          = "Invalid"
-	ReasonApplyFailed      = "ApplyFailed"
-	ReasonClusterScoped    = "ClusterScopedKind"
-	ReasonSuspended        = "Suspended"
-	ReasonDeletionOwed     = "DeletionOwed"
-	ReasonMembersFailed    = "MembersFailed"
-	ReasonMembersPending   = "MembersPending"
-	ReasonNoMembers        = "NoMembersSelected"
-	ReasonHubReadFailed    = "HubReadFailed"
-	ReasonNoDrift          = "NoDrift"
-	ReasonInvalidSelector  = "InvalidSelector"
-	ReasonResourcesApplied = "ResourcesApplied"
+	// ReasonApplied: every copy is applied and in sync.
+	ReasonApplied = "Applied"
+	// ReasonDrifted: copies were changed in a member.
+	ReasonDrifted = "Drifted"
+	// ReasonMemberUnhealthy: the member is not Ready.
+	ReasonMemberUnhealthy = "MemberUnhealthy"
+	// ReasonAlreadyExists: the member holds an object of that name that
+	// is not a copy, and adopt is not set.
+	ReasonAlreadyExists = "AlreadyExists"
+	// ReasonInvalid: the member rejected a copy, or the Propagation names
+	// an invalid apiVersion.
+	ReasonInvalid = "Invalid"
+	// ReasonClusterScoped: a resource is of a cluster-scoped kind.
+	ReasonClusterScoped = "ClusterScopedKind"
+	// ReasonInvalidSelector: a label selector does not parse.
+	ReasonInvalidSelector = "InvalidSelector"
+	// ReasonSuspended: spec.suspend is set.
+	ReasonSuspended = "Suspended"
+	// ReasonDeletionOwed: a member that is not Ready owes the removal of
+	// copies.
+	ReasonDeletionOwed = "DeletionOwed"
+	// ReasonMembersFailed, ReasonMembersPending, ReasonNoMembersSelected
+	// and ReasonNoDrift sum up the members in the conditions.
+	ReasonMembersFailed     = "MembersFailed"
+	ReasonMembersPending    = "MembersPending"
+	ReasonNoMembersSelected = "NoMembersSelected"
+	ReasonNoDrift           = "NoDrift"
 )
 
 // MaxListedMembers bounds status.members; failing, drifted and pending

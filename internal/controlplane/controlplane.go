@@ -21,7 +21,11 @@ import (
 
 // Start starts n control planes in parallel. On error, the ones that
 // started are stopped again.
-func Start(n int) ([]*envtest.Environment, error) {
+func Start(n int) ([]*envtest.Environment, error) { return start(n, nil) }
+
+// start starts n control planes in parallel, each configured first by
+// configure when it is set.
+func start(n int, configure func(i int, env *envtest.Environment) error) ([]*envtest.Environment, error) {
 	if err := checkAssets(); err != nil {
 		return nil, err
 	}
@@ -30,6 +34,11 @@ func Start(n int) ([]*envtest.Environment, error) {
 	var wg sync.WaitGroup
 	for i := range envs {
 		envs[i] = &envtest.Environment{ControlPlaneStartTimeout: time.Minute}
+		if configure != nil {
+			if err := configure(i, envs[i]); err != nil {
+				return nil, err
+			}
+		}
 		wg.Go(func() {
 			if _, err := envs[i].Start(); err != nil {
 				errs[i] = fmt.Errorf("starting API server %d: %w", i, err)

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
 
@@ -20,6 +21,9 @@ type Context struct {
 	// Client is a hub client, reading from the manager's cache, whose
 	// user agent names the controller.
 	Client client.Client
+	// Config is the hub config Client was built from, for the
+	// controller's own clients and caches.
+	Config *rest.Config
 }
 
 // Initializer adds one built-in controller to a manager.
@@ -42,6 +46,12 @@ func Initializers() []Initializer {
 			Name: "membercluster", OnByDefault: true, Concurrency: membercluster.DefaultWorkers,
 			Add: func(c Context) error {
 				return membercluster.AddWithOptions(c.Manager, membercluster.Options{Workers: c.Concurrency, Client: c.Client})
+			},
+		},
+		{
+			Name: propagation.ControllerName, OnByDefault: true, Concurrency: propagation.DefaultWorkers,
+			Add: func(c Context) error {
+				return propagation.Add(c.Manager, propagation.Options{Workers: c.Concurrency, Client: c.Client, Config: c.Config})
 			},
 		},
 	}
@@ -104,7 +114,7 @@ func Start(m *fleet.Manager, initializers []Initializer, selection []string, con
 		if err != nil {
 			return fmt.Errorf("building the %s controller's client: %w", i.Name, err)
 		}
-		c := Context{Manager: m, Concurrency: i.Concurrency, Client: cl}
+		c := Context{Manager: m, Concurrency: i.Concurrency, Client: cl, Config: cfg}
 		if n, ok := concurrency[i.Name]; ok && n > 0 {
 			c.Concurrency = n
 		}

@@ -32,6 +32,19 @@ type HandlerFunc func(cl cluster.Cluster) handler.EventHandler
 // for members.
 type RequestHandler = handler.TypedEventHandler[client.Object, Request]
 
+// Source is a multi-cluster source, started once for each cluster a
+// controller engages.
+type Source interface {
+	// Start sends the source's events in cl, named clusterName, to q as
+	// requests until ctx ends, and then stops everything it started for
+	// cl. The returned channel closes once the source has caught up with
+	// cl, for example once its informers have listed.
+	Start(ctx context.Context, clusterName string, cl cluster.Cluster, q Queue) (synced <-chan struct{}, err error)
+	fmt.Stringer
+}
+
+var _ Source = (*Kind)(nil)
+
 // Kind is a multi-cluster source of one kind. Started for a cluster, it
 // registers its handler on that cluster's informer, tags every request the
 // handler makes with the cluster's name, and removes the registration when

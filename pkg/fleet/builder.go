@@ -63,7 +63,7 @@ type ControllerOptions struct {
 // watch is one watch of a Builder: its source is made once the builder's
 // own predicates are known.
 type watch struct {
-	newSource  func(predicates []predicate.Predicate) *engage.Kind
+	newSource  func(predicates []predicate.Predicate) engage.Source
 	fansOut    bool
 	predicates []predicate.Predicate
 	// clusters overrides the builder's WatchClusters when set.
@@ -177,7 +177,7 @@ func (b *Builder) WatchesMetadata(obj client.Object, h handler.EventHandler, opt
 // every request it makes: for example, with InClusters(Hub) and
 // ToEveryMember, a hub object enqueues one request per engaged member.
 func (b *Builder) WatchesFleet(obj client.Object, fn MapFunc, opts ...WatchOption) *Builder {
-	return b.add(true, func(predicates []predicate.Predicate) *engage.Kind {
+	return b.add(true, func(predicates []predicate.Predicate) engage.Source {
 		return engage.NewRequestKind(obj, func(clusterName string) engage.RequestHandler {
 			return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []Request {
 				return fn(ctx, clusterName, o)
@@ -196,12 +196,21 @@ func (b *Builder) WithClusterFilter(filter ClusterFilter) *Builder {
 // tagged adds a watch whose handler's requests are tagged with the
 // cluster's name.
 func (b *Builder) tagged(obj client.Object, newHandler engage.HandlerFunc, opts []WatchOption) *Builder {
-	return b.add(false, func(predicates []predicate.Predicate) *engage.Kind {
+	return b.add(false, func(predicates []predicate.Predicate) engage.Source {
 		return engage.NewKind(obj, newHandler, predicates...)
 	}, opts)
 }
 
-func (b *Builder) add(fansOut bool, newSource func([]predicate.Predicate) *engage.Kind, opts []WatchOption) *Builder {
+// WatchesClusterSource starts src in every watched cluster as the
+// controller engages it, until the cluster leaves: for watches that For,
+// Owns and Watches do not express, such as caches of the controller's own.
+// The engagement waits for src's synced channel, as for any watch. Of
+// opts, only InClusters applies.
+func (b *Builder) WatchesClusterSource(src engage.Source, opts ...WatchOption) *Builder {
+	return b.add(false, func([]predicate.Predicate) engage.Source { return src }, opts)
+}
+
+func (b *Builder) add(fansOut bool, newSource func([]predicate.Predicate) engage.Source, opts []WatchOption) *Builder {
 	w := watch{newSource: newSource, fansOut: fansOut}
 	for _, o := range opts {
 		o(&w)
@@ -302,7 +311,7 @@ func (b *Builder) Build(r Reconciler) (Controller, error) {
 		if w.clusters != nil {
 			clusters = *w.clusters
 		}
-		c.sources = append(c.sources, scopedSource{kind: w.newSource(append(w.predicates, b.predicates...)), clusters: clusters, fansOut: w.fansOut})
+		c.sources = append(c.sources, scopedSource{src: w.newSource(append(w.predicates, b.predicates...)), clusters: clusters, fansOut: w.fansOut})
 	}
 
 	opts := b.options.TypedOptions

@@ -119,7 +119,7 @@ func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.
 	timeout := time.NewTimer(c.syncTimeout)
 	defer timeout.Stop()
 	type started struct {
-		src    *engage.Kind
+		src    engage.Source
 		synced <-chan struct{}
 	}
 	var sources []started
@@ -127,12 +127,12 @@ func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.
 		if !scoped.clusters.include(clusterName) {
 			continue
 		}
-		synced, err := scoped.kind.Start(ctx, clusterName, cl, c.queue)
+		synced, err := scoped.src.Start(ctx, clusterName, cl, c.queue)
 		if err != nil {
 			cancel()
-			return fmt.Errorf("%s: %w", scoped.kind, err)
+			return fmt.Errorf("%s: %w", scoped.src, err)
 		}
-		sources = append(sources, started{src: scoped.kind, synced: synced})
+		sources = append(sources, started{src: scoped.src, synced: synced})
 	}
 	for _, s := range sources {
 		select {
@@ -148,18 +148,19 @@ func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.
 		return nil
 	}
 	for _, scoped := range c.sources {
-		if !scoped.fansOut || !scoped.clusters.include(fleetcluster.HubName) {
+		kind, fansOut := scoped.src.(*engage.Kind)
+		if !scoped.fansOut || !fansOut || !scoped.clusters.include(fleetcluster.HubName) {
 			continue
 		}
 		replayCtx, stop := context.WithTimeout(ctx, c.syncTimeout)
-		err := scoped.kind.Replay(replayCtx, fleetcluster.HubName, c.hub, c.queue, clusterName)
+		err := kind.Replay(replayCtx, fleetcluster.HubName, c.hub, c.queue, clusterName)
 		stop()
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
 			cancel()
-			return fmt.Errorf("%s: replaying hub objects: %w", scoped.kind, err)
+			return fmt.Errorf("%s: replaying hub objects: %w", kind, err)
 		}
 	}
 	return nil
@@ -240,7 +241,7 @@ func (c *controller) Reconcile(ctx context.Context, req Request) (reconcile.Resu
 // scopedSource is a source and the clusters it watches. fansOut marks a
 // source whose requests name their clusters (WatchesFleet).
 type scopedSource struct {
-	kind     *engage.Kind
+	src      engage.Source
 	clusters Clusters
 	fansOut  bool
 }

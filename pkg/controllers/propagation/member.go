@@ -1,0 +1,404 @@
+package propagation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+)
+
+// failureRetry is when a member whose failure no event will end (a
+// missing kind, a refusal) is tried again.
+const failureRetry = time.Minute
+
+func (r *reconciler) Reconcile(ctx context.Context, req fleet.Request) (reconcile.Result, error) {
+	if req.ClusterName == cluster.HubName {
+		return r.reconcileStatus(ctx, req.NamespacedName)
+	}
+	return r.reconcileMember(ctx, req.ClusterName, req.NamespacedName)
+}
+
+// copyKey names one copy in a member.
+type copyKey struct {
+	gvk  schema.GroupVersionKind
+	name string
+}
+
+func (k copyKey) String() string { return k.gvk.Kind + " " + k.name }
+
+// memberRun is one member reconcile: what is wanted, what is there, and
+// what happened.
+type memberRun struct {
+	r      *reconciler
+	member *memberCopies
+	p      *fleetv1alpha1.Propagation // nil when the Propagation is gone
+	key    propagationKey
+
+	failures []failure
+	drifted  []string
+	// skipRemoval holds kinds whose hub objects could not be read: none of
+	// their copies can be proven unwanted.
+	skipRemoval map[schema.GroupVersionKind]bool
+	copies      int
+	namespaced  bool
+}
+
+type failure struct {
+	reason, message string
+	retry           bool
+}
+
+// reconcileMember makes the copies of Propagation key in member what it
+// wants: the selected hub objects applied, and no other copy.
+func (r *reconciler) reconcileMember(ctx context.Context, member string, key propagationKey) (reconcile.Result, error) {
+	mc := r.copies.get(member)
+	if mc == nil {
+		return reconcile.Result{}, nil // not engaged: it is asked again when it is
+	}
+	p := &fleetv1alpha1.Propagation{}
+	if err := r.hub.Get(ctx, key, p); apierrors.IsNotFound(err) {
+		p = nil
+	} else if err != nil {
+		return reconcile.Result{}, err
+	}
+	if p != nil && p.Spec.Suspend && p.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	run := &memberRun{r: r, member: mc, p: p, key: key, skipRemoval: map[schema.GroupVersionKind]bool{}}
+	want, removing, err := run.wanted(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	have, err := run.existing(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	for k, hubObj := range want {
+		if err := run.apply(ctx, k, hubObj, have[k]); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	for k, live := range have {
+		if _, ok := want[k]; ok || run.skipRemoval[k.gvk] {
+			continue
+		}
+		if err := run.remove(ctx, live); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	return run.record(removing, len(want))
+}
+
+// wanted returns the hub objects that the member should hold copies of,
+// and whether none are wanted because of the Propagation's removal or the
+// member's deselection.
+func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Unstructured, bool, error) {
+	p := run.p
+	if p == nil || !p.DeletionTimestamp.IsZero() {
+		return nil, true, nil
+	}
+	var memberLabels map[string]string
+	if c, ok := run.r.m.Registry().Get(run.member.name); ok {
+		memberLabels = c.Labels
+	}
+	if selected, err := selects(p, run.member.name, memberLabels); err != nil || !selected {
+		return nil, true, nil // an invalid selector selects nothing; the status says why
+	}
+	want := map[copyKey]*unstructured.Unstructured{}
+	for _, sel := range p.Spec.Resources {
+		objs, err := run.r.objects.list(ctx, p.Namespace, sel)
+		if kerr, ok := errors.AsType[*kindError](err); ok {
+			// The status reports the hub's problem; copies of the kind stay.
+			if gvk, err := resourceKind(sel); err == nil {
+				run.skipRemoval[gvk] = true
+			}
+			run.fail(failure{reason: kerr.reason, message: kerr.message, retry: true})
+			continue
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		for i := range objs {
+			o := &objs[i]
+			want[copyKey{gvk: o.GroupVersionKind(), name: o.GetName()}] = o
+		}
+	}
+	return want, false, nil
+}
+
+// existing returns the member's copies of the Propagation, of every kind
+// it copies or copied.
+func (run *memberRun) existing(ctx context.Context) (map[copyKey]*unstructured.Unstructured, error) {
+	var kinds []schema.GroupVersionKind
+	if run.p != nil {
+		kinds = kindsOf(run.p)
+	} else {
+		// Its kinds went with it: look in every kind copied, or watched.
+		for _, gvk := range append(run.r.copiedKinds(ctx), run.member.watched()...) {
+			if !slices.Contains(kinds, gvk) {
+				kinds = append(kinds, gvk)
+			}
+		}
+	}
+	have := map[copyKey]*unstructured.Unstructured{}
+	selector := labels.SelectorFromSet(labels.Set{fleetv1alpha1.PropagationLabel: run.key.Name})
+	for _, gvk := range kinds {
+		objs, err := run.member.list(ctx, gvk, run.key.Namespace, selector)
+		if kerr, ok := errors.AsType[*kindError](err); ok {
+			run.skipRemoval[gvk] = true
+			if run.p != nil && slices.ContainsFunc(run.p.Spec.Resources, func(s fleetv1alpha1.ResourceSelector) bool { k, _ := resourceKind(s); return k == gvk }) {
+				run.fail(failure{reason: kerr.reason, message: kerr.message, retry: true})
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for i := range objs {
+			have[copyKey{gvk: gvk, name: objs[i].GetName()}] = &objs[i]
+		}
+	}
+	return have, nil
+}
+
+// apply makes the member's copy of hubObj what it should be, with no
+// request when it already is.
+func (run *memberRun) apply(ctx context.Context, k copyKey, hubObj, live *unstructured.Unstructured) error {
+	if run.skipRemoval[k.gvk] {
+		return nil // the member cannot list the kind: existing reported it
+	}
+	p, name := run.p, run.member.name
+	desired := desiredCopy(hubObj, p, run.r.fleet)
+	if live == nil {
+		if !run.namespaced {
+			if err := run.ensureNamespace(ctx); err != nil {
+				return run.failed(err, "create", k)
+			}
+			run.namespaced = true
+		}
+		found := &unstructured.Unstructured{}
+		found.SetGroupVersionKind(k.gvk)
+		err := run.member.reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: k.name}, found)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return run.failed(err, "get", k)
+		case !isCopyOf(found, run.r.fleet, p.Name) && !p.Spec.Adopt:
+			run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is not a copy (managers: %s); set adopt to take it over", k, managersOf(found))})
+			return nil
+		default:
+			live = found
+		}
+	}
+	if live != nil && isCopyOf(live, run.r.fleet, p.Name) {
+		changedFields := drift(desired, live)
+		sameHub := live.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation] == desired.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
+		switch {
+		case sameHub && len(changedFields) == 0:
+			run.copies++
+			return nil
+		case sameHub && p.Spec.Drift == fleetv1alpha1.DriftReport:
+			run.copies++
+			run.reportDrift(k, changedFields)
+			return nil
+		case sameHub:
+			run.r.metrics.driftDetected.WithLabelValues(name).Inc()
+			defer func() { run.r.metrics.driftCorrected.WithLabelValues(name).Inc() }()
+			logf.FromContext(ctx).Info("Correcting drift", "kind", k.gvk.Kind, "object", k.name, "fields", changedFields)
+		}
+	}
+	if live != nil {
+		withoutClaims(desired, claimedByOthers(live))
+	}
+	start := time.Now()
+	err := run.member.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(fleetv1alpha1.FieldManager), client.ForceOwnership)
+	run.r.metrics.applyDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	if err != nil {
+		run.r.metrics.applies.WithLabelValues(name, applyFailed).Inc()
+		return run.failed(err, "patch", k)
+	}
+	run.r.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
+	run.copies++
+	return nil
+}
+
+// reportDrift records drifted fields of a copy, and tells of drift that
+// was not known before as an Event and in the metric.
+func (run *memberRun) reportDrift(k copyKey, fields []string) {
+	for _, f := range fields {
+		run.drifted = append(run.drifted, k.String()+": "+f)
+	}
+	if prev, ok := run.r.results.get(run.key, run.member.name); ok && prev.result == fleetv1alpha1.ResultDrifted && containsAll(prev.drifted, run.drifted) {
+		return
+	}
+	run.r.metrics.driftDetected.WithLabelValues(run.member.name).Inc()
+	run.r.recorder.Eventf(run.p, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDrifted, "DetectDrift",
+		"member %s: %s changed %s", run.member.name, k, strings.Join(fields, ", "))
+}
+
+func containsAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// ensureNamespace creates the Propagation's namespace in the member when
+// it is missing. The manager never deletes it.
+func (run *memberRun) ensureNamespace(ctx context.Context) error {
+	ns := &corev1.Namespace{}
+	err := run.member.reader.Get(ctx, types.NamespacedName{Name: run.key.Namespace}, ns)
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: run.key.Namespace}}
+	err = run.member.client.Create(ctx, ns, client.FieldOwner(fleetv1alpha1.FieldManager))
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// remove deletes a copy that is no longer wanted, or, under deletion
+// Orphan, lets it go: it keeps the object and drops what made it a copy.
+func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructured) error {
+	policy := fleetv1alpha1.DeletionPolicy(live.GetAnnotations()[fleetv1alpha1.DeletionAnnotation])
+	if run.p != nil {
+		policy = deletionPolicy(run.p)
+	}
+	k := copyKey{gvk: live.GroupVersionKind(), name: live.GetName()}
+	if policy == fleetv1alpha1.DeletionOrphan {
+		patch := map[string]any{"metadata": map[string]any{
+			"labels":      map[string]any{fleetv1alpha1.FleetLabel: nil, fleetv1alpha1.PropagationLabel: nil},
+			"annotations": map[string]any{fleetv1alpha1.SourceAnnotation: nil, fleetv1alpha1.SourceUIDAnnotation: nil, fleetv1alpha1.ContentHashAnnotation: nil, fleetv1alpha1.DeletionAnnotation: nil},
+		}}
+		raw, err := json.Marshal(patch)
+		if err != nil {
+			return err
+		}
+		if err := run.member.client.Patch(ctx, live, client.RawPatch(types.MergePatchType, raw)); err != nil && !apierrors.IsNotFound(err) {
+			return run.failed(err, "patch", k)
+		}
+		return nil
+	}
+	uid := live.GetUID()
+	if err := run.member.client.Delete(ctx, live, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		run.copies++
+		return run.failed(err, "delete", k)
+	}
+	logf.FromContext(ctx).V(1).Info("Copy removed", "kind", k.gvk.Kind, "object", k.name)
+	return nil
+}
+
+// failed turns an error of a request to the member into the member's
+// failure, if it is one that retrying soon will not cure, and returns
+// the rest.
+func (run *memberRun) failed(err error, verb string, k copyKey) error {
+	where := fmt.Sprintf("%s in namespace %s", k, run.key.Namespace)
+	switch {
+	case meta.IsNoMatchError(err):
+		run.fail(failure{reason: fleetv1alpha1.ReasonKindNotFound, message: fmt.Sprintf("the member has no kind %s (is its CRD installed?)", k.gvk.Kind), retry: true})
+	case apierrors.IsForbidden(err):
+		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s", verb, where), retry: true})
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s: %s", where, statusMessage(err)), retry: true})
+	default:
+		return fmt.Errorf("%s %s: %w", verb, where, err)
+	}
+	return nil
+}
+
+// statusMessage is the API server's message of err, bounded.
+func statusMessage(err error) string {
+	msg := err.Error()
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		msg = status.Status().Message
+	}
+	return truncate(msg, fleetv1alpha1.MaxMemberMessageLength/2)
+}
+
+func (run *memberRun) fail(f failure) { run.failures = append(run.failures, f) }
+
+// record stores the run's result, asks for a status write when it
+// changed, and retries failures no event will end.
+func (run *memberRun) record(removing bool, wanted int) (reconcile.Result, error) {
+	gen := int64(0)
+	if run.p != nil {
+		gen = run.p.Generation
+	}
+	res := memberResult{result: fleetv1alpha1.ResultApplied, reason: fleetv1alpha1.ReasonApplied, generation: gen, since: metav1.Now(), copies: run.copies, removing: removing}
+	var after time.Duration
+	switch {
+	case len(run.failures) > 0:
+		f := run.failures[0]
+		res.result, res.reason, res.message = fleetv1alpha1.ResultFailed, f.reason, f.message
+		if n := len(run.failures); n > 1 {
+			res.message = fmt.Sprintf("%s (and %d more)", f.message, n-1)
+		}
+		after = failureRetry
+	case len(run.drifted) > 0:
+		res.result, res.reason, res.drifted = fleetv1alpha1.ResultDrifted, fleetv1alpha1.ReasonDrifted, run.drifted
+		res.message = "copies were changed in the member: " + strings.Join(run.drifted, "; ")
+	default:
+		res.message = fmt.Sprintf("%d objects applied", wanted)
+	}
+	res.message = truncate(res.message, fleetv1alpha1.MaxMemberMessageLength)
+	if len(res.drifted) > fleetv1alpha1.MaxDriftedFields {
+		res.drifted = res.drifted[:fleetv1alpha1.MaxDriftedFields]
+	}
+	if removing && run.copies == 0 && len(run.failures) == 0 {
+		if run.p == nil {
+			run.r.results.forget(run.key, run.member.name)
+			run.r.metrics.owedDeletions.WithLabelValues(run.member.name).Set(float64(run.r.results.owedBy(run.member.name)))
+			return reconcile.Result{}, nil
+		}
+	}
+	if run.r.results.set(run.key, run.member.name, res) {
+		run.r.metrics.owedDeletions.WithLabelValues(run.member.name).Set(float64(run.r.results.owedBy(run.member.name)))
+		run.r.enqueue(fleet.Request{NamespacedName: run.key})
+	}
+	return reconcile.Result{RequeueAfter: after}, nil
+}
+
+// managersOf names the field managers of obj, for AlreadyExists.
+func managersOf(obj *unstructured.Unstructured) string {
+	var names []string
+	for _, e := range obj.GetManagedFields() {
+		if !slices.Contains(names, e.Manager) {
+			names = append(names, e.Manager)
+		}
+	}
+	if len(names) == 0 {
+		return "none recorded"
+	}
+	return strings.Join(names, ", ")
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-3], "") + "..."
+}

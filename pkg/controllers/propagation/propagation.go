@@ -1,0 +1,275 @@
+package propagation
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/engage"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+)
+
+// ControllerName names the controller in --controllers, logs and metrics.
+const ControllerName = "propagation"
+
+// DefaultWorkers is how many (member, Propagation) pairs are reconciled
+// at once.
+const DefaultWorkers = 16
+
+// StatusInterval is the least time between two status writes of one
+// Propagation, however many members report.
+const StatusInterval = time.Second
+
+// Options configure the Propagation controller.
+type Options struct {
+	// Workers is how many requests are reconciled at once. Default:
+	// DefaultWorkers.
+	Workers int
+	// Client reads Propagations from the manager's cache and writes them.
+	// Default: the manager's client.
+	Client client.Client
+	// Config is the hub config the hub object caches are built from; its
+	// user agent is also given to every member request. Default: the
+	// manager's, with user agent "fleet-manager/propagation".
+	Config *rest.Config
+}
+
+// reconciler reconciles two kinds of requests: one per member and
+// Propagation, which makes that member's copies what the Propagation
+// wants, and one per Propagation on the hub (cluster ""), which writes its
+// status from the members' results and releases its finalizer.
+type reconciler struct {
+	m        *fleet.Manager
+	fleet    string
+	hub      client.Client
+	recorder events.EventRecorder
+	log      logr.Logger
+	objects  *hubObjects
+	copies   *copyCaches
+	results  *results
+	metrics  *propagationMetrics
+
+	// mu guards queue, the controller's queue once the hub is engaged;
+	// lastWrite, when each Propagation's status was last written; and
+	// readiness, each Propagation's Ready status, for fleet_propagations.
+	mu        sync.Mutex
+	queue     engage.Queue
+	lastWrite map[propagationKey]time.Time
+	readiness map[propagationKey]string
+}
+
+// Add adds the Propagation controller to m. A hub without the Propagation
+// CRD gets none: Add logs that and returns nil.
+func Add(m *fleet.Manager, opts Options) error {
+	if _, err := m.GetRESTMapper().RESTMapping(schema.GroupKind{Group: fleetv1alpha1.GroupVersion.Group, Kind: "Propagation"}, fleetv1alpha1.GroupVersion.Version); meta.IsNoMatchError(err) {
+		m.GetLogger().Info("The hub has no Propagation CRD: objects are not propagated (install deploy/crd)")
+		return nil
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = DefaultWorkers
+	}
+	if opts.Client == nil {
+		opts.Client = m.GetClient()
+	}
+	if opts.Config == nil {
+		opts.Config = rest.CopyConfig(m.GetConfig())
+		opts.Config.UserAgent = "fleet-manager/" + ControllerName
+	}
+	apiReader, err := client.New(opts.Config, client.Options{Scheme: m.GetScheme(), Mapper: m.GetRESTMapper()})
+	if err != nil {
+		return err
+	}
+	pm, err := newMetrics(crmetrics.Registry)
+	if err != nil {
+		return err
+	}
+	log := m.GetLogger().WithValues("controller", ControllerName)
+	r := &reconciler{
+		m: m, fleet: m.Namespace(), hub: opts.Client, log: log,
+		recorder: m.GetEventRecorder("fleet-manager"),
+		results:  newResults(),
+		metrics:  pm,
+
+		lastWrite: map[propagationKey]time.Time{},
+		readiness: map[propagationKey]string{},
+	}
+	r.objects = &hubObjects{config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, changed: r.hubObjectChanged}
+	r.copies = &copyCaches{
+		fleet: m.Namespace(), userAgent: opts.Config.UserAgent, scheme: m.GetScheme(), log: log,
+		kinds: r.copiedKinds, members: map[string]*memberCopies{},
+	}
+	return fleet.NewControllerManagedBy(m).
+		Named(ControllerName).
+		WatchesFleet(&fleetv1alpha1.Propagation{}, r.everyCluster, fleet.InClusters(fleet.Hub)).
+		WatchesClusterSource(hubEngagement{r}, fleet.InClusters(fleet.Hub)).
+		WatchesClusterSource(r.copies).
+		WithOptions(fleet.ControllerOptions{TypedOptions: controller.TypedOptions[fleet.Request]{MaxConcurrentReconciles: opts.Workers}}).
+		Complete(r)
+}
+
+// hubEngagement is the controller's source on the hub: while the hub is
+// engaged (while this replica leads), the hub object caches live, the
+// controller's queue is known, and every registry event asks the
+// Propagations again about that member.
+type hubEngagement struct{ r *reconciler }
+
+func (h hubEngagement) String() string { return "propagated hub objects" }
+
+func (h hubEngagement) Start(ctx context.Context, _ string, _ crcluster.Cluster, q engage.Queue) (<-chan struct{}, error) {
+	r := h.r
+	r.mu.Lock()
+	r.queue = q
+	r.mu.Unlock()
+	r.objects.start(ctx)
+	go r.m.Registry().Subscribe(ctx).Run(ctx, 1, r.memberChanged)
+	synced := make(chan struct{})
+	close(synced)
+	return synced, nil
+}
+
+// enqueue adds requests to the controller's queue, once there is one.
+func (r *reconciler) enqueue(reqs ...fleet.Request) {
+	r.mu.Lock()
+	q := r.queue
+	r.mu.Unlock()
+	if q == nil {
+		return
+	}
+	for _, req := range reqs {
+		q.Add(req)
+	}
+}
+
+// everyCluster maps a Propagation to a request for its status on the hub
+// and one for each engaged member.
+func (r *reconciler) everyCluster(_ context.Context, _ string, obj client.Object) []fleet.Request {
+	key := client.ObjectKeyFromObject(obj)
+	reqs := []fleet.Request{{NamespacedName: key}}
+	for _, name := range r.m.ClusterNames() {
+		reqs = append(reqs, fleet.Request{ClusterName: name, NamespacedName: key})
+	}
+	return reqs
+}
+
+// hubObjectChanged asks every Propagation of namespace that copies kind
+// gvk again, in every member.
+func (r *reconciler) hubObjectChanged(namespace string, gvk schema.GroupVersionKind) {
+	props := &fleetv1alpha1.PropagationList{}
+	if err := r.hub.List(context.Background(), props, client.InNamespace(namespace)); err != nil {
+		return
+	}
+	for i := range props.Items {
+		p := &props.Items[i]
+		if slices.Contains(kindsOf(p), gvk) {
+			r.enqueue(r.everyCluster(context.Background(), "", p)...)
+		}
+	}
+}
+
+// memberChanged asks every Propagation again about a member whose
+// registration, labels or state changed, and forgets a member that left.
+func (r *reconciler) memberChanged(ctx context.Context, e registry.Event) {
+	if e.Removed() || (e.New != nil && !e.New.Accepted()) {
+		r.results.forgetMember(e.Name)
+		r.metrics.forget(e.Name)
+	}
+	props := &fleetv1alpha1.PropagationList{}
+	if err := r.hub.List(ctx, props); err != nil {
+		return
+	}
+	for i := range props.Items {
+		key := client.ObjectKeyFromObject(&props.Items[i])
+		r.enqueue(fleet.Request{NamespacedName: key}, fleet.Request{ClusterName: e.Name, NamespacedName: key})
+	}
+}
+
+// copiedKinds lists every kind a Propagation copies or has copied.
+func (r *reconciler) copiedKinds(ctx context.Context) []schema.GroupVersionKind {
+	props := &fleetv1alpha1.PropagationList{}
+	if err := r.hub.List(ctx, props); err != nil {
+		return nil
+	}
+	var kinds []schema.GroupVersionKind
+	for i := range props.Items {
+		for _, k := range kindsOf(&props.Items[i]) {
+			if !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	return kinds
+}
+
+// kindsOf lists the kinds p copies now and those it copied before.
+func kindsOf(p *fleetv1alpha1.Propagation) []schema.GroupVersionKind {
+	var kinds []schema.GroupVersionKind
+	add := func(apiVersion, kind string) {
+		gv, err := schema.ParseGroupVersion(apiVersion)
+		if err != nil {
+			return
+		}
+		if gvk := gv.WithKind(kind); !slices.Contains(kinds, gvk) {
+			kinds = append(kinds, gvk)
+		}
+	}
+	for _, res := range p.Spec.Resources {
+		add(res.APIVersion, res.Kind)
+	}
+	for _, k := range p.Status.Kinds {
+		add(k.APIVersion, k.Kind)
+	}
+	return kinds
+}
+
+// resourceKind is the kind sel selects.
+func resourceKind(sel fleetv1alpha1.ResourceSelector) (schema.GroupVersionKind, error) {
+	gv, err := schema.ParseGroupVersion(sel.APIVersion)
+	if err != nil {
+		return schema.GroupVersionKind{}, &kindError{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("apiVersion %q: %v", sel.APIVersion, err)}
+	}
+	return gv.WithKind(sel.Kind), nil
+}
+
+// metaLabelSelector is sel's label selector.
+func metaLabelSelector(sel fleetv1alpha1.ResourceSelector) (labels.Selector, error) {
+	s, err := metav1.LabelSelectorAsSelector(sel.Selector)
+	if err != nil {
+		return nil, &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the selector of %s: %v", sel.Kind, err)}
+	}
+	return s, nil
+}
+
+// selects reports whether p selects the member named name, labelled l.
+func selects(p *fleetv1alpha1.Propagation, name string, l map[string]string) (bool, error) {
+	if len(p.Spec.Members.Names) > 0 && !slices.Contains(p.Spec.Members.Names, name) {
+		return false, nil
+	}
+	if p.Spec.Members.Selector == nil {
+		return true, nil
+	}
+	s, err := metav1.LabelSelectorAsSelector(p.Spec.Members.Selector)
+	if err != nil {
+		return false, &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the members selector: %v", err)}
+	}
+	return s.Matches(labels.Set(l)), nil
+}
+
+// propagationKey names a Propagation.
+type propagationKey = types.NamespacedName

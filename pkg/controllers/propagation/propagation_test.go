@@ -1,0 +1,756 @@
+package propagation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+)
+
+// The package's API servers: a hub and three members, each member's
+// writes audited into auditDir.
+var (
+	hub         *envtest.Environment
+	members     []*envtest.Environment
+	hubClient   client.Client
+	memberCls   []client.Client
+	kubeconfigs [][]byte
+	auditDir    string
+	scheme      = runtime.NewScheme()
+	counter     atomic.Int32
+)
+
+const memberCount = 3
+
+func TestMain(m *testing.M) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "propagation-audit-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	auditDir = dir
+	envs, err := controlplane.StartAudited(1+memberCount, dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		if err := setup(envs); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}()
+	if err := controlplane.Stop(envs); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func setup(envs []*envtest.Environment) error {
+	hub, members = envs[0], envs[1:]
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), fleetv1alpha1.AddToScheme(scheme), apiextensionsv1.AddToScheme(scheme)); err != nil {
+		return err
+	}
+	if err := controlplane.InstallCRDs(hub); err != nil {
+		return err
+	}
+	var err error
+	if hubClient, err = client.New(hub.Config, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	for _, env := range members {
+		cl, err := client.New(env.Config, client.Options{Scheme: scheme})
+		if err != nil {
+			return err
+		}
+		kc, err := controlplane.AdminKubeconfig(env, "fleet-manager")
+		if err != nil {
+			return err
+		}
+		memberCls = append(memberCls, cl)
+		kubeconfigs = append(kubeconfigs, kc)
+	}
+	return nil
+}
+
+// testFleet is one test's fleet: its own fleet namespace on the hub, its
+// own team namespace, whose objects it propagates, and its manager.
+type testFleet struct {
+	t         *testing.T
+	mgr       *fleet.Manager
+	namespace string // the fleet's
+	team      string // the propagated objects'
+	cancel    context.CancelFunc
+	done      chan error
+}
+
+func newFleet(t *testing.T) *testFleet {
+	t.Helper()
+	if hub == nil {
+		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
+	}
+	n := counter.Add(1)
+	f := &testFleet{t: t, namespace: fmt.Sprintf("fleet-%d", n), team: fmt.Sprintf("team-%d", n)}
+	createNamespace(t, hubClient, f.namespace)
+	createNamespace(t, hubClient, f.team)
+	f.start(nil)
+	return f
+}
+
+// start starts the fleet's manager; health, if set, sets how members are
+// probed.
+func (f *testFleet) start(health *cluster.HealthOptions) {
+	f.t.Helper()
+	opts := fleet.Options{
+		Options: manager.Options{
+			Metrics:                metricsserver.Options{BindAddress: "0"},
+			HealthProbeBindAddress: "0",
+			Controller:             config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: 30 * time.Second},
+		},
+		Namespace: f.namespace,
+	}
+	if health != nil {
+		opts.MemberHealth = *health
+	}
+	mgr, err := fleet.New(hub.Config, opts)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := propagation.Add(mgr, propagation.Options{}); err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.mgr, f.cancel, f.done = mgr, cancel, make(chan error, 1)
+	go func() { f.done <- mgr.Start(ctx) }()
+	f.t.Cleanup(f.stop)
+}
+
+func (f *testFleet) stop() {
+	if f.cancel == nil {
+		return
+	}
+	f.cancel()
+	if err := <-f.done; err != nil {
+		f.t.Errorf("manager: %v", err)
+	}
+	f.cancel = nil
+}
+
+// register registers member i under name with labels.
+func (f *testFleet) register(i int, name string, labels map[string]string) {
+	f.t.Helper()
+	f.registerKubeconfig(name, kubeconfigs[i], labels)
+}
+
+func (f *testFleet) registerKubeconfig(name string, kubeconfig []byte, labels map[string]string) {
+	f.t.Helper()
+	l := map[string]string{registry.KubeconfigLabel: "true"}
+	for k, v := range labels {
+		l[k] = v
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: l},
+		Data:       map[string][]byte{registry.KubeconfigKey: kubeconfig},
+	}
+	if err := hubClient.Create(f.t.Context(), s); err != nil {
+		f.t.Fatal(err)
+	}
+	poll.Until(f.t, "member "+name+" engaged", func() bool { return slices.Contains(f.mgr.ClusterNames(), name) })
+}
+
+// relabel replaces the labels of member name's Secret.
+func (f *testFleet) relabel(name string, labels map[string]string) {
+	f.t.Helper()
+	s := &corev1.Secret{}
+	if err := hubClient.Get(f.t.Context(), types.NamespacedName{Namespace: f.namespace, Name: name}, s); err != nil {
+		f.t.Fatal(err)
+	}
+	s.Labels = map[string]string{registry.KubeconfigLabel: "true"}
+	for k, v := range labels {
+		s.Labels[k] = v
+	}
+	if err := hubClient.Update(f.t.Context(), s); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *testFleet) propagation(name string, edit func(p *fleetv1alpha1.Propagation)) *fleetv1alpha1.Propagation {
+	f.t.Helper()
+	p := &fleetv1alpha1.Propagation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: name},
+		Spec: fleetv1alpha1.PropagationSpec{
+			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}},
+			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}},
+		},
+	}
+	if edit != nil {
+		edit(p)
+	}
+	if err := hubClient.Create(f.t.Context(), p); err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+// editPropagation applies edit to the current Propagation name.
+func (f *testFleet) editPropagation(name string, edit func(p *fleetv1alpha1.Propagation)) {
+	f.t.Helper()
+	p := &fleetv1alpha1.Propagation{}
+	if err := hubClient.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p); err != nil {
+		f.t.Fatal(err)
+	}
+	edit(p)
+	if err := hubClient.Update(f.t.Context(), p); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// waitStatus waits until Propagation name's status satisfies cond.
+func (f *testFleet) waitStatus(name, what string, cond func(p *fleetv1alpha1.Propagation) bool) *fleetv1alpha1.Propagation {
+	f.t.Helper()
+	p := &fleetv1alpha1.Propagation{}
+	poll.Until(f.t, "Propagation "+name+": "+what, func() bool {
+		err := hubClient.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p)
+		return err == nil && p.Status.ObservedGeneration == p.Generation && cond(p)
+	})
+	return p
+}
+
+func ready(p *fleetv1alpha1.Propagation) bool {
+	return meta.IsStatusConditionTrue(p.Status.Conditions, fleetv1alpha1.PropagationReady)
+}
+
+func (f *testFleet) configMap(name string, data map[string]string, labels map[string]string) *corev1.ConfigMap {
+	f.t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: name, Labels: labels}, Data: data}
+	if err := hubClient.Create(f.t.Context(), cm); err != nil {
+		f.t.Fatal(err)
+	}
+	return cm
+}
+
+// copyIn returns member i's ConfigMap name in the team namespace, or nil.
+func (f *testFleet) copyIn(i int, name string) *corev1.ConfigMap {
+	f.t.Helper()
+	cm := &corev1.ConfigMap{}
+	err := memberCls[i].Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, cm)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return cm
+}
+
+func (f *testFleet) waitCopy(i int, name, what string, cond func(cm *corev1.ConfigMap) bool) {
+	f.t.Helper()
+	poll.Until(f.t, fmt.Sprintf("member %d: ConfigMap %s %s", i, name, what), func() bool { return cond(f.copyIn(i, name)) })
+}
+
+func exists(cm *corev1.ConfigMap) bool { return cm != nil }
+func gone(cm *corev1.ConfigMap) bool   { return cm == nil }
+
+func dataIs(key, value string) func(cm *corev1.ConfigMap) bool {
+	return func(cm *corev1.ConfigMap) bool { return cm != nil && cm.Data[key] == value }
+}
+
+// memberWrites returns the writes the Propagation controller made to
+// member i since.
+func memberWrites(t *testing.T, i int, since time.Time) []controlplane.Write {
+	t.Helper()
+	writes, err := controlplane.Writes(controlplane.AuditLog(auditDir, 1+i), "fleet-manager/propagation", since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writes
+}
+
+func createNamespace(t *testing.T, cl client.Client, name string) {
+	t.Helper()
+	if err := cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+func TestPropagatesHubObjectsToSelectedMembers(t *testing.T) {
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.register(1, "west", map[string]string{"env": "prod"})
+	f.register(2, "lab", map[string]string{"env": "dev"})
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.configMap("other", map[string]string{"color": "red"}, map[string]string{"app": "other"})
+	f.propagation("web", nil)
+
+	p := f.waitStatus("web", "Ready in 2 members", func(p *fleetv1alpha1.Propagation) bool {
+		return ready(p) && p.Status.Selected == 2 && p.Status.Applied == 2
+	})
+	if len(p.Status.Members) != 0 {
+		t.Errorf("status.members = %+v, want none listed: every member is Applied", p.Status.Members)
+	}
+	if !slices.Contains(p.Finalizers, fleetv1alpha1.PropagationFinalizer) {
+		t.Errorf("finalizers = %v, want %s", p.Finalizers, fleetv1alpha1.PropagationFinalizer)
+	}
+	for i := range 2 {
+		cm := f.copyIn(i, "web")
+		if cm == nil || cm.Data["color"] != "blue" {
+			t.Fatalf("member %d: copy %+v, want color blue", i, cm)
+		}
+		if cm.Labels[fleetv1alpha1.PropagationLabel] != "web" || cm.Labels[fleetv1alpha1.FleetLabel] != f.namespace || cm.Labels["app"] != "web" {
+			t.Errorf("member %d: copy labels %v", i, cm.Labels)
+		}
+		if got, want := cm.Annotations[fleetv1alpha1.SourceAnnotation], "v1/ConfigMap/"+f.team+"/web"; got != want {
+			t.Errorf("member %d: source annotation %q, want %q", i, got, want)
+		}
+		if !strings.HasPrefix(cm.Annotations[fleetv1alpha1.ContentHashAnnotation], "sha256:") {
+			t.Errorf("member %d: content hash annotation %q", i, cm.Annotations[fleetv1alpha1.ContentHashAnnotation])
+		}
+		if managers := managersOf(cm); !slices.Equal(managers, []string{fleetv1alpha1.FieldManager}) {
+			t.Errorf("member %d: managers %v, want only %s", i, managers, fleetv1alpha1.FieldManager)
+		}
+		if f.copyIn(i, "other") != nil {
+			t.Errorf("member %d holds ConfigMap other, which the selector does not match", i)
+		}
+	}
+	if f.copyIn(2, "web") != nil {
+		t.Error("member lab (env=dev) holds a copy")
+	}
+
+	// Update: the copies follow.
+	hubCM := &corev1.ConfigMap{}
+	if err := hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, hubCM); err != nil {
+		t.Fatal(err)
+	}
+	hubCM.Data["color"] = "green"
+	if err := hubClient.Update(t.Context(), hubCM); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCopy(0, "web", "updated", dataIs("color", "green"))
+	f.waitCopy(1, "web", "updated", dataIs("color", "green"))
+
+	// A second object matches; then the first stops matching.
+	f.configMap("web-2", map[string]string{"n": "2"}, map[string]string{"app": "web"})
+	f.waitCopy(0, "web-2", "created", exists)
+	hubCM.Labels = map[string]string{"app": "gone"}
+	if err := hubClient.Update(t.Context(), hubCM); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCopy(0, "web", "removed when its hub object stops matching", gone)
+	f.waitCopy(1, "web", "removed when its hub object stops matching", gone)
+
+	// Delete: the copies go.
+	if err := hubClient.Delete(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web-2"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCopy(0, "web-2", "removed when its hub object is deleted", gone)
+	f.waitCopy(1, "web-2", "removed when its hub object is deleted", gone)
+}
+
+func managersOf(obj metav1.Object) []string {
+	var names []string
+	for _, e := range obj.GetManagedFields() {
+		names = append(names, e.Manager)
+	}
+	return names
+}
+
+func TestDriftIsCorrectedOrReported(t *testing.T) {
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	f.waitCopy(0, "web", "created", dataIs("color", "blue"))
+
+	editCopy := func(value string) {
+		t.Helper()
+		cm := f.copyIn(0, "web")
+		cm.Data["color"] = value
+		cm.Data["added"] = "by hand" // not the manager's: never drift
+		if err := memberCls[0].Update(t.Context(), cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Correct: the edit is undone.
+	editCopy("red")
+	f.waitCopy(0, "web", "corrected", dataIs("color", "blue"))
+	if cm := f.copyIn(0, "web"); cm.Data["added"] != "by hand" {
+		t.Errorf("correction removed a key the manager never applied: %v", cm.Data)
+	}
+
+	// Report: the edit stays, and the status names the field.
+	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Drift = fleetv1alpha1.DriftReport })
+	f.waitStatus("web", "Ready under Report", ready)
+	editCopy("yellow")
+	p := f.waitStatus("web", "Drifted", func(p *fleetv1alpha1.Propagation) bool {
+		return p.Status.Drifted == 1 && meta.IsStatusConditionTrue(p.Status.Conditions, fleetv1alpha1.PropagationDrifted)
+	})
+	if ready(p) {
+		t.Error("Ready is True while a member drifted")
+	}
+	if len(p.Status.Members) != 1 || p.Status.Members[0].Result != fleetv1alpha1.ResultDrifted ||
+		!slices.Contains(p.Status.Members[0].DriftedFields, "ConfigMap web: .data.color") {
+		t.Errorf("status.members = %+v, want east Drifted at ConfigMap web: .data.color", p.Status.Members)
+	}
+	time.Sleep(time.Second) // a correction would have happened by now
+	if cm := f.copyIn(0, "web"); cm.Data["color"] != "yellow" {
+		t.Errorf("under Report the copy was changed back: %v", cm.Data)
+	}
+	poll.Until(t, "a Drifted Warning Event on the Propagation", func() bool {
+		events := &eventsv1.EventList{}
+		if err := hubClient.List(t.Context(), events, client.InNamespace(f.team)); err != nil {
+			return false
+		}
+		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.Name == "web" && e.Reason == fleetv1alpha1.ReasonDrifted && strings.Contains(e.Note, ".data.color")
+		})
+	})
+
+	// Back to Correct: corrected, and no longer Drifted.
+	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Drift = fleetv1alpha1.DriftCorrect })
+	f.waitCopy(0, "web", "corrected", dataIs("color", "blue"))
+	f.waitStatus("web", "Ready again", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Drifted == 0 })
+}
+
+func TestFieldOfAnotherManagerIsLeftAlone(t *testing.T) {
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	labels := map[string]string{"app": "web"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web", Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "registry.example/web:1"}}},
+			},
+		},
+	}
+	if err := hubClient.Create(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+	f.propagation("web", func(p *fleetv1alpha1.Propagation) {
+		p.Spec.Resources = []fleetv1alpha1.ResourceSelector{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"}}
+	})
+	f.waitStatus("web", "Ready", ready)
+
+	// An autoscaler scales the copy through the scale subresource.
+	copyKey := types.NamespacedName{Namespace: f.team, Name: "web"}
+	dep := &appsv1.Deployment{}
+	if err := memberCls[0].Get(t.Context(), copyKey, dep); err != nil {
+		t.Fatal(err)
+	}
+	scale := &autoscalingv1.Scale{}
+	if err := memberCls[0].SubResource("scale").Get(t.Context(), dep, scale); err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = 5
+	if err := memberCls[0].SubResource("scale").Update(t.Context(), dep, client.WithSubResourceBody(scale), client.FieldOwner("autoscaler")); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now()
+	time.Sleep(2 * time.Second)
+	if err := memberCls[0].Get(t.Context(), copyKey, dep); err != nil {
+		t.Fatal(err)
+	}
+	if *dep.Spec.Replicas != 5 {
+		t.Errorf("replicas = %d, want the autoscaler's 5", *dep.Spec.Replicas)
+	}
+	if writes := memberWrites(t, 0, since); len(writes) != 0 {
+		t.Errorf("the manager wrote %v after the autoscaler scaled the copy, want nothing", writes)
+	}
+	p := f.waitStatus("web", "still Ready", ready)
+	if p.Status.Drifted != 0 {
+		t.Errorf("drifted = %d: a field the autoscaler owns counted as drift", p.Status.Drifted)
+	}
+
+	// A change of the hub object is applied, and still leaves replicas.
+	if err := hubClient.Get(t.Context(), copyKey, d); err != nil {
+		t.Fatal(err)
+	}
+	d.Spec.Template.Spec.Containers[0].Image = "registry.example/web:2"
+	if err := hubClient.Update(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "image 2 in the member", func() bool {
+		return memberCls[0].Get(t.Context(), copyKey, dep) == nil && dep.Spec.Template.Spec.Containers[0].Image == "registry.example/web:2"
+	})
+	if *dep.Spec.Replicas != 5 {
+		t.Errorf("after a hub change, replicas = %d, want the autoscaler's 5", *dep.Spec.Replicas)
+	}
+}
+
+func TestPreexistingObjectIsAdoptedOnlyWhenAsked(t *testing.T) {
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	createNamespace(t, memberCls[0], f.team)
+	mine := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}, Data: map[string]string{"color": "mine"}}
+	if err := memberCls[0].Create(t.Context(), mine, client.FieldOwner("platform-team")); err != nil {
+		t.Fatal(err)
+	}
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	p := f.waitStatus("web", "AlreadyExists", func(p *fleetv1alpha1.Propagation) bool {
+		return p.Status.Failed == 1 && len(p.Status.Members) == 1 && p.Status.Members[0].Reason == fleetv1alpha1.ReasonAlreadyExists
+	})
+	if msg := p.Status.Members[0].Message; !strings.Contains(msg, "platform-team") {
+		t.Errorf("message %q does not name the object's manager", msg)
+	}
+	if cm := f.copyIn(0, "web"); cm.Data["color"] != "mine" {
+		t.Fatalf("the pre-existing object was overwritten: %v", cm.Data)
+	}
+	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Adopt = true })
+	f.waitCopy(0, "web", "adopted", dataIs("color", "blue"))
+	f.waitStatus("web", "Ready after adoption", ready)
+}
+
+func TestDeselectedMemberLosesItsCopies(t *testing.T) {
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.register(1, "west", map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready in 2 members", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 2 })
+	f.relabel("west", map[string]string{"env": "staging"})
+	f.waitCopy(1, "web", "removed from the deselected member", gone)
+	f.waitStatus("web", "Ready in 1 member", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Selected == 1 })
+	if f.copyIn(0, "web") == nil {
+		t.Error("the selected member lost its copy")
+	}
+}
+
+func TestDeletedPropagationDeletesOrOrphansItsCopies(t *testing.T) {
+	for _, policy := range []fleetv1alpha1.DeletionPolicy{fleetv1alpha1.DeletionDelete, fleetv1alpha1.DeletionOrphan} {
+		t.Run(string(policy), func(t *testing.T) {
+			f := newFleet(t)
+			f.register(0, "east", map[string]string{"env": "prod"})
+			f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+			f.propagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Deletion = policy })
+			f.waitStatus("web", "Ready", ready)
+			if err := hubClient.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
+				t.Fatal(err)
+			}
+			poll.Until(t, "the Propagation gone", func() bool {
+				return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
+			})
+			if policy == fleetv1alpha1.DeletionDelete {
+				f.waitCopy(0, "web", "deleted", gone)
+				return
+			}
+			f.waitCopy(0, "web", "orphaned", func(cm *corev1.ConfigMap) bool {
+				_, labelled := cm.Labels[fleetv1alpha1.PropagationLabel]
+				return cm != nil && !labelled && cm.Annotations[fleetv1alpha1.SourceAnnotation] == ""
+			})
+			if cm := f.copyIn(0, "web"); cm.Data["color"] != "blue" || cm.Labels["app"] != "web" {
+				t.Errorf("the orphaned object lost its content: %+v", cm)
+			}
+		})
+	}
+}
+
+func TestUnreachableMemberOwesTheDeletion(t *testing.T) {
+	f := newFleet(t)
+	f.stop()
+	f.start(&cluster.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: time.Hour})
+	proxied, proxy, err := controlplane.ViaProxy(kubeconfigs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	f.registerKubeconfig("east", proxied, map[string]string{"env": "prod"})
+	f.register(1, "west", map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready in 2 members", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 2 })
+
+	proxy.Down()
+	poll.Until(t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == cluster.StateUnhealthy })
+	p := f.waitStatus("web", "east pending as MemberUnhealthy", func(p *fleetv1alpha1.Propagation) bool {
+		return len(p.Status.Members) == 1 && p.Status.Members[0].Reason == fleetv1alpha1.ReasonMemberUnhealthy
+	})
+	if ready(p) {
+		t.Error("Ready is True while a selected member is Unhealthy")
+	}
+	start := time.Now()
+	if err := hubClient.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the Propagation gone although east is down", func() bool {
+		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
+	})
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("deleting the Propagation took %s", took)
+	}
+	f.waitCopy(1, "web", "deleted in the reachable member", gone)
+	if f.copyIn(0, "web") == nil {
+		t.Fatal("the copy in east is gone while east was down: the test proves nothing")
+	}
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCopy(0, "web", "deleted once east is back", gone)
+}
+
+func TestObjectInvalidForOneMemberFailsOnlyThere(t *testing.T) {
+	f := newFleet(t)
+	crd := widgetCRD()
+	for _, cfg := range []*envtest.Environment{hub, members[0]} {
+		if _, err := envtest.InstallCRDs(cfg.Config, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd.DeepCopy()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.register(1, "west", map[string]string{"env": "prod"})
+	w := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "test.fleetkube.io/v1", "kind": "Widget",
+		"metadata": map[string]any{"namespace": f.team, "name": "gear"},
+		"spec":     map[string]any{"size": int64(3)},
+	}}
+	if err := hubClient.Create(t.Context(), w); err != nil {
+		t.Fatal(err)
+	}
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", func(p *fleetv1alpha1.Propagation) {
+		p.Spec.Resources = append(p.Spec.Resources, fleetv1alpha1.ResourceSelector{APIVersion: "test.fleetkube.io/v1", Kind: "Widget", Name: "gear"})
+	})
+	p := f.waitStatus("web", "west failed with KindNotFound", func(p *fleetv1alpha1.Propagation) bool {
+		return p.Status.Failed == 1 && p.Status.Applied == 1 && len(p.Status.Members) == 1 &&
+			p.Status.Members[0].Name == "west" && p.Status.Members[0].Reason == fleetv1alpha1.ReasonKindNotFound
+	})
+	if !strings.Contains(p.Status.Members[0].Message, "Widget") {
+		t.Errorf("message %q does not name the kind", p.Status.Members[0].Message)
+	}
+	got := &unstructured.Unstructured{}
+	got.SetGroupVersionKind(w.GroupVersionKind())
+	if err := memberCls[0].Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "gear"}, got); err != nil {
+		t.Errorf("east, which has the kind, lacks the copy: %v", err)
+	}
+	if f.copyIn(1, "web") == nil {
+		t.Error("west lacks the ConfigMap: one failed kind blocked the member's other copies")
+	}
+}
+
+func widgetCRD() *apiextensionsv1.CustomResourceDefinition {
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets.test.fleetkube.io"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "test.fleetkube.io",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: ptr.To(true),
+				}},
+			}},
+		},
+	}
+}
+
+func TestUnchangedFleetMakesNoWrites(t *testing.T) {
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.register(1, "west", map[string]string{"env": "prod"})
+	for i := range 20 {
+		f.configMap(fmt.Sprintf("web-%d", i), map[string]string{"i": fmt.Sprint(i)}, map[string]string{"app": "web"})
+	}
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 2 })
+	since := time.Now()
+	if writes := memberWrites(t, 0, time.Time{}); len(writes) < 20 {
+		t.Fatalf("the audit log shows %d writes by the controller, want at least the 20 creates: it does not see them", len(writes))
+	}
+
+	// A resync: every member asked again about the Propagation.
+	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) {
+		p.Annotations = map[string]string{"touched": "yes"}
+	})
+	// A restart.
+	f.stop()
+	f.start(nil)
+	poll.Until(t, "the restarted manager engaged both members", func() bool {
+		return len(f.mgr.ClusterNames()) == 2
+	})
+	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Annotations["touched"] = "again" })
+	time.Sleep(3 * time.Second)
+	f.waitStatus("web", "Ready", ready)
+	for i := range 2 {
+		if writes := memberWrites(t, i, since); len(writes) != 0 {
+			t.Errorf("member %d: %d writes after a resync and a restart of an unchanged fleet, want 0: %v", i, len(writes), writes)
+		}
+	}
+}
+
+func TestPropagationOnlyReadsItsOwnNamespace(t *testing.T) {
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	other := fmt.Sprintf("other-%d", counter.Add(1))
+	createNamespace(t, hubClient, other)
+	secret := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "web", Labels: map[string]string{"app": "web"}}, Data: map[string]string{"from": "other"}}
+	if err := hubClient.Create(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	f.configMap("web", map[string]string{"from": "team"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready", ready)
+	if cm := f.copyIn(0, "web"); cm.Data["from"] != "team" {
+		t.Errorf("copy %v, want the team namespace's", cm.Data)
+	}
+	err := memberCls[0].Get(t.Context(), types.NamespacedName{Namespace: other, Name: "web"}, &corev1.ConfigMap{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("a Propagation of %s copied an object of %s: %v", f.team, other, err)
+	}
+}
+
+func TestClusterScopedKindIsRefused(t *testing.T) {
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.propagation("nodes", func(p *fleetv1alpha1.Propagation) {
+		p.Spec.Resources = []fleetv1alpha1.ResourceSelector{{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: "view"}}
+	})
+	p := f.waitStatus("nodes", "refused", func(p *fleetv1alpha1.Propagation) bool {
+		c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady)
+		return c != nil && c.Reason == fleetv1alpha1.ReasonClusterScoped
+	})
+	if c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady); !strings.Contains(c.Message, "ClusterRole") {
+		t.Errorf("message %q does not name the kind", c.Message)
+	}
+}

@@ -1,0 +1,330 @@
+package propagation
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+)
+
+// releaseTimeout bounds how long a deleted Propagation waits for a Ready
+// member to report the removal of its copies; after it, the member owes
+// the removal, and the Propagation goes.
+const releaseTimeout = 30 * time.Second
+
+// resultOrder lists members in status: failures first.
+var resultOrder = []fleetv1alpha1.MemberResult{
+	fleetv1alpha1.ResultFailed, fleetv1alpha1.ResultDrifted, fleetv1alpha1.ResultDeletionOwed, fleetv1alpha1.ResultPending, fleetv1alpha1.ResultApplied,
+}
+
+// reconcileStatus writes a Propagation's status from its members'
+// results, at most once per StatusInterval, keeps its finalizer, and
+// releases it once a deleted Propagation's copies are removed or owed.
+func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (reconcile.Result, error) {
+	p := &fleetv1alpha1.Propagation{}
+	if err := r.hub.Get(ctx, key, p); apierrors.IsNotFound(err) {
+		r.results.forgetPropagation(key)
+		r.setReadiness(key, "")
+		return reconcile.Result{}, nil
+	} else if err != nil {
+		return reconcile.Result{}, err
+	}
+	var members []*registry.Cluster
+	for _, c := range r.m.Registry().List() {
+		if c.Accepted() {
+			members = append(members, c)
+		}
+	}
+	if !p.DeletionTimestamp.IsZero() {
+		return r.release(ctx, p, members)
+	}
+	if !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) {
+		before := p.DeepCopy()
+		controllerutil.AddFinalizer(p, fleetv1alpha1.PropagationFinalizer)
+		return reconcile.Result{}, client.IgnoreNotFound(r.hub.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})))
+	}
+	status := r.status(ctx, p, members)
+	r.setReadiness(key, string(conditionStatus(status.Conditions, fleetv1alpha1.PropagationReady)))
+	if equality.Semantic.DeepEqual(p.Status, status) {
+		return reconcile.Result{}, nil
+	}
+	if wait := r.statusWait(key); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	before := p.DeepCopy()
+	p.Status = status
+	if err := r.hub.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	r.statusWritten(key)
+	return reconcile.Result{}, nil
+}
+
+// status sums up the members' results of p.
+func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, members []*registry.Cluster) fleetv1alpha1.PropagationStatus {
+	key := client.ObjectKeyFromObject(p)
+	st := fleetv1alpha1.PropagationStatus{
+		ObservedGeneration: p.Generation,
+		Conditions:         slices.Clone(p.Status.Conditions),
+		Kinds:              copiedKindsStatus(p),
+	}
+	results := r.results.of(key)
+	previous := map[string]fleetv1alpha1.MemberPropagationStatus{}
+	for _, m := range p.Status.Members {
+		previous[m.Name] = m
+	}
+	var selectorErr error
+	var listed []fleetv1alpha1.MemberPropagationStatus
+	for _, c := range members {
+		selected, err := selects(p, c.Name, c.Labels)
+		if err != nil {
+			selectorErr = err
+		}
+		res, has := results[c.Name]
+		ready := c.State == cluster.StateReady
+		entry := fleetv1alpha1.MemberPropagationStatus{Name: c.Name, ObservedGeneration: p.Generation}
+		switch {
+		case selected && !ready:
+			entry.Result, entry.Reason, entry.Message = fleetv1alpha1.ResultPending, fleetv1alpha1.ReasonMemberUnhealthy, fmt.Sprintf("the member is %s", c.State)
+		case selected && (!has || res.generation != p.Generation || res.removing):
+			entry.Result, entry.Reason, entry.Message = fleetv1alpha1.ResultPending, "Applying", "not applied yet"
+		case selected:
+			entry.Result, entry.Reason, entry.Message, entry.DriftedFields = res.result, res.reason, res.message, res.drifted
+			entry.ObservedGeneration, entry.LastTransitionTime = res.generation, res.since
+		case has && (res.copies > 0 || res.result == fleetv1alpha1.ResultDeletionOwed || !res.removing):
+			if !ready {
+				r.owe(ctx, key, c.Name, fmt.Sprintf("the member is %s: its copies are removed when it is Ready", c.State))
+				res, _ = r.results.get(key, c.Name)
+				entry.Result, entry.Reason, entry.Message = res.result, res.reason, res.message
+			} else {
+				entry.Result, entry.Reason, entry.Message = fleetv1alpha1.ResultPending, "Removing", "the member is no longer selected: removing its copies"
+			}
+		default:
+			continue
+		}
+		if selected {
+			st.Selected++
+		}
+		switch entry.Result {
+		case fleetv1alpha1.ResultApplied:
+			st.Applied++
+			continue // counted, not listed
+		case fleetv1alpha1.ResultDrifted:
+			st.Drifted++
+		case fleetv1alpha1.ResultFailed:
+			st.Failed++
+		case fleetv1alpha1.ResultDeletionOwed:
+			st.PendingDeletions++
+		}
+		if prev, ok := previous[c.Name]; ok && prev.Result == entry.Result && prev.Reason == entry.Reason {
+			entry.LastTransitionTime = prev.LastTransitionTime
+		} else if entry.LastTransitionTime.IsZero() {
+			entry.LastTransitionTime = metav1.Now()
+		}
+		listed = append(listed, entry)
+	}
+	slices.SortFunc(listed, func(a, b fleetv1alpha1.MemberPropagationStatus) int {
+		return cmp.Or(cmp.Compare(slices.Index(resultOrder, a.Result), slices.Index(resultOrder, b.Result)), strings.Compare(a.Name, b.Name))
+	})
+	if len(listed) > fleetv1alpha1.MaxListedMembers {
+		listed = listed[:fleetv1alpha1.MaxListedMembers]
+	}
+	st.Members = listed
+	r.setConditions(ctx, p, &st, selectorErr)
+	return st
+}
+
+// setConditions sets Ready, Applied and Drifted from the counts and the
+// hub's own problems.
+func (r *reconciler) setConditions(ctx context.Context, p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, selectorErr error) {
+	set := func(t string, ok bool, reason, message string) {
+		status := metav1.ConditionFalse
+		if ok {
+			status = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: truncate(message, 1024), ObservedGeneration: p.Generation})
+	}
+	pending := st.Selected - st.Applied - st.Drifted - st.Failed
+	notReady := func() (string, string) {
+		if kerr := r.hubProblem(ctx, p); kerr != nil {
+			return kerr.reason, kerr.message
+		}
+		var kerr *kindError
+		if errors.As(selectorErr, &kerr) {
+			return kerr.reason, kerr.message
+		}
+		switch {
+		case p.Spec.Suspend:
+			return fleetv1alpha1.ReasonSuspended, "spec.suspend is set: nothing is applied, corrected or removed"
+		case st.Selected == 0:
+			return fleetv1alpha1.ReasonNoMembersSelected, "no member matches spec.members"
+		case st.Failed > 0:
+			return fleetv1alpha1.ReasonMembersFailed, fmt.Sprintf("%d of %d members failed; first: %s", st.Failed, st.Selected, firstMessage(st.Members))
+		case pending > 0:
+			return fleetv1alpha1.ReasonMembersPending, fmt.Sprintf("%d of %d members are not applied yet", pending, st.Selected)
+		case st.Drifted > 0:
+			return fleetv1alpha1.ReasonDrifted, fmt.Sprintf("%d of %d members hold changed copies", st.Drifted, st.Selected)
+		case st.PendingDeletions > 0:
+			return fleetv1alpha1.ReasonDeletionOwed, fmt.Sprintf("%d members owe the removal of copies until they are Ready", st.PendingDeletions)
+		}
+		return "", ""
+	}
+	reason, message := notReady()
+	if reason == "" {
+		set(fleetv1alpha1.PropagationReady, true, fleetv1alpha1.ReasonApplied, fmt.Sprintf("every copy is applied and in sync in all %d selected members", st.Selected))
+	} else {
+		set(fleetv1alpha1.PropagationReady, false, reason, message)
+	}
+	switch applied := st.Applied + st.Drifted; {
+	case st.Selected > 0 && applied == st.Selected && r.hubProblem(ctx, p) == nil:
+		set(fleetv1alpha1.PropagationApplied, true, fleetv1alpha1.ReasonApplied, fmt.Sprintf("applied in all %d selected members", st.Selected))
+	case reason != "" && reason != fleetv1alpha1.ReasonDrifted && reason != fleetv1alpha1.ReasonDeletionOwed:
+		set(fleetv1alpha1.PropagationApplied, false, reason, message)
+	default:
+		set(fleetv1alpha1.PropagationApplied, false, fleetv1alpha1.ReasonMembersPending, fmt.Sprintf("applied in %d of %d selected members", applied, st.Selected))
+	}
+	if st.Drifted > 0 {
+		set(fleetv1alpha1.PropagationDrifted, true, fleetv1alpha1.ReasonDrifted, fmt.Sprintf("%d members hold changed copies (drift: %s)", st.Drifted, p.Spec.Drift))
+	} else {
+		set(fleetv1alpha1.PropagationDrifted, false, fleetv1alpha1.ReasonNoDrift, "no copy was changed in a member")
+	}
+}
+
+// hubProblem is the first of p's resources the hub cannot give.
+func (r *reconciler) hubProblem(ctx context.Context, p *fleetv1alpha1.Propagation) *kindError {
+	for _, sel := range p.Spec.Resources {
+		_, err := r.objects.list(ctx, p.Namespace, sel)
+		var kerr *kindError
+		if errors.As(err, &kerr) {
+			return kerr
+		}
+	}
+	return nil
+}
+
+func firstMessage(members []fleetv1alpha1.MemberPropagationStatus) string {
+	if len(members) == 0 {
+		return ""
+	}
+	return members[0].Name + ": " + members[0].Message
+}
+
+func conditionStatus(conditions []metav1.Condition, t string) metav1.ConditionStatus {
+	if c := meta.FindStatusCondition(conditions, t); c != nil {
+		return c.Status
+	}
+	return metav1.ConditionUnknown
+}
+
+// copiedKindsStatus is status.kinds: the kinds p copied before, then
+// those it copies now.
+func copiedKindsStatus(p *fleetv1alpha1.Propagation) []fleetv1alpha1.KindReference {
+	kinds := slices.Clone(p.Status.Kinds)
+	for _, res := range p.Spec.Resources {
+		k := fleetv1alpha1.KindReference{APIVersion: res.APIVersion, Kind: res.Kind}
+		if !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	if len(kinds) > 64 {
+		kinds = kinds[len(kinds)-64:]
+	}
+	return kinds
+}
+
+// release lets a deleted Propagation go once every member has removed its
+// copies or owes their removal: a member that is not Ready, that failed to
+// remove them, or that did not report within releaseTimeout.
+func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation, members []*registry.Cluster) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) {
+		return reconcile.Result{}, nil
+	}
+	key := client.ObjectKeyFromObject(p)
+	results := r.results.of(key)
+	timedOut := time.Since(p.DeletionTimestamp.Time) > releaseTimeout
+	var waiting, owed []string
+	for _, c := range members {
+		res, has := results[c.Name]
+		switch {
+		case has && res.removing && res.copies == 0 && res.result != fleetv1alpha1.ResultFailed:
+		case c.State != cluster.StateReady:
+			r.owe(ctx, key, c.Name, fmt.Sprintf("the member is %s: its copies are removed when it is Ready", c.State))
+			owed = append(owed, c.Name)
+		case has && res.removing && res.result == fleetv1alpha1.ResultFailed, timedOut:
+			r.owe(ctx, key, c.Name, "removing the copies failed: "+res.message)
+			owed = append(owed, c.Name)
+		default:
+			waiting = append(waiting, c.Name)
+		}
+	}
+	if len(waiting) > 0 {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	before := p.DeepCopy()
+	controllerutil.RemoveFinalizer(p, fleetv1alpha1.PropagationFinalizer)
+	if err := r.hub.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if len(owed) > 0 {
+		logf.FromContext(ctx).Info("Propagation deleted; members owe the removal of its copies", "members", owed)
+		r.recorder.Eventf(p, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDeletionOwed, "Delete",
+			"%d members owe the removal of copies, done when each is Ready: %s", len(owed), strings.Join(owed, ", "))
+	}
+	return reconcile.Result{}, nil
+}
+
+// owe records that member owes the removal of key's copies.
+func (r *reconciler) owe(ctx context.Context, key propagationKey, member, message string) {
+	if r.results.owe(key, member, message) {
+		logf.FromContext(ctx).V(1).Info("Removal of copies owed", "member", member)
+		r.metrics.owedDeletions.WithLabelValues(member).Set(float64(r.results.owedBy(member)))
+	}
+}
+
+// statusWait is how long key's next status write must wait.
+func (r *reconciler) statusWait(key propagationKey) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return time.Until(r.lastWrite[key].Add(StatusInterval))
+}
+
+func (r *reconciler) statusWritten(key propagationKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastWrite[key] = time.Now()
+}
+
+// setReadiness records key's Ready status ("" once it is gone) and sets
+// fleet_propagations.
+func (r *reconciler) setReadiness(key propagationKey, ready string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ready == "" {
+		delete(r.readiness, key)
+		delete(r.lastWrite, key)
+	} else {
+		r.readiness[key] = ready
+	}
+	counts := map[string]int{}
+	for _, v := range r.readiness {
+		counts[v]++
+	}
+	r.metrics.setReadiness(counts)
+}
