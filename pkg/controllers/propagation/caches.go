@@ -183,6 +183,7 @@ type hubObjects struct {
 	scheme *runtime.Scheme
 	mapper meta.RESTMapper
 	reader client.Reader
+	log    logr.Logger
 	// changed is told of every event of a hub object.
 	changed func(namespace string, gvk schema.GroupVersionKind)
 
@@ -239,7 +240,8 @@ func (h *hubObjects) inNamespace(namespace string) (*watchedKinds, error) {
 	}
 	c, err := cache.New(h.config, cache.Options{
 		Scheme: h.scheme, Mapper: h.mapper,
-		DefaultNamespaces: map[string]cache.Config{namespace: {}},
+		DefaultNamespaces:        map[string]cache.Config{namespace: {}},
+		DefaultWatchErrorHandler: quietWatchErrors(h.log),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building the hub cache of namespace %s: %w", namespace, err)
@@ -254,6 +256,16 @@ func (h *hubObjects) inNamespace(namespace string) (*watchedKinds, error) {
 	go c.Start(h.ctx) //nolint:errcheck // it fails only when started twice
 	h.namespaces[namespace] = w
 	return w, nil
+}
+
+// quietWatchErrors logs a failed list or watch of a copy or hub object
+// cache at V(1): the informer retries, a member that is down is reported
+// by its state, and a kind that may not be read was refused before its
+// informer started.
+func quietWatchErrors(log logr.Logger) toolscache.WatchErrorHandlerWithContext {
+	return func(_ context.Context, r *toolscache.Reflector, err error) {
+		log.V(1).Info("Watch failed; retrying", "reflector", r.TypeDescription(), "error", err.Error())
+	}
 }
 
 // memberCopies are the copies in one member: a cache that holds only
@@ -275,8 +287,11 @@ type copyCaches struct {
 	userAgent string
 	scheme    *runtime.Scheme
 	log       logr.Logger
-	// kinds lists the kinds Propagations copy now.
-	kinds func(ctx context.Context) []schema.GroupVersionKind
+	// kinds lists the kinds Propagations copy now, and those of the
+	// copies a member owes removing; owed lists the Propagations whose
+	// copies it owes removing.
+	kinds func(ctx context.Context, member string) []schema.GroupVersionKind
+	owed  func(member string) []types.NamespacedName
 
 	mu      sync.Mutex
 	members map[string]*memberCopies
@@ -306,6 +321,7 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster
 	ca, err := cache.New(cl.GetConfig(), cache.Options{
 		HTTPClient: httpClient, Scheme: c.scheme, Mapper: cl.GetRESTMapper(),
 		DefaultLabelSelector: selector, ReaderFailOnMissingInformer: true,
+		DefaultWatchErrorHandler: quietWatchErrors(c.log.WithValues("cluster", clusterName)),
 	})
 	if err != nil {
 		return nil, err
@@ -340,10 +356,15 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster
 	synced := make(chan struct{})
 	go func() {
 		defer close(synced)
-		for _, gvk := range c.kinds(ctx) {
+		for _, gvk := range c.kinds(ctx, clusterName) {
 			if err := mc.watch(ctx, gvk); err != nil && ctx.Err() == nil {
 				c.log.V(1).Info("Not watching copies of a kind", "cluster", clusterName, "kind", gvk.Kind, "reason", err.Error())
 			}
+		}
+		// A member that comes back is asked about what it owes: its
+		// queued requests were dropped when it left.
+		for _, key := range c.owed(clusterName) {
+			q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: key})
 		}
 	}()
 	return synced, nil

@@ -58,8 +58,11 @@ type memberRun struct {
 	// skipRemoval holds kinds whose hub objects could not be read: none of
 	// their copies can be proven unwanted.
 	skipRemoval map[schema.GroupVersionKind]bool
-	copies      int
-	namespaced  bool
+	// copies counts the copies the member holds after the run, and kinds
+	// are their kinds.
+	copies     int
+	kinds      []schema.GroupVersionKind
+	namespaced bool
 }
 
 type failure struct {
@@ -214,10 +217,10 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, hubObj, live *unstru
 		sameHub := live.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation] == desired.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
 		switch {
 		case sameHub && len(changedFields) == 0:
-			run.copies++
+			run.hold(k.gvk)
 			return nil
 		case sameHub && p.Spec.Drift == fleetv1alpha1.DriftReport:
-			run.copies++
+			run.hold(k.gvk)
 			run.reportDrift(k, changedFields)
 			return nil
 		case sameHub:
@@ -237,7 +240,7 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, hubObj, live *unstru
 		return run.failed(err, "patch", k)
 	}
 	run.r.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
-	run.copies++
+	run.hold(k.gvk)
 	return nil
 }
 
@@ -304,7 +307,7 @@ func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructure
 	}
 	uid := live.GetUID()
 	if err := run.member.client.Delete(ctx, live, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		run.copies++
+		run.hold(k.gvk)
 		return run.failed(err, "delete", k)
 	}
 	logf.FromContext(ctx).V(1).Info("Copy removed", "kind", k.gvk.Kind, "object", k.name)
@@ -341,6 +344,14 @@ func statusMessage(err error) string {
 
 func (run *memberRun) fail(f failure) { run.failures = append(run.failures, f) }
 
+// hold counts a copy of kind gvk that the member holds after the run.
+func (run *memberRun) hold(gvk schema.GroupVersionKind) {
+	run.copies++
+	if !slices.Contains(run.kinds, gvk) {
+		run.kinds = append(run.kinds, gvk)
+	}
+}
+
 // record stores the run's result, asks for a status write when it
 // changed, and retries failures no event will end.
 func (run *memberRun) record(removing bool, wanted int) (reconcile.Result, error) {
@@ -348,7 +359,7 @@ func (run *memberRun) record(removing bool, wanted int) (reconcile.Result, error
 	if run.p != nil {
 		gen = run.p.Generation
 	}
-	res := memberResult{result: fleetv1alpha1.ResultApplied, reason: fleetv1alpha1.ReasonApplied, generation: gen, since: metav1.Now(), copies: run.copies, removing: removing}
+	res := memberResult{result: fleetv1alpha1.ResultApplied, reason: fleetv1alpha1.ReasonApplied, generation: gen, since: metav1.Now(), copies: run.copies, kinds: run.kinds, removing: removing}
 	var after time.Duration
 	switch {
 	case len(run.failures) > 0:
@@ -371,12 +382,16 @@ func (run *memberRun) record(removing bool, wanted int) (reconcile.Result, error
 	if removing && run.copies == 0 && len(run.failures) == 0 {
 		if run.p == nil {
 			run.r.results.forget(run.key, run.member.name)
-			run.r.metrics.owedDeletions.WithLabelValues(run.member.name).Set(float64(run.r.results.owedBy(run.member.name)))
+			run.r.countOwed(run.member.name)
 			return reconcile.Result{}, nil
 		}
 	}
+	if run.p == nil {
+		// Gone, with copies left: they stay owed.
+		res.result, res.reason = fleetv1alpha1.ResultDeletionOwed, fleetv1alpha1.ReasonDeletionOwed
+	}
 	if run.r.results.set(run.key, run.member.name, res) {
-		run.r.metrics.owedDeletions.WithLabelValues(run.member.name).Set(float64(run.r.results.owedBy(run.member.name)))
+		run.r.countOwed(run.member.name)
 		run.r.enqueue(fleet.Request{NamespacedName: run.key})
 	}
 	return reconcile.Result{RequeueAfter: after}, nil

@@ -110,10 +110,10 @@ func Add(m *fleet.Manager, opts Options) error {
 		lastWrite: map[propagationKey]time.Time{},
 		readiness: map[propagationKey]string{},
 	}
-	r.objects = &hubObjects{config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, changed: r.hubObjectChanged}
+	r.objects = &hubObjects{config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
 	r.copies = &copyCaches{
 		fleet: m.Namespace(), userAgent: opts.Config.UserAgent, scheme: m.GetScheme(), log: log,
-		kinds: r.copiedKinds, members: map[string]*memberCopies{},
+		kinds: r.memberKinds, owed: r.owedBy, members: map[string]*memberCopies{},
 	}
 	return fleet.NewControllerManagedBy(m).
 		Named(ControllerName).
@@ -215,6 +215,25 @@ func (r *reconciler) copiedKinds(ctx context.Context) []schema.GroupVersionKind 
 		}
 	}
 	return kinds
+}
+
+// memberKinds lists the kinds of copies member may hold: those
+// Propagations copy and those of copies it owes removing.
+func (r *reconciler) memberKinds(ctx context.Context, member string) []schema.GroupVersionKind {
+	kinds := r.copiedKinds(ctx)
+	_, owed := r.results.owedBy(member)
+	for _, k := range owed {
+		if !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds
+}
+
+// owedBy lists the Propagations whose copies member owes removing.
+func (r *reconciler) owedBy(member string) []propagationKey {
+	keys, _ := r.results.owedBy(member)
+	return keys
 }
 
 // kindsOf lists the kinds p copies now and those it copied before.

@@ -586,47 +586,59 @@ func TestDeletedPropagationDeletesOrOrphansItsCopies(t *testing.T) {
 	}
 }
 
+// TestUnreachableMemberOwesTheDeletion deletes a Propagation while a
+// member is Unhealthy (its work held, its caches kept) and while one is
+// Disconnected (its caches torn down, its queued work dropped): neither
+// holds the Propagation, and each removes its copy when it is back.
 func TestUnreachableMemberOwesTheDeletion(t *testing.T) {
-	f := newFleet(t)
-	f.stop()
-	f.start(&cluster.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: time.Hour})
-	proxied, proxy, err := controlplane.ViaProxy(kubeconfigs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	f.registerKubeconfig("east", proxied, map[string]string{"env": "prod"})
-	f.register(1, "west", map[string]string{"env": "prod"})
-	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
-	f.propagation("web", nil)
-	f.waitStatus("web", "Ready in 2 members", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 2 })
+	for _, state := range []cluster.State{cluster.StateUnhealthy, cluster.StateDisconnected} {
+		t.Run(string(state), func(t *testing.T) {
+			disconnectAfter := time.Hour
+			if state == cluster.StateDisconnected {
+				disconnectAfter = time.Second
+			}
+			f := newFleet(t)
+			f.stop()
+			f.start(&cluster.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: disconnectAfter})
+			proxied, proxy, err := controlplane.ViaProxy(kubeconfigs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(proxy.Close)
+			f.registerKubeconfig("east", proxied, map[string]string{"env": "prod"})
+			f.register(1, "west", map[string]string{"env": "prod"})
+			f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+			f.propagation("web", nil)
+			f.waitStatus("web", "Ready in 2 members", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 2 })
 
-	proxy.Down()
-	poll.Until(t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == cluster.StateUnhealthy })
-	p := f.waitStatus("web", "east pending as MemberUnhealthy", func(p *fleetv1alpha1.Propagation) bool {
-		return len(p.Status.Members) == 1 && p.Status.Members[0].Reason == fleetv1alpha1.ReasonMemberUnhealthy
-	})
-	if ready(p) {
-		t.Error("Ready is True while a selected member is Unhealthy")
+			proxy.Down()
+			poll.Until(t, "east "+string(state), func() bool { s, _ := f.mgr.MemberState("east"); return s == state })
+			p := f.waitStatus("web", "east pending as MemberUnhealthy", func(p *fleetv1alpha1.Propagation) bool {
+				return len(p.Status.Members) == 1 && p.Status.Members[0].Reason == fleetv1alpha1.ReasonMemberUnhealthy
+			})
+			if ready(p) {
+				t.Error("Ready is True while a selected member is not Ready")
+			}
+			start := time.Now()
+			if err := hubClient.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
+				t.Fatal(err)
+			}
+			poll.Until(t, "the Propagation gone although east is down", func() bool {
+				return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
+			})
+			if took := time.Since(start); took > 10*time.Second {
+				t.Errorf("deleting the Propagation took %s", took)
+			}
+			f.waitCopy(1, "web", "deleted in the reachable member", gone)
+			if f.copyIn(0, "web") == nil {
+				t.Fatal("the copy in east is gone while east was down: the test proves nothing")
+			}
+			if err := proxy.Up(); err != nil {
+				t.Fatal(err)
+			}
+			f.waitCopy(0, "web", "deleted once east is back", gone)
+		})
 	}
-	start := time.Now()
-	if err := hubClient.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, "the Propagation gone although east is down", func() bool {
-		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
-	})
-	if took := time.Since(start); took > 10*time.Second {
-		t.Errorf("deleting the Propagation took %s", took)
-	}
-	f.waitCopy(1, "web", "deleted in the reachable member", gone)
-	if f.copyIn(0, "web") == nil {
-		t.Fatal("the copy in east is gone while east was down: the test proves nothing")
-	}
-	if err := proxy.Up(); err != nil {
-		t.Fatal(err)
-	}
-	f.waitCopy(0, "web", "deleted once east is back", gone)
 }
 
 func TestObjectInvalidForOneMemberFailsOnlyThere(t *testing.T) {

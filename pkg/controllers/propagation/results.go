@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
@@ -20,8 +21,10 @@ type memberResult struct {
 	generation int64
 	// since is when result and reason last changed.
 	since metav1.Time
-	// copies counts the copies left in the member.
+	// copies counts the copies left in the member, and kinds are their
+	// kinds.
 	copies int
+	kinds  []schema.GroupVersionKind
 	// removing is set when the member reconcile removed copies because
 	// none are wanted: the Propagation is gone or deleted, or the member
 	// is not selected.
@@ -106,9 +109,9 @@ func (rs *results) forgetMember(member string) {
 	}
 }
 
-// owe marks member as owing the removal of key's copies, and reports
-// whether it did not already.
-func (rs *results) owe(key propagationKey, member, message string) bool {
+// owe marks member as owing the removal of key's copies, of kinds, and
+// reports whether it did not already.
+func (rs *results) owe(key propagationKey, member, message string, kinds []schema.GroupVersionKind) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	m := rs.byProp[key]
@@ -121,19 +124,31 @@ func (rs *results) owe(key propagationKey, member, message string) bool {
 		return false
 	}
 	r.result, r.reason, r.message, r.removing, r.since = fleetv1alpha1.ResultDeletionOwed, fleetv1alpha1.ReasonDeletionOwed, message, true, metav1.Now()
+	for _, k := range kinds {
+		if !slices.Contains(r.kinds, k) {
+			r.kinds = append(r.kinds, k)
+		}
+	}
 	m[member] = r
 	return true
 }
 
-// owedBy counts the Propagations whose copies member owes removing.
-func (rs *results) owedBy(member string) int {
+// owedBy returns the Propagations whose copies member owes removing, and
+// the kinds of those copies.
+func (rs *results) owedBy(member string) ([]propagationKey, []schema.GroupVersionKind) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	n := 0
-	for _, m := range rs.byProp {
-		if m[member].result == fleetv1alpha1.ResultDeletionOwed {
-			n++
+	var keys []propagationKey
+	var kinds []schema.GroupVersionKind
+	for key, m := range rs.byProp {
+		if r := m[member]; r.result == fleetv1alpha1.ResultDeletionOwed {
+			keys = append(keys, key)
+			for _, k := range r.kinds {
+				if !slices.Contains(kinds, k) {
+					kinds = append(kinds, k)
+				}
+			}
 		}
 	}
-	return n
+	return keys, kinds
 }
