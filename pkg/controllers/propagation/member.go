@@ -318,18 +318,32 @@ func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructure
 // failure, if it is one that retrying soon will not cure, and returns
 // the rest.
 func (run *memberRun) failed(err error, verb string, k copyKey) error {
-	where := fmt.Sprintf("%s in namespace %s", k, run.key.Namespace)
+	where := "in namespace " + run.key.Namespace
 	switch {
 	case meta.IsNoMatchError(err):
 		run.fail(failure{reason: fleetv1alpha1.ReasonKindNotFound, message: fmt.Sprintf("the member has no kind %s (is its CRD installed?)", k.gvk.Kind), retry: true})
 	case apierrors.IsForbidden(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s", verb, where), retry: true})
+		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s(%s) %s", verb, forbiddenResource(err), k, where), retry: true})
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s: %s", where, statusMessage(err)), retry: true})
+		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s %s: %s", k, where, statusMessage(err)), retry: true})
 	default:
-		return fmt.Errorf("%s %s: %w", verb, where, err)
+		return fmt.Errorf("%s %s %s: %w", verb, k, where, err)
 	}
 	return nil
+}
+
+// forbiddenResource names the resource a Forbidden error is about, as
+// "configmaps " or "deployments.apps ", or "" when it does not say.
+func forbiddenResource(err error) string {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil || status.Status().Details.Kind == "" {
+		return ""
+	}
+	d := status.Status().Details
+	if d.Group != "" {
+		return d.Kind + "." + d.Group + " "
+	}
+	return d.Kind + " "
 }
 
 // statusMessage is the API server's message of err, bounded.

@@ -43,7 +43,7 @@ type Options struct {
 	// DefaultWorkers.
 	Workers int
 	// Client reads Propagations from the manager's cache and writes them.
-	// Default: the manager's client.
+	// Default: a client of Config reading from the manager's cache.
 	Client client.Client
 	// Config is the hub config the hub object caches are built from; its
 	// user agent is also given to every member request. Default: the
@@ -85,9 +85,6 @@ func Add(m *fleet.Manager, opts Options) error {
 	if opts.Workers <= 0 {
 		opts.Workers = DefaultWorkers
 	}
-	if opts.Client == nil {
-		opts.Client = m.GetClient()
-	}
 	if opts.Config == nil {
 		opts.Config = rest.CopyConfig(m.GetConfig())
 		opts.Config.UserAgent = "fleet-manager/" + ControllerName
@@ -95,6 +92,14 @@ func Add(m *fleet.Manager, opts Options) error {
 	apiReader, err := client.New(opts.Config, client.Options{Scheme: m.GetScheme(), Mapper: m.GetRESTMapper()})
 	if err != nil {
 		return err
+	}
+	if opts.Client == nil {
+		opts.Client, err = client.New(opts.Config, client.Options{
+			Scheme: m.GetScheme(), Mapper: m.GetRESTMapper(), Cache: &client.CacheOptions{Reader: m.GetCache()},
+		})
+		if err != nil {
+			return err
+		}
 	}
 	pm, err := newMetrics(crmetrics.Registry)
 	if err != nil {

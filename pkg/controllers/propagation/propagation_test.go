@@ -15,6 +15,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -324,6 +325,14 @@ func TestPropagatesHubObjectsToSelectedMembers(t *testing.T) {
 	})
 	if len(p.Status.Members) != 0 {
 		t.Errorf("status.members = %+v, want none listed: every member is Applied", p.Status.Members)
+	}
+	statusWrites, err := controlplane.Writes(controlplane.AuditLog(auditDir, 0), "fleet-manager/propagation", p.CreationTimestamp.Add(-time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	statusWrites = slices.DeleteFunc(statusWrites, func(w controlplane.Write) bool { return w.Namespace != f.team || w.Resource != "propagations" })
+	if elapsed := time.Since(p.CreationTimestamp.Time); float64(len(statusWrites)) > elapsed.Seconds()+2 {
+		t.Errorf("%d writes of the Propagation in %s, want at most one a second (and the finalizer's): %v", len(statusWrites), elapsed, statusWrites)
 	}
 	if !slices.Contains(p.Finalizers, fleetv1alpha1.PropagationFinalizer) {
 		t.Errorf("finalizers = %v, want %s", p.Finalizers, fleetv1alpha1.PropagationFinalizer)
@@ -764,5 +773,52 @@ func TestClusterScopedKindIsRefused(t *testing.T) {
 	})
 	if c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady); !strings.Contains(c.Message, "ClusterRole") {
 		t.Errorf("message %q does not name the kind", c.Message)
+	}
+}
+
+// TestForbiddenWriteFailsOnlyThatMember registers a member whose user may
+// read ConfigMaps but not write them.
+func TestForbiddenWriteFailsOnlyThatMember(t *testing.T) {
+	f := newFleet(t)
+	user := fmt.Sprintf("reader-%d", counter.Add(1))
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create"}},
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: rules}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := memberCls[1].Create(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = memberCls[1].Delete(context.Background(), obj) })
+	}
+	u, err := members[1].AddUser(envtest.User{Name: user}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.registerKubeconfig("west", kc, map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	p := f.waitStatus("web", "west Forbidden", func(p *fleetv1alpha1.Propagation) bool {
+		return p.Status.Applied == 1 && p.Status.Failed == 1 && len(p.Status.Members) == 1 && p.Status.Members[0].Reason == fleetv1alpha1.ReasonForbidden
+	})
+	if msg := p.Status.Members[0].Message; !strings.Contains(msg, "patch configmaps") || !strings.Contains(msg, f.team) {
+		t.Errorf("message %q does not name the verb, the resource and the namespace", msg)
+	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady); c.Status != metav1.ConditionFalse || c.Reason != fleetv1alpha1.ReasonMembersFailed {
+		t.Errorf("Ready = %+v, want False for MembersFailed", c)
+	}
+	if f.copyIn(0, "web") == nil {
+		t.Error("east lacks its copy: west's refusal blocked it")
 	}
 }
