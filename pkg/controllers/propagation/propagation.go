@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -93,6 +94,12 @@ func Add(m *fleet.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if err := mayListPropagations(apiReader); apierrors.IsForbidden(err) {
+		m.GetLogger().Error(err, "The manager may not list Propagations on the hub: objects are not propagated (grant the ClusterRole in deploy/propagation-rbac.yaml)")
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("listing Propagations on the hub: %w", err)
+	}
 	if opts.Client == nil {
 		opts.Client, err = client.New(opts.Config, client.Options{
 			Scheme: m.GetScheme(), Mapper: m.GetRESTMapper(), Cache: &client.CacheOptions{Reader: m.GetCache()},
@@ -127,6 +134,14 @@ func Add(m *fleet.Manager, opts Options) error {
 		WatchesClusterSource(r.copies).
 		WithOptions(fleet.ControllerOptions{TypedOptions: controller.TypedOptions[fleet.Request]{MaxConcurrentReconciles: opts.Workers}}).
 		Complete(r)
+}
+
+// mayListPropagations lists one Propagation: a manager that may not list
+// them would wait forever for its cache of them.
+func mayListPropagations(reader client.Reader) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return reader.List(ctx, &fleetv1alpha1.PropagationList{}, client.Limit(1))
 }
 
 // hubEngagement is the controller's source on the hub: while the hub is
