@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -821,4 +822,28 @@ func TestForbiddenWriteFailsOnlyThatMember(t *testing.T) {
 	if f.copyIn(0, "web") == nil {
 		t.Error("east lacks its copy: west's refusal blocked it")
 	}
+}
+
+// TestStopLeavesNothingBehind runs a Propagation to Ready, with the hub
+// and copy caches it starts, then stops the manager: every goroutine the
+// manager started must end.
+func TestStopLeavesNothingBehind(t *testing.T) {
+	if hub == nil {
+		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
+	}
+	baseline := goleak.IgnoreCurrent()
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready", ready)
+	f.stop()
+	var leaked error
+	for range 100 {
+		if leaked = goleak.Find(baseline, goleak.IgnoreTopFunction("time.Sleep")); leaked == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("goroutines left after the manager stopped: %v", leaked)
 }
