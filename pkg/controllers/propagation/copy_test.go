@@ -65,7 +65,9 @@ func TestDesiredCopyStripsWhatTheHubFilledIn(t *testing.T) {
 }
 
 func TestContentHashFollowsContentAndPolicy(t *testing.T) {
-	hash := func(c *unstructured.Unstructured) string { return c.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation] }
+	hash := func(c *unstructured.Unstructured) string {
+		return c.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
+	}
 	a := desiredCopy(hubService("10.0.0.7"), propagationNamed("web", ""), "fleet-a")
 	if b := desiredCopy(hubService("10.0.0.9"), propagationNamed("web", ""), "fleet-a"); hash(a) != hash(b) {
 		t.Error("the hash depends on a server-set field")
