@@ -3,6 +3,7 @@ package propagation
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -19,7 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
@@ -129,7 +132,7 @@ func Add(m *fleet.Manager, opts Options) error {
 	}
 	return fleet.NewControllerManagedBy(m).
 		Named(ControllerName).
-		WatchesFleet(&fleetv1alpha1.Propagation{}, r.everyCluster, fleet.InClusters(fleet.Hub)).
+		WatchesFleet(&fleetv1alpha1.Propagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(notStatusOnly)).
 		WatchesClusterSource(hubEngagement{r}, fleet.InClusters(fleet.Hub)).
 		WatchesClusterSource(r.copies).
 		WithOptions(fleet.ControllerOptions{TypedOptions: controller.TypedOptions[fleet.Request]{MaxConcurrentReconciles: opts.Workers}}).
@@ -176,6 +179,15 @@ func (r *reconciler) enqueue(reqs ...fleet.Request) {
 		q.Add(req)
 	}
 }
+
+// notStatusOnly drops the update events of a Propagation's own status
+// writes, each of which would otherwise ask every member again.
+var notStatusOnly = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld, e.ObjectNew
+	return o.GetGeneration() != n.GetGeneration() || !o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) ||
+		!slices.Equal(o.GetFinalizers(), n.GetFinalizers()) || !maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
+		!maps.Equal(o.GetLabels(), n.GetLabels())
+}}
 
 // everyCluster maps a Propagation to a request for its status on the hub
 // and one for each engaged member.
