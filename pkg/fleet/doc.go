@@ -31,6 +31,8 @@
 // a [Request], {ClusterName, NamespacedName}, with "" for the hub, and
 // reaches the cluster through [Manager.GetCluster]. One controller has one
 // shared queue, fair across clusters; every watched cluster feeds it.
+// [Builder.WatchesClusterSource] starts a source of the controller's own,
+// such as a cache of its own, in each cluster it engages.
 // [Manager.GetFieldIndexer]
 // adds an index to the hub and to every member, present and future.
 //
