@@ -6,9 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -36,48 +34,8 @@ func TestMain(m *testing.M) {
 		if err := controlplane.InstallCRDs(hubEnv); err != nil {
 			return err
 		}
-		return aggregateClusterRoles(memberEnv)
+		return controlplane.AggregateClusterRoles(memberEnv.Config)
 	}))
-}
-
-// aggregateClusterRoles fills the aggregated ClusterRoles (view, edit,
-// admin) with the rules of the roles they select, as
-// kube-controller-manager would: envtest runs none, so they would be empty.
-func aggregateClusterRoles(env *envtest.Environment) error {
-	ctx := context.Background()
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		return err
-	}
-	// Three times, as edit aggregates view and admin aggregates edit.
-	for range 3 {
-		var roles rbacv1.ClusterRoleList
-		if err := c.List(ctx, &roles); err != nil {
-			return err
-		}
-		for _, role := range roles.Items {
-			if role.AggregationRule == nil {
-				continue
-			}
-			var rules []rbacv1.PolicyRule
-			for _, sel := range role.AggregationRule.ClusterRoleSelectors {
-				s, err := metav1.LabelSelectorAsSelector(&sel)
-				if err != nil {
-					return err
-				}
-				for _, other := range roles.Items {
-					if other.Name != role.Name && s.Matches(labels.Set(other.Labels)) {
-						rules = append(rules, other.Rules...)
-					}
-				}
-			}
-			role.Rules = rules
-			if err := c.Update(ctx, &role); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // clients returns admin clients of the hub and the member, and a fresh
