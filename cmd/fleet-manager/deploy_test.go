@@ -66,7 +66,22 @@ func TestDeploy(t *testing.T) {
 		m.checkLease(t)
 		m.checkMetrics(t)
 		d.checkAccess(t, nil, nil)
+		d.checkPropagation(t)
 		m.checkNoForbidden(t)
+	})
+
+	t.Run("propagate secrets", func(t *testing.T) {
+		const ns = "secrets-opt-in"
+		d.createNamespace(t, ns)
+		example := readFile(t, filepath.Join(deployDir(t), "examples", "propagate-secrets.yaml"))
+		d.kubectlApply(t, bytes.ReplaceAll(example, []byte("namespace: team-a"), []byte("namespace: "+ns)))
+		for _, verb := range []string{"get", "list", "watch"} {
+			if a := (access{verb: verb, resource: "secrets", namespace: ns}); !d.allowed(t, a) {
+				t.Errorf("after the opt-in, the manager's ServiceAccount may not %s", a)
+			}
+		}
+		d.wantDenied(t, access{verb: "list", resource: "secrets", namespace: "team-a"})
+		d.wantDenied(t, access{verb: "update", resource: "secrets", namespace: ns})
 	})
 
 	t.Run("argocd", func(t *testing.T) {
@@ -167,6 +182,11 @@ func applyDeploy(t *testing.T) *deployment {
 	rendered := writeTemp(t, "deploy.yaml", d.rendered)
 	d.kubectl(t, nil, "apply", "-f", rendered)
 	d.kubectl(t, nil, "apply", "--server-side", "-f", rendered)
+	// As kube-controller-manager would: the Propagation sources role is
+	// aggregated.
+	if err := controlplane.AggregateClusterRoles(testHub.Config); err != nil {
+		t.Fatal(err)
+	}
 
 	deploy := &appsv1.Deployment{}
 	if err := d.admin.Get(t.Context(), client.ObjectKey{Namespace: deployNamespace, Name: "fleet-manager"}, deploy); err != nil {
@@ -399,6 +419,33 @@ func (m *runningManager) waitReady(t *testing.T, cluster string) {
 	})
 }
 
+// checkPropagation propagates a ConfigMap of a team's namespace to the
+// member with the deployed RBAC, and waits for its copy and for Ready.
+func (d *deployment) checkPropagation(t *testing.T) {
+	t.Helper()
+	const ns = "deploy-team"
+	d.createNamespace(t, ns)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}, Data: map[string]string{"color": "blue"}}
+	d.create(t, cm)
+	p := &fleetv1alpha1.Propagation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"},
+		Spec: fleetv1alpha1.PropagationSpec{
+			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "settings"}},
+		},
+	}
+	d.create(t, p)
+	member, err := client.New(testMember.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the ConfigMap's copy in the member", func() bool {
+		return member.Get(t.Context(), client.ObjectKeyFromObject(cm), &corev1.ConfigMap{}) == nil
+	})
+	poll.Until(t, "Propagation "+ns+"/settings Ready", func() bool {
+		return d.admin.Get(t.Context(), client.ObjectKeyFromObject(p), p) == nil && meta.IsStatusConditionTrue(p.Status.Conditions, fleetv1alpha1.PropagationReady)
+	})
+}
+
 // waitEvent waits for an Event about a refused registration Secret.
 func (m *runningManager) waitEvent(t *testing.T, secret client.ObjectKey) {
 	t.Helper()
@@ -543,6 +590,15 @@ func (d *deployment) checkAccess(t *testing.T, allowed, denied []access) {
 		access{verb: "patch", group: group, resource: "memberclusters", subresource: "status"},
 		access{verb: "create", group: "authentication.k8s.io", resource: "tokenreviews"},
 		access{verb: "create", group: "authorization.k8s.io", resource: "subjectaccessreviews"},
+		// Propagations anywhere, and the common kinds they copy.
+		access{verb: "patch", group: group, resource: "propagations", namespace: "team-a"},
+		access{verb: "patch", group: group, resource: "propagations", subresource: "status", namespace: "team-a"},
+		access{verb: "update", group: group, resource: "propagations", subresource: "finalizers", namespace: "team-a"},
+		access{verb: "create", group: "events.k8s.io", resource: "events", namespace: "team-a"},
+		access{verb: "list", resource: "configmaps", namespace: "team-a"},
+		access{verb: "watch", group: "apps", resource: "deployments", namespace: "team-a"},
+		access{verb: "list", group: "networking.k8s.io", resource: "networkpolicies", namespace: "team-a"},
+		access{verb: "list", group: "policy", resource: "poddisruptionbudgets", namespace: "team-a"},
 	)
 	denied = append(denied,
 		// Secrets outside its namespaces, and any write but an update in
@@ -554,9 +610,9 @@ func (d *deployment) checkAccess(t *testing.T, allowed, denied []access) {
 		access{verb: "patch", resource: "secrets", namespace: deployNamespace},
 		access{verb: "delete", resource: "secrets", namespace: deployNamespace},
 		access{verb: "update", resource: "secrets", namespace: "default"},
-		// Events elsewhere, and rewriting or deleting its own.
-		access{verb: "create", resource: "events", namespace: "kube-system"},
-		access{verb: "create", group: "events.k8s.io", resource: "events", namespace: "kube-system"},
+		// Secrets to propagate, unless a namespace opts in.
+		access{verb: "list", resource: "secrets", namespace: "team-a"},
+		// Reading or deleting Events, and writing what it copies.
 		access{verb: "delete", resource: "events", namespace: deployNamespace},
 		access{verb: "list", resource: "events", namespace: "default"},
 		// The status subresource: get, update and patch only.
@@ -567,7 +623,9 @@ func (d *deployment) checkAccess(t *testing.T, allowed, denied []access) {
 		access{verb: "update", group: "coordination.k8s.io", resource: "leases", name: "kube-scheduler", namespace: "kube-system"},
 		access{verb: "update", group: "coordination.k8s.io", resource: "leases", name: "another", namespace: deployNamespace},
 		access{verb: "delete", group: "coordination.k8s.io", resource: "leases", name: leaderElectionID, namespace: deployNamespace},
-		access{verb: "get", resource: "configmaps", namespace: deployNamespace},
+		access{verb: "create", resource: "configmaps", namespace: deployNamespace},
+		access{verb: "patch", group: "apps", resource: "deployments", namespace: "team-a"},
+		access{verb: "delete", group: "fleet.fleetkube.io", resource: "propagations", namespace: "team-a"},
 		access{verb: "create", resource: "serviceaccounts", subresource: "token", name: deployServiceAccount, namespace: deployNamespace},
 		access{verb: "create", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: deployNamespace},
 		access{verb: "impersonate", resource: "users"},
