@@ -31,6 +31,7 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/configmapreport"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
@@ -237,6 +238,9 @@ func (d *demo) runFleet(ctx context.Context, dir string, clusters []*cluster) (e
 		return err
 	}
 	up = true
+	if err := d.showPropagation(ctx, hub, members); err != nil {
+		return err
+	}
 	if d.flags.exitWhenDone {
 		d.say("every member reported %s/%s", demoNamespace, demoConfigMap)
 		return nil
@@ -398,8 +402,16 @@ func (d *demo) newManager(hubCfg *rest.Config) (*fleet.Manager, error) {
 	if err := membercluster.Add(mgr); err != nil {
 		return nil, fmt.Errorf("adding the MemberCluster controller: %w", err)
 	}
+	if err := propagation.Add(mgr, propagation.Options{}); err != nil {
+		return nil, fmt.Errorf("adding the Propagation controller: %w", err)
+	}
 	reporter := &configmapreport.Reconciler{Fleet: mgr, Report: d.report}
-	inDemo := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == demoNamespace })
+	// Copies a Propagation made are shown by its own lines, not the
+	// reporter's, so that the output stays short.
+	inDemo := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		_, isCopy := o.GetLabels()[fleetv1alpha1.PropagationLabel]
+		return o.GetNamespace() == demoNamespace && !isCopy
+	})
 	if err := reporter.SetupWithManager(mgr, inDemo); err != nil {
 		return nil, fmt.Errorf("adding the ConfigMap reporter: %w", err)
 	}
@@ -496,6 +508,7 @@ func (d *demo) showTryIt(dir string, clusters []*cluster) {
 	hub, member := clusters[0], clusters[1]
 	fmt.Fprintf(w, "try, from another terminal:\n")
 	fmt.Fprintf(w, "  %s --kubeconfig %s get memberclusters\n", kubectl, hub.kubeconfig)
+	fmt.Fprintf(w, "  %s --kubeconfig %s -n %s get propagations\n", kubectl, hub.kubeconfig, demoNamespace)
 	if cli := fleetManagerPath(); cli != "" {
 		fmt.Fprintf(w, "  %s --hub-kubeconfig %s status %s\n", cli, hub.kubeconfig, member.name)
 	}

@@ -70,6 +70,23 @@ func TestDemoAsANewcomer(t *testing.T) {
 			t.Errorf("kubectl get memberclusters shows no Ready %s:\n%s", name, listed)
 		}
 	}
+	// The Propagation walk-through, in order, before the fleet is up.
+	last := -1
+	for _, step := range []string{
+		"propagated: ConfigMap demo/settings is in member-a and member-b",
+		`edited the copy in member-a: color="red"`,
+		`corrected: the copy in member-a is color="blue" again`,
+		"removed: no member holds a copy of demo/settings any more",
+	} {
+		i := strings.Index(out, step)
+		if i < last {
+			t.Fatalf("the demo did not print %q after the previous step:\n%s", step, out)
+		}
+		last = i
+	}
+	if props := runPrinted(t, out, "get propagations"); !regexp.MustCompile(`(?m)^settings +2 +`).MatchString(props) {
+		t.Errorf("kubectl get propagations shows no Propagation settings selecting 2 members:\n%s", props)
+	}
 	runPrinted(t, out, "create configmap try-me")
 	d.await(`reconciled demo/try-me in member-a: greeting="hi"`, 30*time.Second)
 

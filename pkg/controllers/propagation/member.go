@@ -30,7 +30,12 @@ import (
 // missing kind, a refusal) is tried again.
 const failureRetry = time.Minute
 
-func (r *reconciler) Reconcile(ctx context.Context, req fleet.Request) (reconcile.Result, error) {
+func (r *reconciler) Reconcile(ctx context.Context, req fleet.Request) (_ reconcile.Result, retErr error) {
+	defer func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			retErr = nil // the manager is stopping or the member left: no failure
+		}
+	}()
 	if req.ClusterName == cluster.HubName {
 		return r.reconcileStatus(ctx, req.NamespacedName)
 	}
