@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -234,12 +235,16 @@ func (f *testFleet) propagation(name string, edit func(p *fleetv1alpha1.Propagat
 // editPropagation applies edit to the current Propagation name.
 func (f *testFleet) editPropagation(name string, edit func(p *fleetv1alpha1.Propagation)) {
 	f.t.Helper()
-	p := &fleetv1alpha1.Propagation{}
-	if err := hubClient.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p); err != nil {
-		f.t.Fatal(err)
-	}
-	edit(p)
-	if err := hubClient.Update(f.t.Context(), p); err != nil {
+	// The controller writes the Propagation too (its finalizer).
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p := &fleetv1alpha1.Propagation{}
+		if err := hubClient.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p); err != nil {
+			return err
+		}
+		edit(p)
+		return hubClient.Update(f.t.Context(), p)
+	})
+	if err != nil {
 		f.t.Fatal(err)
 	}
 }
