@@ -60,9 +60,23 @@ type watchedKinds struct {
 	namespace string
 	onEvent   func(obj client.Object)
 
+	// running closes once the cache has started: until then it reads
+	// nothing.
+	running chan struct{}
+
 	mu      sync.Mutex
 	started map[schema.GroupVersionKind]bool
 	refused map[schema.GroupVersionKind]refusal
+}
+
+// run starts the cache until ctx ends, and closes running once it has.
+func (w *watchedKinds) run(ctx context.Context) {
+	go w.cache.Start(ctx) //nolint:errcheck // it fails only when started twice
+	go func() {
+		if w.cache.WaitForCacheSync(ctx) {
+			close(w.running)
+		}
+	}()
 }
 
 type refusal struct {
@@ -73,6 +87,11 @@ type refusal struct {
 // watch makes sure the cache holds gvk, and returns once its informer has
 // synced.
 func (w *watchedKinds) watch(ctx context.Context, gvk schema.GroupVersionKind) error {
+	select {
+	case <-w.running:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	w.mu.Lock()
 	if w.started[gvk] {
 		w.mu.Unlock()
@@ -248,12 +267,12 @@ func (h *hubObjects) inNamespace(namespace string) (*watchedKinds, error) {
 	}
 	w := &watchedKinds{
 		cluster: "the hub", cache: c, reader: h.reader, mapper: h.mapper, selector: labels.Everything(), namespace: namespace,
-		started: map[schema.GroupVersionKind]bool{}, refused: map[schema.GroupVersionKind]refusal{},
+		running: make(chan struct{}), started: map[schema.GroupVersionKind]bool{}, refused: map[schema.GroupVersionKind]refusal{},
 		onEvent: func(obj client.Object) {
 			h.changed(namespace, obj.GetObjectKind().GroupVersionKind())
 		},
 	}
-	go c.Start(h.ctx) //nolint:errcheck // it fails only when started twice
+	w.run(h.ctx)
 	h.namespaces[namespace] = w
 	return w, nil
 }
@@ -334,7 +353,7 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster
 		name: clusterName, client: writer, reader: writer,
 		watchedKinds: &watchedKinds{
 			cluster: "member " + clusterName, cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector,
-			started: map[schema.GroupVersionKind]bool{}, refused: map[schema.GroupVersionKind]refusal{},
+			running: make(chan struct{}), started: map[schema.GroupVersionKind]bool{}, refused: map[schema.GroupVersionKind]refusal{},
 			onEvent: func(obj client.Object) {
 				if name := obj.GetLabels()[fleetv1alpha1.PropagationLabel]; name != "" {
 					q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})
@@ -342,7 +361,7 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster
 			},
 		},
 	}
-	go ca.Start(ctx) //nolint:errcheck // it fails only when started twice
+	mc.run(ctx)
 	c.mu.Lock()
 	c.members[clusterName] = mc
 	c.mu.Unlock()
