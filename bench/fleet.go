@@ -59,21 +59,28 @@ type benchFleet struct {
 // which outlive each manager.
 var controllerIDs atomic.Int32
 
-// startFleet starts a fleet manager on the hub at cfg.
-func startFleet(hub *rest.Config, cfg fleetConfig) (*benchFleet, error) {
-	mgr, err := fleet.New(hub, fleet.Options{
+// managerOptions are the options of a bench fleet manager of fleet
+// namespace ns: no metrics or probe servers, logs only with $BENCH_LOG.
+func managerOptions(ns string) fleet.Options {
+	return fleet.Options{
 		Options: manager.Options{
 			Logger:                 fleetLogger(),
 			Metrics:                metricsserver.Options{BindAddress: "0"},
 			HealthProbeBindAddress: "0",
 			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 		},
-		Namespace:    cfg.namespace,
-		MemberHealth: cfg.health,
-		ConfigureMember: func(_ string, o *crcluster.Options) {
-			o.Cache.DefaultNamespaces = map[string]cache.Config{cfg.watch: {}}
-		},
-	})
+		Namespace: ns,
+	}
+}
+
+// startFleet starts a fleet manager on the hub at cfg.
+func startFleet(hub *rest.Config, cfg fleetConfig) (*benchFleet, error) {
+	mgrOpts := managerOptions(cfg.namespace)
+	mgrOpts.MemberHealth = cfg.health
+	mgrOpts.ConfigureMember = func(_ string, o *crcluster.Options) {
+		o.Cache.DefaultNamespaces = map[string]cache.Config{cfg.watch: {}}
+	}
+	mgr, err := fleet.New(hub, mgrOpts)
 	if err != nil {
 		return nil, err
 	}

@@ -15,10 +15,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
@@ -342,15 +338,7 @@ func (b *bench) benchStartup(ctx context.Context) error {
 	t := b.res.table(startupTable, fmt.Sprintf("%d registration Secrets exist (members sharing the %d member servers); a fleet manager starts (fleet.New and membercluster.Add, default options, in the bench's process). From its start until every MemberCluster has status.state set, polled every 100 ms.", secrets, len(b.lab.servers)))
 	name := fmt.Sprintf("%d Secrets: start to every MemberCluster with status", secrets)
 	started := time.Now()
-	mgr, err := fleet.New(b.lab.hub.Config, fleet.Options{
-		Options: manager.Options{
-			Logger:                 fleetLogger(),
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		},
-		Namespace: ns,
-	})
+	mgr, err := fleet.New(b.lab.hub.Config, managerOptions(ns))
 	if err != nil {
 		return err
 	}

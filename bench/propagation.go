@@ -14,12 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
@@ -73,15 +69,7 @@ type propFleet struct {
 }
 
 func (b *bench) startPropFleet(ns string, withPropagation bool) (*propFleet, error) {
-	mgr, err := fleet.New(b.lab.hub.Config, fleet.Options{
-		Options: manager.Options{
-			Logger:                 fleetLogger(),
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		},
-		Namespace: ns,
-	})
+	mgr, err := fleet.New(b.lab.hub.Config, managerOptions(ns))
 	if err != nil {
 		return nil, err
 	}
