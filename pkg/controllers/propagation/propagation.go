@@ -216,9 +216,13 @@ func (r *reconciler) hubObjectChanged(namespace string, gvk schema.GroupVersionK
 }
 
 // memberChanged asks every Propagation again about a member whose
-// registration, labels or state changed, and forgets a member that left.
+// registration, acceptance, labels or state changed, and forgets a member
+// that left.
 func (r *reconciler) memberChanged(ctx context.Context, e registry.Event) {
-	if e.Removed() || (e.New != nil && !e.New.Accepted()) {
+	if !e.Registered() && !e.Removed() && !e.LabelsChanged() && !e.StateChanged() && e.Old.Accepted() == e.New.Accepted() {
+		return // a probe, or a new credential: nothing a Propagation reads
+	}
+	if e.Removed() || !e.New.Accepted() {
 		r.results.forgetMember(e.Name)
 		r.metrics.forget(e.Name)
 	}
