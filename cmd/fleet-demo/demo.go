@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -84,8 +85,8 @@ func demoCommand(args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	fs.BoolVar(&f.exitWhenDone, "exit-when-done", false, "Exit once every member's ConfigMap was reconciled, instead of waiting for Ctrl-C.")
-	fs.DurationVar(&f.timeout, "timeout", 3*time.Minute, "Fail if the fleet is not up (every member's ConfigMap reconciled, every MemberCluster Ready) within this time.")
+	fs.BoolVar(&f.exitWhenDone, "exit-when-done", false, "Exit once every member's ConfigMap was reconciled and the Propagation walk-through is done, instead of waiting for Ctrl-C.")
+	fs.DurationVar(&f.timeout, "timeout", 3*time.Minute, "Fail if the fleet is not up (every member's ConfigMap reconciled, every MemberCluster Ready), or a step of the Propagation walk-through not done, within this time.")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -117,6 +118,9 @@ type demo struct {
 	mu      sync.Mutex
 	pending map[string]bool
 	done    chan struct{}
+
+	// reportCopies is set once the Propagation walk-through is over.
+	reportCopies atomic.Bool
 }
 
 func newDemo(out io.Writer, flags demoFlags) *demo {
@@ -406,11 +410,12 @@ func (d *demo) newManager(hubCfg *rest.Config) (*fleet.Manager, error) {
 		return nil, fmt.Errorf("adding the Propagation controller: %w", err)
 	}
 	reporter := &configmapreport.Reconciler{Fleet: mgr, Report: d.report}
-	// Copies a Propagation made are shown by its own lines, not the
-	// reporter's, so that the output stays short.
+	// During the walk-through, copies a Propagation made are shown by its
+	// own lines, not the reporter's, so that the output stays short; after
+	// it, the reporter shows what a newcomer does to them.
 	inDemo := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		_, isCopy := o.GetLabels()[fleetv1alpha1.PropagationLabel]
-		return o.GetNamespace() == demoNamespace && !isCopy
+		return o.GetNamespace() == demoNamespace && (!isCopy || d.reportCopies.Load())
 	})
 	if err := reporter.SetupWithManager(mgr, inDemo); err != nil {
 		return nil, fmt.Errorf("adding the ConfigMap reporter: %w", err)
@@ -509,6 +514,8 @@ func (d *demo) showTryIt(dir string, clusters []*cluster) {
 	fmt.Fprintf(w, "try, from another terminal:\n")
 	fmt.Fprintf(w, "  %s --kubeconfig %s get memberclusters\n", kubectl, hub.kubeconfig)
 	fmt.Fprintf(w, "  %s --kubeconfig %s -n %s get propagations\n", kubectl, hub.kubeconfig, demoNamespace)
+	fmt.Fprintf(w, "  %s --kubeconfig %s -n %s label configmap %s %s=demo   # propagate it again\n", kubectl, hub.kubeconfig, demoNamespace, demoPropagation, demoAppLabel)
+	fmt.Fprintf(w, "  %s --kubeconfig %s -n %s edit configmap %s   # change its color: the manager sets it back\n", kubectl, member.kubeconfig, demoNamespace, demoPropagation)
 	if cli := fleetManagerPath(); cli != "" {
 		fmt.Fprintf(w, "  %s --hub-kubeconfig %s status %s\n", cli, hub.kubeconfig, member.name)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -79,13 +80,27 @@ func TestDemoAsANewcomer(t *testing.T) {
 		"removed: no member holds a copy of demo/settings any more",
 	} {
 		i := strings.Index(out, step)
-		if i < last {
+		if i < 0 || i < last {
 			t.Fatalf("the demo did not print %q after the previous step:\n%s", step, out)
 		}
 		last = i
 	}
 	if props := runPrinted(t, out, "get propagations"); !regexp.MustCompile(`(?m)^settings +2 +`).MatchString(props) {
 		t.Errorf("kubectl get propagations shows no Propagation settings selecting 2 members:\n%s", props)
+	}
+	runPrinted(t, out, "label configmap settings")
+	d.await(`reconciled demo/settings in member-a: color="blue"`, 30*time.Second)
+	// The printed edit, with an editor that changes the color.
+	t.Setenv("KUBE_EDITOR", "sed -i s/blue/red/")
+	if got := runPrinted(t, out, "edit configmap settings"); !strings.Contains(got, "edited") {
+		t.Fatalf("kubectl edit changed nothing: %s", got)
+	}
+	copyInA := &corev1.ConfigMap{}
+	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := member.Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: demoPropagation}, copyInA)
+		return err == nil && copyInA.Data["color"] == "blue", nil
+	}); err != nil {
+		t.Fatalf("the edited copy in member-a was not set back to blue: %v (color=%q)", err, copyInA.Data["color"])
 	}
 	runPrinted(t, out, "create configmap try-me")
 	d.await(`reconciled demo/try-me in member-a: greeting="hi"`, 30*time.Second)
@@ -116,11 +131,12 @@ func TestDemoAsANewcomer(t *testing.T) {
 	}
 }
 
-// runPrinted runs the printed command line that contains what, and
-// returns its output.
+// runPrinted runs the printed command line that contains what, without
+// its comment, and returns its output.
 func runPrinted(t *testing.T, out, what string) string {
 	t.Helper()
 	for line := range strings.Lines(out) {
+		line, _, _ = strings.Cut(line, "#")
 		if args := strings.Fields(line); len(args) > 0 && strings.HasSuffix(args[0], "kubectl") && strings.Contains(line, what) {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
@@ -141,6 +157,14 @@ func runPrinted(t *testing.T, out, what string) string {
 func TestDemoCtrlCWhileStarting(t *testing.T) {
 	d := startDemo(t)
 	d.await("starting the fleet manager…", time.Minute)
+	d.interruptCleanly()
+}
+
+// TestDemoCtrlCDuringPropagation presses Ctrl-C as the Propagation
+// controller starts copying: the demo exits 0 without one ERROR line.
+func TestDemoCtrlCDuringPropagation(t *testing.T) {
+	d := startDemo(t)
+	d.await("created ConfigMap demo/settings", 2*time.Minute)
 	d.interruptCleanly()
 }
 

@@ -1,12 +1,15 @@
 // Command fleet-demo runs a local hub and two members, each a local
 // kube-apiserver and etcd, and a fleet manager with the ConfigMap reporter
-// (pkg/controllers/configmapreport), until Ctrl-C or SIGTERM.
+// (pkg/controllers/configmapreport) and the Propagation controller, until
+// Ctrl-C or SIGTERM.
 //
 // Usage:
 //
 //	fleet-demo [flags]
 //
-// Once the fleet is up, it prints a cluster admin's kubeconfig of the hub
+// Once the members are Ready, it walks through a Propagation: a hub
+// ConfigMap copied to both members, an edit of a copy corrected, and the
+// copies removed when the ConfigMap loses its label. Then it prints a cluster admin's kubeconfig of the hub
 // and of each member (in a temporary directory removed when it stops),
 // each member's kube-apiserver PID, and kubectl commands to try. Then it
 // says each reconcile and each member's state change, one line each.

@@ -105,6 +105,7 @@ func (d *demo) showPropagation(ctx context.Context, hub *cluster, members []*clu
 		return err
 	}
 	d.say("removed: no member holds a copy of %s any more", key)
+	d.reportCopies.Store(true)
 	return nil
 }
 
