@@ -50,6 +50,9 @@ func (b *bench) selected(scenario string) bool { return len(b.only) == 0 || b.on
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == childCommand {
+		if os.Getenv(propagationChildEnv) != "" {
+			os.Exit(runPropagationChild(os.Args[2:]))
+		}
 		os.Exit(runChild(os.Args[2:]))
 	}
 	b := &bench{res: newResults()}
