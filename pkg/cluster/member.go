@@ -58,9 +58,11 @@ type member struct {
 	// successes counts the probes that succeeded.
 	successes atomic.Uint64
 
-	// connLost is set when a network connection of the member closes, and
-	// cleared by a probe that succeeds while Ready.
-	connLost atomic.Bool
+	// connLostAt is when a network connection of the member last closed,
+	// in Unix nanoseconds of the pool's clock, or 0. A probe that succeeds
+	// while Ready clears it only if the probe started after that close: a
+	// probe that was under way when the connections dropped proves nothing.
+	connLostAt atomic.Int64
 	// closing is set while a connection is torn down: dials fail.
 	closing atomic.Bool
 	// stopped is set by stop and never cleared: once the member is
@@ -121,7 +123,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 			_ = c.Close()
 			return nil, errClosing
 		}
-		return &notifyingConn{Conn: c, closed: func() { m.connLost.Store(true) }, closing: m.refusing}, nil
+		return &notifyingConn{Conn: c, closed: func() { m.connLostAt.Store(m.pool.opts.Clock.Now().UnixNano()) }, closing: m.refusing}, nil
 	})
 	rt, err := m.newTransport(creds.config)
 	if err != nil {
@@ -257,7 +259,7 @@ func (m *member) connect(ctx context.Context) (refreshed bool, err error) {
 	}()
 	drain(m.disconnect)
 	drain(m.refresh)
-	m.connLost.Store(false)
+	m.connLostAt.Store(0)
 
 	var clusterErr error
 	clusterDone := make(chan struct{})
@@ -314,9 +316,12 @@ func (m *member) report(result ProbeResult, state State) {
 	if result.Err == nil {
 		switch old {
 		case StateReady:
-			m.connLost.Store(false) // a blip: the informers retry soon enough
+			// A blip: the informers retry soon enough.
+			if lost := m.connLostAt.Load(); lost != 0 && lost < result.Time.UnixNano() {
+				m.connLostAt.CompareAndSwap(lost, 0)
+			}
 		case StateUnhealthy:
-			if m.connLost.Load() {
+			if m.connLostAt.Load() != 0 {
 				signal(m.refresh)
 			}
 		}

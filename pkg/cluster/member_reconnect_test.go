@@ -188,3 +188,39 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 	}
 	t.Fatal(leaked)
 }
+
+// TestProbeUnderWayWhenConnectionsDropProvesNothing: a probe that started
+// before the member's connections closed, and succeeded, must not clear
+// their loss, or the member's return would not list again.
+func TestProbeUnderWayWhenConnectionsDropProvesNothing(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	pool, err := NewPool(Options{
+		Engage: func(context.Context, string, cluster.Cluster) {},
+		Logger: logr.Discard(),
+		Policy: kubeconfigtest.Permissive,
+		Clock:  clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newTestMember(t, pool, "https://127.0.0.1:1")
+	m.state.Store(StateReady)
+	probeStart := clk.Now()
+	clk.Step(time.Millisecond)
+	m.connLostAt.Store(clk.Now().UnixNano()) // as a closing connection does
+
+	m.report(ProbeResult{Time: probeStart}, StateReady)
+	m.report(ProbeResult{Time: clk.Now(), Err: errors.New("refused")}, StateUnhealthy)
+	m.report(ProbeResult{Time: clk.Now()}, StateReady)
+	select {
+	case <-m.refresh:
+	default:
+		t.Fatal("the member came back from Unhealthy without reconnecting: a probe under way when its connections dropped cleared their loss")
+	}
+
+	clk.Step(time.Millisecond)
+	m.report(ProbeResult{Time: clk.Now()}, StateReady)
+	if m.connLostAt.Load() != 0 {
+		t.Error("a probe that started after the loss and succeeded while Ready did not clear it")
+	}
+}
