@@ -1,0 +1,31 @@
+// Package journal is the manager's durable memory of what it owes its
+// members, in one bbolt file: for each member, each copy it applied there
+// (kind, namespace, name, Propagation, content hash, time), and each
+// removal of a Propagation's copies it decided but has not carried out
+// (reason, time, kinds).
+//
+// The hub says what is wanted. It cannot say what is owed: once a
+// Propagation, or an object it selected, is gone, nothing on the hub names
+// the members that still hold copies. The journal does.
+//
+// # Contract
+//
+// A writer records before it acts: a copy before its first apply
+// ([Journal.Record]), an owed removal before it releases anything on the
+// hub ([Journal.Owe]). Each call returns once its write is on disk;
+// concurrent calls share one transaction and one fsync (bbolt's
+// DB.Batch), and a call that would change nothing writes nothing. Entries
+// go once the member confirms them ([Journal.Forget], [Journal.Settle]) or
+// once the member leaves the fleet ([Journal.ForgetMember]).
+//
+// # Lifecycle
+//
+// [Open] takes the file's lock, waiting at most Options.LockTimeout: a
+// second process on the same directory gets [ErrLocked], never a hang. A
+// file that cannot be used (unreadable, truncated, corrupt, of another
+// version or layout) is moved aside and replaced by an empty journal;
+// [Journal.Recovered] says why, so the caller can tell people and rebuild
+// what it can from the members. A file well past its live size is
+// compacted at Open and by [Journal.Compact]. [Journal.Close] releases the
+// lock. The package imports nothing of the fleet.
+package journal
