@@ -281,21 +281,29 @@ func (j *Journal) ForgetMember(member string) error {
 }
 
 // Copies returns the copies recorded in member.
-func (j *Journal) Copies(member string) ([]Copy, error) {
+func (j *Journal) Copies(member string) ([]Copy, error) { return j.copies(member, nil) }
+
+// CopiesOf returns the copies of one Propagation recorded in member.
+func (j *Journal) CopiesOf(member, namespace, propagation string) ([]Copy, error) {
+	return j.copies(member, copyPrefix(namespace, propagation))
+}
+
+func (j *Journal) copies(member string, prefix []byte) ([]Copy, error) {
 	var copies []Copy
 	err := j.view(func(tx *bolt.Tx) error {
 		b, _ := memberBucket(tx, copiesBucket, member, false)
 		if b == nil {
 			return nil
 		}
-		return b.ForEach(func(k, v []byte) error {
-			c, err := decodeCopy(k, v)
+		c := b.Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			cp, err := decodeCopy(k, v)
 			if err != nil {
 				return err
 			}
-			copies = append(copies, c)
-			return nil
-		})
+			copies = append(copies, cp)
+		}
+		return nil
 	})
 	return copies, err
 }
