@@ -219,6 +219,9 @@ const (
 	// ReasonDeletionOwed: a member that is not Ready owes the removal of
 	// copies.
 	ReasonDeletionOwed = "DeletionOwed"
+	// ReasonJournalLost, of a Warning Event on a MemberCluster: the
+	// manager's journal could not be used and was started anew.
+	ReasonJournalLost = "JournalLost"
 	// ReasonMembersFailed, ReasonMembersPending, ReasonNoMembersSelected
 	// and ReasonNoDrift sum up the members in the conditions.
 	ReasonMembersFailed     = "MembersFailed"

@@ -11,6 +11,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
 
 // Context is what an initializer adds its controller with.
@@ -24,6 +25,8 @@ type Context struct {
 	// Config is the hub config Client was built from, for the
 	// controller's own clients and caches.
 	Config *rest.Config
+	// Journal is the manager's record of what it owes its members.
+	Journal *journal.Journal
 }
 
 // Initializer adds one built-in controller to a manager.
@@ -51,7 +54,7 @@ func Initializers() []Initializer {
 		{
 			Name: propagation.ControllerName, OnByDefault: true, Concurrency: propagation.DefaultWorkers,
 			Add: func(c Context) error {
-				return propagation.Add(c.Manager, propagation.Options{Workers: c.Concurrency, Client: c.Client, Config: c.Config})
+				return propagation.Add(c.Manager, propagation.Options{Workers: c.Concurrency, Client: c.Client, Config: c.Config, Journal: c.Journal})
 			},
 		},
 	}
@@ -97,8 +100,9 @@ func Validate(selection []string, initializers []Initializer) error {
 }
 
 // Start adds to m each of initializers that selection enables, with the
-// concurrency concurrency holds for its name, else its default.
-func Start(m *fleet.Manager, initializers []Initializer, selection []string, concurrency map[string]int) error {
+// concurrency concurrency holds for its name, else its default, and the
+// journal j.
+func Start(m *fleet.Manager, j *journal.Journal, initializers []Initializer, selection []string, concurrency map[string]int) error {
 	log := m.GetLogger().WithName("controllers")
 	for _, i := range initializers {
 		if !Enabled(selection, i.Name, i.OnByDefault) {
@@ -114,7 +118,7 @@ func Start(m *fleet.Manager, initializers []Initializer, selection []string, con
 		if err != nil {
 			return fmt.Errorf("building the %s controller's client: %w", i.Name, err)
 		}
-		c := Context{Manager: m, Concurrency: i.Concurrency, Client: cl, Config: cfg}
+		c := Context{Manager: m, Concurrency: i.Concurrency, Client: cl, Config: cfg, Journal: j}
 		if n, ok := concurrency[i.Name]; ok && n > 0 {
 			c.Concurrency = n
 		}

@@ -295,6 +295,20 @@ type memberCopies struct {
 	name   string
 	client client.Client
 	reader client.Reader
+
+	// replayMu is held while the member's owed removals are carried out:
+	// its other requests wait. replayed is set once they were, and
+	// cleared when the member is Ready again.
+	replayMu sync.Mutex
+	replayed bool
+}
+
+// replayAgain makes the member's next request carry out its owed removals
+// first.
+func (mc *memberCopies) replayAgain() {
+	mc.replayMu.Lock()
+	defer mc.replayMu.Unlock()
+	mc.replayed = false
 }
 
 // copyCaches is the fleet controller's source in every member: started
@@ -307,10 +321,12 @@ type copyCaches struct {
 	scheme    *runtime.Scheme
 	log       logr.Logger
 	// kinds lists the kinds Propagations copy now, and those of the
-	// copies a member owes removing; owed lists the Propagations whose
-	// copies it owes removing.
-	kinds func(ctx context.Context, member string) []schema.GroupVersionKind
-	owed  func(member string) []types.NamespacedName
+	// copies a member owes removing; propagations lists the Propagations
+	// and those whose copies it owes removing.
+	kinds        func(ctx context.Context, member string) []schema.GroupVersionKind
+	propagations func(ctx context.Context, member string) []types.NamespacedName
+	// engaged is told of a member whose copy cache watches its kinds.
+	engaged func(ctx context.Context, mc *memberCopies)
 
 	mu      sync.Mutex
 	members map[string]*memberCopies
@@ -380,9 +396,11 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster
 				c.log.V(1).Info("Not watching copies of a kind", "cluster", clusterName, "kind", gvk.Kind, "reason", err.Error())
 			}
 		}
-		// A member that comes back is asked about what it owes: its
-		// queued requests were dropped when it left.
-		for _, key := range c.owed(clusterName) {
+		c.engaged(ctx, mc)
+		// A member that is engaged, or comes back, is asked about every
+		// Propagation and what it owes: the requests made before it was
+		// engaged, or queued when it left, were dropped.
+		for _, key := range c.propagations(ctx, clusterName) {
 			q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: key})
 		}
 	}()

@@ -34,11 +34,21 @@
 // the leader with the manager. While the hub is engaged the hub caches run
 // and registry events ask every Propagation again about the member that
 // changed. A member's copy cache starts when the controller engages the
-// member and stops when it leaves. A deleted Propagation keeps its
-// finalizer until each member removed its copies, or owes their removal: a
-// member that is not Ready, that failed to remove them, or that did not
-// report within 30 s. An owed removal is carried out when the member is
-// Ready again, including after a disconnection; it is kept in memory, so a
-// restarted manager knows only the owed removals whose copies it finds in
-// a kind some Propagation still copies.
+// member, which then asks it about every Propagation, and stops when it
+// leaves. A deleted Propagation keeps its finalizer until each member
+// removed its copies, or owes their removal: a member that is not Ready,
+// that failed to remove them, or that did not report within 30 s.
+//
+// # Journal
+//
+// What the hub cannot say is kept in a [journal.Journal] (Options.Journal):
+// each copy is recorded before its first apply, and each owed removal
+// before the finalizer goes. A member's owed removals are carried out
+// before any other request of the member, once it is engaged and each time
+// it is Ready again, including after a restart; the journal forgets them
+// once the member confirms the copies gone, and forgets a member that
+// leaves the fleet. An engaged member's copies found in its cache are
+// recorded again, so a journal that was lost or kept by another replica
+// catches up; then only removals owed for deleted Propagations whose kinds
+// no Propagation copies are lost with it.
 package propagation

@@ -24,6 +24,7 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
 
 // failureRetry is when a member whose failure no event will end (a
@@ -76,12 +77,22 @@ type failure struct {
 }
 
 // reconcileMember makes the copies of Propagation key in member what it
-// wants: the selected hub objects applied, and no other copy.
+// wants, once the member's owed removals are carried out.
 func (r *reconciler) reconcileMember(ctx context.Context, member string, key propagationKey) (reconcile.Result, error) {
 	mc := r.copies.get(member)
 	if mc == nil {
 		return reconcile.Result{}, nil // not engaged: it is asked again when it is
 	}
+	if err := r.replayOwed(ctx, mc); err != nil {
+		return reconcile.Result{}, err
+	}
+	return r.reconcileCopies(ctx, mc, key)
+}
+
+// reconcileCopies makes the copies of Propagation key in mc's member what
+// it wants: the selected hub objects applied, each recorded in the
+// journal first, and no other copy.
+func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key propagationKey) (reconcile.Result, error) {
 	p := &fleetv1alpha1.Propagation{}
 	if err := r.hub.Get(ctx, key, p); apierrors.IsNotFound(err) {
 		p = nil
@@ -100,17 +111,44 @@ func (r *reconciler) reconcileMember(ctx context.Context, member string, key pro
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	desired := make(map[copyKey]*unstructured.Unstructured, len(want))
+	recorded := make([]journal.Copy, 0, len(want))
 	for k, hubObj := range want {
-		if err := run.apply(ctx, k, hubObj, have[k]); err != nil {
+		desired[k] = desiredCopy(hubObj, p, r.fleet)
+		recorded = append(recorded, journalCopy(desired[k]))
+	}
+	if err := r.journal.Record(mc.name, recorded); err != nil {
+		return reconcile.Result{}, fmt.Errorf("recording copies in the journal: %w", err)
+	}
+	for k, d := range desired {
+		if err := run.apply(ctx, k, d, have[k]); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
+	var removed []journal.Copy
 	for k, live := range have {
 		if _, ok := want[k]; ok || run.skipRemoval[k.gvk] {
 			continue
 		}
+		failures := len(run.failures)
 		if err := run.remove(ctx, live); err != nil {
 			return reconcile.Result{}, err
+		}
+		if len(run.failures) == failures {
+			removed = append(removed, journalCopy(live))
+		}
+	}
+	if err := r.journal.Forget(mc.name, removed); err != nil {
+		return reconcile.Result{}, fmt.Errorf("recording removed copies in the journal: %w", err)
+	}
+	if len(run.failures) == 0 && len(run.skipRemoval) == 0 {
+		// Every copy the Propagation does not want here is gone.
+		keep := make([]journal.Object, 0, len(desired))
+		for _, c := range recorded {
+			keep = append(keep, c.Object)
+		}
+		if err := r.journal.Settle(mc.name, key.Namespace, key.Name, keep); err != nil {
+			return reconcile.Result{}, fmt.Errorf("recording removed copies in the journal: %w", err)
 		}
 	}
 	return run.record(removing, len(want))
@@ -156,17 +194,16 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 // existing returns the member's copies of the Propagation, of every kind
 // it copies or copied.
 func (run *memberRun) existing(ctx context.Context) (map[copyKey]*unstructured.Unstructured, error) {
-	var kinds []schema.GroupVersionKind
+	// The journal knows the kinds of the copies made, and of those owed.
+	kinds := run.r.journalKinds(run.member.name, &run.key)
 	if run.p != nil {
-		kinds = kindsOf(run.p)
+		kinds = append(kinds, kindsOf(run.p)...)
 	} else {
 		// Its kinds went with it: look in every kind copied, or watched.
-		for _, gvk := range append(run.r.copiedKinds(ctx), run.member.watched()...) {
-			if !slices.Contains(kinds, gvk) {
-				kinds = append(kinds, gvk)
-			}
-		}
+		kinds = append(kinds, append(run.r.copiedKinds(ctx), run.member.watched()...)...)
 	}
+	slices.SortFunc(kinds, func(a, b schema.GroupVersionKind) int { return strings.Compare(a.String(), b.String()) })
+	kinds = slices.Compact(kinds)
 	have := map[copyKey]*unstructured.Unstructured{}
 	selector := labels.SelectorFromSet(labels.Set{fleetv1alpha1.PropagationLabel: run.key.Name})
 	for _, gvk := range kinds {
@@ -188,14 +225,13 @@ func (run *memberRun) existing(ctx context.Context) (map[copyKey]*unstructured.U
 	return have, nil
 }
 
-// apply makes the member's copy of hubObj what it should be, with no
-// request when it already is.
-func (run *memberRun) apply(ctx context.Context, k copyKey, hubObj, live *unstructured.Unstructured) error {
+// apply makes the member's copy what desired says, with no request when
+// it already is.
+func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live *unstructured.Unstructured) error {
 	if run.skipRemoval[k.gvk] {
 		return nil // the member cannot list the kind: existing reported it
 	}
 	p, name := run.p, run.member.name
-	desired := desiredCopy(hubObj, p, run.r.fleet)
 	if live == nil {
 		if !run.namespaced {
 			if err := run.ensureNamespace(ctx); err != nil {

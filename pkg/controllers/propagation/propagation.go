@@ -2,6 +2,7 @@ package propagation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -25,8 +26,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -53,6 +56,9 @@ type Options struct {
 	// user agent is also given to every member request. Default: the
 	// manager's, with user agent "fleet-manager/propagation".
 	Config *rest.Config
+	// Journal is where the controller records the copies it applies in
+	// each member and the removals members owe. Required.
+	Journal *journal.Journal
 }
 
 // reconciler reconciles two kinds of requests: one per member and
@@ -65,6 +71,7 @@ type reconciler struct {
 	hub      client.Client
 	recorder events.EventRecorder
 	log      logr.Logger
+	journal  *journal.Journal
 	objects  *hubObjects
 	copies   *copyCaches
 	results  *results
@@ -77,6 +84,8 @@ type reconciler struct {
 	queue     engage.Queue
 	lastWrite map[propagationKey]time.Time
 	readiness map[propagationKey]string
+	// recoveryTold holds the members told that the journal was lost.
+	recoveryTold sync.Map
 }
 
 // Add adds the Propagation controller to m. A hub without the Propagation
@@ -85,6 +94,9 @@ func Add(m *fleet.Manager, opts Options) error {
 	if _, err := m.GetRESTMapper().RESTMapping(schema.GroupKind{Group: fleetv1alpha1.GroupVersion.Group, Kind: "Propagation"}, fleetv1alpha1.GroupVersion.Version); meta.IsNoMatchError(err) {
 		m.GetLogger().Info("The hub has no Propagation CRD: objects are not propagated (install deploy/crd)")
 		return nil
+	}
+	if opts.Journal == nil {
+		return errors.New("the Propagation controller needs a journal")
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = DefaultWorkers
@@ -117,7 +129,7 @@ func Add(m *fleet.Manager, opts Options) error {
 	}
 	log := m.GetLogger().WithValues("controller", ControllerName)
 	r := &reconciler{
-		m: m, fleet: m.Namespace(), hub: opts.Client, log: log,
+		m: m, fleet: m.Namespace(), hub: opts.Client, log: log, journal: opts.Journal,
 		recorder: m.GetEventRecorder("fleet-manager"),
 		results:  newResults(),
 		metrics:  pm,
@@ -128,7 +140,7 @@ func Add(m *fleet.Manager, opts Options) error {
 	r.objects = &hubObjects{config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
 	r.copies = &copyCaches{
 		fleet: m.Namespace(), userAgent: opts.Config.UserAgent, scheme: m.GetScheme(), log: log,
-		kinds: r.memberKinds, owed: r.owedBy, members: map[string]*memberCopies{},
+		kinds: r.memberKinds, engaged: r.memberEngaged, propagations: r.memberPropagations, members: map[string]*memberCopies{},
 	}
 	return fleet.NewControllerManagedBy(m).
 		Named(ControllerName).
@@ -161,6 +173,11 @@ func (h hubEngagement) Start(ctx context.Context, _ string, _ crcluster.Cluster,
 	r.queue = q
 	r.mu.Unlock()
 	r.objects.start(ctx)
+	if members, err := r.journal.Members(); err == nil {
+		for _, member := range members {
+			r.countOwed(member)
+		}
+	}
 	go r.m.Registry().Subscribe(ctx).Run(ctx, 1, r.memberChanged)
 	synced := make(chan struct{})
 	close(synced)
@@ -203,12 +220,12 @@ func (r *reconciler) everyCluster(_ context.Context, _ string, obj client.Object
 // hubObjectChanged asks every Propagation of namespace that copies kind
 // gvk again, in every member.
 func (r *reconciler) hubObjectChanged(namespace string, gvk schema.GroupVersionKind) {
-	props := &fleetv1alpha1.PropagationList{}
-	if err := r.hub.List(context.Background(), props, client.InNamespace(namespace)); err != nil {
+	props, err := r.propagations(context.Background(), client.InNamespace(namespace))
+	if err != nil {
 		return
 	}
-	for i := range props.Items {
-		p := &props.Items[i]
+	for i := range props {
+		p := &props[i]
 		if slices.Contains(kindsOf(p), gvk) {
 			r.enqueue(r.everyCluster(context.Background(), "", p)...)
 		}
@@ -226,25 +243,44 @@ func (r *reconciler) memberChanged(ctx context.Context, e registry.Event) {
 		r.results.forgetMember(e.Name)
 		r.metrics.forget(e.Name)
 	}
-	props := &fleetv1alpha1.PropagationList{}
-	if err := r.hub.List(ctx, props); err != nil {
+	if e.Removed() {
+		r.forgetMember(e.Name)
+	}
+	if e.StateChanged() && e.New.State == cluster.StateReady {
+		if mc := r.copies.get(e.Name); mc != nil {
+			mc.replayAgain()
+		}
+	}
+	props, err := r.propagations(ctx)
+	if err != nil {
 		return
 	}
-	for i := range props.Items {
-		key := client.ObjectKeyFromObject(&props.Items[i])
+	for i := range props {
+		key := client.ObjectKeyFromObject(&props[i])
 		r.enqueue(fleet.Request{NamespacedName: key}, fleet.Request{ClusterName: e.Name, NamespacedName: key})
 	}
 }
 
+// propagations lists the Propagations once the manager's cache has
+// started: a list before that fails, and what asked for it would be lost.
+func (r *reconciler) propagations(ctx context.Context, opts ...client.ListOption) ([]fleetv1alpha1.Propagation, error) {
+	if !r.m.GetCache().WaitForCacheSync(ctx) {
+		return nil, ctx.Err()
+	}
+	props := &fleetv1alpha1.PropagationList{}
+	err := r.hub.List(ctx, props, opts...)
+	return props.Items, err
+}
+
 // copiedKinds lists every kind a Propagation copies or has copied.
 func (r *reconciler) copiedKinds(ctx context.Context) []schema.GroupVersionKind {
-	props := &fleetv1alpha1.PropagationList{}
-	if err := r.hub.List(ctx, props); err != nil {
+	props, err := r.propagations(ctx)
+	if err != nil {
 		return nil
 	}
 	var kinds []schema.GroupVersionKind
-	for i := range props.Items {
-		for _, k := range kindsOf(&props.Items[i]) {
+	for i := range props {
+		for _, k := range kindsOf(&props[i]) {
 			if !slices.Contains(kinds, k) {
 				kinds = append(kinds, k)
 			}
@@ -254,11 +290,11 @@ func (r *reconciler) copiedKinds(ctx context.Context) []schema.GroupVersionKind 
 }
 
 // memberKinds lists the kinds of copies member may hold: those
-// Propagations copy and those of copies it owes removing.
+// Propagations copy, and those of the copies and owed removals the
+// journal holds for it.
 func (r *reconciler) memberKinds(ctx context.Context, member string) []schema.GroupVersionKind {
 	kinds := r.copiedKinds(ctx)
-	_, owed := r.results.owedBy(member)
-	for _, k := range owed {
+	for _, k := range r.journalKinds(member, nil) {
 		if !slices.Contains(kinds, k) {
 			kinds = append(kinds, k)
 		}
@@ -266,9 +302,59 @@ func (r *reconciler) memberKinds(ctx context.Context, member string) []schema.Gr
 	return kinds
 }
 
-// owedBy lists the Propagations whose copies member owes removing.
-func (r *reconciler) owedBy(member string) []propagationKey {
-	keys, _ := r.results.owedBy(member)
+// journalKinds lists the kinds of the copies and owed removals the journal
+// holds for member: all, or those of the Propagation key.
+func (r *reconciler) journalKinds(member string, key *propagationKey) []schema.GroupVersionKind {
+	var kinds []schema.GroupVersionKind
+	add := func(gvk schema.GroupVersionKind) {
+		if !slices.Contains(kinds, gvk) {
+			kinds = append(kinds, gvk)
+		}
+	}
+	owed, _ := r.journal.Owed(member)
+	for _, o := range owed {
+		if key == nil || (o.Namespace == key.Namespace && o.Propagation == key.Name) {
+			for _, gvk := range o.Kinds {
+				add(gvk)
+			}
+		}
+	}
+	var copies []journal.Copy
+	if key == nil {
+		copies, _ = r.journal.Copies(member)
+	} else {
+		copies, _ = r.journal.CopiesOf(member, key.Namespace, key.Name)
+	}
+	for _, c := range copies {
+		add(c.GVK)
+	}
+	return kinds
+}
+
+// memberPropagations lists the Propagations whose removals member owes,
+// then every Propagation and those the journal knows copies of there.
+func (r *reconciler) memberPropagations(ctx context.Context, member string) []propagationKey {
+	var keys []propagationKey
+	add := func(key propagationKey) {
+		if !slices.Contains(keys, key) {
+			keys = append(keys, key)
+		}
+	}
+	owed, _ := r.journal.Owed(member)
+	for _, o := range owed {
+		add(propagationKey{Namespace: o.Namespace, Name: o.Propagation})
+	}
+	copies, _ := r.journal.Copies(member)
+	for _, c := range copies {
+		add(propagationKey{Namespace: c.Namespace, Name: c.Propagation})
+	}
+	props, err := r.propagations(ctx)
+	if err != nil {
+		return keys
+	}
+	for i := range props {
+		add(client.ObjectKeyFromObject(&props[i]))
+	}
 	return keys
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -39,6 +40,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -120,6 +122,8 @@ type testFleet struct {
 	mgr       *fleet.Manager
 	namespace string // the fleet's
 	team      string // the propagated objects'
+	stateDir  string // the journal's
+	journal   *journal.Journal
 	cancel    context.CancelFunc
 	done      chan error
 }
@@ -130,7 +134,7 @@ func newFleet(t *testing.T) *testFleet {
 		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
 	}
 	n := counter.Add(1)
-	f := &testFleet{t: t, namespace: fmt.Sprintf("fleet-%d", n), team: fmt.Sprintf("team-%d", n)}
+	f := &testFleet{t: t, namespace: fmt.Sprintf("fleet-%d", n), team: fmt.Sprintf("team-%d", n), stateDir: t.TempDir()}
 	createNamespace(t, hubClient, f.namespace)
 	createNamespace(t, hubClient, f.team)
 	f.start(nil)
@@ -156,7 +160,11 @@ func (f *testFleet) start(health *cluster.HealthOptions) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if err := propagation.Add(mgr, propagation.Options{}); err != nil {
+	f.journal, err = journal.Open(f.stateDir, journal.Options{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := propagation.Add(mgr, propagation.Options{Journal: f.journal}); err != nil {
 		f.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -172,6 +180,9 @@ func (f *testFleet) stop() {
 	f.cancel()
 	if err := <-f.done; err != nil {
 		f.t.Errorf("manager: %v", err)
+	}
+	if err := f.journal.Close(); err != nil {
+		f.t.Errorf("journal: %v", err)
 	}
 	f.cancel = nil
 }
@@ -654,6 +665,92 @@ func TestUnreachableMemberOwesTheDeletion(t *testing.T) {
 			f.waitCopy(0, "web", "deleted once east is back", gone)
 		})
 	}
+}
+
+// TestOwedRemovalSurvivesARestart deletes a Propagation while a member is
+// down, restarts the manager, and brings the member back: the journal
+// still knows the owed removal, although no Propagation copies the kind
+// any more, and the copy goes.
+func TestOwedRemovalSurvivesARestart(t *testing.T) {
+	health := &cluster.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: time.Hour}
+	f := newFleet(t)
+	f.stop()
+	f.start(health)
+	proxied, proxy, err := controlplane.ViaProxy(kubeconfigs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	f.registerKubeconfig("east", proxied, map[string]string{"env": "prod"})
+	f.register(1, "west", map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready in 2 members", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 2 })
+
+	proxy.Down()
+	poll.Until(t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == cluster.StateUnhealthy })
+	if err := hubClient.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the Propagation gone although east is down", func() bool {
+		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
+	})
+	owed, err := f.journal.Owed("east")
+	if err != nil || len(owed) != 1 || owed[0].Propagation != "web" {
+		t.Fatalf("the journal's owed removals of east: %+v, %v; want web's", owed, err)
+	}
+
+	f.stop()
+	f.start(health)
+	if f.copyIn(0, "web") == nil {
+		t.Fatal("the copy in east is gone while east was down: the test proves nothing")
+	}
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCopy(0, "web", "deleted once east is back, after a restart", gone)
+	poll.Until(t, "the owed removal settled in the journal", func() bool {
+		owed, err := f.journal.Owed("east")
+		copies, _ := f.journal.Copies("east")
+		return err == nil && len(owed) == 0 && len(copies) == 0
+	})
+}
+
+// TestLostJournalIsRebuiltFromTheMembers spoils the journal of a stopped
+// manager: the restarted one moves it aside, records again every copy it
+// finds in the members, and converges.
+func TestLostJournalIsRebuiltFromTheMembers(t *testing.T) {
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.register(1, "west", map[string]string{"env": "prod"})
+	for i := range 5 {
+		f.configMap(fmt.Sprintf("web-%d", i), map[string]string{"i": fmt.Sprint(i)}, map[string]string{"app": "web"})
+	}
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 2 })
+	f.stop()
+	if err := os.WriteFile(filepath.Join(f.stateDir, journal.FileName), []byte("not a journal"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	f.start(nil)
+	if rec := f.journal.Recovered(); rec == nil || rec.MovedTo == "" {
+		t.Fatalf("the spoiled journal was not moved aside: %+v", rec)
+	}
+	for _, member := range []string{"east", "west"} {
+		poll.Until(t, "the journal knows the 5 copies in "+member+" again", func() bool {
+			copies, err := f.journal.Copies(member)
+			return err == nil && len(copies) == 5
+		})
+	}
+	if err := hubClient.Delete(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web-0"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCopy(0, "web-0", "removed after the hub object went", gone)
+	poll.Until(t, "the journal forgot the removed copy", func() bool {
+		copies, err := f.journal.Copies("east")
+		return err == nil && len(copies) == 4
+	})
 }
 
 func TestObjectInvalidForOneMemberFailsOnlyThere(t *testing.T) {

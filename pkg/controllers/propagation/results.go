@@ -132,23 +132,3 @@ func (rs *results) owe(key propagationKey, member, message string, kinds []schem
 	m[member] = r
 	return true
 }
-
-// owedBy returns the Propagations whose copies member owes removing, and
-// the kinds of those copies.
-func (rs *results) owedBy(member string) ([]propagationKey, []schema.GroupVersionKind) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	var keys []propagationKey
-	var kinds []schema.GroupVersionKind
-	for key, m := range rs.byProp {
-		if r := m[member]; r.result == fleetv1alpha1.ResultDeletionOwed {
-			keys = append(keys, key)
-			for _, k := range r.kinds {
-				if !slices.Contains(kinds, k) {
-					kinds = append(kinds, k)
-				}
-			}
-		}
-	}
-	return keys, kinds
-}

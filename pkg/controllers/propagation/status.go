@@ -110,7 +110,9 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 			entry.ObservedGeneration, entry.LastTransitionTime = res.generation, res.since
 		case has && (res.copies > 0 || res.result == fleetv1alpha1.ResultDeletionOwed || !res.removing):
 			if !ready {
-				r.owe(ctx, p, c.Name, fmt.Sprintf("the member is %s: its copies are removed when it is Ready", c.State))
+				if err := r.owe(ctx, p, c.Name, fmt.Sprintf("the member is %s: its copies are removed when it is Ready", c.State)); err != nil {
+					logf.FromContext(ctx).Error(err, "Recording an owed removal")
+				}
 				res, _ = r.results.get(key, c.Name)
 				entry.Result, entry.Reason, entry.Message = res.result, res.reason, res.message
 			} else {
@@ -265,10 +267,14 @@ func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation, 
 		switch {
 		case has && res.removing && res.copies == 0 && res.result != fleetv1alpha1.ResultFailed:
 		case c.State != cluster.StateReady:
-			r.owe(ctx, p, c.Name, fmt.Sprintf("the member is %s: its copies are removed when it is Ready", c.State))
+			if err := r.owe(ctx, p, c.Name, fmt.Sprintf("the member is %s: its copies are removed when it is Ready", c.State)); err != nil {
+				return reconcile.Result{}, err
+			}
 			owed = append(owed, c.Name)
 		case has && res.removing && res.result == fleetv1alpha1.ResultFailed, timedOut:
-			r.owe(ctx, p, c.Name, "removing the copies failed: "+res.message)
+			if err := r.owe(ctx, p, c.Name, "removing the copies failed: "+res.message); err != nil {
+				return reconcile.Result{}, err
+			}
 			owed = append(owed, c.Name)
 		default:
 			waiting = append(waiting, c.Name)
@@ -288,20 +294,6 @@ func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation, 
 			"%d members owe the removal of copies, done when each is Ready: %s", len(owed), strings.Join(owed, ", "))
 	}
 	return reconcile.Result{}, nil
-}
-
-// owe records that member owes the removal of key's copies.
-func (r *reconciler) owe(ctx context.Context, p *fleetv1alpha1.Propagation, member, message string) {
-	if r.results.owe(client.ObjectKeyFromObject(p), member, message, kindsOf(p)) {
-		logf.FromContext(ctx).V(1).Info("Removal of copies owed", "member", member)
-		r.countOwed(member)
-	}
-}
-
-// countOwed sets fleet_propagation_owed_deletions of member.
-func (r *reconciler) countOwed(member string) {
-	owed, _ := r.results.owedBy(member)
-	r.metrics.owedDeletions.WithLabelValues(member).Set(float64(len(owed)))
 }
 
 // statusWait is how long key's next status write must wait.
