@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
@@ -34,6 +35,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
 
 const propagationTable = "Propagation"
@@ -146,8 +148,15 @@ func (s *auditedServer) writes(since time.Time) (int, error) {
 type propFleet struct {
 	mgr             *fleet.Manager
 	withPropagation bool
+	journal         *journal.Journal
 	cancel          context.CancelFunc
 	done            chan error
+}
+
+// stateDir is the journal's directory of the fleet of namespace ns, which
+// a restarted fleet finds again; clean-up removes it.
+func stateDir(ns string) string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("fleet-bench-state-%d-%s", os.Getpid(), ns))
 }
 
 func startPropFleet(hub *rest.Config, ns string, withPropagation bool) (*propFleet, error) {
@@ -155,26 +164,37 @@ func startPropFleet(hub *rest.Config, ns string, withPropagation bool) (*propFle
 	if err != nil {
 		return nil, err
 	}
+	var j *journal.Journal
 	if withPropagation {
-		if err := propagation.Add(mgr, propagation.Options{}); err != nil {
+		if j, err = journal.Open(stateDir(ns), journal.Options{}); err != nil {
 			return nil, err
+		}
+		if err := propagation.Add(mgr, propagation.Options{Journal: j}); err != nil {
+			return nil, errors.Join(err, j.Close())
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &propFleet{mgr: mgr, withPropagation: withPropagation, cancel: cancel, done: make(chan error, 1)}
+	f := &propFleet{mgr: mgr, withPropagation: withPropagation, journal: j, cancel: cancel, done: make(chan error, 1)}
 	go func() { f.done <- mgr.Start(ctx) }()
 	select {
 	case <-mgr.Elected():
 	case err := <-f.done:
 		cancel()
-		return nil, fmt.Errorf("fleet manager stopped: %w", err)
+		return nil, fmt.Errorf("fleet manager stopped: %w", errors.Join(err, f.closeJournal()))
 	}
 	return f, nil
 }
 
 func (f *propFleet) stop() error {
 	f.cancel()
-	return <-f.done
+	return errors.Join(<-f.done, f.closeJournal())
+}
+
+func (f *propFleet) closeJournal() error {
+	if f.journal == nil {
+		return nil
+	}
+	return f.journal.Close()
 }
 
 // engaged counts the engaged members; with the Propagation controller,
@@ -371,6 +391,7 @@ func (b *bench) propagationFanOut(ctx context.Context, t *table, audited *audite
 		return err
 	}
 	defer b.cleanUpPropagations(ctx, s.fleetNS, s.team, audited.client)
+	defer os.RemoveAll(stateDir(s.fleetNS))
 	f, err := startPropFleet(b.lab.hub.Config, s.fleetNS, true)
 	if err != nil {
 		return err
@@ -557,6 +578,7 @@ func (b *bench) propagationRestart(ctx context.Context, t *table, audited *audit
 		return err
 	}
 	defer b.cleanUpPropagations(ctx, s.fleetNS, s.team, audited.client)
+	defer os.RemoveAll(stateDir(s.fleetNS))
 	firstStart := time.Now()
 	f, err := startPropFleet(b.lab.hub.Config, s.fleetNS, true)
 	if err != nil {
@@ -731,6 +753,7 @@ func propagationChild(ctx context.Context, hubKubeconfig, namespace string, memb
 	if err != nil {
 		return err
 	}
+	defer os.RemoveAll(stateDir(namespace))
 	f, err := startPropFleet(hub, namespace, withPropagation)
 	if err != nil {
 		return err

@@ -34,6 +34,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -199,7 +200,12 @@ func (d *demo) runFleet(ctx context.Context, dir string, clusters []*cluster) (e
 	if err := d.register(ctx, hub.env.Config, members); err != nil {
 		return err
 	}
-	mgr, err := d.newManager(hub.env.Config)
+	j, err := journal.Open(filepath.Join(dir, "state"), journal.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, j.Close()) }()
+	mgr, err := d.newManager(hub.env.Config, j)
 	if err != nil {
 		return err
 	}
@@ -395,7 +401,7 @@ func (d *demo) register(ctx context.Context, hubCfg *rest.Config, members []*clu
 
 // newManager returns a fleet manager for the hub, without metrics or
 // probes, running the ConfigMap reporter on namespace demo.
-func (d *demo) newManager(hubCfg *rest.Config) (*fleet.Manager, error) {
+func (d *demo) newManager(hubCfg *rest.Config, j *journal.Journal) (*fleet.Manager, error) {
 	mgr, err := fleet.New(hubCfg, fleet.Options{Options: manager.Options{
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -406,7 +412,7 @@ func (d *demo) newManager(hubCfg *rest.Config) (*fleet.Manager, error) {
 	if err := membercluster.Add(mgr); err != nil {
 		return nil, fmt.Errorf("adding the MemberCluster controller: %w", err)
 	}
-	if err := propagation.Add(mgr, propagation.Options{}); err != nil {
+	if err := propagation.Add(mgr, propagation.Options{Journal: j}); err != nil {
 		return nil, fmt.Errorf("adding the Propagation controller: %w", err)
 	}
 	reporter := &configmapreport.Reconciler{Fleet: mgr, Report: d.report}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
@@ -56,6 +58,7 @@ type runFlags struct {
 	memberBurst      int
 	cacheSyncTimeout time.Duration
 	renewTokens      bool
+	stateDir         string
 	controllers      []string
 	concurrency      map[string]*int
 	health           cluster.HealthOptions
@@ -149,7 +152,12 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 	for name, n := range f.concurrency {
 		concurrency[name] = *n
 	}
-	if err := controllers.Start(mgr, controllers.Initializers(), f.controllers, concurrency); err != nil {
+	j, err := openJournal(f.stateDir, log)
+	if err != nil {
+		return err
+	}
+	defer j.close()
+	if err := controllers.Start(mgr, j.Journal, controllers.Initializers(), f.controllers, concurrency); err != nil {
 		return err
 	}
 	// Only the process and its hub are checked: a member being down must
@@ -202,6 +210,7 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	for _, c := range table {
 		f.concurrency[c.Name] = fs.Int("concurrent-"+c.Name+"-syncs", c.Concurrency, "How many objects the "+c.Name+" controller reconciles at once.")
 	}
+	fs.StringVar(&f.stateDir, "state-dir", "", "Directory of the journal, the manager's record of the copies it applied in each member and the removals members owe; only one manager may use it at a time. Default: a temporary directory removed at exit, so what is owed is forgotten by a restart (deploy/ mounts one).")
 	fs.BoolVar(&f.renewTokens, "renew-tokens", true, "Renew each member's service account token, in a native registration Secret, through the member's TokenRequest API at about 80% of its lifetime, and write it back into the Secret (needs update on Secrets in the fleet namespace).")
 	bindPolicyFlags(fs, &f.policy)
 
@@ -354,4 +363,55 @@ func probeHub(ctx context.Context, cfg *rest.Config) (string, error) {
 func hasCredentials(cfg *rest.Config) bool {
 	return cfg.BearerToken != "" || cfg.BearerTokenFile != "" || cfg.Username != "" ||
 		len(cfg.CertData) > 0 || cfg.CertFile != "" || cfg.ExecProvider != nil || cfg.AuthProvider != nil
+}
+
+// runJournal is the manager's journal, and the temporary directory that
+// holds it when --state-dir is not set.
+type runJournal struct {
+	*journal.Journal
+	tempDir string
+	log     logr.Logger
+}
+
+// openJournal opens the journal in stateDir, or in a temporary directory,
+// and logs a journal that could not be used.
+func openJournal(stateDir string, log logr.Logger) (*runJournal, error) {
+	rj := &runJournal{log: log}
+	if stateDir == "" {
+		dir, err := os.MkdirTemp("", "fleet-manager-state-")
+		if err != nil {
+			return nil, fmt.Errorf("creating a temporary state directory: %w", err)
+		}
+		rj.tempDir, stateDir = dir, dir
+	}
+	j, err := journal.Open(stateDir, journal.Options{})
+	if err != nil {
+		rj.removeTemp()
+		return nil, fmt.Errorf("opening the journal: %w", err)
+	}
+	rj.Journal = j
+	switch rec := j.Recovered(); {
+	case rj.tempDir != "":
+		log.Info("No --state-dir: the journal is temporary, so removals owed to members that are down are forgotten at exit", "path", j.Path())
+	case rec == nil:
+		log.Info("Journal opened", "path", j.Path())
+	case rec.MovedTo == "":
+		log.Info("Journal started", "path", j.Path())
+	default:
+		log.Error(rec.Err, "The journal could not be used: it was moved aside and a new one started; the copies in each member are recorded again as it is engaged", "path", j.Path(), "movedTo", rec.MovedTo)
+	}
+	return rj, nil
+}
+
+func (rj *runJournal) close() {
+	if err := rj.Close(); err != nil {
+		rj.log.Error(err, "Closing the journal")
+	}
+	rj.removeTemp()
+}
+
+func (rj *runJournal) removeTemp() {
+	if rj.tempDir != "" {
+		_ = os.RemoveAll(rj.tempDir)
+	}
 }
