@@ -199,7 +199,33 @@ func applyDeploy(t *testing.T) *deployment {
 	for _, arg := range container.Args[1:] {
 		d.args = append(d.args, strings.ReplaceAll(arg, "$(POD_NAMESPACE)", deployNamespace))
 	}
+	checkStateVolume(t, deploy.Spec.Template.Spec, "emptyDir")
 	return d
+}
+
+// checkStateVolume checks that --state-dir is a mounted volume, of kind
+// source ("emptyDir" or "persistentVolumeClaim").
+func checkStateVolume(t *testing.T, pod corev1.PodSpec, source string) {
+	t.Helper()
+	container := pod.Containers[0]
+	var stateDir string
+	for _, arg := range container.Args {
+		if dir, ok := strings.CutPrefix(arg, "--state-dir="); ok {
+			stateDir = dir
+		}
+	}
+	i := slices.IndexFunc(container.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == stateDir })
+	if stateDir == "" || i < 0 || container.VolumeMounts[i].ReadOnly {
+		t.Fatalf("--state-dir %q is not a writable volume mount of the manager: %+v", stateDir, container.VolumeMounts)
+	}
+	j := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == container.VolumeMounts[i].Name })
+	if j < 0 {
+		t.Fatalf("the state volume %q is not in the pod", container.VolumeMounts[i].Name)
+	}
+	v := pod.Volumes[j]
+	if got := map[bool]string{v.EmptyDir != nil: "emptyDir", v.PersistentVolumeClaim != nil: "persistentVolumeClaim"}[true]; got != source {
+		t.Errorf("the state volume is %+v, want a %s", v.VolumeSource, source)
+	}
 }
 
 // kubectl runs the project's kubectl as the hub's admin, with stdin.
@@ -365,7 +391,13 @@ func (d *deployment) startManager(t *testing.T, extra ...string) *runningManager
 		t.Fatal(err)
 	}
 
-	args := append(slices.Clone(d.args), extra...)
+	args := slices.Clone(d.args)
+	for i, arg := range args {
+		if strings.HasPrefix(arg, "--state-dir=") {
+			args[i] = "--state-dir=" + t.TempDir() // the pod's volume
+		}
+	}
+	args = append(args, extra...)
 	args = append(args, "--hub-kubeconfig="+writeTemp(t, "hub.kubeconfig", kubeconfig),
 		"--metrics-bind-address="+m.metricsAddr, "--health-probe-bind-address="+m.probeAddr)
 	f, err := parseRunFlags(args, os.Stderr)
@@ -745,5 +777,33 @@ func checkManifests(t *testing.T, rendered []byte) {
 	if monitor.Namespace != deployNamespace || !selector.Matches(labels.Set(service.Labels)) || len(monitor.Spec.Endpoints) != 1 ||
 		monitor.Spec.Endpoints[0].Port != service.Spec.Ports[0].Name || monitor.Spec.Endpoints[0].Scheme != "https" {
 		t.Errorf("the ServiceMonitor does not scrape the Service %s over https: %+v", service.Name, monitor)
+	}
+}
+
+// TestPersistentStateComponent renders deploy/ with the persistent-state
+// component as its comment says: one replica, replaced with Recreate, its
+// journal on the claim the component adds.
+func TestPersistentStateComponent(t *testing.T) {
+	overlay := t.TempDir()
+	base, err := filepath.Rel(overlay, deployDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomization := fmt.Sprintf("resources: [%q]\ncomponents: [%q]\n", base, filepath.Join(base, "components", "persistent-state"))
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	docs := splitDocuments(t, renderKustomization(t, overlay))
+	deploy := &appsv1.Deployment{}
+	decodeDocument(t, documentOfKind(t, docs, "Deployment"), deploy)
+	claim := &corev1.PersistentVolumeClaim{}
+	decodeDocument(t, documentOfKind(t, docs, "PersistentVolumeClaim"), claim)
+	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas != 1 || deploy.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("replicas %v, strategy %q: two pods could hold one ReadWriteOnce journal", deploy.Spec.Replicas, deploy.Spec.Strategy.Type)
+	}
+	checkStateVolume(t, deploy.Spec.Template.Spec, "persistentVolumeClaim")
+	pod := deploy.Spec.Template.Spec
+	if v := pod.Volumes[slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.PersistentVolumeClaim != nil })]; v.PersistentVolumeClaim.ClaimName != claim.Name || claim.Namespace != deploy.Namespace {
+		t.Errorf("the volume claims %s, the component adds %s/%s", v.PersistentVolumeClaim.ClaimName, claim.Namespace, claim.Name)
 	}
 }
