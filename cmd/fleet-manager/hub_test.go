@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -21,7 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/internal/syncbuffer"
+	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
 
 func TestHubProbeSaysWhatIsWrong(t *testing.T) {
@@ -186,5 +190,55 @@ func TestHubFlagsPickTheKubeconfigAndContext(t *testing.T) {
 	}
 	if _, err := (&hubFlags{kubeconfig: path, context: "c"}).restConfig(); err == nil || !strings.Contains(err.Error(), `context "c"`) {
 		t.Errorf("--hub-context=c: %v, want an error naming the missing context", err)
+	}
+}
+
+// TestSecondManagerOnAStateDirFails: a manager whose --state-dir another
+// holds stops with a clear error within the journal's lock timeout.
+func TestSecondManagerOnAStateDirFails(t *testing.T) {
+	needAPIServers(t)
+	dir := t.TempDir()
+	held, err := journal.Open(dir, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	kubeconfig, err := controlplane.AdminKubeconfig(testHub, "second-manager")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parseRunFlags([]string{"--hub-kubeconfig=" + writeTemp(t, "hub.kubeconfig", kubeconfig), "--state-dir=" + dir,
+		"--metrics-bind-address=0", "--health-probe-bind-address=0"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = run(t.Context(), f, logr.Discard())
+	if !errors.Is(err, journal.ErrLocked) || !strings.Contains(err.Error(), "another fleet-manager") {
+		t.Fatalf("run on a held state dir: %v, want an error saying another manager holds it", err)
+	}
+	if took := time.Since(start); took > journal.DefaultLockTimeout+5*time.Second {
+		t.Errorf("it took %s to give up", took)
+	}
+	t.Log(err)
+}
+
+// TestUnusableStateDirFallsBack: a --state-dir that cannot hold a journal
+// is logged, and the manager runs on a temporary one rather than exit.
+func TestUnusableStateDirFallsBack(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuffer.Buffer{}
+	logger, stop := captureLogs(logs)
+	defer stop()
+	rj, err := openJournal(file, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rj.close()
+	if rj.tempDir == "" || !strings.Contains(logs.String(), "The state directory cannot hold the journal") {
+		t.Errorf("temporary dir %q; logs:\n%s", rj.tempDir, logs.String())
 	}
 }

@@ -374,31 +374,45 @@ type runJournal struct {
 }
 
 // openJournal opens the journal in stateDir, or in a temporary directory,
-// and logs a journal that could not be used.
+// and logs a journal that could not be used. A directory another manager
+// holds is an error; one that cannot hold a journal at all (read-only,
+// full) is logged, and a temporary journal used, so that the manager does
+// not crash-loop on it.
 func openJournal(stateDir string, log logr.Logger) (*runJournal, error) {
 	rj := &runJournal{log: log}
-	if stateDir == "" {
+	if stateDir != "" {
+		j, err := journal.Open(stateDir, journal.Options{})
+		switch {
+		case errors.Is(err, journal.ErrLocked):
+			return nil, fmt.Errorf("opening the journal: %w", err)
+		case err != nil:
+			log.Error(err, "The state directory cannot hold the journal: using a temporary one, so removals owed to members that are down are forgotten at exit", "stateDir", stateDir)
+		default:
+			rj.Journal = j
+		}
+	}
+	if rj.Journal == nil {
 		dir, err := os.MkdirTemp("", "fleet-manager-state-")
 		if err != nil {
 			return nil, fmt.Errorf("creating a temporary state directory: %w", err)
 		}
-		rj.tempDir, stateDir = dir, dir
+		rj.tempDir = dir
+		if rj.Journal, err = journal.Open(dir, journal.Options{}); err != nil {
+			rj.removeTemp()
+			return nil, fmt.Errorf("opening the journal: %w", err)
+		}
+		if stateDir == "" {
+			log.Info("No --state-dir: the journal is temporary, so removals owed to members that are down are forgotten at exit", "path", rj.Path())
+		}
+		return rj, nil
 	}
-	j, err := journal.Open(stateDir, journal.Options{})
-	if err != nil {
-		rj.removeTemp()
-		return nil, fmt.Errorf("opening the journal: %w", err)
-	}
-	rj.Journal = j
-	switch rec := j.Recovered(); {
-	case rj.tempDir != "":
-		log.Info("No --state-dir: the journal is temporary, so removals owed to members that are down are forgotten at exit", "path", j.Path())
+	switch rec := rj.Recovered(); {
 	case rec == nil:
-		log.Info("Journal opened", "path", j.Path())
+		log.Info("Journal opened", "path", rj.Path())
 	case rec.MovedTo == "":
-		log.Info("Journal started", "path", j.Path())
+		log.Info("Journal started", "path", rj.Path())
 	default:
-		log.Error(rec.Err, "The journal could not be used: it was moved aside and a new one started; the copies in each member are recorded again as it is engaged", "path", j.Path(), "movedTo", rec.MovedTo)
+		log.Error(rec.Err, "The journal could not be used: it was moved aside and a new one started; the copies in each member are recorded again as it is engaged", "path", rj.Path(), "movedTo", rec.MovedTo)
 	}
 	return rj, nil
 }
