@@ -124,6 +124,7 @@ type testFleet struct {
 	team      string // the propagated objects'
 	stateDir  string // the journal's
 	journal   *journal.Journal
+	health    *cluster.HealthOptions // how members are probed, if set
 	cancel    context.CancelFunc
 	done      chan error
 }
@@ -156,6 +157,7 @@ func (f *testFleet) start(health *cluster.HealthOptions) {
 	if health != nil {
 		opts.MemberHealth = *health
 	}
+	f.health = health
 	mgr, err := fleet.New(hub.Config, opts)
 	if err != nil {
 		f.t.Fatal(err)
@@ -187,6 +189,11 @@ func (f *testFleet) stop() {
 	f.cancel = nil
 }
 
+// testFleetLabel, on every member of a test's fleet and in its
+// Propagations' selector, keeps the Propagations of earlier tests, which
+// every manager on the shared hub reconciles, out of its members.
+const testFleetLabel = "test.fleetkube.io/fleet"
+
 // register registers member i under name with labels.
 func (f *testFleet) register(i int, name string, labels map[string]string) {
 	f.t.Helper()
@@ -195,7 +202,7 @@ func (f *testFleet) register(i int, name string, labels map[string]string) {
 
 func (f *testFleet) registerKubeconfig(name string, kubeconfig []byte, labels map[string]string) {
 	f.t.Helper()
-	l := map[string]string{registry.KubeconfigLabel: "true"}
+	l := map[string]string{registry.KubeconfigLabel: "true", testFleetLabel: f.namespace}
 	for k, v := range labels {
 		l[k] = v
 	}
@@ -216,7 +223,7 @@ func (f *testFleet) relabel(name string, labels map[string]string) {
 	if err := hubClient.Get(f.t.Context(), types.NamespacedName{Namespace: f.namespace, Name: name}, s); err != nil {
 		f.t.Fatal(err)
 	}
-	s.Labels = map[string]string{registry.KubeconfigLabel: "true"}
+	s.Labels = map[string]string{registry.KubeconfigLabel: "true", testFleetLabel: f.namespace}
 	for k, v := range labels {
 		s.Labels[k] = v
 	}
@@ -231,7 +238,7 @@ func (f *testFleet) propagation(name string, edit func(p *fleetv1alpha1.Propagat
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: name},
 		Spec: fleetv1alpha1.PropagationSpec{
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}},
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}},
+			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod", testFleetLabel: f.namespace}}},
 		},
 	}
 	if edit != nil {
@@ -612,6 +619,28 @@ func TestDeletedPropagationDeletesOrOrphansItsCopies(t *testing.T) {
 	}
 }
 
+// newFleetBehindProxy returns a fleet whose members are east, behind a
+// proxy the test takes down, and west, both probed often, east Disconnected
+// after disconnectAfter, and whose Propagation web copies ConfigMap web to
+// both.
+func newFleetBehindProxy(t *testing.T, disconnectAfter time.Duration) (*testFleet, *controlplane.Proxy) {
+	t.Helper()
+	f := newFleet(t)
+	f.stop()
+	f.start(&cluster.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: disconnectAfter})
+	proxied, proxy, err := controlplane.ViaProxy(kubeconfigs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	f.registerKubeconfig("east", proxied, map[string]string{"env": "prod"})
+	f.register(1, "west", map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready in 2 members", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 2 })
+	return f, proxy
+}
+
 // TestUnreachableMemberOwesTheDeletion deletes a Propagation while a
 // member is Unhealthy (its work held, its caches kept) and while one is
 // Disconnected (its caches torn down, its queued work dropped): neither
@@ -623,19 +652,7 @@ func TestUnreachableMemberOwesTheDeletion(t *testing.T) {
 			if state == cluster.StateDisconnected {
 				disconnectAfter = time.Second
 			}
-			f := newFleet(t)
-			f.stop()
-			f.start(&cluster.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: disconnectAfter})
-			proxied, proxy, err := controlplane.ViaProxy(kubeconfigs[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(proxy.Close)
-			f.registerKubeconfig("east", proxied, map[string]string{"env": "prod"})
-			f.register(1, "west", map[string]string{"env": "prod"})
-			f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
-			f.propagation("web", nil)
-			f.waitStatus("web", "Ready in 2 members", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 2 })
+			f, proxy := newFleetBehindProxy(t, disconnectAfter)
 
 			proxy.Down()
 			poll.Until(t, "east "+string(state), func() bool { s, _ := f.mgr.MemberState("east"); return s == state })
@@ -672,20 +689,7 @@ func TestUnreachableMemberOwesTheDeletion(t *testing.T) {
 // still knows the owed removal, although no Propagation copies the kind
 // any more, and the copy goes.
 func TestOwedRemovalSurvivesARestart(t *testing.T) {
-	health := &cluster.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: time.Hour}
-	f := newFleet(t)
-	f.stop()
-	f.start(health)
-	proxied, proxy, err := controlplane.ViaProxy(kubeconfigs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	f.registerKubeconfig("east", proxied, map[string]string{"env": "prod"})
-	f.register(1, "west", map[string]string{"env": "prod"})
-	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
-	f.propagation("web", nil)
-	f.waitStatus("web", "Ready in 2 members", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 2 })
+	f, proxy := newFleetBehindProxy(t, time.Hour)
 
 	proxy.Down()
 	poll.Until(t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == cluster.StateUnhealthy })
@@ -701,7 +705,7 @@ func TestOwedRemovalSurvivesARestart(t *testing.T) {
 	}
 
 	f.stop()
-	f.start(health)
+	f.start(f.health)
 	if f.copyIn(0, "web") == nil {
 		t.Fatal("the copy in east is gone while east was down: the test proves nothing")
 	}
