@@ -145,6 +145,7 @@ func Add(m *fleet.Manager, opts Options) error {
 	return fleet.NewControllerManagedBy(m).
 		Named(ControllerName).
 		WatchesFleet(&fleetv1alpha1.Propagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(notStatusOnly)).
+		WatchesFleet(&fleetv1alpha1.Propagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(statusOnly)).
 		WatchesClusterSource(hubEngagement{r}, fleet.InClusters(fleet.Hub)).
 		WatchesClusterSource(r.copies).
 		WithOptions(fleet.ControllerOptions{TypedOptions: controller.TypedOptions[fleet.Request]{MaxConcurrentReconciles: opts.Workers}}).
@@ -205,6 +206,22 @@ var notStatusOnly = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		!slices.Equal(o.GetFinalizers(), n.GetFinalizers()) || !maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
 		!maps.Equal(o.GetLabels(), n.GetLabels())
 }}
+
+// statusOnly passes only the update events of a Propagation's own status
+// writes. Each asks for the status once more: the cache may have held an
+// older status when the last one was decided equal to it, and nothing else
+// would ask again.
+var statusOnly = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc:  func(e event.UpdateEvent) bool { return !notStatusOnly.Update(e) },
+}
+
+// statusOf maps a Propagation to the request for its status.
+func statusOf(_ context.Context, _ string, obj client.Object) []fleet.Request {
+	return []fleet.Request{{NamespacedName: client.ObjectKeyFromObject(obj)}}
+}
 
 // everyCluster maps a Propagation to a request for its status on the hub
 // and one for each engaged member.
