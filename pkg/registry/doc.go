@@ -19,7 +19,9 @@
 // ([Registry.ObserveState]); whoever builds members reports a kubeconfig
 // it could not build ([Registry.Refuse]); the credential renewal reports
 // what it knows of each kubeconfig's credential
-// ([Registry.ObserveCredentials]). Reports about a name that is not
+// ([Registry.ObserveCredentials]); the Propagation controller reports the
+// removals each member owes ([Registry.ObserveOwed]). Reports about a name
+// that is not
 // accepted, or about an older kubeconfig, are ignored, so a member that is
 // stopping cannot overwrite the truth.
 //
