@@ -322,6 +322,37 @@ type MemberClusterStatus struct {
 	// with: its kind, its expiry and its renewals. Never the credential.
 	// +optional
 	Credentials *CredentialStatus `json:"credentials,omitempty"`
+
+	// OwedRemovals are the removals of Propagations' copies the member
+	// owes, from the manager's journal, oldest first: at most 20
+	// (MaxOwedRemovals). They are carried out when the member is Ready.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	OwedRemovals []OwedRemoval `json:"owedRemovals,omitempty"`
+
+	// OwedRemovalCount counts every removal the member owes.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	OwedRemovalCount int32 `json:"owedRemovalCount,omitempty"`
+}
+
+// MaxOwedRemovals bounds MemberClusterStatus.OwedRemovals.
+const MaxOwedRemovals = 20
+
+// OwedRemoval is a removal of a Propagation's copies a member owes.
+type OwedRemoval struct {
+	// Propagation is the Propagation's namespace/name.
+	// +kubebuilder:validation:MaxLength=317
+	Propagation string `json:"propagation"`
+
+	// Reason says why the removal was not carried out when it was decided.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Reason string `json:"reason,omitempty"`
+
+	// Since is when the removal was decided.
+	Since metav1.Time `json:"since"`
 }
 
 // CredentialType is the kind of credential a member's kubeconfig holds.

@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -158,6 +159,30 @@ func stateEvents(t *testing.T, name string) []eventsv1.Event {
 		}
 	}
 	return out
+}
+
+// TestMemberClusterShowsOwedRemovals: the removals a member owes, as the
+// Propagation controller reports them to the registry, reach its
+// MemberCluster, the oldest 20 listed and all counted, and go with them.
+func TestMemberClusterShowsOwedRemovals(t *testing.T) {
+	f := startFleet(t)
+	f.register(t, "owing", kubeconfigs[0])
+	memberCluster(t, "owing", "Ready", func(mc *fleetv1alpha1.MemberCluster) bool { return mc.Status.State == fleetv1alpha1.MemberStateReady })
+	decided := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	var owed []registry.OwedRemoval
+	for i := range 25 {
+		owed = append(owed, registry.OwedRemoval{Namespace: "team", Propagation: fmt.Sprintf("p-%02d", i), Reason: "the member is Unhealthy", Since: decided.Add(time.Duration(i) * time.Minute)})
+	}
+	f.mgr.Registry().ObserveOwed("owing", owed)
+	mc := memberCluster(t, "owing", "25 owed removals", func(mc *fleetv1alpha1.MemberCluster) bool { return mc.Status.OwedRemovalCount == 25 })
+	if got := mc.Status.OwedRemovals; len(got) != fleetv1alpha1.MaxOwedRemovals || got[0].Propagation != "team/p-00" ||
+		got[0].Reason != "the member is Unhealthy" || !got[0].Since.Time.Equal(decided) {
+		t.Fatalf("owedRemovals = %+v, want the oldest 20, first team/p-00 decided at %s", got, decided)
+	}
+	f.mgr.Registry().ObserveOwed("owing", nil)
+	memberCluster(t, "owing", "no owed removal", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.OwedRemovalCount == 0 && len(mc.Status.OwedRemovals) == 0
+	})
 }
 
 func TestMemberClusterCarriesTheRefusal(t *testing.T) {

@@ -278,6 +278,7 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 
 	status.Credentials = credentialStatus(c.Credentials)
 	meta.SetStatusCondition(&status.Conditions, expiringCondition(c.Credentials))
+	status.OwedRemovals, status.OwedRemovalCount = owedRemovals(c.Owed), int32(len(c.Owed))
 
 	status.ServerVersion = mc.serverVersion(ctx, c.Name, c.Accepted() && c.State == cluster.StateReady)
 	status.EngagedControllers, status.ControllerConditions = nil, mc.controllerConditions(c.Name, status.ControllerConditions, now)
@@ -286,6 +287,19 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 			status.EngagedControllers = append(status.EngagedControllers, c.Name)
 		}
 	}
+}
+
+// owedRemovals lists the oldest of owed in the status.
+func owedRemovals(owed []registry.OwedRemoval) []fleetv1alpha1.OwedRemoval {
+	var list []fleetv1alpha1.OwedRemoval
+	for _, o := range owed[:min(len(owed), fleetv1alpha1.MaxOwedRemovals)] {
+		list = append(list, fleetv1alpha1.OwedRemoval{
+			Propagation: o.Namespace + "/" + o.Propagation,
+			Reason:      truncate(o.Reason, 512),
+			Since:       metav1.NewTime(o.Since.UTC().Truncate(time.Second)), // as the API server keeps it
+		})
+	}
+	return list
 }
 
 // credentialStatus describes creds, which may be nil, in the status.
