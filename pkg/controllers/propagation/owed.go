@@ -12,6 +12,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // memberEngaged records in the journal the copies the member's cache
@@ -32,6 +33,7 @@ func (r *reconciler) memberEngaged(ctx context.Context, mc *memberCopies) {
 	if err := r.journal.Record(mc.name, found); err != nil && ctx.Err() == nil {
 		r.log.Error(err, "Recording the copies found in a member in the journal", "cluster", mc.name)
 	}
+	r.countOwed(mc.name)
 	if rec := r.journal.Recovered(); rec != nil && rec.MovedTo != "" {
 		obj := &fleetv1alpha1.MemberCluster{}
 		if _, told := r.recoveryTold.LoadOrStore(mc.name, true); !told && r.hub.Get(ctx, types.NamespacedName{Name: mc.name}, obj) == nil {
@@ -71,6 +73,7 @@ func (r *reconciler) replayOwed(ctx context.Context, mc *memberCopies) error {
 	}
 	if len(owed) > 0 {
 		logf.FromContext(ctx).Info("Owed removals carried out", "propagations", len(owed))
+		r.countOwed(mc.name)
 	}
 	mc.replayed = true
 	return nil
@@ -90,12 +93,19 @@ func (r *reconciler) owe(ctx context.Context, p *fleetv1alpha1.Propagation, memb
 	return nil
 }
 
-// countOwed sets fleet_propagation_owed_deletions of member.
+// countOwed tells fleet_propagation_owed_deletions and the registry, and
+// so the member's MemberCluster, of the removals member owes.
 func (r *reconciler) countOwed(member string) {
 	owed, err := r.journal.Owed(member)
-	if err == nil {
-		r.metrics.owedDeletions.WithLabelValues(member).Set(float64(len(owed)))
+	if err != nil {
+		return
 	}
+	r.metrics.owedDeletions.WithLabelValues(member).Set(float64(len(owed)))
+	var removals []registry.OwedRemoval
+	for _, o := range owed {
+		removals = append(removals, registry.OwedRemoval{Namespace: o.Namespace, Propagation: o.Propagation, Reason: o.Reason, Since: o.Decided})
+	}
+	r.m.Registry().ObserveOwed(member, removals)
 }
 
 // forgetMember forgets what the journal holds of a member that left the

@@ -706,6 +706,10 @@ func TestOwedRemovalSurvivesARestart(t *testing.T) {
 
 	f.stop()
 	f.start(f.health)
+	poll.Until(t, "the restarted manager tells the registry east owes web's removal", func() bool {
+		c, ok := f.mgr.Registry().Get("east")
+		return ok && len(c.Owed) == 1 && c.Owed[0].Propagation == "web"
+	})
 	if f.copyIn(0, "web") == nil {
 		t.Fatal("the copy in east is gone while east was down: the test proves nothing")
 	}
@@ -717,6 +721,10 @@ func TestOwedRemovalSurvivesARestart(t *testing.T) {
 		owed, err := f.journal.Owed("east")
 		copies, _ := f.journal.Copies("east")
 		return err == nil && len(owed) == 0 && len(copies) == 0
+	})
+	poll.Until(t, "the registry told east owes nothing", func() bool {
+		c, ok := f.mgr.Registry().Get("east")
+		return ok && len(c.Owed) == 0
 	})
 }
 
