@@ -333,6 +333,11 @@ func TestStatus(t *testing.T) {
 			LastRenewalTime:  ptrTime(now.Add(-19*time.Hour - 10*time.Minute)),
 			LastRenewalError: `serviceaccounts "fleet-manager" is forbidden: cannot create resource "serviceaccounts/token"`,
 		},
+		OwedRemovals: []fleetv1alpha1.OwedRemoval{
+			{Propagation: "team-a/web", Reason: "the member is Unhealthy: its copies are removed when it is Ready", Since: metav1.NewTime(now.Add(-26 * time.Hour))},
+			{Propagation: "team-b/api", Reason: "removing the copies failed: the member forbids the manager to delete configmaps", Since: metav1.NewTime(now.Add(-3 * time.Minute))},
+		},
+		OwedRemovalCount: 3,
 	}
 	createMember(t, c, full)
 	createMember(t, c, newMember("status-new", "status", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "status-new", Format: fleetv1alpha1.FormatMulticlusterRuntime}))

@@ -28,7 +28,7 @@ func newStatusCommand(hub *hubFlags) *cobra.Command {
 func statusCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status NAME",
-		Short: "Show how the manager sees one member: state, conditions, transitions, controllers, credentials",
+		Short: "Show how the manager sees one member: state, conditions, transitions, controllers, owed removals, credentials",
 		Args:  exactArgs(1, "a member NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := hub.client()
@@ -91,6 +91,18 @@ func printStatus(w io.Writer, mc *fleetv1alpha1.MemberCluster, now time.Time) er
 		ctrls[i] = []string{c.Name, string(c.Status), oneLine(c.Reason), age(&c.LastTransitionTime, now), orNone(oneLine(c.Message))}
 	}
 	if err := section(w, "Controller conditions", []string{"NAME", "STATUS", "REASON", "AGE", "MESSAGE"}, ctrls); err != nil {
+		return err
+	}
+
+	owed := make([][]string, len(st.OwedRemovals))
+	for i, o := range st.OwedRemovals {
+		owed[i] = []string{o.Propagation, utc(o.Since), age(&o.Since, now), orNone(oneLine(o.Reason))}
+	}
+	title := "Owed removals"
+	if int(st.OwedRemovalCount) > len(owed) {
+		title = fmt.Sprintf("Owed removals (%d, the oldest %d shown)", st.OwedRemovalCount, len(owed))
+	}
+	if err := section(w, title, []string{"PROPAGATION", "SINCE", "AGE", "REASON"}, owed); err != nil {
 		return err
 	}
 
