@@ -43,7 +43,7 @@ type bench struct {
 }
 
 // scenarioNames are the scenarios -only selects from.
-var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "outage"}
+var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "journal", "outage"}
 
 // selected reports whether scenario is selected.
 func (b *bench) selected(scenario string) bool { return len(b.only) == 0 || b.only[scenario] }
@@ -165,6 +165,7 @@ func (b *bench) scenarios(ctx context.Context, run int) error {
 		{"failover", b.benchFailover},
 		{"bigsecrets", b.benchBigSecrets},
 		{"propagation", b.benchPropagation},
+		{"journal", b.benchJournal},
 		{"outage", b.benchOutage}, // last: it restarts a member server
 	}
 	for _, s := range once {
