@@ -13,8 +13,8 @@
 // A writer records before it acts: a copy before its first apply
 // ([Journal.Record]), an owed removal before it releases anything on the
 // hub ([Journal.Owe]). Each call returns once its write is on disk;
-// concurrent calls share one transaction and one fsync (bbolt's
-// DB.Batch), and a call that would change nothing writes nothing. Entries
+// concurrent calls share one commit (bbolt's DB.Batch), and a call that
+// would change nothing writes nothing. Entries
 // go once the member confirms them ([Journal.Forget], [Journal.Settle]) or
 // once the member leaves the fleet ([Journal.ForgetMember]).
 //
