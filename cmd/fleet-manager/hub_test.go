@@ -243,3 +243,25 @@ func TestUnusableStateDirFallsBack(t *testing.T) {
 		t.Errorf("temporary dir %q; logs:\n%s", rj.tempDir, logs.String())
 	}
 }
+
+// TestCorruptJournalIsLoggedAndReplaced: a journal that cannot be read is
+// moved aside with an error log line, and the manager goes on with a new
+// one in the same directory.
+func TestCorruptJournalIsLoggedAndReplaced(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, journal.FileName), []byte("truncated"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuffer.Buffer{}
+	logger, stop := captureLogs(logs)
+	defer stop()
+	rj, err := openJournal(dir, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rj.close()
+	rec := rj.Recovered()
+	if rj.tempDir != "" || rec == nil || rec.MovedTo == "" || !strings.Contains(logs.String(), "The journal could not be used") || !strings.Contains(logs.String(), rec.MovedTo) {
+		t.Fatalf("recovery %+v, temporary dir %q; logs:\n%s", rec, rj.tempDir, logs.String())
+	}
+}
