@@ -47,7 +47,8 @@
 // before any other request of the member, once it is engaged and each time
 // it is Ready again, including after a restart; the journal forgets them
 // once the member confirms the copies gone, and forgets a member that
-// leaves the fleet. An engaged member's copies found in its cache are
+// leaves the fleet, or that left it while no manager led, once the
+// registry has read every registration. An engaged member's copies found in its cache are
 // recorded again, so a journal that was lost or kept by another replica
 // catches up; then only removals owed for deleted Propagations whose kinds
 // no Propagation copies are lost with it.

@@ -119,3 +119,27 @@ func (r *reconciler) forgetMember(member string) {
 		r.log.Error(err, "Compacting the journal")
 	}
 }
+
+// forgetMembersThatLeft forgets, once the registry has read every
+// registration, the members of the journal that left the fleet while no
+// manager led it, and counts what the others owe.
+func (r *reconciler) forgetMembersThatLeft(ctx context.Context) {
+	select {
+	case <-r.m.Registry().Synced():
+	case <-ctx.Done():
+		return
+	}
+	members, err := r.journal.Members()
+	if err != nil {
+		r.log.Error(err, "Reading the journal's members")
+		return
+	}
+	for _, member := range members {
+		if _, registered := r.m.Registry().Get(member); registered {
+			r.countOwed(member)
+			continue
+		}
+		r.log.Info("Forgetting what the journal holds of a member that left the fleet", "cluster", member)
+		r.forgetMember(member)
+	}
+}

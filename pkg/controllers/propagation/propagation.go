@@ -174,11 +174,7 @@ func (h hubEngagement) Start(ctx context.Context, _ string, _ crcluster.Cluster,
 	r.queue = q
 	r.mu.Unlock()
 	r.objects.start(ctx)
-	if members, err := r.journal.Members(); err == nil {
-		for _, member := range members {
-			r.countOwed(member)
-		}
-	}
+	go r.forgetMembersThatLeft(ctx)
 	go r.m.Registry().Subscribe(ctx).Run(ctx, 1, r.memberChanged)
 	synced := make(chan struct{})
 	close(synced)

@@ -728,6 +728,35 @@ func TestOwedRemovalSurvivesARestart(t *testing.T) {
 	})
 }
 
+// TestMemberThatLeftWhileStoppedIsForgotten: the journal's entries of a
+// member that is not registered when a manager starts go, once the
+// registry has read every registration; a registered member's stay.
+func TestMemberThatLeftWhileStoppedIsForgotten(t *testing.T) {
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 1 })
+	f.stop()
+	j, err := journal.Open(f.stateDir, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := journal.Copy{Object: journal.Object{GVK: corev1.SchemeGroupVersion.WithKind("ConfigMap"), Namespace: f.team, Name: "web"}, Propagation: "web"}
+	if err := errors.Join(j.Record("gone", []journal.Copy{gone}), j.Owe("gone", journal.Owed{Namespace: f.team, Propagation: "old"}), j.Close()); err != nil {
+		t.Fatal(err)
+	}
+
+	f.start(nil)
+	poll.Until(t, "the journal forgot the member that left", func() bool {
+		members, err := f.journal.Members()
+		return err == nil && slices.Equal(members, []string{"east"})
+	})
+	if copies, _ := f.journal.Copies("east"); len(copies) != 1 {
+		t.Errorf("east's copies in the journal: %+v, want its one copy kept", copies)
+	}
+}
+
 // TestLostJournalIsRebuiltFromTheMembers spoils the journal of a stopped
 // manager: the restarted one moves it aside, records again every copy it
 // finds in the members, and converges.
