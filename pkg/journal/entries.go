@@ -98,6 +98,11 @@ func (j *Journal) Record(member string, copies []Copy) error {
 	if err := validMember(member); err != nil {
 		return err
 	}
+	for _, c := range copies {
+		if _, err := decodeCopy(c.key(), []byte("{}")); err != nil {
+			return err // a key that would not read back
+		}
+	}
 	var changed []Copy
 	if err := j.view(func(tx *bolt.Tx) error {
 		b, _ := memberBucket(tx, copiesBucket, member, false)
@@ -167,6 +172,9 @@ func (j *Journal) Forget(member string, copies []Copy) error {
 func (j *Journal) Owe(member string, o Owed) error {
 	if err := validMember(member); err != nil {
 		return err
+	}
+	if _, err := decodeOwed(owedKey(o.Namespace, o.Propagation), []byte("{}")); err != nil {
+		return err // a key that would not read back
 	}
 	k := owedKey(o.Namespace, o.Propagation)
 	now := j.opts.Now().UTC()

@@ -103,6 +103,25 @@ func TestCopiesSurviveAReopen(t *testing.T) {
 	}
 }
 
+func TestACopyThatWouldNotReadBackIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir)
+	for _, c := range []journal.Copy{copyOf("", "a", "h"), copyOf("web", "", "h"), copyOf("web", "a/b", "h")} {
+		if err := j.Record("east", []journal.Copy{c}); err == nil {
+			t.Errorf("recorded %+v", c)
+		}
+	}
+	if err := j.Owe("east", journal.Owed{Namespace: "team"}); err == nil {
+		t.Error("recorded an owed removal of no Propagation")
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rec := open(t, dir).Recovered(); rec != nil {
+		t.Errorf("the journal was spoiled: %v", rec.Err)
+	}
+}
+
 func TestOwedRemovalsKeepWhenTheyWereDecided(t *testing.T) {
 	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	j, err := journal.Open(t.TempDir(), journal.Options{Now: func() time.Time { return now }})

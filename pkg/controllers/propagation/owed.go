@@ -27,7 +27,9 @@ func (r *reconciler) memberEngaged(ctx context.Context, mc *memberCopies) {
 			continue
 		}
 		for i := range list.Items {
-			found = append(found, journalCopy(&list.Items[i]))
+			if c := journalCopy(&list.Items[i]); c.Propagation != "" {
+				found = append(found, c)
+			}
 		}
 	}
 	if err := r.journal.Record(mc.name, found); err != nil && ctx.Err() == nil {
