@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,14 +30,15 @@ const (
 )
 
 // HealthOptions set how members are probed. With the defaults a dead
-// member is Unhealthy within 5 seconds, a frozen one (connections
-// accepted, never answered) within 11, and a member's return is noticed
-// within half a second.
+// member is Unhealthy within 5 seconds and a frozen one (connections
+// accepted, never answered) within 11. A member's return is noticed as
+// soon as it sends anything: that asks for a probe at once.
 type HealthOptions struct {
 	// Interval between probes. Defaults to 4s.
 	Interval time.Duration
 	// RetryInterval between probes after a failed one, so that a failure
-	// is confirmed, and a return noticed, quickly. Defaults to 500ms.
+	// is confirmed, and a silent return noticed, quickly. Defaults to
+	// 500ms.
 	RetryInterval time.Duration
 	// Timeout of one probe. Defaults to 3s.
 	Timeout time.Duration
@@ -114,7 +116,15 @@ type prober struct {
 	connected func() bool
 	// report is called after each probe with its result and the state.
 	report func(result ProbeResult, state State)
+	// wake asks for a probe now, not before wakeGap after the last one
+	// started: the member answered something.
+	wake <-chan struct{}
 }
+
+// wakeGap is the least time between the start of a probe and a probe a
+// wake asks for, so that a member whose watches stream while its probes
+// fail is not probed in a loop.
+const wakeGap = 10 * time.Millisecond
 
 // ProbeResult is the outcome of one probe.
 type ProbeResult struct {
@@ -152,12 +162,46 @@ func (p *prober) run(ctx context.Context) {
 		if err != nil {
 			next = p.health.opts.RetryInterval
 		}
+		// A wake (an Unhealthy member answered something, or a new
+		// connection is up) probes at once, unless the API server
+		// answered this probe with an error: its answers would then
+		// probe it in a loop.
+		wake := p.wake
+		if answered(err) {
+			wake = nil
+		}
 		timer := p.clock.NewTimer(max(next-result.Duration, 0))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return
 		case <-timer.C():
+		case <-wake:
+			timer.Stop()
+			if !p.sleep(ctx, wakeGap-p.clock.Since(start)) {
+				return
+			}
 		}
 	}
+}
+
+// sleep waits d, and reports false if ctx ended first.
+func (p *prober) sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	timer := p.clock.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C():
+		return true
+	}
+}
+
+// answered reports whether err carries the member API server's answer.
+func answered(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status)
 }

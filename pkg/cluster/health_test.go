@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -49,6 +50,12 @@ func (s *scriptedProbes) last() State {
 // runProber runs a prober with opts on a fake clock until the test ends.
 func runProber(t *testing.T, opts HealthOptions) (*scriptedProbes, *clocktesting.FakeClock) {
 	t.Helper()
+	return runWakeableProber(t, opts, nil)
+}
+
+// runWakeableProber runs a prober that wake wakes.
+func runWakeableProber(t *testing.T, opts HealthOptions, wake chan struct{}) (*scriptedProbes, *clocktesting.FakeClock) {
+	t.Helper()
 	clock := clocktesting.NewFakeClock(time.Now())
 	probes := &scriptedProbes{probed: make(chan struct{})}
 	p := &prober{
@@ -57,6 +64,7 @@ func runProber(t *testing.T, opts HealthOptions) (*scriptedProbes, *clocktesting
 		probe:     probes.probe,
 		connected: func() bool { return true },
 		report:    probes.report,
+		wake:      wake,
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -178,5 +186,50 @@ func TestHealthRecord(t *testing.T) {
 				t.Fatalf("got %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestUnansweredMemberIsProbedAsSoonAsItAnswers: an Unhealthy member whose
+// probes went unanswered is probed a wakeGap after a wake, not a retry
+// interval; one whose API server answered with an error is not.
+func TestUnansweredMemberIsProbedAsSoonAsItAnswers(t *testing.T) {
+	opts := HealthOptions{Interval: time.Minute, RetryInterval: time.Minute, Timeout: time.Second, FailureThreshold: 1, DisconnectAfter: time.Hour}
+	wake := make(chan struct{}, 1)
+	probes, clock := runWakeableProber(t, opts, wake)
+	stepUntilProbe := func(d time.Duration) bool {
+		t.Helper()
+		for !clock.HasWaiters() {
+			time.Sleep(time.Millisecond)
+		}
+		clock.Step(d)
+		select {
+		case <-probes.probed:
+			return true
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
+	}
+
+	<-probes.probed
+	probes.fail(context.DeadlineExceeded)
+	if !stepUntilProbe(opts.Interval) || probes.last() != StateUnhealthy {
+		t.Fatalf("after an unanswered probe: %s, want Unhealthy", probes.last())
+	}
+	probes.fail(nil)
+	wake <- struct{}{}
+	for !clock.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	if !stepUntilProbe(wakeGap) || probes.last() != StateReady {
+		t.Fatalf("a wake after an unanswered probe did not probe within %s", wakeGap)
+	}
+
+	probes.fail(apierrors.NewServiceUnavailable("etcd is down"))
+	if !stepUntilProbe(opts.Interval) || probes.last() != StateUnhealthy {
+		t.Fatalf("after a probe answered with 503: %s, want Unhealthy", probes.last())
+	}
+	wake <- struct{}{}
+	if stepUntilProbe(wakeGap) {
+		t.Fatal("a wake after an answered probe probed at once: a member that answers errors would be probed in a loop")
 	}
 }

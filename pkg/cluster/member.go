@@ -55,6 +55,10 @@ type member struct {
 	disconnect chan struct{}
 	reconnect  chan struct{}
 	refresh    chan struct{}
+	// answered asks the prober to probe at once: an Unhealthy member sent
+	// something, so it may be back, or a member that is back has a new
+	// connection.
+	answered chan struct{}
 	// successes counts the probes that succeeded.
 	successes atomic.Uint64
 
@@ -94,6 +98,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 		disconnect: make(chan struct{}, 1),
 		reconnect:  make(chan struct{}, 1),
 		refresh:    make(chan struct{}, 1),
+		answered:   make(chan struct{}, 1),
 		done:       make(chan struct{}),
 	}
 	m.creds.Store(creds)
@@ -123,7 +128,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 			_ = c.Close()
 			return nil, errClosing
 		}
-		return &notifyingConn{Conn: c, closed: func() { m.connLostAt.Store(m.pool.opts.Clock.Now().UnixNano()) }, closing: m.refusing}, nil
+		return &notifyingConn{Conn: c, read: m.heard, closed: func() { m.connLostAt.Store(m.pool.opts.Clock.Now().UnixNano()) }, closing: m.refusing}, nil
 	})
 	rt, err := m.newTransport(creds.config)
 	if err != nil {
@@ -193,14 +198,17 @@ func (m *member) run(ctx context.Context) {
 			probe:     m.probe,
 			connected: func() bool { return m.conn.Load() != nil },
 			report:    m.report,
+			wake:      m.answered,
 		}).run(ctx)
 	}()
 	defer func() { <-probing }()
 
 	backoff := *opts.ReconnectBackoff
+	refreshed := false
 	for {
 		m.setState(StateConnecting)
-		refreshed, err := m.connect(ctx)
+		var err error
+		refreshed, err = m.connect(ctx, refreshed)
 		if err != nil {
 			m.log.Error(err, "Connecting member failed")
 		}
@@ -237,11 +245,12 @@ func (m *member) run(ctx context.Context) {
 }
 
 // connect starts a connection: indexes first, then the cluster and its
-// engagement. It returns once ctx ends, the cluster fails, or the prober
-// disconnects or refreshes the member (refreshed is then true), and
-// everything the connection started has ended and its network
-// connections are closed.
-func (m *member) connect(ctx context.Context) (refreshed bool, err error) {
+// engagement; a refresh, the connection of a member that is back, asks
+// for a probe at once, which makes it Ready. It returns once ctx ends, the
+// cluster fails, or the prober disconnects or refreshes the member
+// (refreshed is then true), and everything the connection started has
+// ended and its network connections are closed.
+func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err error) {
 	cl, err := m.newCluster()
 	if err != nil {
 		return false, fmt.Errorf("creating cluster: %w", err)
@@ -253,6 +262,9 @@ func (m *member) connect(ctx context.Context) (refreshed bool, err error) {
 		m.log.Error(err, "Applying field indexes")
 	}
 	m.conn.Store(conn)
+	if refresh {
+		signal(m.answered)
+	}
 	defer func() {
 		m.conn.Store(nil)
 		m.closeConnections()
@@ -298,6 +310,15 @@ func (m *member) connect(ctx context.Context) (refreshed bool, err error) {
 	m.closing.Store(false)
 	m.log.Info("Disengaged member")
 	return refreshed, clusterErr
+}
+
+// heard is told of every byte read from the member. An Unhealthy member
+// that answers anything, a watch event, a list, a late probe, is probed at
+// once: its return is noticed without waiting for the next probe.
+func (m *member) heard() {
+	if m.State() == StateUnhealthy {
+		signal(m.answered)
+	}
 }
 
 // report takes each probe's result from the prober. A member is
@@ -399,12 +420,16 @@ var errClosing = errors.New("member connection closing")
 // member.
 type notifyingConn struct {
 	net.Conn
+	read    func()
 	closed  func()
 	closing func() bool
 }
 
 func (c *notifyingConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.read()
+	}
 	return n, c.describe(err)
 }
 
