@@ -47,6 +47,21 @@ func (s *scriptedProbes) last() State {
 	return s.states[len(s.states)-1]
 }
 
+// after advances clock by d, once the prober waits on it, and reports
+// whether a probe came within wait.
+func (s *scriptedProbes) after(clock *clocktesting.FakeClock, d, wait time.Duration) bool {
+	for !clock.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	clock.Step(d)
+	select {
+	case <-s.probed:
+		return true
+	case <-time.After(wait):
+		return false
+	}
+}
+
 // runProber runs a prober with opts on a fake clock until the test ends.
 func runProber(t *testing.T, opts HealthOptions) (*scriptedProbes, *clocktesting.FakeClock) {
 	t.Helper()
@@ -124,13 +139,7 @@ func TestProberRetriesSoonAfterAFailure(t *testing.T) {
 	// caused, failing if none comes.
 	step := func(d time.Duration) State {
 		t.Helper()
-		for !clock.HasWaiters() {
-			time.Sleep(time.Millisecond)
-		}
-		clock.Step(d)
-		select {
-		case <-probes.probed:
-		case <-time.After(10 * time.Second):
+		if !probes.after(clock, d, 10*time.Second) {
 			t.Fatalf("no probe %s later", d)
 		}
 		return probes.last()
@@ -196,19 +205,7 @@ func TestUnansweredMemberIsProbedAsSoonAsItAnswers(t *testing.T) {
 	opts := HealthOptions{Interval: time.Minute, RetryInterval: time.Minute, Timeout: time.Second, FailureThreshold: 1, DisconnectAfter: time.Hour}
 	wake := make(chan struct{}, 1)
 	probes, clock := runWakeableProber(t, opts, wake)
-	stepUntilProbe := func(d time.Duration) bool {
-		t.Helper()
-		for !clock.HasWaiters() {
-			time.Sleep(time.Millisecond)
-		}
-		clock.Step(d)
-		select {
-		case <-probes.probed:
-			return true
-		case <-time.After(100 * time.Millisecond):
-			return false
-		}
-	}
+	stepUntilProbe := func(d time.Duration) bool { return probes.after(clock, d, 100*time.Millisecond) }
 
 	<-probes.probed
 	probes.fail(context.DeadlineExceeded)
