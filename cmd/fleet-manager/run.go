@@ -191,11 +191,12 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&f.memberQPS, "member-qps", 50, "Queries per second each member's client may make.")
 	fs.IntVar(&f.memberBurst, "member-burst", 100, "Burst of queries each member's client may make.")
 	fs.DurationVar(&f.cacheSyncTimeout, "cache-sync-timeout", 2*time.Minute, "How long a controller waits for a cluster's informers to sync.")
-	fs.DurationVar(&f.health.Interval, "probe-interval", 4*time.Second, "How often each member is probed (an authenticated SelfSubjectReview).")
-	fs.DurationVar(&f.health.RetryInterval, "probe-retry-interval", 500*time.Millisecond, "How soon a member is probed again after a failed probe, so that an outage is confirmed, and a return noticed, quickly.")
-	fs.DurationVar(&f.health.Timeout, "probe-timeout", 3*time.Second, "How long one probe may take.")
-	fs.IntVar(&f.health.FailureThreshold, "probe-failure-threshold", 2, "Failed probes in a row that make a member Unhealthy: its work is held, its caches kept.")
-	fs.DurationVar(&f.health.DisconnectAfter, "disconnect-after", time.Minute, "How long probes must keep failing before a member is Disconnected: torn down, then reconnected with backoff once a probe succeeds.")
+	health := cluster.DefaultHealthOptions()
+	fs.DurationVar(&f.health.Interval, "probe-interval", health.Interval, "How often each member is probed (an authenticated SelfSubjectReview).")
+	fs.DurationVar(&f.health.RetryInterval, "probe-retry-interval", health.RetryInterval, "How soon a member is probed again after a failed probe, so that an outage is confirmed, and a return noticed, quickly.")
+	fs.DurationVar(&f.health.Timeout, "probe-timeout", health.Timeout, "How long one probe may take. A probe that times out while the member sends nothing makes it Unhealthy at once; one that times out while the member keeps sending is a success.")
+	fs.IntVar(&f.health.FailureThreshold, "probe-failure-threshold", health.FailureThreshold, "Probes in a row that fail with an error (refused, an error status) that make a member Unhealthy: its work is held, its caches kept.")
+	fs.DurationVar(&f.health.DisconnectAfter, "disconnect-after", health.DisconnectAfter, "How long probes must keep failing before a member is Disconnected: torn down, then reconnected with backoff once a probe succeeds.")
 	table := controllers.Initializers()
 	var names []string
 	for _, c := range table {

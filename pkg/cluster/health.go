@@ -29,25 +29,38 @@ const (
 	StateDisconnected State = "Disconnected"
 )
 
-// HealthOptions set how members are probed. With the defaults a dead
-// member is Unhealthy within 5 seconds and a frozen one (connections
-// accepted, never answered) within 11. A member's return is noticed as
-// soon as it sends anything: that asks for a probe at once.
+// HealthOptions set how members are probed. With the defaults a frozen
+// member (connections accepted, never answered) is Unhealthy within 5
+// seconds, a dead one (connections refused) within 4.5. A busy member is
+// never Unhealthy for being slow: a probe that timed out while the member
+// kept sending on its connections counts as a success. A member's return
+// is noticed as soon as it sends anything: that asks for a probe at once.
 type HealthOptions struct {
 	// Interval between probes. Defaults to 4s.
 	Interval time.Duration
 	// RetryInterval between probes after a failed one, so that a failure
-	// is confirmed, and a silent return noticed, quickly. Defaults to
-	// 500ms.
+	// is confirmed, and a return noticed, quickly. A Disconnected member
+	// is probed every Interval instead. Defaults to 100ms.
 	RetryInterval time.Duration
-	// Timeout of one probe. Defaults to 3s.
+	// Timeout of one probe. A probe that times out while the member sent
+	// nothing on its connections makes it Unhealthy at once: the member
+	// is frozen, or cut off. Defaults to 1s.
 	Timeout time.Duration
-	// FailureThreshold is the number of failed probes in a row that make
-	// a member Unhealthy. Defaults to 2.
+	// FailureThreshold is the number of probes in a row that fail with an
+	// error, such as a refused connection or an error status, that make a
+	// member Unhealthy. Defaults to 2.
 	FailureThreshold int
 	// DisconnectAfter is how long probes must keep failing before the
 	// member is Disconnected. Defaults to 1m.
 	DisconnectAfter time.Duration
+}
+
+// DefaultHealthOptions returns the health options a zero HealthOptions
+// stands for.
+func DefaultHealthOptions() HealthOptions {
+	var o HealthOptions
+	o.setDefaults()
+	return o
 }
 
 func (o *HealthOptions) setDefaults() {
@@ -55,10 +68,10 @@ func (o *HealthOptions) setDefaults() {
 		o.Interval = 4 * time.Second
 	}
 	if o.RetryInterval <= 0 {
-		o.RetryInterval = 500 * time.Millisecond
+		o.RetryInterval = 100 * time.Millisecond
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = 3 * time.Second
+		o.Timeout = time.Second
 	}
 	if o.FailureThreshold <= 0 {
 		o.FailureThreshold = 2
@@ -78,8 +91,9 @@ type health struct {
 }
 
 // record takes one probe result at now and returns the new state.
-// connected says whether the member's cluster is running.
-func (h *health) record(now time.Time, err error, connected bool) State {
+// connected says whether the member's cluster is running; silent, that
+// the probe timed out with nothing heard from the member.
+func (h *health) record(now time.Time, err error, connected, silent bool) State {
 	if err == nil {
 		h.failures = 0
 		if connected {
@@ -97,7 +111,7 @@ func (h *health) record(now time.Time, err error, connected bool) State {
 	case h.state == StateDisconnected:
 	case now.Sub(h.failingSince) >= h.opts.DisconnectAfter:
 		h.state = StateDisconnected
-	case h.failures >= h.opts.FailureThreshold:
+	case silent || h.failures >= h.opts.FailureThreshold:
 		h.state = StateUnhealthy
 	}
 	return h.state
@@ -114,6 +128,9 @@ type prober struct {
 	probe  probeFunc
 	// connected reports whether the member's cluster is running.
 	connected func() bool
+	// heardSince reports whether the member sent anything, on a
+	// connection opened before t, since t.
+	heardSince func(t time.Time) bool
 	// report is called after each probe with its result and the state.
 	report func(result ProbeResult, state State)
 	// wake asks for a probe now, not before wakeGap after the last one
@@ -133,6 +150,9 @@ type ProbeResult struct {
 	Err      error
 	// CredentialsRejected is true for a 401 or 403.
 	CredentialsRejected bool
+	// Busy is true for a probe that timed out while the member kept
+	// sending on its connections: it counts as a success, and Err is nil.
+	Busy bool
 	// ConsecutiveFailures counts the failed probes in a row, this one
 	// included; 0 after a success.
 	ConsecutiveFailures int
@@ -145,6 +165,7 @@ func (p *prober) run(ctx context.Context) {
 		start := p.clock.Now()
 		pctx, cancel := context.WithTimeout(ctx, p.health.opts.Timeout)
 		err := p.probe(pctx)
+		timedOut := pctx.Err() == context.DeadlineExceeded
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -155,11 +176,19 @@ func (p *prober) run(ctx context.Context) {
 			Err:                 err,
 			CredentialsRejected: apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err),
 		}
-		state := p.health.record(start, err, p.connected())
+		silent := false
+		if err != nil && timedOut {
+			if p.heardSince(start) {
+				result.Err, result.Busy = nil, true
+			} else {
+				silent = true
+			}
+		}
+		state := p.health.record(start, result.Err, p.connected(), silent)
 		result.ConsecutiveFailures = p.health.failures
 		p.report(result, state)
 		next := p.health.opts.Interval
-		if err != nil {
+		if result.Err != nil && state != StateDisconnected {
 			next = p.health.opts.RetryInterval
 		}
 		// A wake (an Unhealthy member answered something, or a new
@@ -167,7 +196,7 @@ func (p *prober) run(ctx context.Context) {
 		// answered this probe with an error: its answers would then
 		// probe it in a loop.
 		wake := p.wake
-		if answered(err) {
+		if answered(result.Err) {
 			wake = nil
 		}
 		timer := p.clock.NewTimer(max(next-result.Duration, 0))

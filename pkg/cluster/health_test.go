@@ -16,15 +16,36 @@ import (
 type scriptedProbes struct {
 	mu      sync.Mutex
 	err     error
+	hang    bool // probes wait for their timeout
+	heard   bool // the member sends on its connections
 	states  []State
 	results []ProbeResult
 	probed  chan struct{}
 }
 
-func (s *scriptedProbes) probe(context.Context) error {
+func (s *scriptedProbes) probe(ctx context.Context) error {
+	s.mu.Lock()
+	hang, err := s.hang, s.err
+	s.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return err
+}
+
+func (s *scriptedProbes) heardSince(time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.err
+	return s.heard
+}
+
+// set changes what the member does: whether probes hang, and whether it
+// sends anything.
+func (s *scriptedProbes) set(hang, heard bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hang, s.heard = hang, heard
 }
 
 func (s *scriptedProbes) report(r ProbeResult, st State) {
@@ -74,12 +95,13 @@ func runWakeableProber(t *testing.T, opts HealthOptions, wake chan struct{}) (*s
 	clock := clocktesting.NewFakeClock(time.Now())
 	probes := &scriptedProbes{probed: make(chan struct{})}
 	p := &prober{
-		clock:     clock,
-		health:    &health{opts: opts, state: StateConnecting},
-		probe:     probes.probe,
-		connected: func() bool { return true },
-		report:    probes.report,
-		wake:      wake,
+		clock:      clock,
+		health:     &health{opts: opts, state: StateConnecting},
+		probe:      probes.probe,
+		connected:  func() bool { return true },
+		heardSince: probes.heardSince,
+		report:     probes.report,
+		wake:       wake,
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -189,7 +211,7 @@ func TestHealthRecord(t *testing.T) {
 			h := &health{opts: opts, state: tc.start}
 			var got State
 			for i, err := range tc.steps {
-				got = h.record(now.Add(time.Duration(i)*time.Second), err, tc.connected)
+				got = h.record(now.Add(time.Duration(i)*time.Second), err, tc.connected, false)
 			}
 			if got != tc.want {
 				t.Fatalf("got %s, want %s", got, tc.want)
@@ -228,5 +250,30 @@ func TestUnansweredMemberIsProbedAsSoonAsItAnswers(t *testing.T) {
 	wake <- struct{}{}
 	if stepUntilProbe(wakeGap) {
 		t.Fatal("a wake after an answered probe probed at once: a member that answers errors would be probed in a loop")
+	}
+}
+
+// TestTimedOutProbe: a probe that times out while the member keeps
+// sending is a success, the member is merely busy; one that times out in
+// silence makes the member Unhealthy at once, whatever the threshold.
+func TestTimedOutProbe(t *testing.T) {
+	opts := HealthOptions{Interval: time.Minute, RetryInterval: time.Minute, Timeout: 20 * time.Millisecond, FailureThreshold: 3, DisconnectAfter: time.Hour}
+	probes, clock := runProber(t, opts)
+	<-probes.probed
+
+	probes.set(true, true)
+	if !probes.after(clock, opts.Interval, 5*time.Second) {
+		t.Fatal("no probe")
+	}
+	if r := probes.results[len(probes.results)-1]; probes.last() != StateReady || !r.Busy || r.Err != nil {
+		t.Fatalf("a timed-out probe of a member that kept sending: %s, busy %t, error %v; want Ready, busy, no error", probes.last(), r.Busy, r.Err)
+	}
+
+	probes.set(true, false)
+	if !probes.after(clock, opts.Interval, 5*time.Second) {
+		t.Fatal("no probe")
+	}
+	if r := probes.results[len(probes.results)-1]; probes.last() != StateUnhealthy || r.Busy || r.Err == nil {
+		t.Fatalf("a probe that timed out in silence: %s, busy %t, error %v; want Unhealthy at the first, with its error", probes.last(), r.Busy, r.Err)
 	}
 }

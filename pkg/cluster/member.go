@@ -61,6 +61,12 @@ type member struct {
 	answered chan struct{}
 	// successes counts the probes that succeeded.
 	successes atomic.Uint64
+	// heardAt is when the member last sent anything on a connection
+	// opened more than a probe timeout before, in Unix nanoseconds of the
+	// pool's clock: a probe that timed out after that began was slow, not
+	// unanswered. A new connection's handshake does not count, so a proxy
+	// that takes connections for a dead server does not pass for it.
+	heardAt atomic.Int64
 
 	// connLostAt is when a network connection of the member last closed,
 	// in Unix nanoseconds of the pool's clock, or 0. A probe that succeeds
@@ -128,7 +134,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 			_ = c.Close()
 			return nil, errClosing
 		}
-		return &notifyingConn{Conn: c, read: m.heard, closed: func() { m.connLostAt.Store(m.pool.opts.Clock.Now().UnixNano()) }, closing: m.refusing}, nil
+		return &notifyingConn{Conn: c, opened: m.pool.opts.Clock.Now(), read: m.heard, closed: func() { m.connLostAt.Store(m.pool.opts.Clock.Now().UnixNano()) }, closing: m.refusing}, nil
 	})
 	rt, err := m.newTransport(creds.config)
 	if err != nil {
@@ -193,12 +199,13 @@ func (m *member) run(ctx context.Context) {
 	go func() {
 		defer close(probing)
 		(&prober{
-			clock:     opts.Clock,
-			health:    &health{opts: opts.Health, state: StateConnecting},
-			probe:     m.probe,
-			connected: func() bool { return m.conn.Load() != nil },
-			report:    m.report,
-			wake:      m.answered,
+			clock:      opts.Clock,
+			health:     &health{opts: opts.Health, state: StateConnecting},
+			probe:      m.probe,
+			connected:  func() bool { return m.conn.Load() != nil },
+			heardSince: func(t time.Time) bool { return m.heardAt.Load() >= t.UnixNano() },
+			report:     m.report,
+			wake:       m.answered,
 		}).run(ctx)
 	}()
 	defer func() { <-probing }()
@@ -312,10 +319,14 @@ func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err
 	return refreshed, clusterErr
 }
 
-// heard is told of every byte read from the member. An Unhealthy member
-// that answers anything, a watch event, a list, a late probe, is probed at
-// once: its return is noticed without waiting for the next probe.
-func (m *member) heard() {
+// heard is told of every read of bytes from the member, on a connection
+// opened at opened. An Unhealthy member that answers anything, a watch
+// event, a list, a late probe, is probed at once: its return is noticed
+// without waiting for the next probe.
+func (m *member) heard(opened time.Time) {
+	if now := m.pool.opts.Clock.Now(); now.Sub(opened) > m.pool.opts.Health.Timeout {
+		m.heardAt.Store(now.UnixNano())
+	}
 	if m.State() == StateUnhealthy {
 		signal(m.answered)
 	}
@@ -412,7 +423,8 @@ func (m *member) closeConnections() {
 // or that is stopped.
 var errClosing = errors.New("member connection closing")
 
-// notifyingConn is a network connection that tells when it is closed.
+// notifyingConn is a network connection that tells when it is read and
+// when it is closed.
 // Once its member's connection is closing, or its member is stopped, it
 // fails reads and writes with errClosing: client-go takes the error of a
 // closed connection for a dropped one and retries a GET after a second,
@@ -420,7 +432,8 @@ var errClosing = errors.New("member connection closing")
 // member.
 type notifyingConn struct {
 	net.Conn
-	read    func()
+	opened  time.Time
+	read    func(opened time.Time)
 	closed  func()
 	closing func() bool
 }
@@ -428,7 +441,7 @@ type notifyingConn struct {
 func (c *notifyingConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
-		c.read()
+		c.read(c.opened)
 	}
 	return n, c.describe(err)
 }

@@ -30,7 +30,7 @@ func TestClosingConnectionErrorIsNotRetried(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		conn := &notifyingConn{Conn: local, read: func() {}, closed: func() {}, closing: func() bool { return closing }}
+		conn := &notifyingConn{Conn: local, read: func(time.Time) {}, closed: func() {}, closing: func() bool { return closing }}
 		read := make(chan error)
 		go func() {
 			_, err := conn.Read(make([]byte, 1))

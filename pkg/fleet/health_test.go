@@ -1,8 +1,18 @@
 package fleet_test
 
 import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/fleetkube/fleet-manager/internal/poll"
 
@@ -121,4 +131,101 @@ func TestHungMemberDelaysOnlyItself(t *testing.T) {
 		t.Fatal("a member that never answers is Ready")
 	}
 	f.waitState(t, "hung", cluster.StateUnhealthy)
+}
+
+// wasUnhealthy reports whether member name was ever Unhealthy in f.
+func (f *fleetEnv) wasUnhealthy(name string) bool {
+	return f.logs.find(`"cluster"="`+name+`"`, `"msg"="Member state changed"`, `"to"="Unhealthy"`)
+}
+
+// busyReconciler takes work per request and counts the requests.
+type busyReconciler struct {
+	work time.Duration
+	done atomic.Int64
+}
+
+func (r *busyReconciler) Reconcile(context.Context, fleet.Request) (reconcile.Result, error) {
+	time.Sleep(r.work)
+	r.done.Add(1)
+	return reconcile.Result{}, nil
+}
+
+// A member flooded with 3,000 creates, whose 2 workers are busy with them,
+// is never Unhealthy with the default probe settings (a probe timeout of
+// 5 ms fails it).
+func TestFloodedMemberStaysReady(t *testing.T) {
+	f := startFleet(t)
+	r := &busyReconciler{work: time.Millisecond}
+	opts := fleet.ControllerOptions{}
+	opts.MaxConcurrentReconciles = 2
+	err := fleet.NewControllerManagedBy(f.mgr).
+		Named("flooded").
+		For(&corev1.ConfigMap{}, fleet.WithPredicates(inNamespace("flooded"))).
+		WithOptions(opts).
+		Complete(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.register(t, "flooded", kubeconfigs[1])
+	f.waitState(t, "flooded", cluster.StateReady)
+	createNamespace(t, memberClients[1], "flooded")
+	t.Cleanup(func() { deleteConfigMaps(t, memberClients[1], "flooded") })
+
+	const objects = 3000
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < objects; i += 8 {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "flooded", Name: fmt.Sprintf("cm-%04d", i)}}
+				if err := memberClients[1].Create(t.Context(), cm); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	poll.Until(t, "every create reconciled", func() bool { return r.done.Load() >= objects })
+	if f.wasUnhealthy("flooded") {
+		t.Fatal("a member busy with a flood of creates was marked Unhealthy")
+	}
+}
+
+// A member whose watch carries 10,000 events a minute is never Unhealthy
+// with the default probe settings.
+func TestMemberWithBusyWatchStaysReady(t *testing.T) {
+	f := startFleet(t)
+	r := &busyReconciler{}
+	watchConfigMaps(t, f, "chatty", "chatty", fleet.Members, r)
+	f.register(t, "chatty", kubeconfigs[1])
+	f.waitState(t, "chatty", cluster.StateReady)
+	createConfigMap(t, memberClients[1], "chatty", "ticker")
+	t.Cleanup(func() { deleteConfigMaps(t, memberClients[1], "chatty") })
+
+	const perMinute, lasting = 10000, 15 * time.Second
+	tick := time.NewTicker(time.Minute / perMinute)
+	defer tick.Stop()
+	updates := 0
+	for end := time.Now().Add(lasting); time.Now().Before(end); updates++ {
+		<-tick.C
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "chatty", Name: "ticker"}}
+		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"data":{"n":"%d"}}`, updates))
+		if err := memberClients[1].Patch(t.Context(), cm, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rate := float64(updates) / lasting.Minutes(); rate < perMinute*0.8 {
+		t.Fatalf("the watch carried %.0f events a minute, not %d", rate, perMinute)
+	}
+	if f.wasUnhealthy("chatty") {
+		t.Fatal("a member whose watch carries 10,000 events a minute was marked Unhealthy")
+	}
+}
+
+// deleteConfigMaps deletes the ConfigMaps of namespace ns, so that a
+// test's load does not weigh on the lists of later tests.
+func deleteConfigMaps(t *testing.T, cl client.Client, ns string) {
+	if err := cl.DeleteAllOf(context.Background(), &corev1.ConfigMap{}, client.InNamespace(ns)); err != nil {
+		t.Error(err)
+	}
 }
