@@ -33,10 +33,12 @@
 //
 // Each member runs in its own context, derived from the one [Pool.Start]
 // was given: its field indexes are applied first ([Pool.IndexField]
-// reaches current and later members), then its cluster starts and
-// Options.Engage is called for the member's whole life.
-// Stopping a member cancels that context and waits until the cluster and
-// Engage have returned; then its connections are closed. Nothing a member
+// reaches current and later members), then Options.Engage hands it on and
+// its cluster starts, in the member's own goroutine; a member has that
+// goroutine and its prober's, and no other of its own.
+// Stopping a member cancels that context and waits until the cluster has
+// returned and Engage's channel has closed; then its connections are
+// closed. Nothing a member
 // started outlives it. The pool never holds its lock during network I/O
 // or while a member stops.
 package cluster

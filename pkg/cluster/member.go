@@ -45,16 +45,10 @@ type member struct {
 	conn  atomic.Pointer[connection]
 	state atomic.Value // State
 
-	// disconnect, reconnect and refresh carry the prober's verdicts to
-	// run. refresh asks for a new connection at once, for a member that is
-	// back after losing its network connections, and with them its watches.
-	// reconnect only wakes run, which reconnects once successes has grown
-	// since the last connection ended: a wake-up left over from earlier,
-	// such as one from a success during the backoff wait, reconnects
-	// nothing.
-	disconnect chan struct{}
-	reconnect  chan struct{}
-	refresh    chan struct{}
+	// reconnect wakes run, which reconnects once successes has grown since
+	// the last connection ended: a wake-up left over from earlier, such as
+	// one from a success during the backoff wait, reconnects nothing.
+	reconnect chan struct{}
 	// answered asks the prober to probe at once: an Unhealthy member sent
 	// something, so it may be back, or a member that is back has a new
 	// connection.
@@ -89,6 +83,9 @@ type member struct {
 // connection is one life of a member's cluster.Cluster.
 type connection struct {
 	cluster cluster.Cluster
+	// end ends the connection, with errDisconnected or errRefreshed as the
+	// prober decides.
+	end context.CancelCauseFunc
 
 	// indexMu guards indexed, the number of the pool's indexes applied to
 	// this connection's cache.
@@ -101,10 +98,8 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 		name:       name,
 		log:        p.opts.Logger.WithValues("cluster", name),
 		pool:       p,
-		disconnect: make(chan struct{}, 1),
-		reconnect:  make(chan struct{}, 1),
-		refresh:    make(chan struct{}, 1),
-		answered:   make(chan struct{}, 1),
+		reconnect: make(chan struct{}, 1),
+		answered:  make(chan struct{}, 1),
 		done:       make(chan struct{}),
 	}
 	m.creds.Store(creds)
@@ -251,23 +246,25 @@ func (m *member) run(ctx context.Context) {
 	}
 }
 
-// connect starts a connection: indexes first, then the cluster and its
-// engagement; a refresh, the connection of a member that is back, asks
-// for a probe at once, which makes it Ready. It returns once ctx ends, the
-// cluster fails, or the prober disconnects or refreshes the member
-// (refreshed is then true), and everything the connection started has
-// ended and its network connections are closed.
+// connect starts a connection: indexes first, then its engagement and
+// the cluster, which runs in the calling goroutine; a refresh, the
+// connection of a member that is back, asks for a probe at once, which
+// makes it Ready. It returns once ctx ends, the cluster fails, or the
+// prober disconnects or refreshes the member (refreshed is then true),
+// and everything the connection started has ended and its network
+// connections are closed.
 func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err error) {
 	cl, err := m.newCluster()
 	if err != nil {
 		return false, fmt.Errorf("creating cluster: %w", err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	conn := &connection{cluster: cl}
+	ctx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	conn := &connection{cluster: cl, end: end}
 	if err := conn.applyIndexes(ctx, m.pool.indexesSnapshot()); err != nil {
 		m.log.Error(err, "Applying field indexes")
 	}
+	m.connLostAt.Store(0)
 	m.conn.Store(conn)
 	if refresh {
 		signal(m.answered)
@@ -276,48 +273,42 @@ func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err
 		m.conn.Store(nil)
 		m.closeConnections()
 	}()
-	drain(m.disconnect)
-	drain(m.refresh)
-	m.connLostAt.Store(0)
+	// Once the connection ends, until everything it started has ended,
+	// its network connections are closed and new dials refused, so that
+	// requests that ignore cancellation, such as discovery, end now rather
+	// than at their timeouts.
+	closed := make(chan struct{})
+	context.AfterFunc(ctx, func() {
+		defer close(closed)
+		m.closing.Store(true)
+		m.dialer.CloseAll()
+	})
 
-	var clusterErr error
-	clusterDone := make(chan struct{})
-	go func() {
-		defer close(clusterDone)
-		if clusterErr = cl.Start(ctx); clusterErr != nil {
-			cancel()
-		}
-	}()
-	engaged := make(chan struct{})
-	go func() {
-		defer close(engaged)
-		m.log.Info("Engaging member")
-		m.pool.opts.Engage(ctx, m.name, cl)
-	}()
-	select {
-	case <-ctx.Done():
-	case <-m.disconnect:
+	m.log.Info("Engaging member")
+	disengaged := m.pool.opts.Engage(ctx, m.name, cl)
+	clusterErr := cl.Start(ctx)
+	end(clusterErr)
+	switch context.Cause(ctx) {
+	case errDisconnected:
 		m.log.Info("Disconnecting member: probes kept failing", "disconnectAfter", m.pool.opts.Health.DisconnectAfter)
-		cancel()
-	case <-m.refresh:
+	case errRefreshed:
 		// Watches that lost their connection retry with backoff of up to
 		// 30 s; a new connection lists again now.
 		m.log.Info("Reconnecting member: it is back, and lost its connections while away")
 		refreshed = true
-		cancel()
 	}
-	// Until everything the connection started has ended, its network
-	// connections are closed and new dials refused, so that requests that
-	// ignore cancellation, such as discovery, end now rather than at their
-	// timeouts.
-	m.closing.Store(true)
-	m.dialer.CloseAll()
-	<-engaged
-	<-clusterDone
+	<-disengaged
+	<-closed
 	m.closing.Store(false)
 	m.log.Info("Disengaged member")
 	return refreshed, clusterErr
 }
+
+// errDisconnected and errRefreshed are why the prober ends a connection.
+var (
+	errDisconnected = errors.New("member disconnected: probes kept failing")
+	errRefreshed    = errors.New("member back after losing its connections")
+)
 
 // heard is told of every read of bytes from the member, on a connection
 // opened at opened. An Unhealthy member that answers anything, a watch
@@ -336,8 +327,8 @@ func (m *member) heard(opened time.Time) {
 // Disconnected only once its connection is torn down, so the prober's
 // verdict is passed to run, which records it then.
 func (m *member) report(result ProbeResult, state State) {
-	if state == StateDisconnected && m.conn.Load() != nil {
-		signal(m.disconnect)
+	if conn := m.conn.Load(); state == StateDisconnected && conn != nil {
+		conn.end(errDisconnected)
 		state = m.State()
 	}
 	if result.Err == nil {
@@ -353,8 +344,8 @@ func (m *member) report(result ProbeResult, state State) {
 				m.connLostAt.CompareAndSwap(lost, 0)
 			}
 		case StateUnhealthy:
-			if m.connLostAt.Load() != 0 {
-				signal(m.refresh)
+			if conn := m.conn.Load(); conn != nil && m.connLostAt.Load() != 0 {
+				conn.end(errRefreshed)
 			}
 		}
 	}
@@ -467,13 +458,6 @@ func (c *notifyingConn) Close() error {
 func signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
-	default:
-	}
-}
-
-func drain(ch chan struct{}) {
-	select {
-	case <-ch:
 	default:
 	}
 }

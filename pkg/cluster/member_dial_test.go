@@ -58,7 +58,7 @@ func TestStoppedMemberRefusesToDial(t *testing.T) {
 	}
 	defer listener.Close()
 	addr := listener.Addr().String()
-	pool, err := NewPool(Options{Engage: func(context.Context, string, cluster.Cluster) {}, Policy: kubeconfigtest.Permissive})
+	pool, err := NewPool(Options{Engage: engageNothing, Policy: kubeconfigtest.Permissive})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,3 +112,6 @@ func newTestMember(t *testing.T, pool *Pool, server string) *member {
 	}
 	return m
 }
+
+// engageNothing engages a member with nothing.
+func engageNothing(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} { return ctx.Done() }

@@ -46,9 +46,9 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 	engaged := make(chan struct{}, 10)
 	probed := make(chan State, 100)
 	pool, err := NewPool(Options{
-		Engage: func(ctx context.Context, _ string, _ cluster.Cluster) {
+		Engage: func(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} {
 			engaged <- struct{}{}
-			<-ctx.Done()
+			return ctx.Done()
 		},
 		Logger: logr.Discard(),
 		Policy: kubeconfigtest.Permissive,
@@ -195,7 +195,7 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 func TestProbeUnderWayWhenConnectionsDropProvesNothing(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	pool, err := NewPool(Options{
-		Engage: func(context.Context, string, cluster.Cluster) {},
+		Engage: engageNothing,
 		Logger: logr.Discard(),
 		Policy: kubeconfigtest.Permissive,
 		Clock:  clk,
@@ -205,6 +205,9 @@ func TestProbeUnderWayWhenConnectionsDropProvesNothing(t *testing.T) {
 	}
 	m := newTestMember(t, pool, "https://127.0.0.1:1")
 	m.state.Store(StateReady)
+	ctx, end := context.WithCancelCause(t.Context())
+	defer end(nil)
+	m.conn.Store(&connection{end: end})
 	probeStart := clk.Now()
 	clk.Step(time.Millisecond)
 	m.connLostAt.Store(clk.Now().UnixNano()) // as a closing connection does
@@ -212,9 +215,7 @@ func TestProbeUnderWayWhenConnectionsDropProvesNothing(t *testing.T) {
 	m.report(ProbeResult{Time: probeStart}, StateReady)
 	m.report(ProbeResult{Time: clk.Now(), Err: errors.New("refused")}, StateUnhealthy)
 	m.report(ProbeResult{Time: clk.Now()}, StateReady)
-	select {
-	case <-m.refresh:
-	default:
+	if context.Cause(ctx) != errRefreshed {
 		t.Fatal("the member came back from Unhealthy without reconnecting: a probe under way when its connections dropped cleared their loss")
 	}
 

@@ -32,10 +32,10 @@ var (
 	ErrClusterNotConnected = errors.New("cluster not connected")
 )
 
-// EngageFunc hands a started member to the rest of the manager. It runs for
-// as long as the member: it returns once ctx has ended and everything it
-// started for the member has stopped.
-type EngageFunc func(ctx context.Context, clusterName string, cl cluster.Cluster)
+// EngageFunc hands a starting member to the rest of the manager for as
+// long as ctx lasts. It returns at once, with a channel that closes once
+// ctx has ended and everything it started for the member has stopped.
+type EngageFunc func(ctx context.Context, clusterName string, cl cluster.Cluster) (disengaged <-chan struct{})
 
 // Registration is a member cluster as a Secret registers it. Kubeconfig is
 // untrusted: the pool's kubeconfig.Policy checks it when the member is built.
@@ -46,8 +46,8 @@ type Registration struct {
 
 // Options configure every member of a Pool.
 type Options struct {
-	// Engage is called, in the member's own goroutine, once the member's
-	// cache has its indexes. Required.
+	// Engage is called once the member's cache has its indexes, before its
+	// cluster starts. Required.
 	Engage EngageFunc
 
 	// Scheme maps Go types to kinds in every member. Defaults to client-go's

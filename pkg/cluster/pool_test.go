@@ -96,7 +96,7 @@ func newWatcher() *watcher {
 	}
 }
 
-func (w *watcher) engage(ctx context.Context, name string, cl crcluster.Cluster) {
+func (w *watcher) engage(ctx context.Context, name string, cl crcluster.Cluster) <-chan struct{} {
 	src := engage.NewKind(&corev1.ConfigMap{}, func(crcluster.Cluster) handler.EventHandler {
 		return &handler.EnqueueRequestForObject{}
 	})
@@ -104,7 +104,7 @@ func (w *watcher) engage(ctx context.Context, name string, cl crcluster.Cluster)
 		panic(err)
 	}
 	w.engaged <- engagement{name: name, cl: cl}
-	<-ctx.Done()
+	return ctx.Done()
 }
 
 // next returns the next request, failing the test after a minute.
@@ -263,7 +263,7 @@ func TestPoolIndexesReachLaterMembers(t *testing.T) {
 }
 
 func TestPoolRefusesBadRegistrations(t *testing.T) {
-	pool, err := cluster.NewPool(cluster.Options{Engage: func(context.Context, string, crcluster.Cluster) {}})
+	pool, err := cluster.NewPool(cluster.Options{Engage: engageNothing})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,3 +302,6 @@ func TestPoolChurnReturnsToBaseline(t *testing.T) {
 	}
 	waitForBaseline(t, baseline, sockets)
 }
+
+// engageNothing engages a member with nothing.
+func engageNothing(ctx context.Context, _ string, _ crcluster.Cluster) <-chan struct{} { return ctx.Done() }

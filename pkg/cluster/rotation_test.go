@@ -89,7 +89,7 @@ func TestPoolSetRotatesOnlyCredentials(t *testing.T) {
 			}
 			logs := &messages{}
 			pool, err := cluster.NewPool(cluster.Options{
-				Engage: func(context.Context, string, crcluster.Cluster) {},
+				Engage: engageNothing,
 				Logger: logs.logger(),
 				Policy: kubeconfigtest.Permissive,
 			})

@@ -15,17 +15,19 @@
 // # The engager
 //
 // The [Engager] hands every cluster to every aware that accepts it. The
-// member pool calls [Engager.Serve] once per member, for the member's whole
-// life; awares registered with [Engager.Add] after members joined are
+// member pool calls [Engager.Engage] once per connection of a member, for
+// that connection's life; awares registered with [Engager.Add] after members joined are
 // handed those members too. A [Selector] accepts only some clusters; it is
 // asked again at every [Engager.Recheck], so an aware that starts
 // accepting a cluster is engaged with it, and one that stops is
 // disengaged, before the pair can be engaged again. Each (cluster, aware)
 // pair is engaged in its own goroutine and retried with capped, jittered
 // exponential backoff until it succeeds or ends, so one slow or failing
-// aware, or one slow cluster, delays nothing but itself. Serve returns
-// once the cluster's context has ended and every engagement goroutine for
-// it has returned.
+// aware, or one slow cluster, delays nothing but itself. Engage returns at
+// once, and starts no goroutine of its own while the cluster is engaged;
+// the channel it returns closes once the cluster's context has ended and
+// every engagement goroutine for it has returned. [Engager.Serve] blocks
+// until then.
 //
 // # Sources
 //

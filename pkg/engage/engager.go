@@ -127,11 +127,11 @@ func (e *Engager) Add(a Aware) {
 	}
 }
 
-// Serve engages cl with every aware that accepts it, now and as awares are
-// added, and blocks until ctx ends, every engagement goroutine has
-// returned and every Disengager has been told. Its signature matches
-// cluster.EngageFunc.
-func (e *Engager) Serve(ctx context.Context, clusterName string, cl cluster.Cluster) {
+// Engage engages cl with every aware that accepts it, now and as awares
+// are added, until ctx ends. It returns at once; disengaged closes once ctx
+// has ended, every engagement goroutine has returned and every Disengager
+// has been told. Its signature matches cluster.EngageFunc.
+func (e *Engager) Engage(ctx context.Context, clusterName string, cl cluster.Cluster) (disengaged <-chan struct{}) {
 	eng := &engagement{ctx: ctx, name: clusterName, cl: cl, pairs: map[Aware]*pair{}, outcomes: map[Aware]Engagement{}}
 	e.mu.Lock()
 	e.clusters[clusterName] = eng
@@ -139,19 +139,28 @@ func (e *Engager) Serve(ctx context.Context, clusterName string, cl cluster.Clus
 		e.lockedSettle(eng, a)
 	}
 	e.mu.Unlock()
-	<-ctx.Done()
-	e.mu.Lock()
-	if e.clusters[clusterName] == eng {
-		delete(e.clusters, clusterName)
-	}
-	awares := slices.Clone(e.awares)
-	e.mu.Unlock()
-	eng.wg.Wait()
-	for _, a := range awares {
-		if d, ok := a.(Disengager); ok {
-			d.Disengage(clusterName)
+	done := make(chan struct{})
+	context.AfterFunc(ctx, func() {
+		defer close(done)
+		e.mu.Lock()
+		if e.clusters[clusterName] == eng {
+			delete(e.clusters, clusterName)
 		}
-	}
+		awares := slices.Clone(e.awares)
+		e.mu.Unlock()
+		eng.wg.Wait()
+		for _, a := range awares {
+			if d, ok := a.(Disengager); ok {
+				d.Disengage(clusterName)
+			}
+		}
+	})
+	return done
+}
+
+// Serve is Engage that blocks until the cluster is disengaged.
+func (e *Engager) Serve(ctx context.Context, clusterName string, cl cluster.Cluster) {
+	<-e.Engage(ctx, clusterName, cl)
 }
 
 // Recheck asks every Selector again whether it accepts cluster

@@ -154,7 +154,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	}
 	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.metrics.ObserveEngage})
 	m.pool, err = cluster.NewPool(cluster.Options{
-		Engage:    m.engager.Serve,
+		Engage:    m.engager.Engage,
 		Scheme:    hub.GetScheme(),
 		Logger:    log.WithName("member"),
 		Policy:    opts.KubeconfigPolicy,
