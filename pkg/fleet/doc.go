@@ -38,6 +38,9 @@
 //
 // # Lifecycle
 //
+// [New] sets the process's garbage collector target to [DefaultGCPercent]
+// unless GOGC is set or Options.GCPercent says otherwise: a fleet
+// manager's heap is mostly long-lived caches.
 // Start the Manager like any manager. With leader election only the
 // leader runs member caches and fleet controllers; the registry's Secret
 // caches run on every replica, and [registry.Registry.Synced] says when
