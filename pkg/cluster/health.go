@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -120,10 +121,13 @@ func (h *health) record(now time.Time, err error, connected, silent bool) State 
 // probeFunc makes one probe of a member.
 type probeFunc func(ctx context.Context) error
 
-// prober probes at every interval, or retry interval after a failure,
-// until ctx ends, and reports each result and the state it leads to.
+// prober probes a member at once when started, then an interval (or
+// retry interval) after the start of each probe, until stopped. It has no
+// goroutine while it waits: each probe runs in a goroutine of its own,
+// from a timer, so a fleet's members cost no goroutine for their probes
+// between probes.
 type prober struct {
-	clock  clock.WithTicker
+	clock  clock.WithTickerAndDelayedExecution
 	health *health
 	probe  probeFunc
 	// connected reports whether the member's cluster is running.
@@ -133,9 +137,24 @@ type prober struct {
 	heardSince func(t time.Time) bool
 	// report is called after each probe with its result and the state.
 	report func(result ProbeResult, state State)
-	// wake asks for a probe now, not before wakeGap after the last one
-	// started: the member answered something.
-	wake <-chan struct{}
+
+	// running counts the probe under way: stop waits for it.
+	running sync.WaitGroup
+
+	// mu guards the rest.
+	mu  sync.Mutex
+	ctx context.Context // set by start
+	// timer is the next probe's, nil while a probe is under way.
+	timer   clock.Timer
+	stopped bool
+	// lastStart is when the last probe started.
+	lastStart time.Time
+	// wakeable is false after a probe the API server answered with an
+	// error: its answers would then probe it in a loop.
+	wakeable bool
+	// woken is set by a wake during a probe, which is then followed by
+	// another.
+	woken bool
 }
 
 // wakeGap is the least time between the start of a probe and a probe a
@@ -158,75 +177,114 @@ type ProbeResult struct {
 	ConsecutiveFailures int
 }
 
-// run probes at once, then an interval (or retry interval) after the
-// start of each probe, until ctx ends.
-func (p *prober) run(ctx context.Context) {
-	for {
-		start := p.clock.Now()
-		pctx, cancel := context.WithTimeout(ctx, p.health.opts.Timeout)
-		err := p.probe(pctx)
-		timedOut := pctx.Err() == context.DeadlineExceeded
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		result := ProbeResult{
-			Time:                start,
-			Duration:            p.clock.Since(start),
-			Err:                 err,
-			CredentialsRejected: apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err),
-		}
-		silent := false
-		if err != nil && timedOut {
-			if p.heardSince(start) {
-				result.Err, result.Busy = nil, true
-			} else {
-				silent = true
-			}
-		}
-		state := p.health.record(start, result.Err, p.connected(), silent)
-		result.ConsecutiveFailures = p.health.failures
-		p.report(result, state)
-		next := p.health.opts.Interval
-		if result.Err != nil && state != StateDisconnected {
-			next = p.health.opts.RetryInterval
-		}
-		// A wake (an Unhealthy member answered something, or a new
-		// connection is up) probes at once, unless the API server
-		// answered this probe with an error: its answers would then
-		// probe it in a loop.
-		wake := p.wake
-		if answered(result.Err) {
-			wake = nil
-		}
-		timer := p.clock.NewTimer(max(next-result.Duration, 0))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		case <-timer.C():
-		case <-wake:
-			timer.Stop()
-			if !p.sleep(ctx, wakeGap-p.clock.Since(start)) {
-				return
-			}
-		}
+// start probes at once, and goes on until stop or until ctx ends.
+func (p *prober) start(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ctx, p.wakeable = ctx, true
+	p.scheduleLocked(0)
+}
+
+// stop stops probing and waits for a probe under way.
+func (p *prober) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.mu.Unlock()
+	p.running.Wait()
+}
+
+// wake asks for a probe now, not before wakeGap after the last one
+// started: the member answered something, or has a new connection. A
+// member whose API server answered the last probe with an error is not
+// woken.
+func (p *prober) wake() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.stopped || p.ctx == nil || !p.wakeable:
+	case p.timer == nil:
+		p.woken = true
+	case p.timer.Stop():
+		p.scheduleLocked(max(wakeGap-p.clock.Since(p.lastStart), 0))
 	}
 }
 
-// sleep waits d, and reports false if ctx ended first.
-func (p *prober) sleep(ctx context.Context, d time.Duration) bool {
+// scheduleLocked makes the next probe d from now.
+func (p *prober) scheduleLocked(d time.Duration) {
 	if d <= 0 {
-		return true
+		p.timer = nil // under way
+		go p.fire()
+		return
 	}
-	timer := p.clock.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C():
-		return true
+	// A fake clock calls the function while it holds its lock.
+	p.timer = p.clock.AfterFunc(d, func() { go p.fire() })
+}
+
+// fire makes a probe, reports it, and schedules the next.
+func (p *prober) fire() {
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return
 	}
+	p.timer, p.woken = nil, false
+	p.lastStart = p.clock.Now()
+	start, ctx := p.lastStart, p.ctx
+	p.running.Add(1)
+	p.mu.Unlock()
+	defer p.running.Done()
+
+	result, state, ok := p.probeOnce(ctx, start)
+	if !ok {
+		return
+	}
+	p.report(result, state)
+	next := p.health.opts.Interval
+	if result.Err != nil && state != StateDisconnected {
+		next = p.health.opts.RetryInterval
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	p.wakeable = !answered(result.Err)
+	if p.woken && p.wakeable {
+		next = wakeGap
+	}
+	p.scheduleLocked(max(next-p.clock.Since(start), 0))
+}
+
+// probeOnce probes, and returns the result and the state it leads to;
+// ok is false if ctx ended.
+func (p *prober) probeOnce(ctx context.Context, start time.Time) (result ProbeResult, state State, ok bool) {
+	pctx, cancel := context.WithTimeout(ctx, p.health.opts.Timeout)
+	err := p.probe(pctx)
+	timedOut := pctx.Err() == context.DeadlineExceeded
+	cancel()
+	if ctx.Err() != nil {
+		return result, state, false
+	}
+	result = ProbeResult{
+		Time:                start,
+		Duration:            p.clock.Since(start),
+		Err:                 err,
+		CredentialsRejected: apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err),
+	}
+	silent := false
+	if err != nil && timedOut {
+		if p.heardSince(start) {
+			result.Err, result.Busy = nil, true
+		} else {
+			silent = true
+		}
+	}
+	state = p.health.record(start, result.Err, p.connected(), silent)
+	result.ConsecutiveFailures = p.health.failures
+	return result, state, true
 }
 
 // answered reports whether err carries the member API server's answer.

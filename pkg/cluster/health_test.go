@@ -86,11 +86,13 @@ func (s *scriptedProbes) after(clock *clocktesting.FakeClock, d, wait time.Durat
 // runProber runs a prober with opts on a fake clock until the test ends.
 func runProber(t *testing.T, opts HealthOptions) (*scriptedProbes, *clocktesting.FakeClock) {
 	t.Helper()
-	return runWakeableProber(t, opts, nil)
+	probes, clock, _ := runWakeableProber(t, opts)
+	return probes, clock
 }
 
-// runWakeableProber runs a prober that wake wakes.
-func runWakeableProber(t *testing.T, opts HealthOptions, wake chan struct{}) (*scriptedProbes, *clocktesting.FakeClock) {
+// runWakeableProber runs a prober with opts on a fake clock until the
+// test ends, and returns it too, for the test to wake.
+func runWakeableProber(t *testing.T, opts HealthOptions) (*scriptedProbes, *clocktesting.FakeClock, *prober) {
 	t.Helper()
 	clock := clocktesting.NewFakeClock(time.Now())
 	probes := &scriptedProbes{probed: make(chan struct{})}
@@ -101,17 +103,15 @@ func runWakeableProber(t *testing.T, opts HealthOptions, wake chan struct{}) (*s
 		connected:  func() bool { return true },
 		heardSince: probes.heardSince,
 		report:     probes.report,
-		wake:       wake,
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); p.run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return probes, clock
+	p.start(ctx)
+	t.Cleanup(func() { cancel(); p.stop() })
+	return probes, clock, p
 }
 
 func TestProberTurnsUnhealthyThenDisconnected(t *testing.T) {
-	opts := HealthOptions{Interval: 5 * time.Second, Timeout: time.Second, FailureThreshold: 3, DisconnectAfter: 30 * time.Second}
+	opts := HealthOptions{Interval: 5 * time.Second, RetryInterval: 5 * time.Second, Timeout: time.Second, FailureThreshold: 3, DisconnectAfter: 30 * time.Second}
 	probes, clock := runProber(t, opts)
 
 	tick := func() State {
@@ -225,8 +225,7 @@ func TestHealthRecord(t *testing.T) {
 // interval; one whose API server answered with an error is not.
 func TestUnansweredMemberIsProbedAsSoonAsItAnswers(t *testing.T) {
 	opts := HealthOptions{Interval: time.Minute, RetryInterval: time.Minute, Timeout: time.Second, FailureThreshold: 1, DisconnectAfter: time.Hour}
-	wake := make(chan struct{}, 1)
-	probes, clock := runWakeableProber(t, opts, wake)
+	probes, clock, p := runWakeableProber(t, opts)
 	stepUntilProbe := func(d time.Duration) bool { return probes.after(clock, d, 100*time.Millisecond) }
 
 	<-probes.probed
@@ -235,10 +234,7 @@ func TestUnansweredMemberIsProbedAsSoonAsItAnswers(t *testing.T) {
 		t.Fatalf("after an unanswered probe: %s, want Unhealthy", probes.last())
 	}
 	probes.fail(nil)
-	wake <- struct{}{}
-	for !clock.HasWaiters() {
-		time.Sleep(time.Millisecond)
-	}
+	p.wake()
 	if !stepUntilProbe(wakeGap) || probes.last() != StateReady {
 		t.Fatalf("a wake after an unanswered probe did not probe within %s", wakeGap)
 	}
@@ -247,7 +243,7 @@ func TestUnansweredMemberIsProbedAsSoonAsItAnswers(t *testing.T) {
 	if !stepUntilProbe(opts.Interval) || probes.last() != StateUnhealthy {
 		t.Fatalf("after a probe answered with 503: %s, want Unhealthy", probes.last())
 	}
-	wake <- struct{}{}
+	p.wake()
 	if stepUntilProbe(wakeGap) {
 		t.Fatal("a wake after an answered probe probed at once: a member that answers errors would be probed in a loop")
 	}

@@ -49,10 +49,8 @@ type member struct {
 	// the last connection ended: a wake-up left over from earlier, such as
 	// one from a success during the backoff wait, reconnects nothing.
 	reconnect chan struct{}
-	// answered asks the prober to probe at once: an Unhealthy member sent
-	// something, so it may be back, or a member that is back has a new
-	// connection.
-	answered chan struct{}
+	// prober probes the member from the start of run to its end.
+	prober atomic.Pointer[prober]
 	// successes counts the probes that succeeded.
 	successes atomic.Uint64
 	// heardAt is when the member last sent anything on a connection
@@ -99,7 +97,6 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 		log:        p.opts.Logger.WithValues("cluster", name),
 		pool:       p,
 		reconnect: make(chan struct{}, 1),
-		answered:  make(chan struct{}, 1),
 		done:       make(chan struct{}),
 	}
 	m.creds.Store(creds)
@@ -190,20 +187,17 @@ func (m *member) start(ctx context.Context) {
 func (m *member) run(ctx context.Context) {
 	defer close(m.done)
 	opts := &m.pool.opts
-	probing := make(chan struct{})
-	go func() {
-		defer close(probing)
-		(&prober{
-			clock:      opts.Clock,
-			health:     &health{opts: opts.Health, state: StateConnecting},
-			probe:      m.probe,
-			connected:  func() bool { return m.conn.Load() != nil },
-			heardSince: func(t time.Time) bool { return m.heardAt.Load() >= t.UnixNano() },
-			report:     m.report,
-			wake:       m.answered,
-		}).run(ctx)
-	}()
-	defer func() { <-probing }()
+	p := &prober{
+		clock:      opts.Clock,
+		health:     &health{opts: opts.Health, state: StateConnecting},
+		probe:      m.probe,
+		connected:  func() bool { return m.conn.Load() != nil },
+		heardSince: func(t time.Time) bool { return m.heardAt.Load() >= t.UnixNano() },
+		report:     m.report,
+	}
+	m.prober.Store(p)
+	p.start(ctx)
+	defer p.stop()
 
 	backoff := *opts.ReconnectBackoff
 	refreshed := false
@@ -267,7 +261,7 @@ func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err
 	m.connLostAt.Store(0)
 	m.conn.Store(conn)
 	if refresh {
-		signal(m.answered)
+		m.wake()
 	}
 	defer func() {
 		m.conn.Store(nil)
@@ -319,7 +313,14 @@ func (m *member) heard(opened time.Time) {
 		m.heardAt.Store(now.UnixNano())
 	}
 	if m.State() == StateUnhealthy {
-		signal(m.answered)
+		m.wake()
+	}
+}
+
+// wake asks the prober for a probe at once.
+func (m *member) wake() {
+	if p := m.prober.Load(); p != nil {
+		p.wake()
 	}
 }
 

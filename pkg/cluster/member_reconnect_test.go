@@ -30,6 +30,12 @@ func (c *timerClock) NewTimer(d time.Duration) clock.Timer {
 	return t
 }
 
+func (c *timerClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	t := c.FakeClock.AfterFunc(d, f)
+	c.made <- d
+	return t
+}
+
 func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.T) {
 	const (
 		interval = 3 * time.Second

@@ -82,7 +82,7 @@ type Options struct {
 	Observe func(clusterName string, state State, probe *ProbeResult)
 
 	// Clock times probes and reconnections. Defaults to the real clock.
-	Clock clock.WithTicker
+	Clock clock.WithTickerAndDelayedExecution
 
 	// Configure, if set, adjusts each member's cluster.Options after the
 	// pool's defaults: its own HTTP client, managedFields stripped from
