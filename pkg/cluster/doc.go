@@ -34,8 +34,9 @@
 // Each member runs in its own context, derived from the one [Pool.Start]
 // was given: its field indexes are applied first ([Pool.IndexField]
 // reaches current and later members), then Options.Engage hands it on and
-// its cluster starts, in the member's own goroutine; a member has that
-// goroutine and its prober's, and no other of its own.
+// its cluster starts, in the member's own goroutine. That is the only
+// goroutine a member has of its own, but for a probe's while it is under
+// way: probes run from timers.
 // Stopping a member cancels that context and waits until the cluster has
 // returned and Engage's channel has closed; then its connections are
 // closed. Nothing a member
