@@ -93,11 +93,11 @@ type connection struct {
 
 func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	m := &member{
-		name:       name,
-		log:        p.opts.Logger.WithValues("cluster", name),
-		pool:       p,
+		name:      name,
+		log:       p.opts.Logger.WithValues("cluster", name),
+		pool:      p,
 		reconnect: make(chan struct{}, 1),
-		done:       make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	m.creds.Store(creds)
 	m.state.Store(StatePending)

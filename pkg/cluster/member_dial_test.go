@@ -114,4 +114,6 @@ func newTestMember(t *testing.T, pool *Pool, server string) *member {
 }
 
 // engageNothing engages a member with nothing.
-func engageNothing(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} { return ctx.Done() }
+func engageNothing(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} {
+	return ctx.Done()
+}

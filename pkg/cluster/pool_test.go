@@ -304,4 +304,6 @@ func TestPoolChurnReturnsToBaseline(t *testing.T) {
 }
 
 // engageNothing engages a member with nothing.
-func engageNothing(ctx context.Context, _ string, _ crcluster.Cluster) <-chan struct{} { return ctx.Done() }
+func engageNothing(ctx context.Context, _ string, _ crcluster.Cluster) <-chan struct{} {
+	return ctx.Done()
+}
