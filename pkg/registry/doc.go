@@ -31,7 +31,9 @@
 // cluster at once, then an [Event] for each cluster that changes. Changes
 // made while the subscriber is busy are folded into one event, which ends
 // at the current truth, so the stream is level-triggered: a subscriber
-// that starts late, or again, converges. A cluster is handed out once at a
+// that starts late, or again, converges. A probe that succeeds like the
+// one before it changes the snapshot without an event; a subscriber that
+// shows probe times reads them again on its own schedule. A cluster is handed out once at a
 // time; different clusters may be handled in parallel. The registry never
 // calls a subscriber: subscribers pull, and nobody sets a callback on it.
 // [Registry.Source] does the same for a controller-runtime controller.

@@ -271,7 +271,10 @@ func (r *Registry) ObserveCredentials(name string, generation int64, creds Crede
 
 // ObserveState records the state of the member of cluster name and, when
 // probe is not nil, its last probe. It is ignored for a cluster that is
-// not accepted: a member reporting as it stops. Its signature suits the
+// not accepted: a member reporting as it stops. A probe that succeeded,
+// after one that did, in the same state, changes the snapshot without an
+// event: subscribers would otherwise be woken for every member every
+// probe interval, for nothing but its time. Its signature suits the
 // member pool's Options.Observe.
 func (r *Registry) ObserveState(name string, state cluster.State, probe *cluster.ProbeResult) {
 	r.mu.Lock()
@@ -284,6 +287,10 @@ func (r *Registry) ObserveState(name string, state cluster.State, probe *cluster
 	next.State = state
 	if probe != nil {
 		next.Probe = probe
+	}
+	if state == cur.State && probe != nil && probe.Err == nil && cur.Probe != nil && cur.Probe.Err == nil {
+		r.clusters[name] = &next
+		return
 	}
 	r.lockedPublish(name, &next)
 }

@@ -222,4 +222,31 @@ func TestSubscriptionEndsWithItsContext(t *testing.T) {
 	r.claim("a", claimOf(secret("native", "a"), "kc", nil)) // no subscriber left to notify
 }
 
+// A probe that succeeds after one that did, in the same state, updates
+// the snapshot but sends no event; a failed one does.
+func TestRepeatedSuccessfulProbesSendNoEvent(t *testing.T) {
+	r := New("native")
+	r.claim("a", claimOf(secret("native", "a"), "kc-a", nil))
+	s := r.Subscribe(t.Context())
+	next(t, s)
+	first := &cluster.ProbeResult{Time: time.Unix(1, 0)}
+	r.ObserveState("a", cluster.StateReady, first)
+	if e := next(t, s); e.New.Probe != first {
+		t.Fatalf("event after the first probe = %+v, want its probe", e)
+	}
+	again := &cluster.ProbeResult{Time: time.Unix(2, 0)}
+	r.ObserveState("a", cluster.StateReady, again)
+	if c, _ := r.Get("a"); c.Probe != again {
+		t.Fatal("the snapshot does not hold the last probe")
+	}
+	if s.queue.Len() != 0 {
+		t.Fatal("a probe that succeeded like the one before sent an event")
+	}
+	failed := &cluster.ProbeResult{Time: time.Unix(3, 0), Err: context.DeadlineExceeded, ConsecutiveFailures: 1}
+	r.ObserveState("a", cluster.StateReady, failed)
+	if e := next(t, s); e.New.Probe != failed {
+		t.Fatalf("the event after a failed probe = %+v, want its probe", e)
+	}
+}
+
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -171,8 +171,11 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	wasExpiring := meta.IsStatusConditionTrue(before.Conditions, fleetv1alpha1.ConditionCredentialsExpiring)
 	transitions := len(want.Status.RecentTransitions)
 	mc.setStatus(ctx, c, &want.Status)
+	// The registry sends no event for a probe that succeeds like the one
+	// before: LastProbeTime is refreshed on this schedule instead.
+	refresh := reconcile.Result{RequeueAfter: mc.probeTimeRefresh}
 	if mc.statusUnchanged(before, &want.Status) {
-		return reconcile.Result{}, nil
+		return refresh, nil
 	}
 	if err := mc.client.Status().Update(ctx, want); err != nil {
 		return ignoreStale(err)
@@ -183,7 +186,7 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	if expiring := meta.FindStatusCondition(want.Status.Conditions, fleetv1alpha1.ConditionCredentialsExpiring); expiring.Status == metav1.ConditionTrue && !wasExpiring {
 		mc.recorder.Eventf(want, nil, corev1.EventTypeWarning, expiring.Reason, "CheckCredentials", expiring.Message)
 	}
-	return reconcile.Result{}, nil
+	return refresh, nil
 }
 
 // recordTransition makes the state transition a status write recorded an
