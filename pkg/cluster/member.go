@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/connrotation"
@@ -142,7 +143,11 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	if m.httpClient, err = rest.HTTPClientFor(m.config); err != nil {
 		return nil, kubeconfig.Refuse("KubeconfigInvalid", "cannot build a transport: %s", kubeconfig.Scrub(err))
 	}
-	reviews, err := authenticationv1client.NewForConfigAndClient(m.config, m.httpClient)
+	// Probes speak protobuf: at 250 a second in a fleet of 1,000, JSON's
+	// encoding and decoding are a cost of their own.
+	probeConfig := rest.CopyConfig(m.config)
+	probeConfig.ContentType = runtime.ContentTypeProtobuf
+	reviews, err := authenticationv1client.NewForConfigAndClient(probeConfig, m.httpClient)
 	if err != nil {
 		return nil, kubeconfig.Refuse("KubeconfigInvalid", "cannot build a client: %s", kubeconfig.Scrub(err))
 	}
