@@ -31,8 +31,8 @@ const (
 )
 
 // HealthOptions set how members are probed. With the defaults a frozen
-// member (connections accepted, never answered) is Unhealthy within 5
-// seconds, a dead one (connections refused) within 4.5. A busy member is
+// member (connections accepted, never answered) is Unhealthy within 4.8
+// seconds, a dead one (connections refused) within 4.1. A busy member is
 // never Unhealthy for being slow: a probe that timed out while the member
 // kept sending on its connections counts as a success. A member's return
 // is noticed as soon as it sends anything: that asks for a probe at once.
@@ -45,7 +45,7 @@ type HealthOptions struct {
 	RetryInterval time.Duration
 	// Timeout of one probe. A probe that times out while the member sent
 	// nothing on its connections makes it Unhealthy at once: the member
-	// is frozen, or cut off. Defaults to 1s.
+	// is frozen, or cut off. Defaults to 800ms.
 	Timeout time.Duration
 	// FailureThreshold is the number of probes in a row that fail with an
 	// error, such as a refused connection or an error status, that make a
@@ -72,7 +72,7 @@ func (o *HealthOptions) setDefaults() {
 		o.RetryInterval = 100 * time.Millisecond
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = time.Second
+		o.Timeout = 800 * time.Millisecond
 	}
 	if o.FailureThreshold <= 0 {
 		o.FailureThreshold = 2
