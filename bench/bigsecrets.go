@@ -52,8 +52,8 @@ func (b *bench) benchBigSecrets(ctx context.Context) error {
 		n /= 2
 	}
 	per := fmt.Sprintf(", %d Secrets", n)
-	t := b.res.table(bigSecretsTable, fmt.Sprintf("A fleet-manager process (GOGC=%s) with %d good members engaged and idle; then %d registration Secrets are created on its hub, from 8 writers, each a valid kubeconfig of %d KiB with a key per line and no current context, followed by one good Secret. The RSS baseline is the process's RSS just before the first large Secret is created; its peak (VmHWM, reset at the baseline) is read once every large Secret's MemberCluster says CredentialsAccepted=False for %s and the good member's says Ready; RSS after is read 3 s later. The clocks start when the first large Secret is created, and, for the good member, when its Secret is. At start-up: the peak RSS (VmHWM) of a second process started once the large Secrets are there, 1 s after its good members settled, less the first process's at the same point.",
-		b.gogc, len(good), n, bigSecretBytes>>10, kubeconfig.ReasonKubeconfigTooComplex))
+	t := b.res.table(bigSecretsTable, fmt.Sprintf("A fleet-manager process (%s) with %d good members engaged and idle; then %d registration Secrets are created on its hub, from 8 writers, each a valid kubeconfig of %d KiB with a key per line and no current context, followed by one good Secret. The RSS baseline is the process's RSS just before the first large Secret is created; its peak (VmHWM, reset at the baseline) is read once every large Secret's MemberCluster says CredentialsAccepted=False for %s and the good member's says Ready; RSS after is read 3 s later. The clocks start when the first large Secret is created, and, for the good member, when its Secret is. At start-up: the peak RSS (VmHWM) of a second process started once the large Secrets are there, 1 s after its good members settled, less the first process's at the same point.",
+		gogcLabel(""), len(good), n, bigSecretBytes>>10, kubeconfig.ReasonKubeconfigTooComplex))
 	first, err := b.startBigSecretsChild(ns, len(good))
 	if err != nil {
 		return err
@@ -101,7 +101,7 @@ func (b *bench) benchBigSecrets(ctx context.Context) error {
 // ns and returns it once members members settled and it idled 1 s; nil,
 // stopped, if they did not settle.
 func (b *bench) startBigSecretsChild(ns string, members int) (*child, error) {
-	c, err := startChild([]string{"GOGC=" + b.gogc}, "-mode=fleet", "-hub="+b.lab.hubFile, "-namespace="+ns,
+	c, err := startChild(gogcEnv(""), "-mode=fleet", "-hub="+b.lab.hubFile, "-namespace="+ns,
 		"-watch="+engageNamespace, fmt.Sprintf("-members=%d", members), "-objects=1", "-idle=1s")
 	if err != nil {
 		return nil, err

@@ -34,7 +34,9 @@ import (
 const childCommand = "child"
 
 // childReport is a line a child writes: first when it settled, or its
-// settle deadline passed, then its memory once it has idled.
+// settle deadline passed, then its memory once it has idled; a fleet child
+// told so then reports its CPU over an idle window ("idle"), and its
+// goroutines and sockets once its last member was removed ("removed").
 type childReport struct {
 	Event          string  `json:"event"`             // "settled" or "memory"
 	Members        int     `json:"members,omitempty"` // settled
@@ -42,7 +44,14 @@ type childReport struct {
 	Throughput     float64 `json:"throughput,omitempty"`
 	CPUSeconds     float64 `json:"cpuSeconds,omitempty"`
 	RSSBytes       int64   `json:"rssBytes,omitempty"`
+	SteadyRSSBytes int64   `json:"steadyRSSBytes,omitempty"`
 	HeapBytes      uint64  `json:"heapBytes,omitempty"`
+	Goroutines     int     `json:"goroutines,omitempty"`
+	StackBytes     uint64  `json:"stackBytes,omitempty"`
+	Sockets        int     `json:"sockets,omitempty"`
+	// CPUFraction is the CPU time over a window, as a fraction of one
+	// core ("idle").
+	CPUFraction float64 `json:"cpuFraction,omitempty"`
 }
 
 // runChild is the child's main.
@@ -52,11 +61,14 @@ func runChild(args []string) int {
 	hub := fs.String("hub", "", "hub kubeconfig file (fleet)")
 	namespace := fs.String("namespace", "", "hub namespace of the registration Secrets (fleet)")
 	kubeconfigs := fs.String("kubeconfigs", "", "comma-separated member server kubeconfig files, used in turn (bare)")
-	watch := fs.String("watch", loadNamespace, "the namespace members cache")
+	watch := fs.String("watch", loadNamespace, "the namespace whose objects members cache, cluster-wide, by their label")
 	members := fs.Int("members", 1, "members to wait for")
 	objects := fs.Int("objects", 1, "objects each member holds")
-	idle := fs.Duration("idle", 3*time.Second, "idle time after settling before memory is read")
+	idle := fs.Duration("idle", childIdle, "idle time after settling before RSS is read")
+	steady := fs.Duration("steady", 0, "time after settling before the steady-state RSS is read (0: not read)")
 	settle := fs.Duration("settle", settleDeadline, "how long members have to settle (fleet)")
+	idleCPU := fs.Duration("idle-cpu", 0, "after the memory readings, the window whose CPU time is reported (fleet; 0: none)")
+	removal := fs.Bool("removal", false, "after the idle window, wait until every member is removed, then report goroutines and sockets (fleet)")
 	_ = fs.Parse(args)
 	logf.SetLogger(logr.Discard())
 	klog.SetLogger(logr.Discard())
@@ -66,9 +78,9 @@ func runChild(args []string) int {
 	var err error
 	switch *mode {
 	case "fleet":
-		err = childFleet(ctx, *hub, *namespace, *watch, *members, *objects, *idle, *settle)
+		err = childFleet(ctx, *hub, *namespace, *watch, *members, *objects, memoryReadings{*idle, *steady}, *settle, *idleCPU, *removal)
 	case "bare":
-		err = childBare(ctx, strings.Split(*kubeconfigs, ","), *watch, *members, *idle)
+		err = childBare(ctx, strings.Split(*kubeconfigs, ","), *watch, *members, memoryReadings{*idle, *steady})
 	default:
 		err = fmt.Errorf("unknown mode %q", *mode)
 	}
@@ -81,12 +93,12 @@ func runChild(args []string) int {
 
 // childFleet reports how many members settled, once all did or the
 // settle deadline passed; the throughput only if all did.
-func childFleet(ctx context.Context, hubKubeconfig, namespace, watch string, members, objects int, idle, settle time.Duration) error {
+func childFleet(ctx context.Context, hubKubeconfig, namespace, watch string, members, objects int, readings memoryReadings, settle, idleCPU time.Duration, removal bool) error {
 	hub, err := clientcmd.BuildConfigFromFlags("", hubKubeconfig)
 	if err != nil {
 		return err
 	}
-	f, err := startFleet(hub, fleetConfig{namespace: namespace, watch: watch, workers: 2})
+	f, err := startFleet(hub, fleetConfig{namespace: namespace, watch: watch, clusterWide: true, workers: 2})
 	if err != nil {
 		return err
 	}
@@ -100,21 +112,96 @@ func childFleet(ctx context.Context, hubKubeconfig, namespace, watch string, mem
 	})
 	if err == nil {
 		r := childReport{Event: "settled", Members: n, SettledSeconds: last.Sub(started).Seconds(), CPUSeconds: cpuSeconds()}
-		if n >= members {
+		if n >= members && members > 0 {
 			r.Throughput = float64(members*objects) / last.Sub(first).Seconds()
 		}
 		report(r)
-		err = reportMemory(ctx, idle)
+		err = readings.report(ctx)
+	}
+	if err == nil && idleCPU > 0 {
+		err = reportIdleCPU(ctx, idleCPU)
+	}
+	if err == nil && removal {
+		err = reportRemoval(ctx, f)
 	}
 	<-ctx.Done()
 	return errors.Join(err, f.stop())
+}
+
+// reportIdleCPU reports the CPU time the process takes over window, and
+// writes its CPU profile to $BENCH_PROFILES, if set.
+func reportIdleCPU(ctx context.Context, window time.Duration) error {
+	stopProfile, err := startCPUProfile()
+	if err != nil {
+		return err
+	}
+	start, began := cpuSeconds(), time.Now()
+	select {
+	case <-ctx.Done():
+	case <-time.After(window):
+		report(childReport{Event: "idle", CPUFraction: (cpuSeconds() - start) / time.Since(began).Seconds()})
+	}
+	return stopProfile()
+}
+
+// startCPUProfile starts a CPU profile into $BENCH_PROFILES, if set, and
+// returns what stops it.
+func startCPUProfile() (stop func() error, err error) {
+	dir := os.Getenv("BENCH_PROFILES")
+	if dir == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("cpu-idle-%s-%d.pprof", strings.Join(os.Args[2:3], ""), os.Getpid())))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
+
+// reportRemoval waits until the fleet serves no member, then until its
+// goroutines and sockets have not changed for a second, and reports them.
+func reportRemoval(ctx context.Context, f *benchFleet) error {
+	if err := awaitCtx(ctx, "every member removed", func() bool { return len(f.mgr.ClusterNames()) == 0 }); err != nil {
+		return err
+	}
+	goroutines, sockets, since := -1, -1, time.Now()
+	err := awaitCtx(ctx, "goroutines and sockets to settle", func() bool {
+		g, s := runtime.NumGoroutine(), openSockets()
+		if g != goroutines || s != sockets {
+			goroutines, sockets, since = g, s, time.Now()
+		}
+		return time.Since(since) >= time.Second
+	})
+	if err == nil {
+		report(childReport{Event: "removed", Goroutines: goroutines, Sockets: sockets})
+		err = writeProfile("goroutine", 1, "removed")
+	}
+	return err
+}
+
+// openSockets counts the process's open sockets.
+func openSockets() int {
+	fds, _ := os.ReadDir("/proc/self/fd")
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && strings.HasPrefix(target, "socket:") {
+			n++
+		}
+	}
+	return n
 }
 
 // childBare starts a controller-runtime cluster per member, all at once
 // as the fleet's members are registered, each caching ConfigMaps with the
 // fleet's default transform and a connection of its own, as members on
 // different servers would have.
-func childBare(ctx context.Context, kubeconfigs []string, watch string, members int, idle time.Duration) error {
+func childBare(ctx context.Context, kubeconfigs []string, watch string, members int, readings memoryReadings) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	started := time.Now()
@@ -126,7 +213,7 @@ func childBare(ctx context.Context, kubeconfigs []string, watch string, members 
 		}
 		cfg.Dial = (&net.Dialer{}).DialContext // a transport of its own
 		if clusters[i], err = crcluster.New(cfg, func(o *crcluster.Options) {
-			o.Cache.DefaultNamespaces = map[string]cache.Config{watch: {}}
+			cacheOnly(&o.Cache, watch, true)
 			o.Cache.DefaultTransform = cache.TransformStripManagedFields()
 		}); err != nil {
 			return err
@@ -147,7 +234,7 @@ func childBare(ctx context.Context, kubeconfigs []string, watch string, members 
 	}
 	if err == nil {
 		report(childReport{Event: "settled", Members: members, SettledSeconds: time.Since(started).Seconds(), CPUSeconds: cpuSeconds()})
-		err = reportMemory(ctx, idle)
+		err = readings.report(ctx)
 		<-ctx.Done()
 	}
 	cancel()
@@ -166,39 +253,75 @@ func cpuSeconds() float64 {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
-// reportMemory idles, then reports the process's RSS and, after a
-// collection, its live heap.
-func reportMemory(ctx context.Context, idle time.Duration) error {
-	select {
-	case <-ctx.Done():
+// memoryReadings are when a child reads its memory, from the moment it
+// settled: its RSS and goroutines after idle, its RSS again after steady
+// (unless 0), then its live heap after two collections, which must come
+// last: a forced collection returns memory the readings are meant to see.
+type memoryReadings struct {
+	idle, steady time.Duration
+}
+
+// report takes the readings and reports them.
+func (r memoryReadings) report(ctx context.Context) error {
+	settled := time.Now()
+	wait := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Until(settled.Add(d))):
+			return true
+		}
+	}
+	if !wait(r.idle) {
 		return nil
-	case <-time.After(idle):
 	}
 	rss, err := procStatusKiB("/proc/self/status", "VmRSS")
 	if err != nil {
 		return err
 	}
+	mem := childReport{Event: "memory", RSSBytes: rss << 10, Goroutines: runtime.NumGoroutine(), Sockets: openSockets()}
+	if err := writeProfile("goroutine", 1, "settled"); err != nil {
+		return err
+	}
+	if r.steady > 0 {
+		if !wait(r.steady) {
+			return nil
+		}
+		if rss, err = procStatusKiB("/proc/self/status", "VmRSS"); err != nil {
+			return err
+		}
+		mem.SteadyRSSBytes = rss << 10
+	}
 	runtime.GC()
 	runtime.GC() // the second frees what sync.Pools kept through the first
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	report(childReport{Event: "memory", RSSBytes: rss << 10, HeapBytes: m.HeapAlloc})
-	return writeHeapProfile()
+	mem.HeapBytes, mem.StackBytes = m.HeapAlloc, m.StackInuse
+	report(mem)
+	return writeProfile("heap", 0, "settled")
 }
 
-// writeHeapProfile writes the heap profile to $BENCH_HEAP_PROFILE, if set,
-// named after the process: a developer's aid for finding what a member
+// writeProfile writes the named profile to $BENCH_PROFILES, if set, named
+// after the process and when: a developer's aid for finding what a member
 // costs.
-func writeHeapProfile() error {
-	dir := os.Getenv("BENCH_HEAP_PROFILE")
+func writeProfile(name string, debug int, when string) error {
+	dir := os.Getenv("BENCH_PROFILES")
 	if dir == "" {
 		return nil
 	}
-	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("heap-%s-%d.pprof", strings.Join(os.Args[2:3], ""), os.Getpid())))
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%s-%s-%d.pprof", name, when, strings.Join(os.Args[2:3], ""), os.Getpid())))
 	if err != nil {
 		return err
 	}
-	return errors.Join(pprof.Lookup("heap").WriteTo(f, 0), f.Close())
+	return errors.Join(pprof.Lookup(name).WriteTo(f, debug), f.Close())
+}
+
+// gogcEnv is the environment of a child with gogc, or with no GOGC if "".
+func gogcEnv(gogc string) []string {
+	if gogc == "" {
+		return nil
+	}
+	return []string{"GOGC=" + gogc}
 }
 
 func report(r childReport) {
@@ -222,20 +345,28 @@ func awaitCtx(ctx context.Context, what string, done func() bool) error {
 type child struct {
 	cmd     *exec.Cmd
 	reports chan childReport
-	exited  chan error
+	// exited closes once the child has exited, with exitErr.
+	exited  chan struct{}
+	exitErr error
 	stderr  strings.Builder
 }
 
 // startChild runs this program's child command with args, adding env to
-// the bench's environment. The child is killed if the bench dies.
+// the bench's environment less its GOGC: a child's GOGC is its scenario's
+// choice (gogcEnv). The child is killed if the bench dies.
 func startChild(env []string, args ...string) (*child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	c := &child{reports: make(chan childReport, 4), exited: make(chan error, 1)}
+	c := &child{reports: make(chan childReport, 4), exited: make(chan struct{})}
 	c.cmd = exec.Command(self, append([]string{childCommand}, args...)...)
-	c.cmd.Env = append(os.Environ(), env...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOGC=") {
+			c.cmd.Env = append(c.cmd.Env, kv)
+		}
+	}
+	c.cmd.Env = append(c.cmd.Env, env...)
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	c.cmd.Stderr = &c.stderr
 	stdout, err := c.cmd.StdoutPipe()
@@ -254,7 +385,8 @@ func startChild(env []string, args ...string) (*child, error) {
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
-		c.exited <- c.cmd.Wait()
+		c.exitErr = c.cmd.Wait()
+		close(c.exited)
 	}()
 	return c, nil
 }
@@ -264,8 +396,8 @@ func (c *child) next(timeout time.Duration) (childReport, error) {
 	select {
 	case r := <-c.reports:
 		return r, nil
-	case err := <-c.exited:
-		return childReport{}, fmt.Errorf("child exited: %v: %s", err, c.stderr.String())
+	case <-c.exited:
+		return childReport{}, fmt.Errorf("child exited: %v: %s", c.exitErr, c.stderr.String())
 	case <-time.After(timeout):
 		c.kill()
 		return childReport{}, fmt.Errorf("child reported nothing within %s", timeout)
@@ -279,9 +411,9 @@ func (c *child) stop(timeout time.Duration) (time.Duration, error) {
 		return 0, err
 	}
 	select {
-	case err := <-c.exited:
-		if err != nil {
-			return 0, fmt.Errorf("child: %v: %s", err, c.stderr.String())
+	case <-c.exited:
+		if c.exitErr != nil {
+			return 0, fmt.Errorf("child: %v: %s", c.exitErr, c.stderr.String())
 		}
 		return time.Since(start), nil
 	case <-time.After(timeout):
@@ -290,6 +422,7 @@ func (c *child) stop(timeout time.Duration) (time.Duration, error) {
 	}
 }
 
+// kill kills the child, if it still runs, and waits until it exited.
 func (c *child) kill() {
 	_ = c.cmd.Process.Kill()
 	<-c.exited

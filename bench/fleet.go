@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -31,6 +32,9 @@ type fleetConfig struct {
 	namespace string
 	// watch is the one namespace the members cache.
 	watch string
+	// clusterWide caches watch's objects by their setLabel, with a
+	// cache of every namespace, instead of a cache of watch alone.
+	clusterWide bool
 	// workers and work are the reconciler's concurrency and the time each
 	// reconcile takes.
 	workers int
@@ -43,6 +47,16 @@ type fleetConfig struct {
 	// reconcile; without it, it counts reconciles per cluster, so that a
 	// memory measurement carries no map of every object.
 	trackRequests bool
+}
+
+// cacheOnly limits o to the objects of namespace ns: by their setLabel,
+// cluster-wide, or with a cache of ns alone.
+func cacheOnly(o *cache.Options, ns string, clusterWide bool) {
+	if clusterWide {
+		o.DefaultLabelSelector = labels.SelectorFromSet(labels.Set{setLabel: ns})
+		return
+	}
+	o.DefaultNamespaces = map[string]cache.Config{ns: {}}
 }
 
 // benchFleet is a running fleet manager with one ConfigMap controller
@@ -78,7 +92,7 @@ func startFleet(hub *rest.Config, cfg fleetConfig) (*benchFleet, error) {
 	mgrOpts := managerOptions(cfg.namespace)
 	mgrOpts.MemberHealth = cfg.health
 	mgrOpts.ConfigureMember = func(_ string, o *crcluster.Options) {
-		o.Cache.DefaultNamespaces = map[string]cache.Config{cfg.watch: {}}
+		cacheOnly(&o.Cache, cfg.watch, cfg.clusterWide)
 	}
 	mgr, err := fleet.New(hub, mgrOpts)
 	if err != nil {

@@ -31,6 +31,10 @@ const (
 	loadNamespace   = "bench-load"   // loadObjects ConfigMaps of loadBytes
 	loadObjects     = 500
 	loadBytes       = 2 << 10
+	// thousandNamespace holds the thousandObjects ConfigMaps each of the
+	// 1,000 members of the thousand scenario caches.
+	thousandNamespace = "bench-thousand"
+	thousandObjects   = 10
 )
 
 // lab is the bench's hub and member API servers. Many members share one
@@ -129,7 +133,7 @@ func (l *lab) writeFiles() error {
 
 // fill creates the namespaces and objects every member server holds.
 func fill(ctx context.Context, c client.Client) error {
-	for _, ns := range []string{engageNamespace, loadNamespace} {
+	for _, ns := range []string{engageNamespace, loadNamespace, thousandNamespace} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return err
 		}
@@ -137,7 +141,9 @@ func fill(ctx context.Context, c client.Client) error {
 	if err := c.Create(ctx, configMap(engageNamespace, "engage", 16)); err != nil {
 		return err
 	}
-	return createConfigMaps(ctx, c, loadNamespace, "load", loadObjects, loadBytes, 8)
+	return errors.Join(
+		createConfigMaps(ctx, c, loadNamespace, "load", loadObjects, loadBytes, 8),
+		createConfigMaps(ctx, c, thousandNamespace, "thousand", thousandObjects, 256, 8))
 }
 
 // createConfigMaps creates n ConfigMaps of size bytes of random data, named
@@ -160,11 +166,16 @@ func createConfigMaps(ctx context.Context, c client.Client, ns, prefix string, n
 	return errors.Join(errs...)
 }
 
+// setLabel labels every ConfigMap the bench makes with its namespace, so
+// that a process can cache one namespace's objects cluster-wide, as a
+// controller that watches every namespace does, without the rest.
+const setLabel = "bench.fleetkube.io/set"
+
 func configMap(ns, name string, size int) *corev1.ConfigMap {
 	data := make([]byte, size/2)
 	_, _ = rand.Read(data)
 	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{setLabel: ns}},
 		Data:       map[string]string{"data": hex.EncodeToString(data)},
 	}
 }

@@ -36,14 +36,13 @@ type bench struct {
 	members []int
 	out     string
 	repo    string
-	gogc    string // the Deployment's GOGC, the memory scenario's first
 	only    map[string]bool
 	lab     *lab
 	res     *results
 }
 
 // scenarioNames are the scenarios -only selects from.
-var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "journal", "outage"}
+var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "journal", "thousand", "outage"}
 
 // selected reports whether scenario is selected.
 func (b *bench) selected(scenario string) bool { return len(b.only) == 0 || b.only[scenario] }
@@ -97,9 +96,6 @@ func main() {
 func (b *bench) run(ctx context.Context) (err error) {
 	started := time.Now()
 	if err := os.MkdirAll(b.out, 0o755); err != nil {
-		return err
-	}
-	if b.gogc, err = b.memoryGOGC(); err != nil {
 		return err
 	}
 	if b.selected("go") {
@@ -166,6 +162,7 @@ func (b *bench) scenarios(ctx context.Context, run int) error {
 		{"bigsecrets", b.benchBigSecrets},
 		{"propagation", b.benchPropagation},
 		{"journal", b.benchJournal},
+		{"thousand", b.benchThousand},
 		{"outage", b.benchOutage}, // last: it restarts a member server
 	}
 	for _, s := range once {

@@ -12,9 +12,11 @@ import (
 
 // plotTables says under which table each plot is shown.
 var plotTables = map[string]string{
-	"engage-latency":      engageTable,
-	"memory":              memoryTable,
-	"memory-default-gogc": defaultGOGCMemoryTable,
+	"engage-latency":             engageTable,
+	"memory":                     memoryTable,
+	"memory-goroutines":          memoryTable,
+	"memory-gogc-100":            gogc100MemoryTable,
+	"memory-gogc-100-goroutines": gogc100MemoryTable,
 }
 
 func plotTable(name string) string { return plotTables[name] }

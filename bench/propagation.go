@@ -674,8 +674,8 @@ func (b *bench) propagationMemory(ctx context.Context, t *table, n int) error {
 		return err
 	}
 	for _, m := range b.memorySettings() {
-		rss := fmt.Sprintf("copy watches, N=%d, RSS per member, GOGC=%s", n, m.gogc)
-		heap := fmt.Sprintf("copy watches, N=%d, live heap per member, GOGC=%s", n, m.gogc)
+		rss := fmt.Sprintf("copy watches, N=%d, RSS per member, %s", n, gogcLabel(m.gogc))
+		heap := fmt.Sprintf("copy watches, N=%d, live heap per member, %s", n, gogcLabel(m.gogc))
 		var reports [2]childReport
 		for i, withPropagation := range []bool{false, true} {
 			r, err := b.measurePropagationChild(ns, n, m.gogc, withPropagation)
@@ -697,8 +697,8 @@ func (b *bench) propagationMemory(ctx context.Context, t *table, n int) error {
 // ns, with or without the Propagation controller, and returns its memory
 // once its n members are engaged.
 func (b *bench) measurePropagationChild(ns string, n int, gogc string, withPropagation bool) (childReport, error) {
-	// The first argument names $BENCH_HEAP_PROFILE's profiles.
-	c, err := startChild([]string{"GOGC=" + gogc, propagationChildEnv + "=1"}, fmt.Sprintf("-propagation=%t", withPropagation),
+	// The first argument names $BENCH_PROFILES's profiles.
+	c, err := startChild(append(gogcEnv(gogc), propagationChildEnv+"=1"), fmt.Sprintf("-propagation=%t", withPropagation),
 		"-hub="+b.lab.hubFile, "-namespace="+ns, fmt.Sprintf("-members=%d", n), "-idle="+childIdle.String())
 	if err != nil {
 		return childReport{}, err
@@ -741,14 +741,14 @@ func runPropagationChild(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := propagationChild(ctx, *hub, *namespace, *members, *withPropagation, *idle); err != nil {
+	if err := propagationChild(ctx, *hub, *namespace, *members, *withPropagation, memoryReadings{idle: *idle}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench propagation child:", err)
 		return 1
 	}
 	return 0
 }
 
-func propagationChild(ctx context.Context, hubKubeconfig, namespace string, members int, withPropagation bool, idle time.Duration) error {
+func propagationChild(ctx context.Context, hubKubeconfig, namespace string, members int, withPropagation bool, readings memoryReadings) error {
 	hub, err := clientcmd.BuildConfigFromFlags("", hubKubeconfig)
 	if err != nil {
 		return err
@@ -764,7 +764,7 @@ func propagationChild(ctx context.Context, hubKubeconfig, namespace string, memb
 	})
 	if err == nil {
 		report(childReport{Event: "settled", Members: f.engaged()})
-		err = reportMemory(ctx, idle)
+		err = readings.report(ctx)
 	}
 	<-ctx.Done()
 	return errors.Join(err, f.stop())

@@ -26,9 +26,9 @@ func (b *bench) writeReport(path string, took time.Duration) error {
 	fmt.Fprintf(&s, "- Machine: %s\n", machine())
 	var gogcs []string
 	for _, m := range b.memorySettings() {
-		gogcs = append(gogcs, m.gogc)
+		gogcs = append(gogcs, gogcLabel(m.gogc))
 	}
-	fmt.Fprintf(&s, "- Go: %s %s/%s, GOGC=%s (the memory scenario's processes: %s)\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, envOr("GOGC", defaultGOGC), strings.Join(gogcs, ", then "))
+	fmt.Fprintf(&s, "- Go: %s %s/%s; the measured processes run with %s, except where a table says otherwise (the memory scenario's: %s)\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, gogcLabel(""), strings.Join(gogcs, ", then "))
 	fmt.Fprintf(&s, "Each figure is the median of the runs, with their minimum and maximum; a run that could not measure a figure under the scenario's conditions reports it as failed, with the reason under the table. A target shows PASS or MISS; it is met only if every run measured its figure. Targets never fail the run: a shared 2-core machine is noisy. Comparisons measured in the same run are rows of their own (÷). In brackets after a target, marked *outside*: %s.\n", outsideMeasurement)
 
 	for _, t := range b.res.tables {
@@ -124,13 +124,6 @@ func joinInts(v []int) string {
 		s[i] = fmt.Sprint(n)
 	}
 	return strings.Join(s, ", ")
-}
-
-func envOr(key, fallback string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return fallback
 }
 
 // commit names the repository's commit, marked when the tree has changes.
