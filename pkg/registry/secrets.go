@@ -68,7 +68,7 @@ func NewWithSecrets(mgr manager.Manager, formats []Format, workers int) (*Regist
 			return nil, err
 		}
 		reader := &secretReader{registry: r, format: f, secrets: c, recorder: mgr.GetEventRecorder("fleet-manager")}
-		src := &secretSource{cache: c, match: f.Match, started: make(chan struct{})}
+		src := newRegistrationSource(c, &corev1.Secret{}, "registration Secrets", func(o client.Object) bool { return f.Match(o.(*corev1.Secret)) })
 		err = builder.ControllerManagedBy(mgr).
 			Named("fleet-registrations-" + f.Name).
 			WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, NeedLeaderElection: ptr.To(false)}).
@@ -77,7 +77,7 @@ func NewWithSecrets(mgr manager.Manager, formats []Format, workers int) (*Regist
 		if err != nil {
 			return nil, err
 		}
-		if err := mgr.Add(firstPass{reader: reader, source: src}); err != nil {
+		if err := mgr.Add(firstPass{reader: reader, source: src, format: f.Name, registry: r}); err != nil {
 			return nil, err
 		}
 	}
@@ -152,32 +152,40 @@ type secretCache struct{ cache.Cache }
 
 func (c secretCache) GetCache() cache.Cache { return c.Cache }
 
-// secretSource feeds a format's controller with the keys of its matching
-// Secrets. Unlike source.Kind, which polls every 100 ms until the informer
-// and then its handler have synced, it waits on the handler's sync
-// channel, so the controller's workers start as soon as every Secret is
-// queued.
-type secretSource struct {
+// registrationSource feeds a registration controller with the keys of
+// the matching objects of one kind. Unlike source.Kind, which polls every
+// 100 ms until the informer and then its handler have synced, it waits on
+// the handler's sync channel, so the controller's workers start as soon as
+// every object is queued.
+type registrationSource struct {
 	cache cache.Cache
-	match func(*corev1.Secret) bool
+	obj   client.Object
+	what  string
+	match func(client.Object) bool
 	// started closes once synced is set.
 	started chan struct{}
 	synced  toolscache.DoneChecker
 }
 
-var _ source.SyncingSource = (*secretSource)(nil)
+var _ source.SyncingSource = (*registrationSource)(nil)
 
-func (s *secretSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	informer, err := s.cache.GetInformer(ctx, &corev1.Secret{}, cache.BlockUntilSynced(false))
+// newRegistrationSource returns a source of the objects of obj's kind in
+// c that match, named what in errors and logs.
+func newRegistrationSource(c cache.Cache, obj client.Object, what string, match func(client.Object) bool) *registrationSource {
+	return &registrationSource{cache: c, obj: obj, what: what, match: match, started: make(chan struct{})}
+}
+
+func (s *registrationSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	informer, err := s.cache.GetInformer(ctx, s.obj, cache.BlockUntilSynced(false))
 	if err != nil {
-		return fmt.Errorf("getting the Secret informer: %w", err)
+		return fmt.Errorf("getting the informer of %s: %w", s.what, err)
 	}
 	enqueue := func(obj any) {
 		if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 			obj = tombstone.Obj
 		}
-		if secret, ok := obj.(*corev1.Secret); ok && s.match(secret) {
-			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(secret)})
+		if o, ok := obj.(client.Object); ok && s.match(o) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
 		}
 	}
 	reg, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -186,53 +194,64 @@ func (s *secretSource) Start(ctx context.Context, q workqueue.TypedRateLimitingI
 		DeleteFunc: enqueue,
 	})
 	if err != nil {
-		return fmt.Errorf("adding the Secret event handler: %w", err)
+		return fmt.Errorf("adding the event handler of %s: %w", s.what, err)
 	}
 	s.synced = reg.HasSyncedChecker()
 	close(s.started)
 	return nil
 }
 
-// WaitForSync returns once the handler has seen every Secret of the
+// WaitForSync returns once the handler has seen every object of the
 // informer's initial list, or an error when ctx ends first.
-func (s *secretSource) WaitForSync(ctx context.Context) error {
+func (s *registrationSource) WaitForSync(ctx context.Context) error {
 	select {
 	case <-s.started:
 	case <-ctx.Done():
-		return fmt.Errorf("waiting for the Secret informer to sync: %w", ctx.Err())
+		return fmt.Errorf("waiting for the informer of %s to sync: %w", s.what, ctx.Err())
 	}
 	select {
 	case <-s.synced.Done():
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("waiting for the Secret informer to sync: %w", ctx.Err())
+		return fmt.Errorf("waiting for the informer of %s to sync: %w", s.what, ctx.Err())
 	}
 }
 
-func (s *secretSource) String() string { return "registration Secrets" }
+func (s *registrationSource) String() string { return s.what }
 
-// firstPass reads every Secret of a format once its handler has seen the
-// initial list, then marks the format synced: from then on the registry
-// holds a claim for every Secret that existed when the manager started.
+// firstPass reads every object of a registration source once its handler
+// has seen the initial list, then marks the format synced: from then on
+// the registry holds a claim for every object that existed when the
+// manager started.
 type firstPass struct {
-	reader *secretReader
-	source *secretSource
+	reader   registrationReader
+	source   *registrationSource
+	format   string
+	registry *Registry
+}
+
+// registrationReader reads the objects of one registration format into
+// claims.
+type registrationReader interface {
+	reconcile.Reconciler
+	// keys lists the keys of every object the reader reads.
+	keys(ctx context.Context) ([]types.NamespacedName, error)
 }
 
 func (p firstPass) Start(ctx context.Context) error {
 	if err := p.source.WaitForSync(ctx); err != nil {
 		return nil // stopped before syncing: nothing to mark
 	}
-	secrets := &corev1.SecretList{}
-	if err := p.reader.secrets.List(ctx, secrets); err != nil {
-		return fmt.Errorf("listing %s registration Secrets: %w", p.reader.format.Name, err)
+	keys, err := p.reader.keys(ctx)
+	if err != nil {
+		return fmt.Errorf("listing %s registrations: %w", p.format, err)
 	}
-	for i := range secrets.Items {
-		if _, err := p.reader.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&secrets.Items[i])}); err != nil {
-			return fmt.Errorf("reading %s registration Secrets: %w", p.reader.format.Name, err)
+	for _, key := range keys {
+		if _, err := p.reader.Reconcile(ctx, reconcile.Request{NamespacedName: key}); err != nil {
+			return fmt.Errorf("reading %s registrations: %w", p.format, err)
 		}
 	}
-	p.reader.registry.markSynced(p.reader.format.Name)
+	p.registry.markSynced(p.format)
 	return nil
 }
 
@@ -300,6 +319,19 @@ func (r *secretReader) read(ctx context.Context, secret *corev1.Secret) {
 func isRefusal(err error, reason string) bool {
 	refusal, ok := errors.AsType[*kubeconfig.RefusedError](err)
 	return ok && refusal.Reason == reason
+}
+
+// keys lists the keys of the format's Secrets.
+func (r *secretReader) keys(ctx context.Context) ([]types.NamespacedName, error) {
+	secrets := &corev1.SecretList{}
+	if err := r.secrets.List(ctx, secrets); err != nil {
+		return nil, err
+	}
+	keys := make([]types.NamespacedName, len(secrets.Items))
+	for i := range secrets.Items {
+		keys[i] = client.ObjectKeyFromObject(&secrets.Items[i])
+	}
+	return keys, nil
 }
 
 func (r *secretReader) source(key types.NamespacedName) Source {
