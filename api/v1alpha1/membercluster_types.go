@@ -4,10 +4,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// RegistrationFormat is the kind of Secret a member cluster is registered
-// with.
+// RegistrationFormat is the kind of Secret, or a ClusterProfile, a member
+// cluster is registered with.
 //
-// +kubebuilder:validation:Enum=native;multicluster-runtime;cluster-api;argocd
+// +kubebuilder:validation:Enum=native;multicluster-runtime;cluster-api;argocd;clusterprofile
 type RegistrationFormat string
 
 const (
@@ -24,10 +24,14 @@ const (
 	// FormatArgoCD is Argo CD's cluster Secret, labelled
 	// argocd.argoproj.io/secret-type: cluster.
 	FormatArgoCD RegistrationFormat = "argocd"
+	// FormatClusterProfile is a ClusterProfile of SIG-Multicluster's
+	// Cluster Inventory API (multicluster.x-k8s.io/v1alpha1), read with
+	// an access provider of the manager's provider file.
+	FormatClusterProfile RegistrationFormat = "clusterprofile"
 )
 
 // RegistrationFormats are every RegistrationFormat.
-var RegistrationFormats = []RegistrationFormat{FormatNative, FormatMulticlusterRuntime, FormatClusterAPI, FormatArgoCD}
+var RegistrationFormats = []RegistrationFormat{FormatNative, FormatMulticlusterRuntime, FormatClusterAPI, FormatArgoCD, FormatClusterProfile}
 
 // MemberState is where a member cluster is in its life:
 // Pending → Connecting → Ready ⇄ Unhealthy → Disconnected → Connecting …

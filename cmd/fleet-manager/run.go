@@ -19,6 +19,7 @@ import (
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
+	inventoryaccess "sigs.k8s.io/cluster-inventory-api/pkg/access"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -68,7 +69,12 @@ type runFlags struct {
 	capiNamespaces   []string
 	argoCDSecrets    bool
 	argoCDNamespace  string
-	zap              zap.Options
+	// clusterProfiles, profileNamespaces and providerFile read members
+	// from ClusterProfiles.
+	clusterProfiles   bool
+	profileNamespaces []string
+	providerFile      string
+	zap               zap.Options
 
 	// skipNameValidation lets a test run the manager more than once in a
 	// process, which controller-runtime's unique controller names forbid.
@@ -123,6 +129,13 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 	for _, format := range formats {
 		formatNames = append(formatNames, format.Name)
 	}
+	profiles, err := f.clusterProfileSource()
+	if err != nil {
+		return err
+	}
+	if profiles != nil {
+		formatNames = append(formatNames, registry.ClusterProfileFormat)
+	}
 	mgr, err := fleet.New(cfg, fleet.Options{
 		Options: manager.Options{
 			Logger:                        logger,
@@ -139,6 +152,7 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 		},
 		Namespace:         f.namespace,
 		SecretFormats:     formats,
+		ClusterProfiles:   profiles,
 		KubeconfigPolicy:  f.policy,
 		MemberQPS:         float32(f.memberQPS),
 		MemberBurst:       f.memberBurst,
@@ -221,6 +235,9 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&f.capiNamespaces, "capi-namespaces", nil, "With --capi-secrets, the comma-separated namespaces to read Cluster API Secrets from. Default: all namespaces.")
 	fs.BoolVar(&f.argoCDSecrets, "argocd-secrets", false, "Also register Argo CD cluster Secrets. Default: off.")
 	fs.StringVar(&f.argoCDNamespace, "argocd-namespace", "argocd", "With --argocd-secrets, the namespace to read Argo CD cluster Secrets from.")
+	fs.BoolVar(&f.clusterProfiles, "cluster-profiles", false, "Also register the ClusterProfiles (multicluster.x-k8s.io/v1alpha1) that list an access provider of --clusterprofile-provider-file, as <namespace>.<name>. Default: off.")
+	fs.StringSliceVar(&f.profileNamespaces, "cluster-profile-namespaces", nil, "With --cluster-profiles, the comma-separated namespaces to read ClusterProfiles from. Default: all namespaces.")
+	fs.StringVar(&f.providerFile, "clusterprofile-provider-file", "", "With --cluster-profiles, the access provider file (the Cluster Inventory API's format): each provider's exec plugin, which --allow-exec-plugin must allow.")
 	cli.BindZapFlags(fs, &f.zap)
 }
 
@@ -232,6 +249,15 @@ func (f *runFlags) check(cmd *cobra.Command) error {
 	}
 	if fs.Changed("argocd-namespace") && !f.argoCDSecrets {
 		return usageErrorf("--argocd-namespace needs --argocd-secrets, which enables the format it configures")
+	}
+	if (fs.Changed("cluster-profile-namespaces") || fs.Changed("clusterprofile-provider-file")) && !f.clusterProfiles {
+		return usageErrorf("--cluster-profile-namespaces and --clusterprofile-provider-file need --cluster-profiles, which enables the format they configure")
+	}
+	if f.clusterProfiles && f.providerFile == "" {
+		return usageErrorf("--cluster-profiles needs --clusterprofile-provider-file: a ClusterProfile is read only with one of its access providers")
+	}
+	if err := checkNamespaces("cluster-profile-namespaces", f.profileNamespaces...); err != nil {
+		return err
 	}
 	if err := checkNamespaces("namespace", f.namespace); err != nil {
 		return err
@@ -293,6 +319,22 @@ func (f runFlags) secretFormats() []registry.Format {
 		formats = append(formats, registry.ArgoCDFormat(f.argoCDNamespace))
 	}
 	return formats
+}
+
+// clusterProfileSource returns the ClusterProfiles the flags select, with
+// the provider file's access providers; nil without --cluster-profiles.
+func (f runFlags) clusterProfileSource() (*registry.ClusterProfiles, error) {
+	if !f.clusterProfiles {
+		return nil, nil
+	}
+	providers, err := inventoryaccess.NewFromFile(f.providerFile)
+	if err != nil {
+		return nil, fmt.Errorf("--clusterprofile-provider-file: %w", err)
+	}
+	if len(providers.Providers) == 0 {
+		return nil, fmt.Errorf("--clusterprofile-provider-file %s names no provider", f.providerFile)
+	}
+	return &registry.ClusterProfiles{Namespaces: f.profileNamespaces, Providers: providers}, nil
 }
 
 // hubConfig returns the manager's hub REST config: the in-cluster config

@@ -14,6 +14,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	inventoryv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -93,6 +94,11 @@ type Options struct {
 	// once per member with fresh options.
 	ConfigureMember func(clusterName string, o *crcluster.Options)
 
+	// ClusterProfiles, if set, registers clusters from the ClusterProfiles
+	// of SIG-Multicluster's Cluster Inventory API it selects, besides the
+	// Secrets, under the names <namespace>.<name>.
+	ClusterProfiles *registry.ClusterProfiles
+
 	// GCPercent is the garbage collector's target percentage New sets for
 	// the process (runtime/debug.SetGCPercent) when the environment sets
 	// no GOGC: the process is the fleet manager's, and the GOGC variable
@@ -151,6 +157,11 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	if err := fleetv1alpha1.AddToScheme(opts.Scheme); err != nil {
 		return nil, err
 	}
+	if opts.ClusterProfiles != nil {
+		if err := inventoryv1alpha1.AddToScheme(opts.Scheme); err != nil {
+			return nil, err
+		}
+	}
 	hub, err := manager.New(cfg, opts.Options)
 	if err != nil {
 		return nil, fmt.Errorf("creating hub manager: %w", err)
@@ -170,7 +181,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 			return nil, fmt.Errorf("registration format %q: the name must be one of %v, which MemberClusters can record", f.Name, fleetv1alpha1.RegistrationFormats)
 		}
 	}
-	if m.registry, err = registry.NewWithSecrets(hub, formats, hub.GetControllerOptions().MaxConcurrentReconciles); err != nil {
+	if m.registry, err = registry.NewWithSecrets(hub, formats, hub.GetControllerOptions().MaxConcurrentReconciles, opts.ClusterProfiles); err != nil {
 		return nil, err
 	}
 	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.metrics.ObserveEngage})

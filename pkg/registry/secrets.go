@@ -38,18 +38,27 @@ const DefaultWorkers = 16
 
 // NewWithSecrets returns a registry whose sources are the registration
 // Secrets of formats, in order of preference, read on the hub mgr runs
-// on. Each format has a Secret cache of its own, narrowed to that
-// format's Secrets, and a hub controller that reads up to workers Secrets
-// at once into claims. They run on every replica, leader or not, so that
-// a replica that becomes leader knows every registration at once.
-func NewWithSecrets(mgr manager.Manager, formats []Format, workers int) (*Registry, error) {
+// on, and, last, the ClusterProfiles profiles selects, if not nil. Each
+// format has a cache of its own, narrowed to that format's objects, and a
+// hub controller that reads up to workers of them at once into claims.
+// They run on every replica, leader or not, so that a replica that
+// becomes leader knows every registration at once.
+func NewWithSecrets(mgr manager.Manager, formats []Format, workers int, profiles *ClusterProfiles) (*Registry, error) {
 	names := make([]string, len(formats))
 	for i, f := range formats {
 		names[i] = f.Name
 	}
+	if profiles != nil {
+		names = append(names, ClusterProfileFormat)
+	}
 	r := New(names...)
 	if workers <= 0 {
 		workers = DefaultWorkers
+	}
+	if profiles != nil {
+		if err := addClusterProfiles(mgr, r, *profiles, workers); err != nil {
+			return nil, err
+		}
 	}
 	for _, f := range formats {
 		c, err := cache.New(mgr.GetConfig(), cache.Options{
@@ -64,7 +73,7 @@ func NewWithSecrets(mgr manager.Manager, formats []Format, workers int) (*Regist
 		if err != nil {
 			return nil, fmt.Errorf("creating the %s Secret cache: %w", f.Name, err)
 		}
-		if err := mgr.Add(secretCache{c}); err != nil {
+		if err := mgr.Add(registrationCache{c}); err != nil {
 			return nil, err
 		}
 		reader := &secretReader{registry: r, format: f, secrets: c, recorder: mgr.GetEventRecorder("fleet-manager")}
@@ -146,11 +155,11 @@ func droppedRefusal(secret *corev1.Secret, keys []string) *kubeconfig.RefusedErr
 	return nil
 }
 
-// secretCache puts a format's Secret cache in the manager's cache group:
+// registrationCache puts a format's cache in the manager's cache group:
 // started on every replica, before any controller.
-type secretCache struct{ cache.Cache }
+type registrationCache struct{ cache.Cache }
 
-func (c secretCache) GetCache() cache.Cache { return c.Cache }
+func (c registrationCache) GetCache() cache.Cache { return c.Cache }
 
 // registrationSource feeds a registration controller with the keys of
 // the matching objects of one kind. Unlike source.Kind, which polls every

@@ -1,0 +1,235 @@
+package fleet_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
+	"sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+	"sigs.k8s.io/cluster-inventory-api/pkg/access"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+)
+
+// inventoryModule returns the directory of the Cluster Inventory API
+// module, as the build uses it.
+func inventoryModule(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-inventory-api").Output()
+	if err != nil {
+		t.Fatalf("finding the cluster-inventory-api module: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// installClusterProfileCRD installs the module's ClusterProfile CRD on
+// the hub.
+func installClusterProfileCRD(t *testing.T, module string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(module, "config", "crd", "bases", "multicluster.x-k8s.io_clusterprofiles.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(data, crd); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := envtest.InstallCRDs(hub.Config, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// secretReaderPlugin builds the module's reference secretreader plugin,
+// which reads a member's token from the hub Secret named by the profile's
+// clusterName, in the namespace of its kubeconfig's context, and returns
+// the plugin and that kubeconfig.
+func secretReaderPlugin(t *testing.T, namespace string) (plugin, hubKubeconfig string) {
+	t.Helper()
+	dir := t.TempDir()
+	plugin = filepath.Join(dir, "secretreader-plugin")
+	build := exec.Command("go", "build", "-o", plugin, "sigs.k8s.io/cluster-inventory-api/plugins/secretreader/cmd/plugin")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the secretreader plugin: %v\n%s", err, out)
+	}
+	kc, err := controlplane.AdminKubeconfig(hub, "secretreader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Contexts[cfg.CurrentContext].Namespace = namespace
+	hubKubeconfig = filepath.Join(dir, "hub")
+	if err := clientcmd.WriteToFile(*cfg, hubKubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return plugin, hubKubeconfig
+}
+
+// profileMember makes member i reachable with a token of a service
+// account that may read ConfigMaps, kept in hub Secret ns/secretName for
+// the secretreader plugin.
+func profileMember(t *testing.T, i int, ns, secretName string) {
+	t.Helper()
+	kc, err := clientcmd.Load(serviceAccountMember(t, i, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Envtest runs no aggregation controller, so the view role is empty.
+	for _, obj := range []client.Object{
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ns + "-configmaps"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+		}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ns + "-configmaps"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ns + "-configmaps"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "fleet-manager"}}},
+	} {
+		if err := memberClients[i].Create(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createNamespace(t, hubClient, ns)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secretName},
+		Data: map[string][]byte{"token": []byte(kc.AuthInfos["fleet-manager"].Token)}}
+	if err := hubClient.Create(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createProfile creates ClusterProfile ns/name of another cluster
+// manager, offering member i through the secretreader provider with
+// clusterName secretName.
+func createProfile(t *testing.T, ns, name string, i int, secretName string, labels map[string]string) {
+	t.Helper()
+	ext, err := json.Marshal(map[string]string{"clusterName": secretName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &v1alpha1.ClusterProfile{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec:       v1alpha1.ClusterProfileSpec{DisplayName: name, ClusterManager: v1alpha1.ClusterManager{Name: "test-inventory"}},
+	}
+	cl := profileClient(t)
+	if err := cl.Create(t.Context(), cp); err != nil {
+		t.Fatal(err)
+	}
+	cp.Status = v1alpha1.ClusterProfileStatus{
+		Conditions: []metav1.Condition{},
+		AccessProviders: []v1alpha1.AccessProvider{{Name: "secretreader", Cluster: clientcmdv1.Cluster{
+			Server:                   members[i].Config.Host,
+			CertificateAuthorityData: members[i].Config.CAData,
+			Extensions:               []clientcmdv1.NamedExtension{{Name: "client.authentication.k8s.io/exec", Extension: runtime.RawExtension{Raw: ext}}},
+		}}},
+	}
+	if err := cl.Status().Update(t.Context(), cp); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// profileClient returns a hub client that knows ClusterProfiles.
+func profileClient(t *testing.T) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(hub.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// profileProviders is a provider file naming the secretreader plugin,
+// run with the hub kubeconfig hubKubeconfig.
+func profileProviders(plugin, hubKubeconfig string) *access.Config {
+	return access.New([]access.Provider{{Name: "secretreader", ExecConfig: &clientcmdapi.ExecConfig{
+		APIVersion:         "client.authentication.k8s.io/v1",
+		Command:            plugin,
+		Env:                []clientcmdapi.ExecEnvVar{{Name: "KUBECONFIG", Value: hubKubeconfig}},
+		ProvideClusterInfo: true,
+	}}})
+}
+
+// A ClusterProfile that lists an access provider of the provider file is
+// a member named <namespace>.<name>, labelled as the profile, reached
+// with the credentials its exec plugin (the module's secretreader) gives;
+// a plugin the policy does not allow is refused with its reason.
+func TestClusterProfileIsAMember(t *testing.T) {
+	module := inventoryModule(t)
+	installClusterProfileCRD(t, module)
+	const ns = "inventory-a"
+	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
+	profileMember(t, 0, ns, "member-0")
+
+	f := startFleetWith(t, func(o *fleet.Options) {
+		o.KubeconfigPolicy.AllowExecCommands = []string{plugin}
+		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: profileProviders(plugin, hubKubeconfig)}
+	})
+	r := &recorder{}
+	watchConfigMaps(t, f, "profiles", ns, fleet.Members, r)
+	createProfile(t, ns, "east", 0, "member-0", map[string]string{"region": "east"})
+	const name = ns + ".east"
+	f.waitState(t, name, cluster.StateReady)
+	createConfigMap(t, memberClients[0], ns, "hello")
+	r.waitFor(t, request(name, ns, "hello"))
+	poll.Until(t, "a MemberCluster with the profile's labels and format", func() bool {
+		mc := &fleetv1alpha1.MemberCluster{}
+		err := hubClient.Get(t.Context(), client.ObjectKey{Name: name}, mc)
+		return err == nil && mc.Labels["region"] == "east" && mc.Spec.SecretRef.Format == fleetv1alpha1.FormatClusterProfile
+	})
+
+	if err := profileClient(t).Delete(t.Context(), &v1alpha1.ClusterProfile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "east"}}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the member of the deleted profile removed", func() bool {
+		_, ok := f.mgr.MemberState(name)
+		return !ok
+	})
+}
+
+func TestClusterProfileWithAPluginNotAllowedIsRefused(t *testing.T) {
+	module := inventoryModule(t)
+	installClusterProfileCRD(t, module)
+	const ns = "inventory-b"
+	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
+	profileMember(t, 1, ns, "member-1")
+
+	f := startFleetWith(t, func(o *fleet.Options) {
+		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: profileProviders(plugin, hubKubeconfig)}
+	})
+	createProfile(t, ns, "west", 1, "member-1", nil)
+	const name = ns + ".west"
+	poll.Until(t, "the profile's member refused", func() bool {
+		mc := &fleetv1alpha1.MemberCluster{}
+		if err := hubClient.Get(t.Context(), client.ObjectKey{Name: name}, mc); err != nil {
+			return false
+		}
+		c := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsAccepted)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "ExecPluginRefused"
+	})
+	if _, ok := f.mgr.MemberState(name); ok {
+		t.Fatal("a member runs for a profile whose plugin the policy refuses")
+	}
+}
