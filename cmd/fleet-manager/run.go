@@ -19,6 +19,7 @@ import (
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
+	inventoryv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	inventoryaccess "sigs.k8s.io/cluster-inventory-api/pkg/access"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -29,6 +30,7 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/cli"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/clusterprofile"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
@@ -74,7 +76,11 @@ type runFlags struct {
 	clusterProfiles   bool
 	profileNamespaces []string
 	providerFile      string
-	zap               zap.Options
+	// exportProfiles publishes a ClusterProfile per member in
+	// exportNamespace.
+	exportProfiles  bool
+	exportNamespace string
+	zap             zap.Options
 
 	// skipNameValidation lets a test run the manager more than once in a
 	// process, which controller-runtime's unique controller names forbid.
@@ -174,6 +180,11 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 	if err := controllers.Start(mgr, j.Journal, controllers.Initializers(), f.controllers, concurrency); err != nil {
 		return err
 	}
+	if f.exportProfiles {
+		if err := clusterprofile.Add(mgr, f.exportNamespace); err != nil {
+			return fmt.Errorf("publishing ClusterProfiles: %w", err)
+		}
+	}
 	// Only the process and its hub are checked: a member being down must
 	// never make this replica unready.
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -237,6 +248,8 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.argoCDNamespace, "argocd-namespace", "argocd", "With --argocd-secrets, the namespace to read Argo CD cluster Secrets from.")
 	fs.BoolVar(&f.clusterProfiles, "cluster-profiles", false, "Also register the ClusterProfiles (multicluster.x-k8s.io/v1alpha1) that list an access provider of --clusterprofile-provider-file, as <namespace>.<name>. Default: off.")
 	fs.StringSliceVar(&f.profileNamespaces, "cluster-profile-namespaces", nil, "With --cluster-profiles, the comma-separated namespaces to read ClusterProfiles from. Default: all namespaces.")
+	fs.BoolVar(&f.exportProfiles, "export-cluster-profiles", false, "Publish a ClusterProfile (multicluster.x-k8s.io/v1alpha1) per member in --cluster-profile-namespace: its health, version, labels as properties, and its server and CA as the access provider fleet-manager, never a credential. Default: off.")
+	fs.StringVar(&f.exportNamespace, "cluster-profile-namespace", "", "With --export-cluster-profiles, the namespace the ClusterProfiles are published in. Default: the fleet namespace.")
 	fs.StringVar(&f.providerFile, "clusterprofile-provider-file", "", "With --cluster-profiles, the access provider file (the Cluster Inventory API's format): each provider's exec plugin, which --allow-exec-plugin must allow.")
 	cli.BindZapFlags(fs, &f.zap)
 }
@@ -252,6 +265,15 @@ func (f *runFlags) check(cmd *cobra.Command) error {
 	}
 	if (fs.Changed("cluster-profile-namespaces") || fs.Changed("clusterprofile-provider-file")) && !f.clusterProfiles {
 		return usageErrorf("--cluster-profile-namespaces and --clusterprofile-provider-file need --cluster-profiles, which enables the format they configure")
+	}
+	if fs.Changed("cluster-profile-namespace") && !f.exportProfiles {
+		return usageErrorf("--cluster-profile-namespace needs --export-cluster-profiles, which it configures")
+	}
+	if f.exportNamespace == "" {
+		f.exportNamespace = f.namespace
+	}
+	if err := checkNamespaces("cluster-profile-namespace", f.exportNamespace); err != nil {
+		return err
 	}
 	if f.clusterProfiles && f.providerFile == "" {
 		return usageErrorf("--cluster-profiles needs --clusterprofile-provider-file: a ClusterProfile is read only with one of its access providers")
@@ -334,7 +356,9 @@ func (f runFlags) clusterProfileSource() (*registry.ClusterProfiles, error) {
 	if len(providers.Providers) == 0 {
 		return nil, fmt.Errorf("--clusterprofile-provider-file %s names no provider", f.providerFile)
 	}
-	return &registry.ClusterProfiles{Namespaces: f.profileNamespaces, Providers: providers}, nil
+	// A fleet that publishes profiles does not read its own back.
+	skip := func(cp *inventoryv1alpha1.ClusterProfile) bool { return clusterprofile.Published(cp, f.namespace) }
+	return &registry.ClusterProfiles{Namespaces: f.profileNamespaces, Providers: providers, Skip: skip}, nil
 }
 
 // hubConfig returns the manager's hub REST config: the in-cluster config

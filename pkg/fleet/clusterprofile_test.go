@@ -5,12 +5,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,6 +29,7 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/clusterprofile"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
@@ -118,9 +121,9 @@ func profileMember(t *testing.T, i int, ns, secretName string) {
 }
 
 // createProfile creates ClusterProfile ns/name of another cluster
-// manager, offering member i through the secretreader provider with
+// manager, offering member i through access provider provider with
 // clusterName secretName.
-func createProfile(t *testing.T, ns, name string, i int, secretName string, labels map[string]string) {
+func createProfile(t *testing.T, ns, name, provider string, i int, secretName string, labels map[string]string) {
 	t.Helper()
 	ext, err := json.Marshal(map[string]string{"clusterName": secretName})
 	if err != nil {
@@ -136,7 +139,7 @@ func createProfile(t *testing.T, ns, name string, i int, secretName string, labe
 	}
 	cp.Status = v1alpha1.ClusterProfileStatus{
 		Conditions: []metav1.Condition{},
-		AccessProviders: []v1alpha1.AccessProvider{{Name: "secretreader", Cluster: clientcmdv1.Cluster{
+		AccessProviders: []v1alpha1.AccessProvider{{Name: provider, Cluster: clientcmdv1.Cluster{
 			Server:                   members[i].Config.Host,
 			CertificateAuthorityData: members[i].Config.CAData,
 			Extensions:               []clientcmdv1.NamedExtension{{Name: "client.authentication.k8s.io/exec", Extension: runtime.RawExtension{Raw: ext}}},
@@ -189,7 +192,7 @@ func TestClusterProfileIsAMember(t *testing.T) {
 	})
 	r := &recorder{}
 	watchConfigMaps(t, f, "profiles", ns, fleet.Members, r)
-	createProfile(t, ns, "east", 0, "member-0", map[string]string{"region": "east"})
+	createProfile(t, ns, "east", "secretreader", 0, "member-0", map[string]string{"region": "east"})
 	const name = ns + ".east"
 	f.waitState(t, name, cluster.StateReady)
 	createConfigMap(t, memberClients[0], ns, "hello")
@@ -219,7 +222,7 @@ func TestClusterProfileWithAPluginNotAllowedIsRefused(t *testing.T) {
 	f := startFleetWith(t, func(o *fleet.Options) {
 		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: profileProviders(plugin, hubKubeconfig)}
 	})
-	createProfile(t, ns, "west", 1, "member-1", nil)
+	createProfile(t, ns, "west", "secretreader", 1, "member-1", nil)
 	const name = ns + ".west"
 	poll.Until(t, "the profile's member refused", func() bool {
 		mc := &fleetv1alpha1.MemberCluster{}
@@ -231,5 +234,183 @@ func TestClusterProfileWithAPluginNotAllowedIsRefused(t *testing.T) {
 	})
 	if _, ok := f.mgr.MemberState(name); ok {
 		t.Fatal("a member runs for a profile whose plugin the policy refuses")
+	}
+}
+
+// getProfile returns ClusterProfile ns/name, or nil if there is none.
+func getProfile(t *testing.T, ns, name string) *v1alpha1.ClusterProfile {
+	t.Helper()
+	cp := &v1alpha1.ClusterProfile{}
+	if err := profileClient(t).Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, cp); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	return cp
+}
+
+// healthyIs reports whether cp's ControlPlaneHealthy condition has status.
+func healthyIs(cp *v1alpha1.ClusterProfile, status metav1.ConditionStatus) bool {
+	if cp == nil {
+		return false
+	}
+	c := meta.FindStatusCondition(cp.Status.Conditions, v1alpha1.ClusterConditionControlPlaneHealthy)
+	return c != nil && c.Status == status
+}
+
+// A fleet that publishes ClusterProfiles keeps one per member, with its
+// health from the manager's probes, its version, its labels as properties
+// and its server and CA, and no credential; it follows the member from
+// Ready to Unhealthy and back, is deleted with it, and leaves the profiles
+// of other cluster managers alone.
+func TestClusterProfilesArePublished(t *testing.T) {
+	installClusterProfileCRD(t, inventoryModule(t))
+	const ns = "inventory-published"
+	createNamespace(t, hubClient, ns)
+	foreign := "published-foreign"
+	createProfile(t, ns, foreign, "secretreader", 0, "nothing", nil)
+	before := getProfile(t, ns, foreign)
+
+	f := newFleetOn(t, mclNamespace(t), quickHealth)
+	if err := clusterprofile.Add(f.mgr, ns); err != nil {
+		t.Fatal(err)
+	}
+	f.start(t)
+	kc, proxy := viaProxy(t, kubeconfigs[0])
+	const name = "published-a"
+	secret := f.register(t, name, kc)
+	secret.Labels["tier"] = "gold"
+	if err := hubClient.Update(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+
+	var cp *v1alpha1.ClusterProfile
+	poll.Until(t, "a healthy profile with the member's version and labels", func() bool {
+		cp = getProfile(t, ns, name)
+		return healthyIs(cp, metav1.ConditionTrue) && cp.Status.Version.Kubernetes != "" &&
+			slices.ContainsFunc(cp.Status.Properties, func(p v1alpha1.Property) bool { return p.Name == "tier" && p.Value == "gold" })
+	})
+	if cp.Spec.ClusterManager.Name != clusterprofile.ClusterManager || cp.Labels[v1alpha1.LabelClusterManagerKey] != clusterprofile.ClusterManager {
+		t.Fatalf("profile's cluster manager %q, label %q: want %q", cp.Spec.ClusterManager.Name, cp.Labels[v1alpha1.LabelClusterManagerKey], clusterprofile.ClusterManager)
+	}
+	server, err := clientcmd.Load(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cp.Status.AccessProviders) != 1 || cp.Status.AccessProviders[0].Cluster.Server != server.Clusters[server.Contexts[server.CurrentContext].Cluster].Server ||
+		len(cp.Status.AccessProviders[0].Cluster.CertificateAuthorityData) == 0 {
+		t.Fatalf("access providers %+v: want the member's server and CA", cp.Status.AccessProviders)
+	}
+	published, err := json.Marshal(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaked := (&logLines{lines: []string{string(published)}}).credentialsIn([][]byte{kc}); leaked != "" {
+		t.Fatalf("the published profile holds credential material: %s", leaked)
+	}
+
+	proxy.Down()
+	poll.Until(t, "the profile of an Unhealthy member not healthy", func() bool { return healthyIs(getProfile(t, ns, name), metav1.ConditionFalse) })
+	down := meta.FindStatusCondition(getProfile(t, ns, name).Status.Conditions, v1alpha1.ClusterConditionControlPlaneHealthy).LastTransitionTime
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the profile healthy again", func() bool { return healthyIs(getProfile(t, ns, name), metav1.ConditionTrue) })
+	if up := meta.FindStatusCondition(getProfile(t, ns, name).Status.Conditions, v1alpha1.ClusterConditionControlPlaneHealthy).LastTransitionTime; !up.After(down.Time) && !up.Equal(&down) {
+		t.Fatalf("the condition's transition time %s is before the member went down at %s", up, down)
+	}
+
+	if err := hubClient.Delete(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the profile deleted with its member", func() bool { return getProfile(t, ns, name) == nil })
+	if after := getProfile(t, ns, foreign); after == nil || after.ResourceVersion != before.ResourceVersion {
+		t.Fatal("the profile of another cluster manager was touched")
+	}
+}
+
+// The profile one fleet publishes, read by a second fleet with a
+// secretreader provider, engages the same member.
+func TestPublishedClusterProfileRoundTrip(t *testing.T) {
+	installClusterProfileCRD(t, inventoryModule(t))
+	const ns = "inventory-round-trip"
+	createNamespace(t, hubClient, ns)
+	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
+
+	publisher := newFleetOn(t, mclNamespace(t), nil)
+	if err := clusterprofile.Add(publisher.mgr, ns); err != nil {
+		t.Fatal(err)
+	}
+	publisher.start(t)
+	const name = "round-trip"
+	publisher.register(t, name, kubeconfigs[1])
+	poll.Until(t, "the published profile", func() bool { return healthyIs(getProfile(t, ns, name), metav1.ConditionTrue) })
+	// The secretreader plugin finds the token in the Secret named by the
+	// profile's clusterName, which is the member's name.
+	profileMember(t, 1, ns, name)
+
+	providers := access.New([]access.Provider{{Name: clusterprofile.AccessProvider, ExecConfig: profileProviders(plugin, hubKubeconfig).Providers[0].ExecConfig}})
+	reader := startFleetWith(t, func(o *fleet.Options) {
+		o.KubeconfigPolicy.AllowExecCommands = []string{plugin}
+		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: providers}
+	})
+	r := &recorder{}
+	watchConfigMaps(t, reader, "round-trip", ns, fleet.Members, r)
+	createConfigMap(t, memberClients[1], ns, "seen")
+	r.waitFor(t, request(ns+"."+name, ns, "seen"))
+}
+
+// Credentials from a profile's exec plugin that expire within a second
+// are renewed by client-go's exec authenticator: the member stays Ready,
+// and its cluster is not rebuilt.
+func TestClusterProfileCredentialsRenew(t *testing.T) {
+	installClusterProfileCRD(t, inventoryModule(t))
+	const ns = "inventory-renew"
+	dir := t.TempDir()
+	plugin := filepath.Join(dir, "expiring-plugin")
+	if out, err := exec.Command("go", "build", "-o", plugin, "./testdata/expiringplugin").CombinedOutput(); err != nil {
+		t.Fatalf("building the test plugin: %v\n%s", err, out)
+	}
+	kc, err := clientcmd.Load(serviceAccountMember(t, 0, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile, calls := filepath.Join(dir, "token"), filepath.Join(dir, "calls")
+	if err := os.WriteFile(tokenFile, []byte(kc.AuthInfos["fleet-manager"].Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	providers := access.New([]access.Provider{{Name: "expiring", ExecConfig: &clientcmdapi.ExecConfig{
+		APIVersion:         "client.authentication.k8s.io/v1",
+		Command:            plugin,
+		Env:                []clientcmdapi.ExecEnvVar{{Name: "TOKEN_FILE", Value: tokenFile}, {Name: "TOKEN_TTL", Value: "1s"}, {Name: "CALLS", Value: calls}},
+		ProvideClusterInfo: true,
+	}}})
+	f := startFleetWith(t, func(o *fleet.Options) {
+		quickHealth(o)
+		o.KubeconfigPolicy.AllowExecCommands = []string{plugin}
+		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: providers}
+	})
+	createNamespace(t, hubClient, ns)
+	createProfile(t, ns, "renewing", "expiring", 0, "renewing", nil)
+	const name = ns + ".renewing"
+	f.waitState(t, name, cluster.StateReady)
+	poll.Until(t, "three tokens from the plugin", func() bool {
+		data, _ := os.ReadFile(calls)
+		return strings.Count(string(data), "\n") >= 3
+	})
+	if state, _ := f.mgr.MemberState(name); state != cluster.StateReady || f.wasUnhealthy(name) {
+		t.Fatalf("member %s while its tokens renewed, or was Unhealthy meanwhile", state)
+	}
+	engaged := 0
+	f.logs.mu.Lock()
+	for _, line := range f.logs.lines {
+		if strings.Contains(line, `"cluster"="`+name+`"`) && strings.Contains(line, `"msg"="Engaging member"`) {
+			engaged++
+		}
+	}
+	f.logs.mu.Unlock()
+	if engaged != 1 {
+		t.Fatalf("the member was engaged %d times: its cluster was rebuilt for new tokens", engaged)
 	}
 }

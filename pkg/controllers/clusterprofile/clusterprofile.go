@@ -1,0 +1,218 @@
+package clusterprofile
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
+	inventoryv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+)
+
+// ClusterManager is the cluster manager name of the profiles the
+// controller publishes, in spec.clusterManager.name and the
+// x-k8s.io/cluster-manager label.
+const ClusterManager = "fleet-manager"
+
+// AccessProvider is the name of the access provider entry of a published
+// profile: the member's server and CA, and, as the exec plugin's cluster
+// config, {"clusterName": <member>}. Never a credential: consumers bring
+// their own plugin.
+const AccessProvider = "fleet-manager"
+
+// execExtension is the cluster extension client-go hands an exec plugin.
+const execExtension = "client.authentication.k8s.io/exec"
+
+// Published reports whether cp was published by the fleet of namespace
+// fleetNamespace: a manager that reads ClusterProfiles skips its own.
+func Published(cp *inventoryv1alpha1.ClusterProfile, fleetNamespace string) bool {
+	return cp.Labels[inventoryv1alpha1.LabelClusterManagerKey] == ClusterManager && cp.Labels[fleetv1alpha1.FleetLabel] == fleetNamespace
+}
+
+// profiles publishes a ClusterProfile per member of its fleet.
+type profiles struct {
+	m         *fleet.Manager
+	client    client.Client
+	namespace string
+}
+
+// Add adds the controller to m: it publishes a ClusterProfile per member
+// in namespace, which must exist, as must the ClusterProfile CRD.
+func Add(m *fleet.Manager, namespace string) error {
+	if err := inventoryv1alpha1.AddToScheme(m.GetScheme()); err != nil {
+		return err
+	}
+	p := &profiles{m: m, client: m.GetClient(), namespace: namespace}
+	byName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
+	})
+	return builder.ControllerManagedBy(m.Manager).
+		Named("fleet-clusterprofiles").
+		WatchesRawSource(m.Registry().Source()).
+		Watches(&fleetv1alpha1.MemberCluster{}, byName).
+		Watches(&inventoryv1alpha1.ClusterProfile{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if o.GetNamespace() != namespace || !Published(o.(*inventoryv1alpha1.ClusterProfile), m.Namespace()) {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
+		})).
+		Complete(p)
+}
+
+// Reconcile keeps the profile of the cluster name req.Name.
+func (p *profiles) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	select {
+	case <-p.m.Registry().Synced():
+	case <-ctx.Done():
+		return reconcile.Result{}, nil
+	}
+	name := req.Name
+	cp := &inventoryv1alpha1.ClusterProfile{}
+	err := p.client.Get(ctx, types.NamespacedName{Namespace: p.namespace, Name: name}, cp)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	exists := err == nil
+	if exists && !Published(cp, p.m.Namespace()) {
+		return reconcile.Result{}, nil // another manager's, or another fleet's
+	}
+	c, registered := p.m.Registry().Get(name)
+	var reg cluster.Registration
+	accepted := false
+	if registered {
+		reg, _, accepted = c.Registration()
+	}
+	if !accepted {
+		if exists {
+			return reconcile.Result{}, client.IgnoreNotFound(p.client.Delete(ctx, cp, client.Preconditions{UID: &cp.UID}))
+		}
+		return reconcile.Result{}, nil
+	}
+	provider, err := accessProvider(name, reg.Kubeconfig)
+	if err != nil {
+		return reconcile.Result{}, nil // the pool refuses it too: nothing to publish
+	}
+
+	want := cp.DeepCopy()
+	want.Namespace, want.Name = p.namespace, name
+	if want.Labels == nil {
+		want.Labels = map[string]string{}
+	}
+	want.Labels[inventoryv1alpha1.LabelClusterManagerKey] = ClusterManager
+	want.Labels[fleetv1alpha1.FleetLabel] = p.m.Namespace()
+	want.Spec = inventoryv1alpha1.ClusterProfileSpec{DisplayName: name, ClusterManager: inventoryv1alpha1.ClusterManager{Name: ClusterManager}}
+	if !exists {
+		if err := p.client.Create(ctx, want); err != nil {
+			return reconcile.Result{}, client.IgnoreAlreadyExists(err)
+		}
+	} else if !equality.Semantic.DeepEqual(cp.Labels, want.Labels) || !equality.Semantic.DeepEqual(cp.Spec, want.Spec) {
+		if err := p.client.Update(ctx, want); err != nil {
+			return reconcile.Result{}, ignoreConflict(err)
+		}
+	}
+
+	before := want.Status.DeepCopy()
+	p.setStatus(ctx, c, provider, &want.Status)
+	if equality.Semantic.DeepEqual(before, &want.Status) {
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{}, ignoreConflict(p.client.Status().Update(ctx, want))
+}
+
+// setStatus sets status from the cluster c and its MemberCluster.
+func (p *profiles) setStatus(ctx context.Context, c *registry.Cluster, provider inventoryv1alpha1.AccessProvider, status *inventoryv1alpha1.ClusterProfileStatus) {
+	healthy := metav1.Condition{Type: inventoryv1alpha1.ClusterConditionControlPlaneHealthy, Status: metav1.ConditionUnknown, Reason: "NotProbed", Message: "fleet-manager has not probed the cluster yet"}
+	switch c.State {
+	case cluster.StateReady:
+		healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionTrue, "ProbeSucceeded", "fleet-manager's last probe succeeded"
+	case cluster.StateUnhealthy, cluster.StateDisconnected:
+		healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionFalse, string(c.State), fmt.Sprintf("fleet-manager's probes fail: the member is %s", c.State)
+	}
+	if status.Conditions == nil {
+		status.Conditions = []metav1.Condition{}
+	}
+	meta.SetStatusCondition(&status.Conditions, healthy)
+
+	mc := &fleetv1alpha1.MemberCluster{}
+	if err := p.client.Get(ctx, types.NamespacedName{Name: c.Name}, mc); err == nil && mc.Status.ServerVersion != "" {
+		status.Version.Kubernetes = mc.Status.ServerVersion
+	}
+	properties := make([]inventoryv1alpha1.Property, 0, len(c.Labels))
+	for _, key := range slices.Sorted(maps.Keys(c.Labels)) {
+		properties = append(properties, inventoryv1alpha1.Property{Name: key, Value: c.Labels[key]})
+	}
+	status.Properties = keepObserved(status.Properties, properties)
+	status.AccessProviders = []inventoryv1alpha1.AccessProvider{provider}
+}
+
+// keepObserved returns want with each property's last observed time kept
+// from have when its value is the same, so that an unchanged property
+// causes no write.
+func keepObserved(have, want []inventoryv1alpha1.Property) []inventoryv1alpha1.Property {
+	now := metav1.Now()
+	for i := range want {
+		want[i].LastObservedTime = now
+		for _, h := range have {
+			if h.Name == want[i].Name && h.Value == want[i].Value {
+				want[i].LastObservedTime = h.LastObservedTime
+			}
+		}
+	}
+	return want
+}
+
+// accessProvider returns the access provider entry of member name: the
+// server and CA of its kubeconfig's current context, and its name as the
+// exec plugin's cluster config. Nothing else of the kubeconfig is
+// published.
+func accessProvider(name string, kubeconfig []byte) (inventoryv1alpha1.AccessProvider, error) {
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return inventoryv1alpha1.AccessProvider{}, err
+	}
+	ctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok {
+		return inventoryv1alpha1.AccessProvider{}, fmt.Errorf("no current context")
+	}
+	cl, ok := cfg.Clusters[ctx.Cluster]
+	if !ok {
+		return inventoryv1alpha1.AccessProvider{}, fmt.Errorf("no cluster")
+	}
+	ext, err := json.Marshal(map[string]string{"clusterName": name})
+	if err != nil {
+		return inventoryv1alpha1.AccessProvider{}, err
+	}
+	return inventoryv1alpha1.AccessProvider{Name: AccessProvider, Cluster: clientcmdv1.Cluster{
+		Server:                   cl.Server,
+		CertificateAuthorityData: cl.CertificateAuthorityData,
+		ProxyURL:                 cl.ProxyURL,
+		Extensions:               []clientcmdv1.NamedExtension{{Name: execExtension, Extension: runtime.RawExtension{Raw: ext}}},
+	}}, nil
+}
+
+// ignoreConflict drops a write that lost to a newer version: its event
+// brings the profile back.
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
