@@ -66,11 +66,12 @@ manifests:
 
 ## bench: the Go benchmarks and the end-to-end bench program (bench/, a
 ## module of its own) against local API servers; writes bench/results.md and
-## PNG plots (five runs, about 25 minutes). BENCH_QUICK=1: fewer members and one run
-## (about 3 minutes), written to bench/quick/.
+## PNG plots (five runs, about 75 minutes; BENCH_RUNS=n runs n). BENCH_QUICK=1:
+## fewer members and one run (about 12 minutes), written to bench/quick/.
 BENCH_QUICK ?=
+BENCH_RUNS ?=
 bench: envtest
-	cd bench && go run . -quick=$(if $(filter 1,$(BENCH_QUICK)),true,false) -out $(if $(filter 1,$(BENCH_QUICK)),quick,.)
+	cd bench && go run . -quick=$(if $(filter 1,$(BENCH_QUICK)),true,false) -out $(if $(filter 1,$(BENCH_QUICK)),quick,.) $(if $(BENCH_RUNS),-runs=$(BENCH_RUNS))
 
 lint:
 	gofmt -l . | tee /dev/stderr | (! read)

@@ -7,8 +7,9 @@
 // measure a figure under its scenario's conditions reports it as failed;
 // a scenario that cannot run at all fails the run.
 //
-// `make bench` runs it in full (five runs, about 25 minutes on 2 cores);
-// BENCH_QUICK=1 runs fewer members and one run of each (about 3 minutes).
+// `make bench` runs it in full (five runs, about 75 minutes on 2 cores;
+// BENCH_RUNS=n runs n); BENCH_QUICK=1 runs fewer members and one run of
+// each (about 12 minutes).
 package main
 
 import (
@@ -60,10 +61,14 @@ func main() {
 	flag.StringVar(&b.repo, "repo", "..", "the fleet-manager repository, whose Go benchmarks run")
 	only := flag.String("only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames, ","))
 	members := flag.String("members", "", "comma-separated member counts, overriding the mode's")
+	runs := flag.Int("runs", 0, "runs of each scenario, overriding the mode's (full: 5, quick: 1)")
 	flag.Parse()
 	b.runs, b.members = 5, []int{10, 50, 100, 200}
 	if b.quick {
 		b.runs, b.members = 1, []int{10, 50}
+	}
+	if *runs > 0 {
+		b.runs = *runs
 	}
 	b.only = map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
