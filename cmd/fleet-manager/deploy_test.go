@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+	inventoryv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
@@ -139,6 +140,32 @@ func TestDeploy(t *testing.T) {
 		for _, verb := range []string{"create", "update", "patch", "delete"} {
 			d.wantDenied(t, access{verb: verb, resource: "secrets", namespace: "kube-system"})
 		}
+		m.checkNoForbidden(t)
+	})
+
+	t.Run("clusterprofiles", func(t *testing.T) {
+		if err := controlplane.InstallClusterProfileCRD(testHub); err != nil {
+			t.Fatal(err)
+		}
+		d.kubectlApplyFile(t, filepath.Join(deployDir(t), "formats", "clusterprofiles-clusterrole.yaml"))
+		providers := writeTemp(t, "providers.json", []byte(`{"providers": [{"name": "secretreader", "execConfig": {"apiVersion": "client.authentication.k8s.io/v1", "command": "secretreader-plugin", "provideClusterInfo": true}}]}`))
+		m := d.startManager(t, "--cluster-profiles", "--clusterprofile-provider-file="+providers, "--export-cluster-profiles")
+		name := d.registerNative(t, "deploy-profiled")
+		m.waitReady(t, name)
+		scheme := runtime.NewScheme()
+		if err := inventoryv1alpha1.AddToScheme(scheme); err != nil {
+			t.Fatal(err)
+		}
+		profiles, err := client.New(testHub.Config, client.Options{Scheme: scheme})
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, "the member's ClusterProfile published", func() bool {
+			cp := &inventoryv1alpha1.ClusterProfile{}
+			err := profiles.Get(t.Context(), client.ObjectKey{Namespace: deployNamespace, Name: name}, cp)
+			return err == nil && meta.IsStatusConditionTrue(cp.Status.Conditions, inventoryv1alpha1.ClusterConditionControlPlaneHealthy)
+		})
+		d.wantDenied(t, access{verb: "create", group: "multicluster.x-k8s.io", resource: "clusterprofiles", namespace: "default"})
 		m.checkNoForbidden(t)
 	})
 }

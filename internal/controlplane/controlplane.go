@@ -10,11 +10,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/fleetkube/fleet-manager/deploy"
 )
@@ -96,5 +100,27 @@ func InstallCRDs(env *envtest.Environment) error {
 		return err
 	}
 	_, err = envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{CRDs: crds})
+	return err
+}
+
+// InstallClusterProfileCRD installs the ClusterProfile CRD of the Cluster
+// Inventory API, as the module sigs.k8s.io/cluster-inventory-api the build
+// uses ships it, into env's API server and waits until it is served. It
+// finds the module with `go list`, so it needs the Go toolchain, as tests
+// have.
+func InstallClusterProfileCRD(env *envtest.Environment) error {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-inventory-api").Output()
+	if err != nil {
+		return fmt.Errorf("finding the cluster-inventory-api module: %w", err)
+	}
+	data, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "bases", "multicluster.x-k8s.io_clusterprofiles.yaml"))
+	if err != nil {
+		return err
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(data, crd); err != nil {
+		return fmt.Errorf("the ClusterProfile CRD: %w", err)
+	}
+	_, err = envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd}})
 	return err
 }

@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,8 +21,6 @@ import (
 	"sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	"sigs.k8s.io/cluster-inventory-api/pkg/access"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
@@ -34,30 +31,11 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// inventoryModule returns the directory of the Cluster Inventory API
-// module, as the build uses it.
-func inventoryModule(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-inventory-api").Output()
-	if err != nil {
-		t.Fatalf("finding the cluster-inventory-api module: %v", err)
-	}
-	return strings.TrimSpace(string(out))
-}
-
 // installClusterProfileCRD installs the module's ClusterProfile CRD on
 // the hub.
-func installClusterProfileCRD(t *testing.T, module string) {
+func installClusterProfileCRD(t *testing.T) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(module, "config", "crd", "bases", "multicluster.x-k8s.io_clusterprofiles.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(data, crd); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := envtest.InstallCRDs(hub.Config, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd}}); err != nil {
+	if err := controlplane.InstallClusterProfileCRD(hub); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -180,8 +158,7 @@ func profileProviders(plugin, hubKubeconfig string) *access.Config {
 // with the credentials its exec plugin (the module's secretreader) gives;
 // a plugin the policy does not allow is refused with its reason.
 func TestClusterProfileIsAMember(t *testing.T) {
-	module := inventoryModule(t)
-	installClusterProfileCRD(t, module)
+	installClusterProfileCRD(t)
 	const ns = "inventory-a"
 	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
 	profileMember(t, 0, ns, "member-0")
@@ -213,8 +190,7 @@ func TestClusterProfileIsAMember(t *testing.T) {
 }
 
 func TestClusterProfileWithAPluginNotAllowedIsRefused(t *testing.T) {
-	module := inventoryModule(t)
-	installClusterProfileCRD(t, module)
+	installClusterProfileCRD(t)
 	const ns = "inventory-b"
 	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
 	profileMember(t, 1, ns, "member-1")
@@ -265,7 +241,7 @@ func healthyIs(cp *v1alpha1.ClusterProfile, status metav1.ConditionStatus) bool 
 // Ready to Unhealthy and back, is deleted with it, and leaves the profiles
 // of other cluster managers alone.
 func TestClusterProfilesArePublished(t *testing.T) {
-	installClusterProfileCRD(t, inventoryModule(t))
+	installClusterProfileCRD(t)
 	const ns = "inventory-published"
 	createNamespace(t, hubClient, ns)
 	foreign := "published-foreign"
@@ -333,7 +309,7 @@ func TestClusterProfilesArePublished(t *testing.T) {
 // The profile one fleet publishes, read by a second fleet with a
 // secretreader provider, engages the same member.
 func TestPublishedClusterProfileRoundTrip(t *testing.T) {
-	installClusterProfileCRD(t, inventoryModule(t))
+	installClusterProfileCRD(t)
 	const ns = "inventory-round-trip"
 	createNamespace(t, hubClient, ns)
 	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
@@ -365,7 +341,7 @@ func TestPublishedClusterProfileRoundTrip(t *testing.T) {
 // are renewed by client-go's exec authenticator: the member stays Ready,
 // and its cluster is not rebuilt.
 func TestClusterProfileCredentialsRenew(t *testing.T) {
-	installClusterProfileCRD(t, inventoryModule(t))
+	installClusterProfileCRD(t)
 	const ns = "inventory-renew"
 	dir := t.TempDir()
 	plugin := filepath.Join(dir, "expiring-plugin")
