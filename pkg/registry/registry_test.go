@@ -250,3 +250,20 @@ func TestRepeatedSuccessfulProbesSendNoEvent(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A ClusterProfile and a Secret that claim one cluster name conflict, as
+// two Secrets do.
+func TestClusterProfileAndSecretConflict(t *testing.T) {
+	r := New("native", ClusterProfileFormat)
+	profile := Source{Format: ClusterProfileFormat, NamespacedName: types.NamespacedName{Namespace: "inventory", Name: "east"}}
+	r.claim("inventory.east", claimOf(profile, "kc-profile", nil))
+	r.claim("inventory.east", claimOf(secret("native", "inventory.east"), "kc-secret", nil))
+	c, _ := r.Get("inventory.east")
+	if c.Accepted() || c.Refusal == nil || c.Refusal.Reason != ReasonClusterNameConflict {
+		t.Fatalf("a name claimed by a profile and a Secret: refusal %v, want %s", c.Refusal, ReasonClusterNameConflict)
+	}
+	r.withdraw(secret("native", "inventory.east"))
+	if c, _ := r.Get("inventory.east"); !c.Accepted() {
+		t.Fatalf("the profile's claim alone is not accepted: %v", c.Refusal)
+	}
+}
