@@ -15,16 +15,26 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
-// ReasonClusterNameConflict refuses a name that two or more Secrets claim.
+// ReasonClusterNameConflict refuses a name that two or more Secrets, or
+// ClusterProfiles, claim.
 const ReasonClusterNameConflict = "ClusterNameConflict"
 
-// Source names one registration: a Secret read in one format.
+// Source names one registration: a Secret read in one format, or a
+// ClusterProfile.
 type Source struct {
 	Format string
 	types.NamespacedName
 }
 
 func (s Source) String() string { return s.Format + ":" + s.NamespacedName.String() }
+
+// object names the object the source reads: its kind and key.
+func (s Source) object() string {
+	if s.Format == ClusterProfileFormat {
+		return "ClusterProfile " + s.NamespacedName.String()
+	}
+	return "Secret " + s.NamespacedName.String()
+}
 
 // Claim is one source's claim on a cluster name.
 type Claim struct {
@@ -305,20 +315,17 @@ func (r *Registry) lockedSet(cur, next *Cluster) {
 	}
 	slices.SortFunc(next.Claims, r.compareClaims)
 	first := next.Claims[0]
-	secrets := map[types.NamespacedName]struct{}{}
+	// One Secret read by two formats is one claim.
+	objects := map[string]struct{}{}
 	for _, c := range next.Claims {
-		secrets[c.NamespacedName()] = struct{}{}
+		objects[c.Source.object()] = struct{}{}
 	}
 	next.Labels = first.Labels
 	switch {
-	case len(secrets) > 1:
-		names := make([]string, 0, len(secrets))
-		for nn := range secrets {
-			names = append(names, nn.String())
-		}
-		slices.Sort(names)
+	case len(objects) > 1:
+		names := slices.Sorted(maps.Keys(objects))
 		next.Refusal = &kubeconfig.RefusedError{Reason: ReasonClusterNameConflict,
-			Message: "the cluster name is claimed by Secrets " + strings.Join(names, ", ") + "; none is engaged until only one claims it"}
+			Message: "the cluster name is claimed by " + strings.Join(names, ", ") + "; none is engaged until only one claims it"}
 	case first.Refusal != nil:
 		next.Refusal = first.Refusal
 	default:
@@ -362,9 +369,6 @@ func (r *Registry) formatRank(format string) int {
 	}
 	return len(r.formats)
 }
-
-// NamespacedName returns the claim's Secret.
-func (c Claim) NamespacedName() types.NamespacedName { return c.Source.NamespacedName }
 
 // Subscribe returns a subscription that receives the current state of
 // every cluster now, then of each cluster that changes, until ctx ends.
