@@ -6,10 +6,8 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -93,23 +91,16 @@ type profileReader struct {
 	opts     ClusterProfiles
 	profiles client.Reader
 	recorder events.EventRecorder
-	locks    [64]sync.Mutex
+	locks    keyLocks
 }
 
 // Reconcile reads a ClusterProfile from the cache and records its claim,
 // or withdraws it.
 func (r *profileReader) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	lock := &r.locks[fnv32(req.String())%uint32(len(r.locks))]
-	lock.Lock()
-	defer lock.Unlock()
+	defer r.locks.lock(req.NamespacedName)()
 	src := Source{Format: ClusterProfileFormat, NamespacedName: req.NamespacedName}
 	cp := &inventoryv1alpha1.ClusterProfile{}
-	err := r.profiles.Get(ctx, req.NamespacedName, cp)
-	switch {
-	case apierrors.IsNotFound(err):
-		r.registry.withdraw(src)
-		return reconcile.Result{}, nil
-	case err != nil:
+	if found, err := getOrWithdraw(ctx, r.profiles, req.NamespacedName, cp, r.registry, src); !found {
 		return reconcile.Result{}, err
 	}
 	if !cp.DeletionTimestamp.IsZero() || (r.opts.Skip != nil && r.opts.Skip(cp)) || !r.offered(cp) {
@@ -124,6 +115,7 @@ func (r *profileReader) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, nil
 	}
 	c := Claim{Source: src, Labels: maps.Clone(cp.Labels)}
+	var err error
 	if c.kubeconfig, err = profileKubeconfig(cp, r.opts.Providers); err != nil {
 		c.Refusal = &kubeconfig.RefusedError{Reason: ReasonAccessProviderInvalid, Message: kubeconfig.Scrub(err)}
 	}

@@ -272,27 +272,41 @@ type secretReader struct {
 	format   Format
 	secrets  client.Reader
 	recorder events.EventRecorder
-	locks    [64]sync.Mutex
+	locks    keyLocks
 }
 
-// Reconcile reads a Secret from the cache and records its claim. The
-// first pass and the controller may read the same Secret at once; a lock
-// per Secret orders them, so the later one records the cache's latest.
+// Reconcile reads a Secret from the cache and records its claim.
 func (r *secretReader) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	lock := &r.locks[fnv32(req.String())%uint32(len(r.locks))]
-	lock.Lock()
-	defer lock.Unlock()
+	defer r.locks.lock(req.NamespacedName)()
 	secret := &corev1.Secret{}
-	err := r.secrets.Get(ctx, req.NamespacedName, secret)
-	switch {
-	case apierrors.IsNotFound(err):
-		r.registry.withdraw(r.source(req.NamespacedName))
-		return reconcile.Result{}, nil
-	case err != nil:
+	if found, err := getOrWithdraw(ctx, r.secrets, req.NamespacedName, secret, r.registry, r.source(req.NamespacedName)); !found {
 		return reconcile.Result{}, err
 	}
 	r.read(ctx, secret)
 	return reconcile.Result{}, nil
+}
+
+// keyLocks orders the reads of one object: the first pass and the
+// controller may read the same one at once, and the later must record the
+// cache's latest.
+type keyLocks [64]sync.Mutex
+
+// lock locks key's lock and returns what unlocks it.
+func (l *keyLocks) lock(key types.NamespacedName) (unlock func()) {
+	m := &l[fnv32(key.String())%uint32(len(l))]
+	m.Lock()
+	return m.Unlock
+}
+
+// getOrWithdraw gets key into obj from reader and reports whether it was
+// found; a missing object withdraws src's claim from r.
+func getOrWithdraw(ctx context.Context, reader client.Reader, key types.NamespacedName, obj client.Object, r *Registry, src Source) (found bool, err error) {
+	err = reader.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		r.withdraw(src)
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // read records the claim secret makes, or withdraws it.
