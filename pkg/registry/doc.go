@@ -10,8 +10,12 @@
 // no re-registration. [NewWithSecrets] reads each format's Secrets from a
 // cache of its own into claims, on every replica. A Secret that cannot be
 // read still claims its name, refused with the reason; one Secret read by
-// two formats is one claim, the first format's. Two Secrets claiming one
-// name are a conflict: the name is refused until one goes.
+// two formats is one claim, the first format's. [ClusterProfiles] adds the
+// ClusterProfiles of SIG-Multicluster's Cluster Inventory API as a source:
+// each that lists an access provider of the provider file claims
+// <namespace>.<name>, with the kubeconfig the module's access package
+// builds. Two objects claiming one name are a conflict: the name is
+// refused until one goes.
 //
 // # State
 //
