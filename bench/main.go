@@ -40,6 +40,9 @@ type bench struct {
 	only    map[string]bool
 	lab     *lab
 	res     *results
+	// commitAtStart is the commit measured: the tree when the run began,
+	// which is what go run built.
+	commitAtStart string
 }
 
 // scenarioNames are the scenarios -only selects from.
@@ -100,6 +103,7 @@ func main() {
 
 func (b *bench) run(ctx context.Context) (err error) {
 	started := time.Now()
+	b.commitAtStart = b.commit()
 	if err := os.MkdirAll(b.out, 0o755); err != nil {
 		return err
 	}

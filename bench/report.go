@@ -21,7 +21,7 @@ func (b *bench) writeReport(path string, took time.Duration) error {
 	}
 	fmt.Fprintf(&s, "# fleet-manager benchmarks\n\n")
 	fmt.Fprintf(&s, "Written by `make bench` (%s, members %s), which took %s.\n\n", mode, joinInts(b.members), took.Round(time.Second))
-	fmt.Fprintf(&s, "- Commit: %s\n", b.commit())
+	fmt.Fprintf(&s, "- Commit: %s (when the run started)\n", b.commitAtStart)
 	fmt.Fprintf(&s, "- Date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&s, "- Machine: %s\n", machine())
 	var gogcs []string
@@ -127,6 +127,8 @@ func joinInts(v []int) string {
 }
 
 // commit names the repository's commit, marked when the tree has changes.
+// commit describes the repository's commit now, and whether the tree has
+// changes beyond it.
 func (b *bench) commit() string {
 	out, err := exec.Command("git", "-C", b.repo, "rev-parse", "--short=12", "HEAD").Output()
 	if err != nil {
