@@ -269,12 +269,6 @@ func (f *runFlags) check(cmd *cobra.Command) error {
 	if fs.Changed("cluster-profile-namespace") && !f.exportProfiles {
 		return usageErrorf("--cluster-profile-namespace needs --export-cluster-profiles, which it configures")
 	}
-	if f.exportNamespace == "" {
-		f.exportNamespace = f.namespace
-	}
-	if err := checkNamespaces("cluster-profile-namespace", f.exportNamespace); err != nil {
-		return err
-	}
 	if f.clusterProfiles && f.providerFile == "" {
 		return usageErrorf("--cluster-profiles needs --clusterprofile-provider-file: a ClusterProfile is read only with one of its access providers")
 	}
@@ -282,6 +276,12 @@ func (f *runFlags) check(cmd *cobra.Command) error {
 		return err
 	}
 	if err := checkNamespaces("namespace", f.namespace); err != nil {
+		return err
+	}
+	if f.exportNamespace == "" {
+		f.exportNamespace = f.namespace
+	}
+	if err := checkNamespaces("cluster-profile-namespace", f.exportNamespace); err != nil {
 		return err
 	}
 	if err := checkNamespaces("capi-namespaces", f.capiNamespaces...); err != nil {
