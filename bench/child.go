@@ -61,7 +61,7 @@ func runChild(args []string) int {
 	hub := fs.String("hub", "", "hub kubeconfig file (fleet)")
 	namespace := fs.String("namespace", "", "hub namespace of the registration Secrets (fleet)")
 	kubeconfigs := fs.String("kubeconfigs", "", "comma-separated member server kubeconfig files, used in turn (bare)")
-	watch := fs.String("watch", loadNamespace, "the namespace whose objects members cache, cluster-wide, by their label")
+	watch := fs.String("watch", loadNamespace, "the namespace whose objects members cache, with a field selector in a cache of every namespace")
 	members := fs.Int("members", 1, "members to wait for")
 	objects := fs.Int("objects", 1, "objects each member holds")
 	idle := fs.Duration("idle", childIdle, "idle time after settling before RSS is read")

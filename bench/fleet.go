@@ -11,7 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -32,8 +32,9 @@ type fleetConfig struct {
 	namespace string
 	// watch is the one namespace the members cache.
 	watch string
-	// clusterWide caches watch's objects by their setLabel, with a
-	// cache of every namespace, instead of a cache of watch alone.
+	// clusterWide caches watch's objects with a field selector on their
+	// namespace, in a cache of every namespace, instead of a cache of
+	// watch alone.
 	clusterWide bool
 	// workers and work are the reconciler's concurrency and the time each
 	// reconcile takes.
@@ -49,11 +50,12 @@ type fleetConfig struct {
 	trackRequests bool
 }
 
-// cacheOnly limits o to the objects of namespace ns: by their setLabel,
-// cluster-wide, or with a cache of ns alone.
+// cacheOnly limits o to the objects of namespace ns: with a field
+// selector, in a cache of every namespace, as a controller that watches
+// every namespace caches them, or with a cache of ns alone.
 func cacheOnly(o *cache.Options, ns string, clusterWide bool) {
 	if clusterWide {
-		o.DefaultLabelSelector = labels.SelectorFromSet(labels.Set{setLabel: ns})
+		o.DefaultFieldSelector = fields.OneTermEqualSelector("metadata.namespace", ns)
 		return
 	}
 	o.DefaultNamespaces = map[string]cache.Config{ns: {}}

@@ -166,16 +166,11 @@ func createConfigMaps(ctx context.Context, c client.Client, ns, prefix string, n
 	return errors.Join(errs...)
 }
 
-// setLabel labels every ConfigMap the bench makes with its namespace, so
-// that a process can cache one namespace's objects cluster-wide, as a
-// controller that watches every namespace does, without the rest.
-const setLabel = "bench.fleetkube.io/set"
-
 func configMap(ns, name string, size int) *corev1.ConfigMap {
 	data := make([]byte, size/2)
 	_, _ = rand.Read(data)
 	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{setLabel: ns}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Data:       map[string]string{"data": hex.EncodeToString(data)},
 	}
 }
