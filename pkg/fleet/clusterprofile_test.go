@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -128,18 +129,40 @@ func createProfile(t *testing.T, ns, name, provider string, i int, secretName st
 	}
 }
 
-// profileClient returns a hub client that knows ClusterProfiles.
-func profileClient(t *testing.T) client.Client {
-	t.Helper()
+// newProfileClient builds, once, the hub client that knows
+// ClusterProfiles: the tests poll through it.
+var newProfileClient = sync.OnceValues(func() (client.Client, error) {
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	cl, err := client.New(hub.Config, client.Options{Scheme: scheme})
+	return client.New(hub.Config, client.Options{Scheme: scheme})
+})
+
+// profileClient returns the hub client that knows ClusterProfiles.
+func profileClient(t *testing.T) client.Client {
+	t.Helper()
+	cl, err := newProfileClient()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cl
+}
+
+// profileFleet starts a fleet that reads the ClusterProfiles of namespace
+// ns through the secretreader plugin, whose hub Secret ns/secretName
+// holds a token of member i; the plugin is allowed if allowPlugin.
+func profileFleet(t *testing.T, ns string, i int, secretName string, allowPlugin bool) *fleetEnv {
+	t.Helper()
+	installClusterProfileCRD(t)
+	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
+	profileMember(t, i, ns, secretName)
+	return startFleetWith(t, func(o *fleet.Options) {
+		if allowPlugin {
+			o.KubeconfigPolicy.AllowExecCommands = []string{plugin}
+		}
+		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: profileProviders(plugin, hubKubeconfig)}
+	})
 }
 
 // profileProviders is a provider file naming the secretreader plugin,
@@ -158,15 +181,8 @@ func profileProviders(plugin, hubKubeconfig string) *access.Config {
 // with the credentials its exec plugin (the module's secretreader) gives;
 // a plugin the policy does not allow is refused with its reason.
 func TestClusterProfileIsAMember(t *testing.T) {
-	installClusterProfileCRD(t)
 	const ns = "inventory-a"
-	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
-	profileMember(t, 0, ns, "member-0")
-
-	f := startFleetWith(t, func(o *fleet.Options) {
-		o.KubeconfigPolicy.AllowExecCommands = []string{plugin}
-		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: profileProviders(plugin, hubKubeconfig)}
-	})
+	f := profileFleet(t, ns, 0, "member-0", true)
 	r := &recorder{}
 	watchConfigMaps(t, f, "profiles", ns, fleet.Members, r)
 	createProfile(t, ns, "east", "secretreader", 0, "member-0", map[string]string{"region": "east"})
@@ -190,14 +206,8 @@ func TestClusterProfileIsAMember(t *testing.T) {
 }
 
 func TestClusterProfileWithAPluginNotAllowedIsRefused(t *testing.T) {
-	installClusterProfileCRD(t)
 	const ns = "inventory-b"
-	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
-	profileMember(t, 1, ns, "member-1")
-
-	f := startFleetWith(t, func(o *fleet.Options) {
-		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: profileProviders(plugin, hubKubeconfig)}
-	})
+	f := profileFleet(t, ns, 1, "member-1", false)
 	createProfile(t, ns, "west", "secretreader", 1, "member-1", nil)
 	const name = ns + ".west"
 	poll.Until(t, "the profile's member refused", func() bool {
