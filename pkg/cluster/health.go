@@ -30,15 +30,26 @@ const (
 	StateDisconnected State = "Disconnected"
 )
 
-// HealthOptions set how members are probed. With the defaults a frozen
-// member (connections accepted, never answered) is Unhealthy within 4.8
-// seconds, a dead one (connections refused) within 4.1. A busy member is
-// never Unhealthy for being slow: a probe that timed out while the member
-// kept sending on its connections counts as a success. A member's return
-// is noticed as soon as it sends anything: that asks for a probe at once.
+// HealthOptions set how members are probed. A probe is a
+// SelfSubjectReview, or, for a Ready member reviewed less than
+// ReviewInterval ago, an HTTP/2 PING on the connection its requests use.
+// With the defaults a frozen member (connections accepted, never
+// answered) is Unhealthy within 4.8 seconds, a dead one (connections
+// refused) within 4.1. A busy member is never Unhealthy for being slow: a
+// probe that timed out while the member kept sending on its connections
+// counts as a success. A member's return is noticed as soon as it sends
+// anything: that asks for a probe at once.
 type HealthOptions struct {
 	// Interval between probes. Defaults to 4s.
 	Interval time.Duration
+	// ReviewInterval is the longest time between two SelfSubjectReviews
+	// of a Ready member. Its probes in between are HTTP/2 PINGs, answered
+	// by its API server's HTTP/2 layer: they prove the server and the
+	// connection alive at a small part of a request's cost. A review also
+	// proves the member accepts the credentials and serves requests. A
+	// member without an HTTP/2 connection, or that is not Ready, is
+	// reviewed at every probe. Defaults to 30s.
+	ReviewInterval time.Duration
 	// RetryInterval between probes after a failed one, so that a failure
 	// is confirmed, and a return noticed, quickly. A Disconnected member
 	// is probed every Interval instead. Defaults to 100ms.
@@ -67,6 +78,9 @@ func DefaultHealthOptions() HealthOptions {
 func (o *HealthOptions) setDefaults() {
 	if o.Interval <= 0 {
 		o.Interval = 4 * time.Second
+	}
+	if o.ReviewInterval <= 0 {
+		o.ReviewInterval = 30 * time.Second
 	}
 	if o.RetryInterval <= 0 {
 		o.RetryInterval = 100 * time.Millisecond
@@ -129,7 +143,11 @@ type probeFunc func(ctx context.Context) error
 type prober struct {
 	clock  clock.WithTickerAndDelayedExecution
 	health *health
-	probe  probeFunc
+	// review is the SelfSubjectReview. ping, if not nil, PINGs the
+	// member's HTTP/2 connection, and fails with errNoConnection at once
+	// if it has none.
+	review probeFunc
+	ping   probeFunc
 	// connected reports whether the member's cluster is running.
 	connected func() bool
 	// heardSince reports whether the member sent anything, on a
@@ -149,6 +167,9 @@ type prober struct {
 	stopped bool
 	// lastStart is when the last probe started.
 	lastStart time.Time
+	// reviewedAt is when the last review that succeeded started. Only
+	// the probe under way uses it.
+	reviewedAt time.Time
 	// wakeable is false after a probe the API server answered with an
 	// error: its answers would then probe it in a loop.
 	wakeable bool
@@ -259,10 +280,25 @@ func (p *prober) fire() {
 }
 
 // probeOnce probes, and returns the result and the state it leads to;
-// ok is false if ctx ended.
+// ok is false if ctx ended. It PINGs a Ready member whose last probe
+// succeeded and whose last review is less than ReviewInterval old, and
+// reviews it otherwise, or when the PING fails before its timeout: the
+// member has no connection to PING, or its connection broke.
 func (p *prober) probeOnce(ctx context.Context, start time.Time) (result ProbeResult, state State, ok bool) {
 	pctx, cancel := context.WithTimeout(ctx, p.health.opts.Timeout)
-	err := p.probe(pctx)
+	review := p.ping == nil || p.health.state != StateReady || p.health.failures > 0 || !p.connected() ||
+		start.Sub(p.reviewedAt) >= p.health.opts.ReviewInterval
+	var err error
+	if !review {
+		if err = p.ping(pctx); err != nil && pctx.Err() == nil {
+			review = true
+		}
+	}
+	if review {
+		if err = p.review(pctx); err == nil {
+			p.reviewedAt = start
+		}
+	}
 	timedOut := pctx.Err() == context.DeadlineExceeded
 	cancel()
 	if ctx.Err() != nil {

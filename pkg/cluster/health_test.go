@@ -21,12 +21,20 @@ type scriptedProbes struct {
 	states  []State
 	results []ProbeResult
 	probed  chan struct{}
+	// reviews counts the calls of probe.
+	reviews int
 }
 
 func (s *scriptedProbes) probe(ctx context.Context) error {
 	s.mu.Lock()
+	s.reviews++
 	hang, err := s.hang, s.err
 	s.mu.Unlock()
+	return answer(ctx, hang, err)
+}
+
+// answer returns err, or waits for ctx and returns its error if hang.
+func answer(ctx context.Context, hang bool, err error) error {
 	if hang {
 		<-ctx.Done()
 		return ctx.Err()
@@ -94,12 +102,19 @@ func runProber(t *testing.T, opts HealthOptions) (*scriptedProbes, *clocktesting
 // test ends, and returns it too, for the test to wake.
 func runWakeableProber(t *testing.T, opts HealthOptions) (*scriptedProbes, *clocktesting.FakeClock, *prober) {
 	t.Helper()
+	return runPingingProber(t, opts, nil)
+}
+
+// runPingingProber is runWakeableProber with ping as the prober's PING.
+func runPingingProber(t *testing.T, opts HealthOptions, ping probeFunc) (*scriptedProbes, *clocktesting.FakeClock, *prober) {
+	t.Helper()
 	clock := clocktesting.NewFakeClock(time.Now())
 	probes := &scriptedProbes{probed: make(chan struct{})}
 	p := &prober{
 		clock:      clock,
 		health:     &health{opts: opts, state: StateConnecting},
-		probe:      probes.probe,
+		review:     probes.probe,
+		ping:       ping,
 		connected:  func() bool { return true },
 		heardSince: probes.heardSince,
 		report:     probes.report,
@@ -273,3 +288,90 @@ func TestTimedOutProbe(t *testing.T) {
 		t.Fatalf("a probe that timed out in silence: %s, busy %t, error %v; want Unhealthy at the first, with its error", probes.last(), r.Busy, r.Err)
 	}
 }
+
+// scriptedPings is a prober's PING, which counts its calls and returns
+// the error the test set.
+type scriptedPings struct {
+	mu    sync.Mutex
+	calls int
+	err   error
+	hang  bool
+}
+
+func (s *scriptedPings) ping(ctx context.Context) error {
+	s.mu.Lock()
+	s.calls++
+	hang, err := s.hang, s.err
+	s.mu.Unlock()
+	return answer(ctx, hang, err)
+}
+
+func (s *scriptedPings) set(hang bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hang, s.err = hang, err
+}
+
+func (s *scriptedPings) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
+// TestProberPingsBetweenReviews: a Ready member is reviewed every
+// ReviewInterval and PINGed at the probes in between; a PING that fails
+// at once is followed by a review in the same probe, one that times out
+// in silence makes the member Unhealthy, and a member that is not Ready
+// is reviewed.
+func TestProberPingsBetweenReviews(t *testing.T) {
+	opts := HealthOptions{Interval: time.Second, ReviewInterval: 3 * time.Second, RetryInterval: time.Second, Timeout: 20 * time.Millisecond, FailureThreshold: 2, DisconnectAfter: time.Hour}
+	pings := &scriptedPings{}
+	probes, clock, _ := runPingingProber(t, opts, pings.ping)
+	reviews := func() int {
+		probes.mu.Lock()
+		defer probes.mu.Unlock()
+		return probes.reviews
+	}
+	// probe advances the clock to the next probe, and checks whether it
+	// PINGed and whether it reviewed.
+	probe := func(wantPing, wantReview bool) {
+		t.Helper()
+		pinged, reviewed := pings.count(), reviews()
+		if !probes.after(clock, opts.Interval, 5*time.Second) {
+			t.Fatal("no probe")
+		}
+		if got := [2]bool{pings.count() > pinged, reviews() > reviewed}; got != [2]bool{wantPing, wantReview} {
+			t.Fatalf("probe %d: pinged, reviewed = %v, want %v", len(probes.results), got, [2]bool{wantPing, wantReview})
+		}
+	}
+
+	<-probes.probed
+	if pings.count() != 0 || reviews() != 1 {
+		t.Fatal("a Connecting member was PINGed; want a review")
+	}
+	probe(true, false) // 1 s after the review
+	probe(true, false) // 2 s
+	probe(false, true) // 3 s: a review is due
+	probe(true, false)
+	if probes.last() != StateReady {
+		t.Fatalf("after PINGs: %s, want Ready", probes.last())
+	}
+
+	pings.set(false, errors.New("connection lost"))
+	probe(true, true)
+	if r := probes.results[len(probes.results)-1]; probes.last() != StateReady || r.Err != nil {
+		t.Fatalf("a PING that failed at once, then a review that succeeded: %s, error %v; want Ready, no error", probes.last(), r.Err)
+	}
+
+	pings.set(true, nil)
+	probe(true, false)
+	if probes.last() != StateUnhealthy {
+		t.Fatalf("a PING that timed out in silence: %s, want Unhealthy", probes.last())
+	}
+	pings.set(false, nil)
+	probe(false, true)
+	if probes.last() != StateReady {
+		t.Fatalf("an Unhealthy member reviewed: %s, want Ready", probes.last())
+	}
+}
+

@@ -37,7 +37,12 @@ type member struct {
 	dialer     *connrotation.Dialer
 	log        logr.Logger
 	pool       *Pool
-	probe      probeFunc
+	// review and ping are the member's two probes; ping is nil when its
+	// transport keeps no track of its HTTP/2 connection.
+	review probeFunc
+	ping   probeFunc
+	// h2 is the pool of its HTTP/2 connections, nil without HTTP/2.
+	h2 *trackingPool
 
 	// creds are the current credentials, replaced by rotate.
 	creds atomic.Pointer[credentials]
@@ -154,10 +159,14 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	// A SelfSubjectReview needs valid credentials, unlike /readyz, so a
 	// member whose credentials were revoked is not reported healthy. It
 	// goes through the same transport as the cache, so it sees the same
-	// credentials after a rotation.
-	m.probe = func(ctx context.Context) error {
+	// credentials after a rotation. Between reviews, a PING on the HTTP/2
+	// connection the cache's watches use proves the member alive.
+	m.review = func(ctx context.Context) error {
 		_, err := reviews.SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		return err
+	}
+	if m.h2 != nil {
+		m.ping = m.h2.ping
 	}
 	return m, nil
 }
@@ -195,7 +204,8 @@ func (m *member) run(ctx context.Context) {
 	p := &prober{
 		clock:      opts.Clock,
 		health:     &health{opts: opts.Health, state: StateConnecting},
-		probe:      m.probe,
+		review:     m.review,
+		ping:       m.ping,
 		connected:  func() bool { return m.conn.Load() != nil },
 		heardSince: func(t time.Time) bool { return m.heardAt.Load() >= t.UnixNano() },
 		report:     m.report,

@@ -79,7 +79,7 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 	// The member's cluster starts nothing that reaches its server.
 	m := newTestMember(t, pool, "https://127.0.0.1:1")
 	probes := &scriptedProbes{}
-	m.probe = probes.probe
+	m.review, m.ping = probes.probe, nil
 
 	// expectTimers waits for the prober's next timer, and run's backoff
 	// timer if backoffs is 1, in either order.
