@@ -40,7 +40,9 @@ const (
 // counts as a success. A member's return is noticed as soon as it sends
 // anything: that asks for a probe at once.
 type HealthOptions struct {
-	// Interval between probes. Defaults to 4s.
+	// Interval between probes. A member's probes are brought forward by
+	// up to a sixteenth of it, onto a grid all members share, so that the
+	// process wakes once for many probes. Defaults to 4s.
 	Interval time.Duration
 	// ReviewInterval is the longest time between two SelfSubjectReviews
 	// of a Ready member. Its probes in between are HTTP/2 PINGs, answered
@@ -276,7 +278,20 @@ func (p *prober) fire() {
 	if p.woken && p.wakeable {
 		next = wakeGap
 	}
-	p.scheduleLocked(max(next-p.clock.Since(start), 0))
+	d := next - p.clock.Since(start)
+	if next == p.health.opts.Interval {
+		d = p.onGrid(d)
+	}
+	p.scheduleLocked(max(d, 0))
+}
+
+// onGrid returns d, shortened so that it ends on the grid of a sixteenth
+// of Interval on the clock: the scheduled probes of a pool's members fall
+// together, and the process wakes once for many of them rather than for
+// each. A probe comes up to a sixteenth of Interval early, never late.
+func (p *prober) onGrid(d time.Duration) time.Duration {
+	now := p.clock.Now()
+	return now.Add(d).Truncate(p.health.opts.Interval / 16).Sub(now)
 }
 
 // probeOnce probes, and returns the result and the state it leads to;

@@ -375,3 +375,25 @@ func TestProberPingsBetweenReviews(t *testing.T) {
 	}
 }
 
+// TestProbesFallOnAGrid: the scheduled probes of members started at
+// different times fall on the same instants, up to a sixteenth of the
+// interval early and never late.
+func TestProbesFallOnAGrid(t *testing.T) {
+	opts := HealthOptions{Interval: 4 * time.Second}
+	grid := opts.Interval / 16
+	clock := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	due := map[time.Time]bool{}
+	for i := range 100 {
+		clock.Step(37 * time.Millisecond)
+		p := &prober{clock: clock, health: &health{opts: opts}}
+		d := p.onGrid(opts.Interval)
+		if d > opts.Interval || d <= opts.Interval-grid {
+			t.Fatalf("member %d: next probe in %s, want within (%s, %s]", i, d, opts.Interval-grid, opts.Interval)
+		}
+		due[clock.Now().Add(d)] = true
+	}
+	// 100 members started over 3.7 s fall on 3.7 s / 250 ms instants.
+	if len(due) > 16 {
+		t.Fatalf("the probes of 100 members fall on %d instants, want at most 16", len(due))
+	}
+}
