@@ -36,8 +36,8 @@ const settleDeadline = 2 * time.Minute
 type memorySetting struct {
 	gogc, table, note, plot string
 	rssPerMember, ratio     *target
-	// steady: the processes of the largest N read their RSS again after
-	// steadyAfter.
+	// steady: the processes of the smallest and the largest N read their
+	// RSS again after steadyAfter.
 	steady bool
 }
 
@@ -54,7 +54,7 @@ func gogcLabel(gogc string) string {
 func (b *bench) memorySettings() []memorySetting {
 	return []memorySetting{{
 		table: memoryTable,
-		note: fmt.Sprintf("A fleet-manager process (ConfigMap controller, 2 workers) whose members each cache %d ConfigMaps of %d KiB, selected by a field selector on their namespace in a cache of every namespace, as a controller of every namespace caches them, read %s after settling: RSS and goroutines; then, at the largest N, RSS again %s after settling; then the live heap after two collections. No collection is forced before the RSS readings. Baseline: a process of bare controller-runtime clusters, started all at once, caching the same objects, each with a connection of its own and the same transform (managedFields stripped). Both run with no GOGC in their environment, as a library user's process and the Deployment do: the bare process collects at Go's default, 100; the fleet manager at %d, which fleet.New sets when GOGC is unset (fleet.DefaultGCPercent). A member has settled once each of its ConfigMaps was reconciled; the figures of a fleet-manager process whose members did not all settle within %s fail in that run. Slopes are least-squares fits over N, run by run. The objects ratio divides the RSS per member by %s, issue 16's estimate of what the objects themselves take.",
+		note: fmt.Sprintf("A fleet-manager process (ConfigMap controller, 2 workers) whose members each cache %d ConfigMaps of %d KiB, selected by a field selector on their namespace in a cache of every namespace, as a controller of every namespace caches them, read %s after settling: RSS and goroutines; then, at the smallest and the largest N, RSS again %s after settling, whose slope between the two is the steady RSS per member; then the live heap after two collections. No collection is forced before the RSS readings. Baseline: a process of bare controller-runtime clusters, started all at once, caching the same objects, each with a connection of its own and the same transform (managedFields stripped). Both run with no GOGC in their environment, as a library user's process and the Deployment do: the bare process collects at Go's default, 100; the fleet manager at %d, which fleet.New sets when GOGC is unset (fleet.DefaultGCPercent). A member has settled once each of its ConfigMaps was reconciled; the figures of a fleet-manager process whose members did not all settle within %s fail in that run. Slopes are least-squares fits over N, run by run. The objects ratio divides the RSS per member by %s, issue 16's estimate of what the objects themselves take.",
 			loadObjects, loadBytes>>10, childIdle, steadyAfter, fleet.DefaultGCPercent, settleDeadline, format(objectsPerMember, "MiB")),
 		plot:         "memory",
 		rssPerMember: atMost(rssPerMemberTarget, "3.17–3.19 MiB"),
@@ -121,7 +121,7 @@ var settleBefore = map[int]float64{10: 0.66, 50: 2.74, 100: 6.24, 200: 13.7}
 // returns the reports of their settling.
 func (b *bench) memory(ctx context.Context, ns string, n int, m memorySetting) (fleetSettled, bareSettled childReport, err error) {
 	var steady time.Duration
-	if m.steady && n == slices.Max(b.members) {
+	if m.steady && (n == slices.Min(b.members) || n == slices.Max(b.members)) {
 		steady = steadyAfter
 	}
 	fleetSettled, fleetMem, err := b.measureChild("fleet", n, m.gogc, steady,
@@ -145,23 +145,23 @@ func (b *bench) memory(ctx context.Context, ns string, n int, m memorySetting) (
 	t.add(fmt.Sprintf("bare clusters heap, N=%d", n), "MiB", float64(bareMem.HeapBytes)/mib, nil)
 	t.add(fmt.Sprintf("bare clusters goroutines, N=%d", n), "goroutines", float64(bareMem.Goroutines), nil)
 	t.add(fmt.Sprintf("members settled in one process within %s, N=%d", settleDeadline, n), "members", float64(fleetSettled.Members), atLeast(float64(n), ""))
+	title := fmt.Sprintf("Memory against members (%d ConfigMaps of %d KiB each), %s", loadObjects, loadBytes>>10, gogcLabel(m.gogc))
 	if steady > 0 {
 		after := fmt.Sprintf("after %s, N=%d", steadyAfter, n)
 		fleetSteady := settled("fleet-manager RSS "+after, "MiB", float64(fleetMem.SteadyRSSBytes)/mib)
 		bareSteady := float64(bareMem.SteadyRSSBytes) / mib
 		t.add("bare clusters RSS "+after, "MiB", bareSteady, nil)
-		settledTarget := func(name, unit string, value float64, goal *target) {
+		if n == slices.Max(b.members) {
 			if fleetSettled.Members < n {
-				settled(name, unit, value)
-				return
+				settled("fleet-manager ÷ bare, RSS "+after, "×", fleetSteady/bareSteady)
+			} else {
+				t.add("fleet-manager ÷ bare, RSS "+after, "×", fleetSteady/bareSteady, m.ratio)
 			}
-			t.add(name, unit, value, goal)
 		}
-		settledTarget("fleet-manager RSS ÷ N "+after, "MiB", fleetSteady/float64(n), m.rssPerMember)
-		settledTarget("fleet-manager ÷ bare, RSS "+after, "×", fleetSteady/bareSteady, m.ratio)
+		b.res.plot(m.plot, title, "MiB", steadySeries("fleet-manager"), n, fleetSteady)
+		b.res.plot(m.plot, title, "MiB", steadySeries("bare controller-runtime"), n, bareSteady)
 	}
 
-	title := fmt.Sprintf("Memory against members (%d ConfigMaps of %d KiB each), %s", loadObjects, loadBytes>>10, gogcLabel(m.gogc))
 	b.res.plot(m.plot, title, "MiB", "fleet-manager RSS", n, fleetRSS)
 	b.res.plot(m.plot, title, "MiB", "bare controller-runtime RSS", n, float64(bareMem.RSSBytes)/mib)
 	b.res.plot(m.plot, title, "MiB", "fleet-manager heap", n, fleetHeap)
@@ -185,6 +185,11 @@ func fleetFigures(t *table, settled childReport, n int) func(name, unit string, 
 		t.add(name, unit, value, nil)
 		return value
 	}
+}
+
+// steadySeries names the plot series of process's RSS after steadyAfter.
+func steadySeries(process string) string {
+	return fmt.Sprintf("%s RSS after %s", process, steadyAfter)
 }
 
 // childIdle is how long a child idles after settling before its RSS is
@@ -252,6 +257,29 @@ func (b *bench) addMemorySlopes() {
 			t.add(fmt.Sprintf("fleet-manager RSS per member ÷ the objects (%s)", format(objectsPerMember, "MiB")), "×", fleetRSS/objectsPerMember, nil)
 			t.add("fleet-manager goroutines per member", "goroutines", slopeOf(goroutines, "fleet-manager"), atMost(13, ""))
 			t.add("bare clusters goroutines per member", "goroutines", slopeOf(goroutines, "bare controller-runtime"), nil)
+			b.addSteadySlopes(t, m, c, run)
 		}
 	}
+}
+
+// addSteadySlopes adds run's RSS per member after steadyAfter, the slope
+// between the smallest and the largest N, if both were read.
+func (b *bench) addSteadySlopes(t *table, m memorySetting, c *curve, run int) {
+	lo, hi := slices.Min(b.members), slices.Max(b.members)
+	slopeOf := func(series string) (float64, bool) {
+		points := c.points[steadySeries(series)]
+		if len(points[lo]) <= run || len(points[hi]) <= run {
+			return 0, false
+		}
+		return (points[hi][run] - points[lo][run]) / float64(hi-lo), true
+	}
+	fleetRSS, ok := slopeOf("fleet-manager")
+	bareRSS, bareOK := slopeOf("bare controller-runtime")
+	if !ok || !bareOK {
+		return
+	}
+	per := fmt.Sprintf("RSS per member after %s (N=%d to %d)", steadyAfter, lo, hi)
+	t.add("fleet-manager "+per, "MiB", fleetRSS, m.rssPerMember)
+	t.add("bare clusters "+per, "MiB", bareRSS, nil)
+	t.add("fleet-manager ÷ bare, "+per, "×", fleetRSS/bareRSS, m.ratio)
 }
