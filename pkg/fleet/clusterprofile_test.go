@@ -348,8 +348,9 @@ func TestPublishedClusterProfileRoundTrip(t *testing.T) {
 }
 
 // Credentials from a profile's exec plugin that expire within a second
-// are renewed by client-go's exec authenticator: the member stays Ready,
-// and its cluster is not rebuilt.
+// are renewed by client-go's exec authenticator, at the member's next
+// request (here its probes, each a review): the member stays Ready, and
+// its cluster is not rebuilt.
 func TestClusterProfileCredentialsRenew(t *testing.T) {
 	installClusterProfileCRD(t)
 	const ns = "inventory-renew"
@@ -374,6 +375,7 @@ func TestClusterProfileCredentialsRenew(t *testing.T) {
 	}}})
 	f := startFleetWith(t, func(o *fleet.Options) {
 		quickHealth(o)
+		o.MemberHealth.ReviewInterval = o.MemberHealth.Interval
 		o.KubeconfigPolicy.AllowExecCommands = []string{plugin}
 		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: providers}
 	})
