@@ -162,17 +162,19 @@ func (m *member) configureHTTP2(t *http.Transport) error {
 	}
 	t2.ReadIdleTimeout, t2.PingTimeout = 30*time.Second, 15*time.Second
 	if t2.ConnPool != nil {
-		m.h2 = &trackingPool{ClientConnPool: t2.ConnPool}
+		m.h2 = &trackingPool{ClientConnPool: t2.ConnPool, lost: m.connLost}
 		t2.ConnPool = m.h2
 	}
 	return nil
 }
 
 // trackingPool is an HTTP/2 connection pool that remembers the
-// connection it last handed out, until that connection dies.
+// connection it last handed out, until that connection dies, and tells
+// lost of each connection that dies or is going away.
 type trackingPool struct {
 	http2.ClientConnPool
 	last atomic.Pointer[http2.ClientConn]
+	lost func()
 }
 
 func (p *trackingPool) GetClientConn(req *http.Request, addr string) (*http2.ClientConn, error) {
@@ -185,6 +187,7 @@ func (p *trackingPool) GetClientConn(req *http.Request, addr string) (*http2.Cli
 
 func (p *trackingPool) MarkDead(cc *http2.ClientConn) {
 	p.last.CompareAndSwap(cc, nil)
+	p.lost()
 	p.ClientConnPool.MarkDead(cc)
 }
 

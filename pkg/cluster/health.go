@@ -56,9 +56,10 @@ type HealthOptions struct {
 	// is confirmed, and a return noticed, quickly. A Disconnected member
 	// is probed every Interval instead. Defaults to 100ms.
 	RetryInterval time.Duration
-	// Timeout of one probe. A probe that times out while the member sent
-	// nothing on its connections makes it Unhealthy at once: the member
-	// is frozen, or cut off. Defaults to 800ms.
+	// Timeout of one probe. A probe of a Ready member that times out
+	// while the member sent nothing on a connection open for longer than
+	// a timeout makes it Unhealthy at once: the member is frozen, or cut
+	// off. Other timeouts are failures like any other. Defaults to 800ms.
 	Timeout time.Duration
 	// FailureThreshold is the number of probes in a row that fail with an
 	// error, such as a refused connection or an error status, that make a
@@ -155,6 +156,9 @@ type prober struct {
 	// heardSince reports whether the member sent anything, on a
 	// connection opened before t, since t.
 	heardSince func(t time.Time) bool
+	// establishedAt reports whether the member had a connection at t
+	// opened more than a probe timeout before, and still open.
+	establishedAt func(t time.Time) bool
 	// report is called after each probe with its result and the state.
 	report func(result ProbeResult, state State)
 
@@ -325,12 +329,15 @@ func (p *prober) probeOnce(ctx context.Context, start time.Time) (result ProbeRe
 		Err:                 err,
 		CredentialsRejected: apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err),
 	}
+	// A timeout is decisive only for a Ready member, on an established
+	// connection: a new connection's handshake, and a connecting member's
+	// first requests, are slow when its server, or this process, is busy.
 	silent := false
 	if err != nil && timedOut {
 		if p.heardSince(start) {
 			result.Err, result.Busy = nil, true
 		} else {
-			silent = true
+			silent = p.health.state == StateReady && p.establishedAt(start)
 		}
 	}
 	state = p.health.record(start, result.Err, p.connected(), silent)

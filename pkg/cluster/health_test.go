@@ -111,13 +111,14 @@ func runPingingProber(t *testing.T, opts HealthOptions, ping probeFunc) (*script
 	clock := clocktesting.NewFakeClock(time.Now())
 	probes := &scriptedProbes{probed: make(chan struct{})}
 	p := &prober{
-		clock:      clock,
-		health:     &health{opts: opts, state: StateConnecting},
-		review:     probes.probe,
-		ping:       ping,
-		connected:  func() bool { return true },
-		heardSince: probes.heardSince,
-		report:     probes.report,
+		clock:         clock,
+		health:        &health{opts: opts, state: StateConnecting},
+		review:        probes.probe,
+		ping:          ping,
+		connected:     func() bool { return true },
+		heardSince:    probes.heardSince,
+		establishedAt: func(time.Time) bool { return true },
+		report:        probes.report,
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	p.start(ctx)
@@ -286,6 +287,26 @@ func TestTimedOutProbe(t *testing.T) {
 	}
 	if r := probes.results[len(probes.results)-1]; probes.last() != StateUnhealthy || r.Busy || r.Err == nil {
 		t.Fatalf("a probe that timed out in silence: %s, busy %t, error %v; want Unhealthy at the first, with its error", probes.last(), r.Busy, r.Err)
+	}
+}
+
+// TestTimedOutProbeWithoutEstablishedConnection: a probe that times out
+// in silence while the member has no established connection, only new
+// ones whose handshakes may be slow, is a failure like any other.
+func TestTimedOutProbeWithoutEstablishedConnection(t *testing.T) {
+	opts := HealthOptions{Interval: time.Minute, RetryInterval: time.Minute, Timeout: 20 * time.Millisecond, FailureThreshold: 3, DisconnectAfter: time.Hour}
+	probes, clock, p := runWakeableProber(t, opts)
+	<-probes.probed
+	p.mu.Lock()
+	p.establishedAt = func(time.Time) bool { return false }
+	p.mu.Unlock()
+
+	probes.set(true, false)
+	if !probes.after(clock, opts.Interval, 5*time.Second) {
+		t.Fatal("no probe")
+	}
+	if r := probes.results[len(probes.results)-1]; probes.last() != StateReady || r.Err == nil {
+		t.Fatalf("a probe that timed out in silence without an established connection: %s, error %v; want Ready until the threshold, with its error", probes.last(), r.Err)
 	}
 }
 

@@ -66,8 +66,13 @@ type member struct {
 	// that takes connections for a dead server does not pass for it.
 	heardAt atomic.Int64
 
-	// connLostAt is when a network connection of the member last closed,
-	// in Unix nanoseconds of the pool's clock, or 0. A probe that succeeds
+	// connsMu guards conns, the member's open network connections.
+	connsMu sync.Mutex
+	conns   map[*notifyingConn]struct{}
+
+	// connLostAt is when an established network connection of the member
+	// was last lost (see connClosed), in Unix nanoseconds of the pool's
+	// clock, or 0. A probe that succeeds
 	// while Ready clears it only if the probe started after that close: a
 	// probe that was under way when the connections dropped proves nothing.
 	connLostAt atomic.Int64
@@ -104,6 +109,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 		pool:      p,
 		reconnect: make(chan struct{}, 1),
 		done:      make(chan struct{}),
+		conns:     map[*notifyingConn]struct{}{},
 	}
 	m.creds.Store(creds)
 	m.state.Store(StatePending)
@@ -132,7 +138,11 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 			_ = c.Close()
 			return nil, errClosing
 		}
-		return &notifyingConn{Conn: c, opened: m.pool.opts.Clock.Now(), read: m.heard, closed: func() { m.connLostAt.Store(m.pool.opts.Clock.Now().UnixNano()) }, closing: m.refusing}, nil
+		nc := &notifyingConn{Conn: c, opened: m.pool.opts.Clock.Now(), read: m.heard, closed: m.connClosed, closing: m.refusing}
+		m.connsMu.Lock()
+		m.conns[nc] = struct{}{}
+		m.connsMu.Unlock()
+		return nc, nil
 	})
 	rt, err := m.newTransport(creds.config)
 	if err != nil {
@@ -202,13 +212,14 @@ func (m *member) run(ctx context.Context) {
 	defer close(m.done)
 	opts := &m.pool.opts
 	p := &prober{
-		clock:      opts.Clock,
-		health:     &health{opts: opts.Health, state: StateConnecting},
-		review:     m.review,
-		ping:       m.ping,
-		connected:  func() bool { return m.conn.Load() != nil },
-		heardSince: func(t time.Time) bool { return m.heardAt.Load() >= t.UnixNano() },
-		report:     m.report,
+		clock:         opts.Clock,
+		health:        &health{opts: opts.Health, state: StateConnecting},
+		review:        m.review,
+		ping:          m.ping,
+		connected:     func() bool { return m.conn.Load() != nil },
+		heardSince:    func(t time.Time) bool { return m.heardAt.Load() >= t.UnixNano() },
+		establishedAt: m.establishedAt,
+		report:        m.report,
 	}
 	m.prober.Store(p)
 	p.start(ctx)
@@ -332,6 +343,37 @@ func (m *member) heard(opened time.Time) {
 	}
 }
 
+// connClosed is told of the close of c. Without HTTP/2, an established
+// connection, one open for more than a probe timeout, is lost when it
+// closes; with HTTP/2, the connection pool tells which are lost: one
+// closed during its dial or handshake, say by a probe's timeout, carried
+// no watch.
+func (m *member) connClosed(c *notifyingConn) {
+	m.connsMu.Lock()
+	delete(m.conns, c)
+	m.connsMu.Unlock()
+	if m.h2 == nil && m.pool.opts.Clock.Since(c.opened) > m.pool.opts.Health.Timeout {
+		m.connLost()
+	}
+}
+
+// connLost records that an established connection of m was lost.
+func (m *member) connLost() { m.connLostAt.Store(m.pool.opts.Clock.Now().UnixNano()) }
+
+// establishedAt reports whether m had a network connection at t opened
+// more than a probe timeout before, and still open.
+func (m *member) establishedAt(t time.Time) bool {
+	before := t.Add(-m.pool.opts.Health.Timeout)
+	m.connsMu.Lock()
+	defer m.connsMu.Unlock()
+	for c := range m.conns {
+		if !c.opened.After(before) {
+			return true
+		}
+	}
+	return false
+}
+
 // wake asks the prober for a probe at once.
 func (m *member) wake() {
 	if p := m.prober.Load(); p != nil {
@@ -439,10 +481,11 @@ var errClosing = errors.New("member connection closing")
 // member.
 type notifyingConn struct {
 	net.Conn
-	opened  time.Time
-	read    func(opened time.Time)
-	closed  func()
-	closing func() bool
+	opened    time.Time
+	read      func(opened time.Time)
+	closed    func(*notifyingConn)
+	closing   func() bool
+	closeOnce sync.Once
 }
 
 func (c *notifyingConn) Read(b []byte) (int, error) {
@@ -467,7 +510,7 @@ func (c *notifyingConn) describe(err error) error {
 }
 
 func (c *notifyingConn) Close() error {
-	c.closed()
+	c.closeOnce.Do(func() { c.closed(c) })
 	return c.Conn.Close()
 }
 

@@ -10,6 +10,7 @@ import (
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
 	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
@@ -30,7 +31,7 @@ func TestClosingConnectionErrorIsNotRetried(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		conn := &notifyingConn{Conn: local, read: func(time.Time) {}, closed: func() {}, closing: func() bool { return closing }}
+		conn := &notifyingConn{Conn: local, read: func(time.Time) {}, closed: func(*notifyingConn) {}, closing: func() bool { return closing }}
 		read := make(chan error)
 		go func() {
 			_, err := conn.Read(make([]byte, 1))
@@ -116,4 +117,46 @@ func newTestMember(t *testing.T, pool *Pool, server string) *member {
 // engageNothing engages a member with nothing.
 func engageNothing(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} {
 	return ctx.Done()
+}
+
+// TestEstablishedConnections: a member's connection counts as established
+// once it has been open for a probe timeout, and no longer once closed;
+// with HTTP/2, closing a connection is not losing one (the connection
+// pool tells of those), so a dial cut short by a probe's timeout does not
+// make a member that is back reconnect.
+func TestEstablishedConnections(t *testing.T) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close()
+	addr := listener.Addr().String()
+	clk := clocktesting.NewFakeClock(time.Now())
+	pool, err := NewPool(Options{Engage: engageNothing, Policy: kubeconfigtest.Permissive, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeout := pool.opts.Health.Timeout
+	m := newTestMember(t, pool, "https://"+addr)
+	if m.h2 == nil {
+		t.Fatal("the member's transport keeps no track of its HTTP/2 connections")
+	}
+	c, err := m.dialer.DialContext(t.Context(), "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.establishedAt(clk.Now()) {
+		t.Fatal("a connection just opened counts as established")
+	}
+	clk.Step(2 * timeout)
+	if !m.establishedAt(clk.Now()) {
+		t.Fatalf("a connection open for %s does not count as established", 2*timeout)
+	}
+	_ = c.Close()
+	if m.establishedAt(clk.Now()) {
+		t.Fatal("a closed connection counts as established")
+	}
+	if m.connLostAt.Load() != 0 {
+		t.Fatal("closing a connection counted as losing one; with HTTP/2 only the connection pool tells")
+	}
 }
