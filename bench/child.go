@@ -369,6 +369,9 @@ func startChild(env []string, args ...string) (*child, error) {
 	c.cmd.Env = append(c.cmd.Env, env...)
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	c.cmd.Stderr = &c.stderr
+	if os.Getenv("BENCH_LOG") != "" {
+		c.cmd.Stderr = io.MultiWriter(&c.stderr, os.Stderr)
+	}
 	stdout, err := c.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

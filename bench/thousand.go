@@ -77,7 +77,9 @@ func (b *bench) benchThousand(ctx context.Context) error {
 		t.fail("start to all settled", "s", fmt.Sprintf("%d of %d members settled within %s", settled.Members, n, settleDeadline), atMost(10, ""))
 		return nil
 	}
+	b.progress("  settled in %.1f s, with %.1f s of CPU", settled.SettledSeconds, settled.CPUSeconds)
 	t.add("start to all settled", "s", settled.SettledSeconds, atMost(10, ""))
+	t.add("CPU to settle", "s", settled.CPUSeconds, nil)
 	memory, err := c.next(time.Minute)
 	if err != nil {
 		return err
