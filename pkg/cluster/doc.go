@@ -13,7 +13,10 @@
 //
 // Each member owns its HTTP transport: a dialer of its own keeps
 // client-go's TLS cache from sharing a connection between members, and
-// when the member stops every connection it opened is closed. Its cache
+// when the member stops every connection it opened is closed. The
+// transport keeps track of the HTTP/2 connection the member's requests
+// use: between SelfSubjectReviews, the member's probes PING it
+// ([HealthOptions]). Its cache
 // strips managedFields and fails reads of kinds no informer watches
 // (ReaderFailOnMissingInformer) instead of quietly starting a cluster-wide
 // informer in every member; read such kinds with GetAPIReader. Its REST
