@@ -148,11 +148,11 @@ func TestRunControllerFlags(t *testing.T) {
 
 func TestRunHealthFlags(t *testing.T) {
 	var stderr bytes.Buffer
-	f, err := parseRunFlags([]string{"--probe-interval=2s", "--probe-retry-interval=250ms", "--probe-timeout=1s", "--probe-failure-threshold=4", "--disconnect-after=30s"}, &stderr)
+	f, err := parseRunFlags([]string{"--probe-interval=2s", "--probe-review-interval=20s", "--probe-retry-interval=250ms", "--probe-timeout=1s", "--probe-failure-threshold=4", "--disconnect-after=30s"}, &stderr)
 	if err != nil {
 		t.Fatalf("parseRunFlags: %v\n%s", err, stderr.String())
 	}
-	want := cluster.HealthOptions{Interval: 2 * time.Second, RetryInterval: 250 * time.Millisecond, Timeout: time.Second, FailureThreshold: 4, DisconnectAfter: 30 * time.Second}
+	want := cluster.HealthOptions{Interval: 2 * time.Second, ReviewInterval: 20 * time.Second, RetryInterval: 250 * time.Millisecond, Timeout: time.Second, FailureThreshold: 4, DisconnectAfter: 30 * time.Second}
 	if f.health != want {
 		t.Fatalf("health = %+v, want %+v", f.health, want)
 	}
