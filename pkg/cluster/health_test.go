@@ -108,8 +108,16 @@ func runWakeableProber(t *testing.T, opts HealthOptions) (*scriptedProbes, *cloc
 // runPingingProber is runWakeableProber with ping as the prober's PING.
 func runPingingProber(t *testing.T, opts HealthOptions, ping probeFunc) (*scriptedProbes, *clocktesting.FakeClock, *prober) {
 	t.Helper()
-	clock := clocktesting.NewFakeClock(time.Now())
 	probes := &scriptedProbes{probed: make(chan struct{})}
+	clock, p := startProber(t, opts, probes, ping)
+	return probes, clock, p
+}
+
+// startProber runs a prober of probes and ping with opts on a fake clock
+// until the test ends.
+func startProber(t *testing.T, opts HealthOptions, probes *scriptedProbes, ping probeFunc) (*clocktesting.FakeClock, *prober) {
+	t.Helper()
+	clock := clocktesting.NewFakeClock(time.Now())
 	p := &prober{
 		clock:         clock,
 		health:        &health{opts: opts, state: StateConnecting},
@@ -123,7 +131,7 @@ func runPingingProber(t *testing.T, opts HealthOptions, ping probeFunc) (*script
 	ctx, cancel := context.WithCancel(t.Context())
 	p.start(ctx)
 	t.Cleanup(func() { cancel(); p.stop() })
-	return probes, clock, p
+	return clock, p
 }
 
 func TestProberTurnsUnhealthyThenDisconnected(t *testing.T) {
@@ -416,5 +424,18 @@ func TestProbesFallOnAGrid(t *testing.T) {
 	// 100 members started over 3.7 s fall on 3.7 s / 250 ms instants.
 	if len(due) > 16 {
 		t.Fatalf("the probes of 100 members fall on %d instants, want at most 16", len(due))
+	}
+}
+
+// TestTimedOutProbeOfConnectingMember: a member still connecting whose
+// probe times out in silence stays Connecting until the threshold: its
+// server may be busy with its first lists.
+func TestTimedOutProbeOfConnectingMember(t *testing.T) {
+	opts := HealthOptions{Interval: time.Minute, RetryInterval: time.Minute, Timeout: 20 * time.Millisecond, FailureThreshold: 3, DisconnectAfter: time.Hour}
+	probes := &scriptedProbes{probed: make(chan struct{}), hang: true}
+	startProber(t, opts, probes, nil)
+	<-probes.probed
+	if r := probes.results[len(probes.results)-1]; probes.last() != StateConnecting || r.Err == nil {
+		t.Fatalf("a connecting member's probe that timed out in silence: %s, error %v; want Connecting until the threshold, with its error", probes.last(), r.Err)
 	}
 }
