@@ -14,13 +14,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/ptr"
 	inventoryv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	"sigs.k8s.io/cluster-inventory-api/pkg/access"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -69,20 +66,9 @@ func addClusterProfiles(mgr manager.Manager, r *Registry, profiles ClusterProfil
 	if err != nil {
 		return fmt.Errorf("creating the ClusterProfile cache: %w", err)
 	}
-	if err := mgr.Add(registrationCache{c}); err != nil {
-		return err
-	}
 	reader := &profileReader{registry: r, opts: profiles, profiles: c, recorder: mgr.GetEventRecorder("fleet-manager")}
 	src := newRegistrationSource(c, &inventoryv1alpha1.ClusterProfile{}, "ClusterProfiles", func(client.Object) bool { return true })
-	err = builder.ControllerManagedBy(mgr).
-		Named("fleet-registrations-" + ClusterProfileFormat).
-		WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, NeedLeaderElection: ptr.To(false)}).
-		WatchesRawSource(src).
-		Complete(reader)
-	if err != nil {
-		return err
-	}
-	return mgr.Add(firstPass{reader: reader, source: src, format: ClusterProfileFormat, registry: r})
+	return addRegistrationSource(mgr, r, ClusterProfileFormat, reader, src, workers)
 }
 
 // profileReader turns ClusterProfiles into claims.

@@ -73,24 +73,31 @@ func NewWithSecrets(mgr manager.Manager, formats []Format, workers int, profiles
 		if err != nil {
 			return nil, fmt.Errorf("creating the %s Secret cache: %w", f.Name, err)
 		}
-		if err := mgr.Add(registrationCache{c}); err != nil {
-			return nil, err
-		}
 		reader := &secretReader{registry: r, format: f, secrets: c, recorder: mgr.GetEventRecorder("fleet-manager")}
 		src := newRegistrationSource(c, &corev1.Secret{}, "registration Secrets", func(o client.Object) bool { return f.Match(o.(*corev1.Secret)) })
-		err = builder.ControllerManagedBy(mgr).
-			Named("fleet-registrations-" + f.Name).
-			WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, NeedLeaderElection: ptr.To(false)}).
-			WatchesRawSource(src).
-			Complete(reader)
-		if err != nil {
-			return nil, err
-		}
-		if err := mgr.Add(firstPass{reader: reader, source: src, format: f.Name, registry: r}); err != nil {
+		if err := addRegistrationSource(mgr, r, f.Name, reader, src, workers); err != nil {
 			return nil, err
 		}
 	}
 	return r, nil
+}
+
+// addRegistrationSource runs format's source on mgr: its cache, a hub
+// controller that reads up to workers of its objects at once with reader,
+// on every replica, and its first pass.
+func addRegistrationSource(mgr manager.Manager, r *Registry, format string, reader registrationReader, src *registrationSource, workers int) error {
+	if err := mgr.Add(registrationCache{src.cache}); err != nil {
+		return err
+	}
+	err := builder.ControllerManagedBy(mgr).
+		Named("fleet-registrations-" + format).
+		WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, NeedLeaderElection: ptr.To(false)}).
+		WatchesRawSource(src).
+		Complete(reader)
+	if err != nil {
+		return err
+	}
+	return mgr.Add(firstPass{reader: reader, source: src, format: format, registry: r})
 }
 
 func namespaces(names []string) map[string]cache.Config {
