@@ -72,9 +72,9 @@ type member struct {
 
 	// connLostAt is when an established network connection of the member
 	// was last lost (see connClosed), in Unix nanoseconds of the pool's
-	// clock, or 0. A probe that succeeds
-	// while Ready clears it only if the probe started after that close: a
-	// probe that was under way when the connections dropped proves nothing.
+	// clock, or 0. A probe that succeeds while Ready clears it only if the
+	// probe started after that loss: a probe that was under way when the
+	// connections dropped proves nothing.
 	connLostAt atomic.Int64
 	// closing is set while a connection is torn down: dials fail.
 	closing atomic.Bool
@@ -481,11 +481,10 @@ var errClosing = errors.New("member connection closing")
 // member.
 type notifyingConn struct {
 	net.Conn
-	opened    time.Time
-	read      func(opened time.Time)
-	closed    func(*notifyingConn)
-	closing   func() bool
-	closeOnce sync.Once
+	opened  time.Time
+	read    func(opened time.Time)
+	closed  func(*notifyingConn)
+	closing func() bool
 }
 
 func (c *notifyingConn) Read(b []byte) (int, error) {
@@ -510,7 +509,7 @@ func (c *notifyingConn) describe(err error) error {
 }
 
 func (c *notifyingConn) Close() error {
-	c.closeOnce.Do(func() { c.closed(c) })
+	c.closed(c)
 	return c.Conn.Close()
 }
 
