@@ -169,6 +169,19 @@ const MaxLastErrorLength = 1024
 // namespace. A manager touches only the MemberClusters of its own fleet.
 const FleetLabel = "fleet.fleetkube.io/fleet"
 
+// A fleet's identity is unique across hubs: a UID the manager creates once
+// and keeps on the hub, in the ConfigMap FleetIdentityName of the fleet
+// namespace under the key FleetIdentityKey. A manager stamps it, as
+// FleetIDLabel, on everything it creates in a member, and touches in a
+// member only what carries it: two hubs whose fleet namespaces have the
+// same name never take each other's objects. Copying the ConfigMap to a
+// new hub moves the fleet there.
+const (
+	FleetIDLabel      = "fleet.fleetkube.io/fleet-id"
+	FleetIdentityName = "fleet-identity"
+	FleetIdentityKey  = "id"
+)
+
 // MaxServerVersionLength is the longest MemberClusterStatus.ServerVersion
 // the API accepts; the manager cuts a longer one.
 const MaxServerVersionLength = 64

@@ -118,6 +118,7 @@ type Manager struct {
 	manager.Manager
 
 	namespace string
+	identity  *identity
 	registry  *registry.Registry
 	pool      *cluster.Pool
 	engager   *engage.Engager
@@ -169,6 +170,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	log := hub.GetLogger()
 	setGCPercent(opts.GCPercent, log)
 	m := &Manager{Manager: hub, namespace: opts.Namespace}
+	m.identity = &identity{namespace: opts.Namespace, reader: hub.GetAPIReader(), writer: hub.GetClient(), log: log.WithName("identity"), resolved: make(chan struct{})}
 	if m.metrics, err = fleetmetrics.NewFleet(crmetrics.Registry); err != nil {
 		return nil, err
 	}
@@ -200,6 +202,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	for _, r := range []manager.Runnable{
+		m.identity,
 		m.pool,
 		// The hub is engaged like a member, under the name "", for as
 		// long as this replica leads.
