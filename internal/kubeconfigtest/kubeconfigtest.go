@@ -3,6 +3,7 @@
 package kubeconfigtest
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
@@ -83,4 +84,36 @@ func Flat(size int) []byte {
 		fmt.Fprintf(&b, "  k%05d: %d\n", i, i%10)
 	}
 	return []byte(b.String())
+}
+
+// CredentialsOf returns the credential material of kubeconfigs, as a
+// leak would show it: tokens, passwords, and the base64 and body lines of
+// client keys and certificates.
+func CredentialsOf(kubeconfigs ...[]byte) ([]string, error) {
+	var secrets []string
+	for _, kc := range kubeconfigs {
+		raw, err := clientcmd.Load(kc)
+		if err != nil {
+			return nil, fmt.Errorf("unparsable test kubeconfig: %w", err)
+		}
+		for _, user := range raw.AuthInfos {
+			for _, s := range []string{user.Token, user.Password} {
+				if s != "" {
+					secrets = append(secrets, s)
+				}
+			}
+			for _, data := range [][]byte{user.ClientKeyData, user.ClientCertificateData} {
+				if len(data) == 0 {
+					continue
+				}
+				secrets = append(secrets, base64.StdEncoding.EncodeToString(data))
+				for _, line := range strings.Split(string(data), "\n") {
+					if len(line) > 40 { // a PEM body line
+						secrets = append(secrets, line)
+					}
+				}
+			}
+		}
+	}
+	return secrets, nil
 }

@@ -25,6 +25,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/clusterprofile"
@@ -292,7 +293,11 @@ func TestClusterProfilesArePublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if leaked := (&logLines{lines: []string{string(published)}}).credentialsIn([][]byte{kc}); leaked != "" {
+	secrets, err := kubeconfigtest.CredentialsOf(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaked := (&logLines{lines: []string{string(published)}}).holding(secrets); leaked != "" {
 		t.Fatalf("the published profile holds credential material: %s", leaked)
 	}
 

@@ -2,7 +2,6 @@ package fleet_test
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +34,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -98,8 +98,18 @@ func TestMain(m *testing.M) {
 			kubeconfigs = append(kubeconfigs, kc)
 		}
 		code := m.Run()
-		if leaked := suiteLogs.credentialsIn(kubeconfigs); leaked != "" {
+		secrets, err := suiteCredentials()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if leaked := suiteLogs.holding(secrets); leaked != "" {
 			fmt.Fprintf(os.Stderr, "credential material appeared in the logs: %s\n", leaked)
+			return 1
+		}
+		// Nothing the suite's managers wrote for others to read holds any.
+		if leaked, err := controlplane.FindPublishedCredential(context.Background(), hub.Config, secrets); err != nil || leaked != "" {
+			fmt.Fprintf(os.Stderr, "credential material was published on the hub: %s %v\n", leaked, err)
 			return 1
 		}
 		return code
@@ -259,26 +269,16 @@ func (l *logLines) logger() logr.Logger {
 	}, funcr.Options{Verbosity: 4})
 }
 
-// credentialsIn returns the first log line holding key, certificate or
-// token material of any of kubeconfigs, or the hostile test's token.
-func (l *logLines) credentialsIn(kubeconfigs [][]byte) string {
-	secrets := []string{hostileToken}
-	for _, kc := range kubeconfigs {
-		raw, err := clientcmd.Load(kc)
-		if err != nil {
-			return "unparsable test kubeconfig: " + err.Error()
-		}
-		for _, user := range raw.AuthInfos {
-			for _, data := range [][]byte{user.ClientKeyData, user.ClientCertificateData} {
-				secrets = append(secrets, base64.StdEncoding.EncodeToString(data))
-				for _, line := range strings.Split(string(data), "\n") {
-					if len(line) > 40 { // a PEM body line
-						secrets = append(secrets, line)
-					}
-				}
-			}
-		}
-	}
+// suiteCredentials is the credential material the suite's tests use: of
+// the members' kubeconfigs, kubeconfigtest's, and the hostile test's
+// token.
+func suiteCredentials() ([]string, error) {
+	secrets, err := kubeconfigtest.CredentialsOf(kubeconfigs...)
+	return append(secrets, append(kubeconfigtest.Secrets, hostileToken)...), err
+}
+
+// holding returns the first log line holding any of secrets.
+func (l *logLines) holding(secrets []string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, line := range l.lines {
