@@ -93,9 +93,10 @@ func (r *profileReader) Reconcile(ctx context.Context, req reconcile.Request) (r
 		r.registry.withdraw(src)
 		return reconcile.Result{}, nil
 	}
+	log := logf.FromContext(ctx).WithValues("clusterProfile", req.NamespacedName)
 	name := cp.Namespace + "." + cp.Name
-	if err := checkName(name); err != nil {
-		logf.FromContext(ctx).Info("Registration refused", "clusterProfile", req.NamespacedName, "reason", ReasonInvalidClusterName)
+	if err := checkName(name, false); err != nil {
+		log.Info("Registration refused", "reason", ReasonInvalidClusterName)
 		r.recorder.Eventf(cp, nil, corev1.EventTypeWarning, ReasonInvalidClusterName, "Register", "%s", err.Error())
 		r.registry.withdraw(src)
 		return reconcile.Result{}, nil
@@ -105,7 +106,9 @@ func (r *profileReader) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if c.kubeconfig, err = profileKubeconfig(cp, r.opts.Providers); err != nil {
 		c.Refusal = &kubeconfig.RefusedError{Reason: ReasonAccessProviderInvalid, Message: kubeconfig.Scrub(err)}
 	}
-	r.registry.claim(name, c)
+	if r.registry.claim(name, c) {
+		reportTaken(log, r.recorder, cp, name)
+	}
 	return reconcile.Result{}, nil
 }
 

@@ -21,8 +21,9 @@ import (
 const (
 	// KubeconfigLabel marks a Secret as a registration when set to "true".
 	KubeconfigLabel = "fleet.fleetkube.io/kubeconfig"
-	// ClusterNameAnnotation overrides the cluster name a Secret of any
-	// format registers.
+	// ClusterNameAnnotation overrides the cluster name a Secret registers:
+	// in every format but Cluster API's, and in Cluster API's only for a
+	// Secret in the fleet namespace.
 	ClusterNameAnnotation = "fleet.fleetkube.io/cluster-name"
 	// KubeconfigKey is the data key that holds the kubeconfig.
 	KubeconfigKey = "kubeconfig"
@@ -59,8 +60,9 @@ type Format struct {
 	// Keys are the data keys Read uses; the Secret cache keeps no other.
 	Keys []string
 	// Read returns the registration a matching Secret holds, or a
-	// RefusedError.
-	Read func(*corev1.Secret) (cluster.Registration, error)
+	// RefusedError. fleetNamespace is the fleet namespace, the only one
+	// whose Secrets may name any cluster.
+	Read func(s *corev1.Secret, fleetNamespace string) (cluster.Registration, error)
 }
 
 // NativeFormatName is the native format's name.
@@ -87,8 +89,8 @@ func labelledKubeconfig(name, namespace, label string) Format {
 		Label:      labels.SelectorFromSet(labels.Set{label: "true"}),
 		Match:      func(*corev1.Secret) bool { return true },
 		Keys:       []string{KubeconfigKey},
-		Read: func(s *corev1.Secret) (cluster.Registration, error) {
-			return readKey(s, s.Name, KubeconfigKey)
+		Read: func(s *corev1.Secret, _ string) (cluster.Registration, error) {
+			return readKey(s, nameOf(s, s.Name), true, KubeconfigKey)
 		},
 	}
 }
@@ -98,7 +100,9 @@ func labelledKubeconfig(name, namespace, label string) Format {
 // under key "value", in namespaces (all if empty). The cluster is named
 // <namespace>.<cluster>, because the same cluster name in two namespaces
 // is normal; <cluster> is the cluster.x-k8s.io/cluster-name label, else the
-// Secret's name without the suffix.
+// Secret's name without the suffix. The cluster name annotation is
+// honoured only in the fleet namespace: whoever writes Secrets in another
+// namespace names only clusters prefixed with that namespace.
 func ClusterAPIFormat(namespaces []string) Format {
 	return Format{
 		Name:       "cluster-api",
@@ -109,12 +113,17 @@ func ClusterAPIFormat(namespaces []string) Format {
 			return s.Type == ClusterAPISecretType && strings.HasSuffix(s.Name, ClusterAPINameSuffix)
 		},
 		Keys: []string{ClusterAPIKey},
-		Read: func(s *corev1.Secret) (cluster.Registration, error) {
+		Read: func(s *corev1.Secret, fleetNamespace string) (cluster.Registration, error) {
 			name := s.Labels[ClusterAPIClusterLabel]
 			if name == "" {
 				name = strings.TrimSuffix(s.Name, ClusterAPINameSuffix)
 			}
-			return readKey(s, s.Namespace+"."+name, ClusterAPIKey)
+			name = s.Namespace + "." + name
+			inFleet := s.Namespace == fleetNamespace
+			if inFleet {
+				name = nameOf(s, name)
+			}
+			return readKey(s, name, inFleet, ClusterAPIKey)
 		},
 	}
 }
@@ -135,9 +144,11 @@ func ArgoCDFormat(namespace string) Format {
 	}
 }
 
-func readKey(s *corev1.Secret, defaultName, key string) (cluster.Registration, error) {
-	reg := cluster.Registration{ClusterName: nameOf(s, defaultName), Kubeconfig: s.Data[key]}
-	if err := checkName(reg.ClusterName); err != nil {
+// readKey reads the registration of cluster name from s's data key; the
+// annotation can rename s's cluster if renamable.
+func readKey(s *corev1.Secret, name string, renamable bool, key string) (cluster.Registration, error) {
+	reg := cluster.Registration{ClusterName: name, Kubeconfig: s.Data[key]}
+	if err := checkName(reg.ClusterName, renamable); err != nil {
 		return reg, err
 	}
 	if len(reg.Kubeconfig) == 0 {
@@ -153,11 +164,18 @@ func nameOf(s *corev1.Secret, defaultName string) string {
 	return defaultName
 }
 
-func checkName(name string) error {
-	if err := cluster.ValidateName(name); err != nil {
-		return kubeconfig.Refuse("InvalidClusterName", "%s; set the annotation %s to a valid name", err, ClusterNameAnnotation)
+// checkName refuses a name that is not a cluster name, with a hint at the
+// annotation if the registration can be renamed with it.
+func checkName(name string, renamable bool) error {
+	err := cluster.ValidateName(name)
+	switch {
+	case err == nil:
+		return nil
+	case renamable:
+		return kubeconfig.Refuse(ReasonInvalidClusterName, "%s; set the annotation %s to a valid name", err, ClusterNameAnnotation)
+	default:
+		return kubeconfig.Refuse(ReasonInvalidClusterName, "%s", err)
 	}
-	return nil
 }
 
 // argoCDConfig is the part of Argo CD's cluster config that matters here.
@@ -189,9 +207,9 @@ type argoCDConfig struct {
 // argoCDAWSCommand is the exec plugin Argo CD runs for AWS authentication.
 const argoCDAWSCommand = "argocd-k8s-auth"
 
-func readArgoCD(s *corev1.Secret) (cluster.Registration, error) {
+func readArgoCD(s *corev1.Secret, _ string) (cluster.Registration, error) {
 	reg := cluster.Registration{ClusterName: nameOf(s, string(s.Data["name"]))}
-	if err := checkName(reg.ClusterName); err != nil {
+	if err := checkName(reg.ClusterName, true); err != nil {
 		return reg, err
 	}
 	server := string(s.Data["server"])

@@ -19,6 +19,10 @@ import (
 // ClusterProfiles, claim.
 const ReasonClusterNameConflict = "ClusterNameConflict"
 
+// ReasonClusterNameTaken refuses a registration from outside the fleet
+// namespace whose name a Secret of the fleet namespace claims.
+const ReasonClusterNameTaken = "ClusterNameTaken"
+
 // Source names one registration: a Secret read in one format, or a
 // ClusterProfile.
 type Source struct {
@@ -53,7 +57,8 @@ type Claim struct {
 type Cluster struct {
 	Name string
 	// Claims are the sources that claim the name, sorted by format
-	// preference, then Secret.
+	// preference, then Secret. When a Secret of the fleet namespace claims
+	// the name, they are only the fleet namespace's Secrets.
 	Claims []Claim
 	// Labels are the accepted claim's labels.
 	Labels map[string]string
@@ -75,6 +80,10 @@ type Cluster struct {
 	// generation counts the accepted registrations of the name, so that
 	// a refusal of an older kubeconfig is not pinned on a newer one.
 	generation int64
+	// taken are the claims from outside the fleet namespace on a name a
+	// Secret of the fleet namespace claims: they change nothing, until
+	// the fleet namespace's claims go.
+	taken []Claim
 }
 
 // Accepted reports whether a member should run for the cluster.
@@ -98,6 +107,9 @@ func (c *Cluster) Registration() (cluster.Registration, int64, bool) {
 // subscriber at all: subscribers pull.
 type Registry struct {
 	formats []string
+	// fleetNamespace names clusters: a claim from elsewhere never takes a
+	// name one of its Secrets claims. Empty: no claim is the fleet's.
+	fleetNamespace string
 
 	// mu guards everything below.
 	mu       sync.Mutex
@@ -167,7 +179,9 @@ func (r *Registry) markSynced(format string) {
 }
 
 // claim records that src claims name, replacing what src claimed before.
-func (r *Registry) claim(name string, c Claim) {
+// It reports whether the name is taken: a Secret of the fleet namespace
+// claims it and src is from elsewhere, so the claim changes nothing.
+func (r *Registry) claim(name string, c Claim) (taken bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if old, ok := r.claimed[c.Source]; ok && old != name {
@@ -179,9 +193,26 @@ func (r *Registry) claim(name string, c Claim) {
 	if cur != nil {
 		*next = *cur
 	}
-	next.Claims = slices.DeleteFunc(slices.Clone(next.Claims), func(x Claim) bool { return x.Source == c.Source })
-	next.Claims = append(next.Claims, c)
+	next.taken = withoutSource(next.taken, c.Source)
+	if !r.fromFleet(c.Source) && slices.ContainsFunc(next.Claims, func(x Claim) bool { return r.fromFleet(x.Source) }) {
+		// Nobody is told: the cluster is as it was.
+		next.taken = append(next.taken, c)
+		r.clusters[name] = next
+		return true
+	}
+	next.Claims = append(withoutSource(next.Claims, c.Source), c)
 	r.lockedSet(cur, next)
+	return false
+}
+
+// fromFleet reports whether src is a Secret of the fleet namespace.
+func (r *Registry) fromFleet(src Source) bool {
+	return r.fleetNamespace != "" && src.Format != ClusterProfileFormat && src.Namespace == r.fleetNamespace
+}
+
+// withoutSource returns a copy of claims without src's.
+func withoutSource(claims []Claim, src Source) []Claim {
+	return slices.DeleteFunc(slices.Clone(claims), func(x Claim) bool { return x.Source == src })
 }
 
 // withdraw forgets src's claim, if any.
@@ -200,7 +231,12 @@ func (r *Registry) lockedRemoveClaim(name string, src Source) {
 		return
 	}
 	next := *cur
-	next.Claims = slices.DeleteFunc(slices.Clone(cur.Claims), func(x Claim) bool { return x.Source == src })
+	if slices.ContainsFunc(cur.taken, func(x Claim) bool { return x.Source == src }) {
+		next.taken = withoutSource(cur.taken, src)
+		r.clusters[name] = &next
+		return
+	}
+	next.Claims = withoutSource(cur.Claims, src)
 	r.lockedSet(cur, &next)
 }
 
@@ -307,7 +343,15 @@ func (r *Registry) ObserveState(name string, state cluster.State, probe *cluster
 
 // lockedSet derives next's labels, refusal and generation from its
 // claims, then publishes it, or removes the name when no claim is left.
+// The claims from elsewhere are set aside while the fleet namespace
+// claims the name, and count again once it no longer does.
 func (r *Registry) lockedSet(cur, next *Cluster) {
+	all := slices.Concat(next.Claims, next.taken)
+	next.Claims, next.taken = all, nil
+	if slices.ContainsFunc(all, func(x Claim) bool { return r.fromFleet(x.Source) }) {
+		next.Claims = slices.DeleteFunc(slices.Clone(all), func(x Claim) bool { return !r.fromFleet(x.Source) })
+		next.taken = slices.DeleteFunc(all, func(x Claim) bool { return r.fromFleet(x.Source) })
+	}
 	if len(next.Claims) == 0 {
 		delete(r.clusters, next.Name)
 		r.lockedNotify(next.Name)

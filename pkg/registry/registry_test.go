@@ -267,3 +267,61 @@ func TestClusterProfileAndSecretConflict(t *testing.T) {
 		t.Fatalf("the profile's claim alone is not accepted: %v", c.Refusal)
 	}
 }
+
+// tenant is the Cluster API Secret ns/name, outside the fleet namespace.
+func tenant(ns, name string) Source {
+	return Source{Format: "cluster-api", NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}
+}
+
+// A registration from outside the fleet namespace that claims a name a
+// Secret of the fleet namespace claims changes nothing of that cluster,
+// and sends no event; it counts once the fleet namespace lets the name go.
+func TestClaimFromElsewhereChangesNothingOfAFleetName(t *testing.T) {
+	r := New("native", "cluster-api", ClusterProfileFormat)
+	r.fleetNamespace = "fleet-system"
+	if r.claim("eu-1", claimOf(secret("native", "eu-1"), "kc-fleet", map[string]string{"env": "prod"})) {
+		t.Fatal("the fleet namespace's claim is reported taken")
+	}
+	r.ObserveState("eu-1", cluster.StateReady, nil)
+	before, _ := r.Get("eu-1")
+	s := r.Subscribe(t.Context())
+	next(t, s)
+
+	profile := Source{Format: ClusterProfileFormat, NamespacedName: types.NamespacedName{Namespace: "fleet-system", Name: "eu-1"}}
+	for _, src := range []Source{tenant("tenant-a", "eu-1-kubeconfig"), profile} {
+		if !r.claim("eu-1", claimOf(src, "kc-tenant", map[string]string{"env": "tenant"})) {
+			t.Fatalf("the claim of %s is not reported taken", src)
+		}
+	}
+	after, _ := r.Get("eu-1")
+	if !after.Accepted() || after.State != cluster.StateReady || after.Labels["env"] != "prod" || after.generation != before.generation ||
+		len(after.Claims) != 1 || after.Claims[0].Source != secret("native", "eu-1") {
+		t.Fatalf("after claims from elsewhere, eu-1 = %+v, want it as before: %+v", after, before)
+	}
+	if s.queue.Len() != 0 {
+		t.Fatal("a claim from elsewhere on a fleet name sent an event")
+	}
+	r.withdraw(profile)
+	if s.queue.Len() != 0 {
+		t.Fatal("withdrawing a claim that changed nothing sent an event")
+	}
+
+	r.withdraw(secret("native", "eu-1"))
+	e := next(t, s)
+	if !e.New.Accepted() || e.New.Claims[0].Source != tenant("tenant-a", "eu-1-kubeconfig") || e.New.Labels["env"] != "tenant" {
+		t.Fatalf("once the fleet namespace lets eu-1 go, event %+v: want the claim from elsewhere accepted", e)
+	}
+	// And the fleet namespace takes the name back.
+	if r.claim("eu-1", claimOf(secret("native", "eu-1"), "kc-fleet", nil)) {
+		t.Fatal("the fleet namespace's claim is reported taken")
+	}
+	c, _ := r.Get("eu-1")
+	if reg, _, ok := c.Registration(); !ok || string(reg.Kubeconfig) != "kc-fleet" || len(c.Claims) != 1 {
+		t.Fatalf("eu-1 claimed back by the fleet namespace: %+v, want its kubeconfig and only its claim", c)
+	}
+	// Two claims of the fleet namespace still conflict.
+	r.claim("eu-1", claimOf(Source{Format: "cluster-api", NamespacedName: types.NamespacedName{Namespace: "fleet-system", Name: "eu-kubeconfig"}}, "kc", nil))
+	if c, _ := r.Get("eu-1"); c.Accepted() || c.Refusal.Reason != ReasonClusterNameConflict {
+		t.Fatalf("two Secrets of the fleet namespace on one name: refusal %v, want %s", c.Refusal, ReasonClusterNameConflict)
+	}
+}

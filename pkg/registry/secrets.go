@@ -9,8 +9,10 @@ import (
 	"maps"
 	"sync"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -43,6 +45,9 @@ const DefaultWorkers = 16
 // hub controller that reads up to workers of them at once into claims.
 // They run on every replica, leader or not, so that a replica that
 // becomes leader knows every registration at once.
+//
+// The native format's namespace is the fleet namespace: a registration
+// from elsewhere never takes a name one of its Secrets claims.
 func NewWithSecrets(mgr manager.Manager, formats []Format, workers int, profiles *ClusterProfiles) (*Registry, error) {
 	names := make([]string, len(formats))
 	for i, f := range formats {
@@ -52,6 +57,11 @@ func NewWithSecrets(mgr manager.Manager, formats []Format, workers int, profiles
 		names = append(names, ClusterProfileFormat)
 	}
 	r := New(names...)
+	for _, f := range formats {
+		if f.Name == NativeFormatName && len(f.Namespaces) == 1 {
+			r.fleetNamespace = f.Namespaces[0]
+		}
+	}
 	if workers <= 0 {
 		workers = DefaultWorkers
 	}
@@ -323,7 +333,7 @@ func (r *secretReader) read(ctx context.Context, secret *corev1.Secret) {
 		r.registry.withdraw(src)
 		return
 	}
-	reg, err := r.format.Read(secret)
+	reg, err := r.format.Read(secret, r.registry.fleetNamespace)
 	if refusal := droppedRefusal(secret, r.format.Keys); refusal != nil && !isRefusal(err, ReasonInvalidClusterName) {
 		err = refusal
 	}
@@ -343,7 +353,17 @@ func (r *secretReader) read(ctx context.Context, secret *corev1.Secret) {
 		}
 		c.Refusal, c.kubeconfig = refusal, nil
 	}
-	r.registry.claim(reg.ClusterName, c)
+	if r.registry.claim(reg.ClusterName, c) {
+		reportTaken(logf.FromContext(ctx).WithValues("secret", src.NamespacedName), r.recorder, secret, reg.ClusterName)
+	}
+}
+
+// reportTaken logs, and records as an Event on obj, that obj's claim on
+// cluster name changes nothing: the fleet namespace claims the name.
+func reportTaken(log logr.Logger, recorder events.EventRecorder, obj runtime.Object, name string) {
+	log.Info("Registration refused", "cluster", name, "reason", ReasonClusterNameTaken)
+	recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonClusterNameTaken, "Register",
+		"cluster %s: a Secret of the fleet namespace registers this name, which no registration from elsewhere can take", name)
 }
 
 func isRefusal(err error, reason string) bool {
