@@ -81,6 +81,7 @@ func TestSecretCacheKeepsOnlyRegistration(t *testing.T) {
 			}
 
 			r := &secretReader{registry: New(tc.format.Name), format: tc.format}
+			r.registry.fleetNamespace = "fleet" // where the annotation names a Cluster API Secret's cluster
 			r.read(t.Context(), cached)
 			c, ok := r.registry.Get("member-1")
 			if !ok {
