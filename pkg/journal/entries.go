@@ -228,6 +228,10 @@ func (j *Journal) Owe(member string, o Owed) error {
 // Settle records that member holds of a Propagation's copies only those
 // in keep: its owed removal, if any, and its other copies' entries go.
 func (j *Journal) Settle(member, namespace, propagation string, keep []Object) error {
+	kept := make(map[Object]bool, len(keep))
+	for _, o := range keep {
+		kept[o] = true
+	}
 	settles := func(tx *bolt.Tx, each func(b *bolt.Bucket, k []byte) error) error {
 		k := owedKey(namespace, propagation)
 		if b, _ := memberBucket(tx, owedBucket, member, false); b != nil && b.Get(k) != nil {
@@ -243,7 +247,7 @@ func (j *Journal) Settle(member, namespace, propagation string, keep []Object) e
 		var gone [][]byte
 		c := b.Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			if cp, err := decodeCopy(k, v); err != nil || !slices.Contains(keep, cp.Object) {
+			if cp, err := decodeCopy(k, v); err != nil || !kept[cp.Object] {
 				gone = append(gone, slices.Clone(k))
 			}
 		}

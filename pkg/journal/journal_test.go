@@ -3,6 +3,7 @@ package journal_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -363,5 +364,42 @@ func TestAJournalWellPastItsLiveSizeIsCompacted(t *testing.T) {
 	}
 	if again, _ := j.Compact(); again {
 		t.Error("a compacted journal was compacted again")
+	}
+}
+
+// TestSettleIsLinearInTheCopies: settling a Propagation that keeps all its
+// copies takes about k times as long for k times the copies, not k² (it
+// looked each copy up in the slice of those kept).
+func TestSettleIsLinearInTheCopies(t *testing.T) {
+	j := open(t, t.TempDir())
+	settle := func(n int) time.Duration {
+		prop := fmt.Sprintf("web-%d", n)
+		copies := make([]journal.Copy, n)
+		keep := make([]journal.Object, n)
+		for i := range copies {
+			copies[i] = copyOf(prop, fmt.Sprintf("object-%d", i), "h")
+			keep[i] = copies[i].Object
+		}
+		if err := j.Record("east", copies); err != nil {
+			t.Fatal(err)
+		}
+		fastest := time.Duration(math.MaxInt64)
+		for range 3 {
+			start := time.Now()
+			if err := j.Settle("east", "team", prop, keep); err != nil {
+				t.Fatal(err)
+			}
+			fastest = min(fastest, time.Since(start))
+		}
+		if got, _ := j.CopiesOf("east", "team", prop); len(got) != n {
+			t.Fatalf("settling kept %d of %d copies", len(got), n)
+		}
+		return fastest
+	}
+	const small, k = 500, 8
+	few, many := settle(small), settle(k*small)
+	t.Logf("%d copies: %s; %d: %s", small, few, k*small, many)
+	if many > few*k*k/2 { // k times as long if linear, k² if quadratic
+		t.Errorf("settling %d copies took %.0f times as long as %d: that grows as the square of the copies", k*small, float64(many)/float64(few), small)
 	}
 }
