@@ -60,9 +60,12 @@ type Format struct {
 	// Keys are the data keys Read uses; the Secret cache keeps no other.
 	Keys []string
 	// Read returns the registration a matching Secret holds, or a
-	// RefusedError. fleetNamespace is the fleet namespace, the only one
-	// whose Secrets may name any cluster.
-	Read func(s *corev1.Secret, fleetNamespace string) (cluster.Registration, error)
+	// RefusedError.
+	Read func(*corev1.Secret) (cluster.Registration, error)
+	// AnnotationInFleetOnly, if true, has ClusterNameAnnotation ignored on
+	// the format's Secrets outside the fleet namespace, whose writers may
+	// not choose any name: Read sees none of it there.
+	AnnotationInFleetOnly bool
 }
 
 // NativeFormatName is the native format's name.
@@ -89,8 +92,8 @@ func labelledKubeconfig(name, namespace, label string) Format {
 		Label:      labels.SelectorFromSet(labels.Set{label: "true"}),
 		Match:      func(*corev1.Secret) bool { return true },
 		Keys:       []string{KubeconfigKey},
-		Read: func(s *corev1.Secret, _ string) (cluster.Registration, error) {
-			return readKey(s, nameOf(s, s.Name), true, KubeconfigKey)
+		Read: func(s *corev1.Secret) (cluster.Registration, error) {
+			return readKey(s, s.Name, KubeconfigKey)
 		},
 	}
 }
@@ -113,18 +116,14 @@ func ClusterAPIFormat(namespaces []string) Format {
 			return s.Type == ClusterAPISecretType && strings.HasSuffix(s.Name, ClusterAPINameSuffix)
 		},
 		Keys: []string{ClusterAPIKey},
-		Read: func(s *corev1.Secret, fleetNamespace string) (cluster.Registration, error) {
+		Read: func(s *corev1.Secret) (cluster.Registration, error) {
 			name := s.Labels[ClusterAPIClusterLabel]
 			if name == "" {
 				name = strings.TrimSuffix(s.Name, ClusterAPINameSuffix)
 			}
-			name = s.Namespace + "." + name
-			inFleet := s.Namespace == fleetNamespace
-			if inFleet {
-				name = nameOf(s, name)
-			}
-			return readKey(s, name, inFleet, ClusterAPIKey)
+			return readKey(s, s.Namespace+"."+name, ClusterAPIKey)
 		},
+		AnnotationInFleetOnly: true,
 	}
 }
 
@@ -144,11 +143,9 @@ func ArgoCDFormat(namespace string) Format {
 	}
 }
 
-// readKey reads the registration of cluster name from s's data key; the
-// annotation can rename s's cluster if renamable.
-func readKey(s *corev1.Secret, name string, renamable bool, key string) (cluster.Registration, error) {
-	reg := cluster.Registration{ClusterName: name, Kubeconfig: s.Data[key]}
-	if err := checkName(reg.ClusterName, renamable); err != nil {
+func readKey(s *corev1.Secret, defaultName, key string) (cluster.Registration, error) {
+	reg := cluster.Registration{ClusterName: nameOf(s, defaultName), Kubeconfig: s.Data[key]}
+	if err := checkName(reg.ClusterName, true); err != nil {
 		return reg, err
 	}
 	if len(reg.Kubeconfig) == 0 {
@@ -165,7 +162,7 @@ func nameOf(s *corev1.Secret, defaultName string) string {
 }
 
 // checkName refuses a name that is not a cluster name, with a hint at the
-// annotation if the registration can be renamed with it.
+// annotation if the registration can be renamed with it (a Secret can).
 func checkName(name string, renamable bool) error {
 	err := cluster.ValidateName(name)
 	switch {
@@ -207,7 +204,7 @@ type argoCDConfig struct {
 // argoCDAWSCommand is the exec plugin Argo CD runs for AWS authentication.
 const argoCDAWSCommand = "argocd-k8s-auth"
 
-func readArgoCD(s *corev1.Secret, _ string) (cluster.Registration, error) {
+func readArgoCD(s *corev1.Secret) (cluster.Registration, error) {
 	reg := cluster.Registration{ClusterName: nameOf(s, string(s.Data["name"]))}
 	if err := checkName(reg.ClusterName, true); err != nil {
 		return reg, err

@@ -64,12 +64,12 @@ func TestArgoCDKubeconfigIsDeterministic(t *testing.T) {
 		"tlsClientConfig": map[string]any{"caData": []byte("ca"), "serverName": "member"},
 	})
 	read := registry.ArgoCDFormat("argocd").Read
-	first, err := read(secret, "fleet")
+	first, err := read(secret)
 	if err != nil {
 		t.Fatalf("Read() error = %v", err)
 	}
 	for i := range 50 {
-		reg, err := read(secret, "fleet")
+		reg, err := read(secret)
 		if err != nil {
 			t.Fatalf("Read() error = %v", err)
 		}
@@ -242,7 +242,7 @@ func TestArgoCDMapping(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(secret)
 			}
-			reg, err := registry.ArgoCDFormat("argocd").Read(secret, "fleet")
+			reg, err := registry.ArgoCDFormat("argocd").Read(secret)
 			if err != nil {
 				t.Fatalf("Read() error = %v", err)
 			}
@@ -355,7 +355,7 @@ func TestArgoCDRefusals(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(secret)
 			}
-			_, err := registry.ArgoCDFormat("argocd").Read(secret, "fleet")
+			_, err := registry.ArgoCDFormat("argocd").Read(secret)
 			checkRefused(t, err, tc.wantReason)
 		})
 	}
@@ -371,7 +371,7 @@ func TestArgoCDHeaderFields(t *testing.T) {
 		"password":    {"username": "admin", "password": testPassword + "\r"},
 	} {
 		t.Run(field, func(t *testing.T) {
-			_, err := registry.ArgoCDFormat("argocd").Read(argoCDSecret(t, "member", "https://member.example.com", config), "fleet")
+			_, err := registry.ArgoCDFormat("argocd").Read(argoCDSecret(t, "member", "https://member.example.com", config))
 			checkRefused(t, err, kubeconfig.ReasonInvalidHeaderValue)
 			if err != nil && !strings.Contains(err.Error(), field) {
 				t.Errorf("the refusal %q does not name the field %s", err, field)
@@ -488,6 +488,9 @@ func TestClusterAPIFormat(t *testing.T) {
 	if !f.Label.Empty() {
 		t.Errorf("Label = %q, want everything", f.Label)
 	}
+	if !f.AnnotationInFleetOnly {
+		t.Error("AnnotationInFleetOnly = false: a Secret in any namespace names any cluster")
+	}
 	if !f.Field.Matches(fields.Set{"type": "cluster.x-k8s.io/secret"}) || f.Field.Matches(fields.Set{"type": "Opaque"}) {
 		t.Errorf("Field = %q, want type=cluster.x-k8s.io/secret", f.Field)
 	}
@@ -524,14 +527,8 @@ func TestClusterAPIFormat(t *testing.T) {
 			secret:   secret("capi-b", "prod-kubeconfig", map[string][]byte{"value": testKubeconfig}),
 			wantName: "capi-b.prod",
 		},
-		// The security review: a tenant's Secret claiming eu-1 stopped the real
-		// eu-1. Outside the fleet namespace, a name keeps its namespace.
-		"the annotation outside the fleet namespace": {
+		"name from the annotation": {
 			secret:   withAnnotation(labelled(secret("capi-a", "prod-kubeconfig", map[string][]byte{"value": testKubeconfig}), "prod-eu"), "eu"),
-			wantName: "capi-a.prod-eu",
-		},
-		"name from the annotation in the fleet namespace": {
-			secret:   withAnnotation(labelled(secret("fleet", "prod-kubeconfig", map[string][]byte{"value": testKubeconfig}), "prod-eu"), "eu"),
 			wantName: "eu",
 		},
 		"missing key": {
@@ -577,7 +574,7 @@ func checkReads(t *testing.T, f registry.Format, cases map[string]readCase) {
 	t.Helper()
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			reg, err := f.Read(tc.secret, "fleet")
+			reg, err := f.Read(tc.secret)
 			if tc.wantReason != "" {
 				checkRefused(t, err, tc.wantReason)
 				return

@@ -333,7 +333,7 @@ func (r *secretReader) read(ctx context.Context, secret *corev1.Secret) {
 		r.registry.withdraw(src)
 		return
 	}
-	reg, err := r.format.Read(secret, r.registry.fleetNamespace)
+	reg, err := r.format.Read(r.named(secret))
 	if refusal := droppedRefusal(secret, r.format.Keys); refusal != nil && !isRefusal(err, ReasonInvalidClusterName) {
 		err = refusal
 	}
@@ -369,6 +369,17 @@ func reportTaken(log logr.Logger, recorder events.EventRecorder, obj runtime.Obj
 func isRefusal(err error, reason string) bool {
 	refusal, ok := errors.AsType[*kubeconfig.RefusedError](err)
 	return ok && refusal.Reason == reason
+}
+
+// named returns secret as the format may read its cluster's name: without
+// ClusterNameAnnotation outside the fleet namespace, if the format says so.
+func (r *secretReader) named(secret *corev1.Secret) *corev1.Secret {
+	if _, ok := secret.Annotations[ClusterNameAnnotation]; !ok || !r.format.AnnotationInFleetOnly || secret.Namespace == r.registry.fleetNamespace {
+		return secret
+	}
+	s := secret.DeepCopy()
+	delete(s.Annotations, ClusterNameAnnotation)
+	return s
 }
 
 // keys lists the keys of the format's Secrets.

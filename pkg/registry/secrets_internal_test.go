@@ -100,3 +100,26 @@ func TestSecretCacheKeepsOnlyRegistration(t *testing.T) {
 		})
 	}
 }
+
+// The security review: a tenant's Cluster API Secret in tenant-a claiming
+// eu-1 with the cluster name annotation stopped the real eu-1. The
+// annotation names a Cluster API Secret's cluster only in the fleet
+// namespace; elsewhere the name keeps its namespace.
+func TestClusterAPIAnnotationOnlyInTheFleetNamespace(t *testing.T) {
+	r := &secretReader{registry: New("cluster-api"), format: ClusterAPIFormat(nil)}
+	r.registry.fleetNamespace = "fleet"
+	for _, ns := range []string{"tenant-a", "fleet"} {
+		r.read(t.Context(), &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "x-kubeconfig", Annotations: map[string]string{ClusterNameAnnotation: ns + "-renamed"}},
+			Type:       ClusterAPISecretType,
+			Data:       map[string][]byte{ClusterAPIKey: kubeconfigtest.Build(t, nil)},
+		})
+	}
+	names := []string{}
+	for _, c := range r.registry.List() {
+		names = append(names, c.Name)
+	}
+	if want := []string{"fleet-renamed", "tenant-a.x"}; !slices.Equal(names, want) {
+		t.Errorf("registered %q, want %q", names, want)
+	}
+}
