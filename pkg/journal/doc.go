@@ -20,12 +20,24 @@
 //
 // # Lifecycle
 //
-// [Open] takes the file's lock, waiting at most Options.LockTimeout: a
-// second process on the same directory gets [ErrLocked], never a hang. A
-// file that cannot be used (unreadable, truncated, corrupt, of another
-// version or layout) is moved aside and replaced by an empty journal;
-// [Journal.Recovered] says why, so the caller can tell people and rebuild
-// what it can from the members. A file well past its live size is
-// compacted at Open and by [Journal.Compact]. [Journal.Close] releases the
-// lock. The package imports nothing of the fleet.
+// [Open] takes the directory's lock, a file of its own ([LockName]) that is
+// never renamed, waiting at most Options.LockTimeout: a second process on
+// the same directory gets [ErrLocked], never a hang, and never gets in
+// while the journal's file is replaced. The lock is held until
+// [Journal.Close].
+//
+// A file whose content cannot be used (corrupt, truncated, of another
+// version or layout, or one that makes bbolt panic) is moved aside and
+// replaced by an empty journal; [Journal.Recovered] says why, so the
+// caller can tell people and rebuild what it can from the members. Any
+// other failure (the directory is held, or cannot be created, read or
+// written: permissions, a read-only or full volume) is Open's error and
+// leaves the file as it is, with what it owes: it is the caller's to
+// report, not a reason to start afresh.
+//
+// A file well past its live size is compacted at Open and by
+// [Journal.Compact], into a new file that replaces the old one by a
+// rename; the journal holds a usable file throughout, the old one until
+// the rename, the new one after it. The package imports nothing of the
+// fleet.
 package journal

@@ -14,10 +14,16 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+	"golang.org/x/sys/unix"
 )
 
 // FileName is the journal's file in its directory.
 const FileName = "journal.db"
+
+// LockName is the file whose lock says which process holds the directory.
+// It is never renamed or removed, unlike FileName, which Compact and a
+// recovery replace.
+const LockName = "journal.lock"
 
 // Version is the layout this package reads and writes.
 const Version = "1"
@@ -31,7 +37,10 @@ const (
 // keptAside is how many moved-aside files are kept.
 const keptAside = 3
 
-// ErrLocked is returned by Open when another process holds the file.
+// lockPoll is how often Open tries a held lock again.
+const lockPoll = 50 * time.Millisecond
+
+// ErrLocked is returned by Open when another process holds the directory.
 var ErrLocked = errors.New("the journal is held by another process")
 
 var (
@@ -66,6 +75,8 @@ type Recovery struct {
 type Journal struct {
 	path string
 	opts Options
+	// lock holds the directory's lock from Open to Close.
+	lock *os.File
 
 	// mu is held shared by every use of db and exclusively while
 	// Compact replaces it.
@@ -78,9 +89,13 @@ type Journal struct {
 }
 
 // Open opens the journal in dir, creating dir and the file when missing.
-// A file that cannot be used is moved aside and replaced by an empty one:
-// see Recovered. Open fails only when the directory cannot hold a journal
-// or another process holds it (ErrLocked).
+// It first takes the directory's lock (LockName), waiting at most
+// Options.LockTimeout, and holds it until Close. A file that is corrupt, or
+// of another version or layout, is moved aside and replaced by an empty
+// one: see Recovered. Any other failure is returned and leaves the file as
+// it is: another process holds the directory (ErrLocked), or the directory
+// or the file cannot be created, read or written (permissions, a read-only
+// or full volume).
 func Open(dir string, opts Options) (*Journal, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = DefaultLockTimeout
@@ -94,18 +109,24 @@ func Open(dir string, opts Options) (*Journal, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the journal's directory: %w", err)
 	}
-	j := &Journal{path: filepath.Join(dir, FileName), opts: opts}
+	lock, err := lockDir(dir, opts.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	j := &Journal{path: filepath.Join(dir, FileName), opts: opts, lock: lock}
 	_, statErr := os.Stat(j.path)
 	db, err := j.openUsable()
-	if err != nil && !errors.Is(err, ErrLocked) && !errors.Is(err, errCreating) {
+	if bad := (unusable{}); errors.As(err, &bad) {
 		movedTo, moveErr := j.moveAside()
 		if moveErr != nil {
-			return nil, fmt.Errorf("the journal %s cannot be used (%w), and moving it aside failed: %w", j.path, err, moveErr)
+			_ = j.unlock()
+			return nil, fmt.Errorf("the journal %s cannot be used (%w), and moving it aside failed: %w", j.path, bad.error, moveErr)
 		}
-		j.recovered = &Recovery{Err: err, MovedTo: movedTo}
+		j.recovered = &Recovery{Err: bad.error, MovedTo: movedTo}
 		db, err = j.openUsable()
 	}
 	if err != nil {
+		_ = j.unlock()
 		return nil, err
 	}
 	if j.recovered == nil && errors.Is(statErr, os.ErrNotExist) {
@@ -119,24 +140,55 @@ func Open(dir string, opts Options) (*Journal, error) {
 	return j, nil
 }
 
-// errCreating marks a failure to create a new file: moving nothing aside
-// would not help.
-var errCreating = errors.New("creating the journal")
+// lockDir takes dir's lock, polling until timeout.
+func lockDir(dir string, timeout time.Duration) (*os.File, error) {
+	path := filepath.Join(dir, LockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the journal's lock: %w", err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		switch {
+		case err == nil:
+			return f, nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case !errors.Is(err, unix.EWOULDBLOCK):
+			_ = f.Close()
+			return nil, fmt.Errorf("locking %s: %w", path, err)
+		case !time.Now().Before(deadline):
+			_ = f.Close()
+			return nil, fmt.Errorf("%w: gave up on %s after %s (is another fleet-manager using this --state-dir?)", ErrLocked, path, timeout)
+		}
+		time.Sleep(min(lockPoll, time.Until(deadline)))
+	}
+}
+
+// unlock releases the directory's lock.
+func (j *Journal) unlock() error {
+	if j.lock == nil {
+		return nil
+	}
+	err := j.lock.Close() // closing the last descriptor releases the flock
+	j.lock = nil
+	return err
+}
+
+// unusable is what is wrong with a file's content: corrupt, or of another
+// version or layout. Only that moves the file aside.
+type unusable struct{ error }
+
+func (u unusable) Unwrap() error { return u.error }
 
 // openUsable opens the file and checks that it is a journal of this
 // version and layout, initializing a new one.
 func (j *Journal) openUsable() (*bolt.DB, error) {
-	_, statErr := os.Stat(j.path)
-	db, err := bolt.Open(j.path, 0o600, &bolt.Options{Timeout: j.opts.LockTimeout, FreelistType: bolt.FreelistMapType})
-	switch {
-	case errors.Is(err, bolterrors.ErrTimeout):
-		return nil, fmt.Errorf("%w: gave up on %s after %s (is another fleet-manager using this --state-dir?)", ErrLocked, j.path, j.opts.LockTimeout)
-	case err != nil && errors.Is(statErr, os.ErrNotExist):
-		return nil, fmt.Errorf("%w %s: %w", errCreating, j.path, err)
-	case err != nil:
-		return nil, fmt.Errorf("opening %s: %w", j.path, err)
+	db, err := j.openBolt(j.path)
+	if err != nil {
+		return nil, err
 	}
-	db.MaxBatchDelay = j.opts.BatchDelay
 	if err := check(db); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -144,33 +196,42 @@ func (j *Journal) openUsable() (*bolt.DB, error) {
 	return db, nil
 }
 
-// check verifies a file's pages, version and layout, and initializes an
-// empty one. A corrupt page may make bbolt panic: that is an error here.
-func check(db *bolt.DB) (err error) {
+// openBolt opens path with bbolt. bbolt's own lock on the file is free
+// while the directory's is held, unless an older fleet-manager, which
+// knew no directory lock, holds it. A file bbolt cannot read as one of its
+// own, or that makes it panic, is unusable.
+func (j *Journal) openBolt(path string) (db *bolt.DB, err error) {
 	defer func() {
+		// bbolt leaves the file it panicked on open: once, and that
+		// file is then moved aside.
 		if r := recover(); r != nil {
-			err = fmt.Errorf("the file is corrupt: %v", r)
+			db, err = nil, unusable{fmt.Errorf("the file is corrupt: %v", r)}
 		}
 	}()
-	empty := false
-	if err := db.View(func(tx *bolt.Tx) error {
-		var corrupt error
-		for err := range tx.Check() { // drained: the check runs until it closes
-			corrupt = cmp.Or(corrupt, err)
-		}
-		if corrupt != nil {
-			return fmt.Errorf("the file is corrupt: %w", corrupt)
-		}
-		first, _ := tx.Cursor().First()
-		empty = first == nil
-		if empty {
-			return nil
-		}
-		return checkLayout(tx)
-	}); err != nil || !empty {
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: j.opts.LockTimeout, FreelistType: bolt.FreelistMapType, OpenFile: openFile})
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: gave up on %s after %s (is another fleet-manager using this --state-dir?)", ErrLocked, path, j.opts.LockTimeout)
+	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, bolterrors.ErrChecksum):
+		return nil, unusable{fmt.Errorf("the file is not a readable bbolt file: %w", err)}
+	case err != nil:
+		return nil, fmt.Errorf("the journal cannot be opened, and is left as it is: %w", err)
+	}
+	db.MaxBatchDelay = j.opts.BatchDelay
+	return db, nil
+}
+
+// openFile opens bbolt's files; tests make it fail as a volume can.
+var openFile = os.OpenFile
+
+// check verifies a file's pages, version and layout, and initializes an
+// empty one. A corrupt page may make bbolt panic: that is an error here.
+func check(db *bolt.DB) error {
+	empty, err := inspect(db)
+	if err != nil || !empty {
 		return err
 	}
-	return db.Update(func(tx *bolt.Tx) error {
+	if err := db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucket(metaBucket)
 		if err != nil {
 			return err
@@ -182,7 +243,39 @@ func check(db *bolt.DB) (err error) {
 			return err
 		}
 		return meta.Put(versionKey, []byte(Version))
+	}); err != nil {
+		return fmt.Errorf("initializing the journal %s: %w", db.Path(), err)
+	}
+	return nil
+}
+
+// inspect reports whether a file is empty, and an unusable error when its
+// pages, version or layout are wrong.
+func inspect(db *bolt.DB) (empty bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = unusable{fmt.Errorf("the file is corrupt: %v", r)}
+		}
+	}()
+	err = db.View(func(tx *bolt.Tx) error {
+		var corrupt error
+		for err := range tx.Check() { // drained: the check runs until it closes
+			corrupt = cmp.Or(corrupt, err)
+		}
+		if corrupt != nil {
+			return unusable{fmt.Errorf("the file is corrupt: %w", corrupt)}
+		}
+		first, _ := tx.Cursor().First()
+		empty = first == nil
+		if empty {
+			return nil
+		}
+		if err := checkLayout(tx); err != nil {
+			return unusable{err}
+		}
+		return nil
 	})
+	return empty, err
 }
 
 // checkLayout checks the version and that every entry decodes.
@@ -260,7 +353,7 @@ func (j *Journal) Recovered() *Recovery { return j.recovered }
 // Path is the journal's file.
 func (j *Journal) Path() string { return j.path }
 
-// Close closes the file and releases its lock.
+// Close closes the file and releases the directory's lock.
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -269,7 +362,7 @@ func (j *Journal) Close() error {
 	}
 	err := j.db.Close()
 	j.db = nil
-	return err
+	return errors.Join(err, j.unlock())
 }
 
 // Stats are the journal's size and work.
@@ -312,7 +405,9 @@ func (j *Journal) Stats() (Stats, error) {
 }
 
 // Compact rewrites the file when it is well past its live size, and
-// reports whether it did. Writes wait meanwhile.
+// reports whether it did. Writes wait meanwhile. The journal keeps a
+// usable file whatever happens: the old one until the new one has
+// replaced it, then the new one, already open.
 func (j *Journal) Compact() (bool, error) {
 	st, err := j.Stats()
 	if err != nil {
@@ -323,33 +418,42 @@ func (j *Journal) Compact() (bool, error) {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.db == nil {
+		return false, errClosed
+	}
 	tmp := j.path + ".compact"
 	_ = os.Remove(tmp)
-	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: j.opts.LockTimeout, FreelistType: bolt.FreelistMapType})
+	dst, err := j.openBolt(tmp)
+	if err == nil {
+		err = bolt.Compact(dst, j.db, 4<<20)
+	}
+	if err == nil {
+		err = os.Rename(tmp, j.path)
+	}
 	if err != nil {
-		return false, fmt.Errorf("compacting the journal: %w", err)
-	}
-	if err := bolt.Compact(dst, j.db, 4<<20); err != nil {
-		_ = dst.Close()
+		if dst != nil {
+			_ = dst.Close()
+		}
 		_ = os.Remove(tmp)
 		return false, fmt.Errorf("compacting the journal: %w", err)
 	}
-	if err := dst.Close(); err != nil {
-		_ = os.Remove(tmp)
-		return false, fmt.Errorf("compacting the journal: %w", err)
+	// The old file is gone from the directory: it must take no more writes.
+	old := j.db
+	j.db = dst
+	_ = old.Close()
+	if err := syncDir(filepath.Dir(j.path)); err != nil {
+		return true, fmt.Errorf("compacting the journal: %w", err)
 	}
-	// The old file's lock is held until the new one replaces it.
-	if err := os.Rename(tmp, j.path); err != nil {
-		_ = os.Remove(tmp)
-		return false, fmt.Errorf("compacting the journal: %w", err)
-	}
-	_ = j.db.Close()
-	j.db, err = bolt.Open(j.path, 0o600, &bolt.Options{Timeout: j.opts.LockTimeout, FreelistType: bolt.FreelistMapType})
-	if err != nil {
-		return false, fmt.Errorf("reopening the compacted journal: %w", err)
-	}
-	j.db.MaxBatchDelay = j.opts.BatchDelay
 	return true, nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
 }
 
 // compactFloor is the least file size worth compacting.

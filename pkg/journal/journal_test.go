@@ -1,6 +1,7 @@
 package journal_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -245,6 +246,29 @@ func TestUnusableFilesAreMovedAside(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
+		"the freelist overwritten": func(t *testing.T, path string) {
+			// bbolt panics on it as it opens the file.
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const freelistPage = 0x10
+			size, overwritten := os.Getpagesize(), 0
+			for at := 2 * size; at+size <= len(b); at += size {
+				if binary.LittleEndian.Uint16(b[at+8:]) == freelistPage {
+					for i := range size {
+						b[at+i] = 0xA5
+					}
+					overwritten++
+				}
+			}
+			if overwritten == 0 {
+				t.Fatal("the file has no freelist page")
+			}
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
 		"another version": func(t *testing.T, path string) {
 			update(t, path, func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("version"), []byte("0")) })
 		},
@@ -402,4 +426,26 @@ func TestSettleIsLinearInTheCopies(t *testing.T) {
 	if many > few*k*k/2 { // k times as long if linear, k² if quadratic
 		t.Errorf("settling %d copies took %.0f times as long as %d: that grows as the square of the copies", k*small, float64(many)/float64(few), small)
 	}
+}
+
+// TestAJournalThatIsADirectoryIsAnError: what is wrong with the directory,
+// not with a journal's content, is an error of Open and moves nothing.
+func TestAJournalThatIsADirectoryIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, journal.FileName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, err := journal.Open(dir, journal.Options{})
+	if err == nil {
+		t.Fatal("opened a journal that is a directory")
+	}
+	t.Log(err)
+	if aside, _ := filepath.Glob(filepath.Join(dir, journal.FileName+".broken-*")); len(aside) > 0 {
+		t.Errorf("the directory was moved aside: %v", aside)
+	}
+	// The failed Open let the directory's lock go.
+	if err := os.Remove(filepath.Join(dir, journal.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	open(t, dir)
 }
