@@ -185,13 +185,16 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 			return fmt.Errorf("publishing ClusterProfiles: %w", err)
 		}
 	}
-	// Only the process and its hub are checked: a member being down must
-	// never make this replica unready.
+	// Only the process, its hub and its journal are checked: a member
+	// being down must never make this replica unready.
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("registrations", registrationsSynced(mgr)); err != nil {
 		return fmt.Errorf("adding the readiness check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("journal", j.ready); err != nil {
+		return fmt.Errorf("adding the journal's readiness check: %w", err)
 	}
 
 	log.Info("Starting fleet manager", "host", cfg.Host, "user", user, "namespace", f.namespace, "leaderElection", f.leaderElect, "formats", formatNames)
@@ -441,40 +444,35 @@ type runJournal struct {
 	log     logr.Logger
 }
 
-// openJournal opens the journal in stateDir, or in a temporary directory,
-// and logs a journal that could not be used. A directory another manager
-// holds is an error; one that cannot hold a journal at all (read-only,
-// full) is logged, and a temporary journal used, so that the manager does
-// not crash-loop on it.
+// openJournal opens the journal in stateDir, or in a temporary directory
+// when stateDir is "". A journal that could not be used and was moved
+// aside is logged at error level. Any other failure stops the start: a
+// manager never falls back to a journal it would forget. A temporary
+// journal is logged at error level and fails /readyz (ready).
 func openJournal(stateDir string, log logr.Logger) (*runJournal, error) {
 	rj := &runJournal{log: log}
-	if stateDir != "" {
-		j, err := journal.Open(stateDir, journal.Options{})
-		switch {
-		case errors.Is(err, journal.ErrLocked):
-			return nil, fmt.Errorf("opening the journal: %w", err)
-		case err != nil:
-			log.Error(err, "The state directory cannot hold the journal: using a temporary one, so removals owed to members that are down are forgotten at exit", "stateDir", stateDir)
-		default:
-			rj.Journal = j
-		}
-	}
-	if rj.Journal == nil {
-		dir, err := os.MkdirTemp("", "fleet-manager-state-")
-		if err != nil {
+	dir := stateDir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "fleet-manager-state-"); err != nil {
 			return nil, fmt.Errorf("creating a temporary state directory: %w", err)
 		}
 		rj.tempDir = dir
-		if rj.Journal, err = journal.Open(dir, journal.Options{}); err != nil {
-			rj.removeTemp()
-			return nil, fmt.Errorf("opening the journal: %w", err)
-		}
-		if stateDir == "" {
-			log.Info("No --state-dir: the journal is temporary, so removals owed to members that are down are forgotten at exit", "path", rj.Path())
-		}
-		return rj, nil
 	}
-	switch rec := rj.Recovered(); {
+	j, err := journal.Open(dir, journal.Options{})
+	switch {
+	case err != nil && stateDir == "":
+		rj.removeTemp()
+		return nil, fmt.Errorf("opening the journal: %w", err)
+	case errors.Is(err, journal.ErrLocked):
+		return nil, fmt.Errorf("opening the journal: %w", err)
+	case err != nil:
+		return nil, fmt.Errorf("opening the journal in --state-dir %s: %w; the manager does not start without its journal: fix the volume (permissions, mount, free space) or set another --state-dir", stateDir, err)
+	}
+	rj.Journal = j
+	switch rec := j.Recovered(); {
+	case rj.tempDir != "":
+		log.Error(errTemporaryJournal, "No --state-dir: removals owed to members that are down are forgotten when the manager exits", "path", rj.Path())
 	case rec == nil:
 		log.Info("Journal opened", "path", rj.Path())
 	case rec.MovedTo == "":
@@ -483,6 +481,18 @@ func openJournal(stateDir string, log logr.Logger) (*runJournal, error) {
 		log.Error(rec.Err, "The journal could not be used: it was moved aside and a new one started; the copies in each member are recorded again as it is engaged", "path", rj.Path(), "movedTo", rec.MovedTo)
 	}
 	return rj, nil
+}
+
+// errTemporaryJournal is why a manager without --state-dir is not ready.
+var errTemporaryJournal = errors.New("the journal is temporary (no --state-dir)")
+
+// ready fails while the journal is temporary, so that a deployment
+// without a state volume says so; such a manager runs all the same.
+func (rj *runJournal) ready(*http.Request) error {
+	if rj.tempDir != "" {
+		return errTemporaryJournal
+	}
+	return nil
 }
 
 func (rj *runJournal) close() {
