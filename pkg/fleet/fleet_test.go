@@ -270,11 +270,10 @@ func (l *logLines) logger() logr.Logger {
 }
 
 // suiteCredentials is the credential material the suite's tests use: of
-// the members' kubeconfigs, kubeconfigtest's, and the hostile test's
-// token.
+// the members' kubeconfigs, kubeconfigtest's, and the hostile test's.
 func suiteCredentials() ([]string, error) {
 	secrets, err := kubeconfigtest.CredentialsOf(kubeconfigs...)
-	return append(secrets, append(kubeconfigtest.Secrets, hostileToken)...), err
+	return append(secrets, append(kubeconfigtest.Secrets, hostileToken, hostilePassword)...), err
 }
 
 // holding returns the first log line holding any of secrets.
@@ -463,9 +462,12 @@ func TestControllerAddedLaterSeesEngagedMembers(t *testing.T) {
 	r.waitFor(t, request("early-a", "late", "new"), request("early-b", "late", "new"))
 }
 
-// hostileToken is a credential in the hostile Secrets; it must never show
-// up in a log line.
-const hostileToken = "hostile-token-7f3a9c1e5b"
+// hostileToken and hostilePassword are credentials in the hostile
+// Secrets; they must never show up in a log line or on the hub.
+const (
+	hostileToken    = "hostile-token-7f3a9c1e5b"
+	hostilePassword = "S3cret-5d0e"
+)
 
 // hostileKubeconfig is a kubeconfig for a server of the test's choosing
 // whose user entry is the YAML user.
@@ -489,13 +491,15 @@ func TestHostileSecretsAreRefusedAndIsolated(t *testing.T) {
 		clusterName string // the name annotation, if set
 		reason      string
 	}{
-		"malformed":  {kubeconfig: []byte("apiVersion: v1\nclusters: [ {"), reason: "KubeconfigMalformed"},
-		"exec":       {kubeconfig: hostileKubeconfig("https://10.0.0.1", `{exec: {command: /bin/sh, args: [-c, "touch /tmp/pwned"], apiVersion: client.authentication.k8s.io/v1}}`), reason: "ExecPluginRefused"},
-		"token-file": {kubeconfig: hostileKubeconfig("https://10.0.0.1", `{tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}`), reason: "FileReference"},
-		"metadata":   {kubeconfig: hostileKubeconfig("https://169.254.169.254", `{token: `+hostileToken+`}`), reason: "LinkLocalAddressRefused"},
-		"plain-http": {kubeconfig: hostileKubeconfig("http://10.0.0.1", `{token: `+hostileToken+`}`), reason: "PlainHTTPRefused"},
-		"no-context": {kubeconfig: []byte("apiVersion: v1\nkind: Config\nusers: [{name: u, user: {token: " + hostileToken + "}}]\n"), reason: "NoCurrentContext"},
-		"bad-name":   {kubeconfig: kubeconfigs[1], clusterName: "Bad_Name", reason: "InvalidClusterName"},
+		"malformed":       {kubeconfig: []byte("apiVersion: v1\nclusters: [ {"), reason: "KubeconfigMalformed"},
+		"exec":            {kubeconfig: hostileKubeconfig("https://10.0.0.1", `{exec: {command: /bin/sh, args: [-c, "touch /tmp/pwned"], apiVersion: client.authentication.k8s.io/v1}}`), reason: "ExecPluginRefused"},
+		"token-file":      {kubeconfig: hostileKubeconfig("https://10.0.0.1", `{tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}`), reason: "FileReference"},
+		"metadata":        {kubeconfig: hostileKubeconfig("https://169.254.169.254", `{token: `+hostileToken+`}`), reason: "LinkLocalAddressRefused"},
+		"plain-http":      {kubeconfig: hostileKubeconfig("http://10.0.0.1", `{token: `+hostileToken+`}`), reason: "PlainHTTPRefused"},
+		"no-context":      {kubeconfig: []byte("apiVersion: v1\nkind: Config\nusers: [{name: u, user: {token: " + hostileToken + "}}]\n"), reason: "NoCurrentContext"},
+		"proxy-userinfo":  {kubeconfig: []byte(strings.Replace(string(hostileKubeconfig("https://10.0.0.1", `{token: `+hostileToken+`}`)), `server: "https://10.0.0.1"`, `server: "https://10.0.0.1", proxy-url: "http://svc:`+hostilePassword+`@proxy:3128"`, 1)), reason: "ProxyRefused"},
+		"server-userinfo": {kubeconfig: hostileKubeconfig("https://admin:"+hostilePassword+"@169.254.169.254", `{token: `+hostileToken+`}`), reason: "LinkLocalAddressRefused"},
+		"bad-name":        {kubeconfig: kubeconfigs[1], clusterName: "Bad_Name", reason: "InvalidClusterName"},
 	}
 	for name, h := range hostile {
 		s := &corev1.Secret{
