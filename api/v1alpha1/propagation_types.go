@@ -34,7 +34,10 @@ const (
 // the copy caches; the annotations say where they come from.
 const (
 	// PropagationLabel names the Propagation a copy belongs to; the copy
-	// also carries FleetLabel, naming the fleet.
+	// also carries FleetLabel, naming the fleet namespace, and
+	// FleetIDLabel, the fleet's identity. A copy is a fleet's only if it
+	// carries that fleet's identity: a manager never applies over,
+	// deletes or orphans another fleet's.
 	PropagationLabel = "fleet.fleetkube.io/propagation"
 	// SourceAnnotation is the hub object a copy was made from:
 	// "<apiVersion>/<kind>/<namespace>/<name>" (a core kind has "v1").
@@ -205,8 +208,13 @@ const (
 	// ReasonMemberUnhealthy: the member is not Ready.
 	ReasonMemberUnhealthy = "MemberUnhealthy"
 	// ReasonAlreadyExists: the member holds an object of that name that
-	// is not a copy, and adopt is not set.
+	// is not a copy, and adopt is not set, or that is another fleet's
+	// copy, which adopt does not take.
 	ReasonAlreadyExists = "AlreadyExists"
+	// ReasonRefused: a selected hub object holds the fleet's credentials
+	// and is never copied (the message names the rule); the Propagation's
+	// other objects are copied.
+	ReasonRefused = "Refused"
 	// ReasonInvalid: the member rejected a copy, or the Propagation names
 	// an invalid apiVersion.
 	ReasonInvalid = "Invalid"
