@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/transport"
@@ -173,11 +174,20 @@ func (w *watchedKinds) check(ctx context.Context, gvk schema.GroupVersionKind) e
 		opts, where = append(opts, client.InNamespace(w.namespace)), "in namespace "+w.namespace
 	}
 	if err := w.reader.List(ctx, list, opts...); apierrors.IsForbidden(err) {
-		return &kindError{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("%s forbids the manager to list %s %s", w.cluster, mapping.Resource.GroupResource(), where)}
+		return &kindError{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("%s forbids the manager to list %s %s", w.cluster, resourceName(mapping.Resource.GroupResource(), gvk.Kind), where)}
 	} else if err != nil {
 		return fmt.Errorf("listing %s in %s: %w", mapping.Resource.GroupResource(), w.cluster, err)
 	}
 	return nil
+}
+
+// resourceName is gr's name, if it is one (a DNS subdomain, as every
+// resource's is), else kind: a member's discovery is its own words.
+func resourceName(gr schema.GroupResource, kind string) string {
+	if name := gr.String(); len(validation.IsDNS1123Subdomain(name)) == 0 {
+		return name
+	}
+	return kind
 }
 
 // list lists the cached objects of gvk in namespace that match selector.

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -235,7 +237,7 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live *unstr
 	if live == nil {
 		if !run.namespaced {
 			if err := run.ensureNamespace(ctx); err != nil {
-				return run.failed(err, "create", k)
+				return run.failed(err, "create", namespaceKey(run.key.Namespace))
 			}
 			run.namespaced = true
 		}
@@ -364,38 +366,47 @@ func (run *memberRun) failed(err error, verb string, k copyKey) error {
 	case meta.IsNoMatchError(err):
 		run.fail(failure{reason: fleetv1alpha1.ReasonKindNotFound, message: fmt.Sprintf("the member has no kind %s (is its CRD installed?)", k.gvk.Kind), retry: true})
 	case apierrors.IsForbidden(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s(%s) %s", verb, forbiddenResource(err), k, where), retry: true})
+		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s (%s) %s", verb, run.r.resourceOf(k.gvk), k, where), retry: true})
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s %s: %s", k, where, statusMessage(err)), retry: true})
+		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s %s: %s", k, where, describeStatus(err)), retry: true})
 	default:
 		return fmt.Errorf("%s %s %s: %w", verb, k, where, err)
 	}
 	return nil
 }
 
-// forbiddenResource names the resource a Forbidden error is about, as
-// "configmaps " or "deployments.apps ", or "" when it does not say.
-func forbiddenResource(err error) string {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) || status.Status().Details == nil || status.Status().Details.Kind == "" {
-		return ""
-	}
-	d := status.Status().Details
-	if d.Group != "" {
-		return d.Kind + "." + d.Group + " "
-	}
-	return d.Kind + " "
+// namespaceKey names namespace as a copyKey, for failed.
+func namespaceKey(namespace string) copyKey {
+	return copyKey{gvk: corev1.SchemeGroupVersion.WithKind("Namespace"), name: namespace}
 }
 
-// statusMessage is the API server's message of err, bounded.
-func statusMessage(err error) string {
-	msg := err.Error()
-	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		msg = status.Status().Message
+// resourceOf names gvk's resource as the hub's REST mapper does, or by
+// its kind.
+func (r *reconciler) resourceOf(gvk schema.GroupVersionKind) string {
+	mapping, err := r.m.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return gvk.Kind
 	}
-	return truncate(msg, fleetv1alpha1.MaxMemberMessageLength/2)
+	return mapping.Resource.GroupResource().String()
 }
+
+// describeStatus describes the API status of err, an error of a member,
+// by its code and reason, as "422 Invalid": a reason that is not one
+// CamelCase word is left out, and the member's message always is.
+func describeStatus(err error) string {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return "no status"
+	}
+	s := status.Status()
+	if reason := string(s.Reason); camelCase.MatchString(reason) {
+		return fmt.Sprintf("%d %s", s.Code, reason)
+	}
+	return strconv.Itoa(int(s.Code))
+}
+
+// camelCase matches a reason of an API status.
+var camelCase = regexp.MustCompile(`^[A-Z][A-Za-z]{0,63}$`)
 
 func (run *memberRun) fail(f failure) { run.failures = append(run.failures, f) }
 
