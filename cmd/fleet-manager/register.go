@@ -52,14 +52,20 @@ In the member, it creates (or updates) the namespace fleet-system, the
 ServiceAccount fleet-system/fleet-manager, the bindings --permissions or
 --cluster-role name, and a Role that lets the ServiceAccount mint tokens for
 itself only, so that the manager can renew them. Each object is labelled
-app.kubernetes.io/managed-by=fleet-manager and fleet.fleetkube.io/cluster-name=NAME.
-A fleet-system namespace that exists already is used as it is.
+app.kubernetes.io/managed-by=fleet-manager, fleet.fleetkube.io/cluster-name=NAME
+and fleet.fleetkube.io/fleet-id with the fleet's identity, which it reads (or
+creates) in ConfigMap fleet-identity of the fleet namespace on the hub. A
+fleet-system namespace that exists already is used as it is. It refuses to
+touch an object of those names that another fleet, or anyone else, made;
+objects an earlier register made without a fleet identity it stamps only when
+the hub's Secret NAME already points at this member.
 
 It then mints a token from the member's TokenRequest API (no token Secret)
 and writes the registration Secret NAME on the hub: the member's server and
 CA, from your kubeconfig, and that token. Your own credentials reach the
 member and are never copied. Running it again changes nothing in the member
-and updates the Secret in place with a new token.
+and updates the Secret in place with a new token; when that Secret pointed at
+another server, it warns.
 
 Then it waits until the manager reports the member Ready.`,
 		Example: `  fleet-manager register eu-1 --member-context=eu-1 --permissions=view
@@ -107,7 +113,7 @@ Then it waits until the manager reports the member Ready.`,
 			if !waiting {
 				return nil
 			}
-			mc, err := enroll.WaitReady(cmd.Context(), hubClient, o.Name, wait, func(state string) {
+			mc, err := enroll.WaitReady(cmd.Context(), hubClient, o.HubNamespace, o.Name, wait, func(state string) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "Waiting for MemberCluster %s to be Ready: %s\n", o.Name, state)
 			})
 			if err != nil {
@@ -124,7 +130,7 @@ Then it waits until the manager reports the member Ready.`,
 	fs.StringVar(&o.Preset, "permissions", "", "What the fleet may do in the member: cluster-admin, edit or view (the built-in ClusterRoles). Required unless --cluster-role is given; there is no default.")
 	fs.StringVar(&o.ClusterRole, "cluster-role", "", "Bind this existing ClusterRole of the member instead of a --permissions preset.")
 	fs.StringSliceVar(&o.Namespaces, "namespaces", nil, "Grant the permissions only in these existing namespaces (RoleBindings), not cluster-wide. Not with cluster-admin.")
-	fs.DurationVar(&o.TokenTTL, "token-ttl", enroll.DefaultTokenTTL, "Lifetime asked for the member's token (at least 10m; the member's API server may shorten it). The manager renews it.")
+	fs.DurationVar(&o.TokenTTL, "token-ttl", enroll.DefaultTokenTTL, "Lifetime asked for the member's token, from 10m to 24h (the member's API server may shorten it). The manager renews it, asking for as long, up to 24h.")
 	fs.StringVar(&o.Server, "server", "", "The member's URL as the hub reaches it. Default: the server of your member kubeconfig.")
 	fs.StringVar(&labels, "labels", "", "The cluster's labels, k=v,k2=v2, set on the registration Secret (others on it are kept).")
 	fs.StringVar(&o.HubNamespace, "namespace", enroll.MemberNamespace, "The fleet namespace on the hub, where the registration Secret goes.")
@@ -149,8 +155,8 @@ func checkRegisterFlags(o *enroll.Options, labels, dryRun, output string) error 
 		return usageErrorf("--namespaces wants --permissions=edit or view: cluster-admin is cluster-wide")
 	case slices.Contains(o.Namespaces, ""):
 		return usageErrorf("--namespaces must name namespaces")
-	case o.TokenTTL < enroll.MinTokenTTL:
-		return usageErrorf("--token-ttl must be at least %s", enroll.MinTokenTTL)
+	case o.TokenTTL < enroll.MinTokenTTL || o.TokenTTL > enroll.MaxTokenTTL:
+		return usageErrorf("--token-ttl must be at least 10m and at most 24h, not %s", o.TokenTTL)
 	case !slices.Contains([]string{"", "yaml"}, output):
 		return usageErrorf("--output must be yaml, not %q", output)
 	}
@@ -206,6 +212,10 @@ func printRegistered(w io.Writer, res *enroll.Result, dryRun enroll.DryRun, outp
 	if !res.TokenExpiry.IsZero() {
 		expiry = fmt.Sprintf(" (its token expires at %s)", res.TokenExpiry.UTC().Format(time.RFC3339))
 	}
-	_, err := fmt.Fprintf(w, "hub: %s %s%s%s\n", enroll.Describe(s), res.Secret.Op, suffix, expiry)
+	repointed := ""
+	if res.PreviousServer != "" {
+		repointed = fmt.Sprintf(", re-pointed from %s", res.PreviousServer)
+	}
+	_, err := fmt.Fprintf(w, "hub: %s %s%s%s%s\n", enroll.Describe(s), res.Secret.Op, suffix, repointed, expiry)
 	return err
 }

@@ -14,7 +14,9 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
@@ -84,13 +86,22 @@ func enrollSetup(t *testing.T) (hub, member client.Client, ns string, flags []st
 }
 
 // resetTestMember removes what the register tests left in the member,
-// and finalizes fleet-system, which envtest (no namespace controller)
-// would keep terminating.
+// whatever its fleet, and finalizes fleet-system, which envtest (no
+// namespace controller) would keep terminating.
 func resetTestMember(t *testing.T) {
 	ctx := context.Background()
-	for _, name := range []string{"reg-ready", "reg-dry"} {
-		if _, err := enroll.Cleanup(ctx, testMember.Config, name); err != nil {
-			t.Errorf("cleanup of %s: %v", name, err)
+	c, err := client.New(testMember.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, list := range []client.ObjectList{&rbacv1.ClusterRoleBindingList{}, &rbacv1.RoleBindingList{}, &rbacv1.RoleList{}, &corev1.ServiceAccountList{}} {
+		if err := c.List(ctx, list, client.HasLabels{enroll.ManagedByLabel}); err != nil {
+			t.Fatal(err)
+		}
+		if err := meta.EachListItem(list, func(o runtime.Object) error {
+			return client.IgnoreNotFound(c.Delete(ctx, o.(client.Object)))
+		}); err != nil {
+			t.Fatal(err)
 		}
 	}
 	if err := controlplane.RemoveNamespace(ctx, testMember.Config, enroll.MemberNamespace); err != nil {
@@ -184,7 +195,8 @@ func TestRegisterWaitsForReadyAndUnregisterCleansUp(t *testing.T) {
 		t.Errorf("unregister without --cleanup changed the member: %v, was %v", after, before)
 	}
 	res = runEnroll(t, append([]string{"unregister", "reg-ready", "--cleanup"}, flags...)...)
-	if res.code != 0 || !strings.Contains(res.stdout, "member: ClusterRoleBinding fleet-manager:view deleted") {
+	if res.code != 0 || !strings.Contains(res.stdout, "member: ClusterRoleBinding fleet-manager:view deleted") ||
+		!strings.Contains(res.stdout, "member: Namespace fleet-system deleted") {
 		t.Fatalf("unregister --cleanup: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
 	}
 	if left := labelledInMember(t, member); len(left) > 0 {
@@ -232,6 +244,7 @@ current-context: m
 		"no NAME":                        {args: []string{"register", "--permissions=view"}, code: 2, want: "NAME"},
 		"bad label":                      {args: []string{"register", "reg-x", "--permissions=view", "--labels=a"}, code: 2, want: "key=value"},
 		"short ttl":                      {args: []string{"register", "reg-x", "--permissions=view", "--token-ttl=1m"}, code: 2, want: "at least 10m"},
+		"long ttl":                       {args: []string{"register", "reg-x", "--permissions=view", "--token-ttl=25h"}, code: 2, want: "at most 24h"},
 		"unreachable":                    {args: []string{"register", "reg-x", "--permissions=view", "--wait=0", "--member-kubeconfig=" + unreachable}, code: 1, want: "cannot reach the member at https://127.0.0.1:"},
 		"unreachable says what to check": {args: []string{"register", "reg-x", "--permissions=view", "--wait=0", "--member-kubeconfig=" + unreachable}, code: 1, want: "; check --member-kubeconfig/--member-context"},
 		"no CRD":                         {args: []string{"register", "reg-x", "--permissions=view", noCRD}, code: 1, want: "apply deploy/crd"},
@@ -247,5 +260,18 @@ current-context: m
 				t.Error("the error shows the token")
 			}
 		})
+	}
+}
+
+func TestRegisterWarnsWhenItRepointsTheSecret(t *testing.T) {
+	_, _, ns, flags := enrollSetup(t)
+	res := runEnroll(t, append([]string{"register", "reg-ready", "--permissions=view", "--wait=0", "--server=https://10.0.0.7:6443"}, flags...)...)
+	if res.code != 0 {
+		t.Fatalf("register --server: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+	res = runEnroll(t, append([]string{"register", "reg-ready", "--permissions=view", "--wait=0"}, flags...)...)
+	if res.code != 0 || !strings.Contains(res.stderr, "Warning: the hub Secret "+ns+"/reg-ready registered \"reg-ready\" at https://10.0.0.7:6443; it now points at https://") ||
+		!strings.Contains(res.stdout, "hub: Secret "+ns+"/reg-ready configured, re-pointed from https://10.0.0.7:6443") {
+		t.Errorf("register to another server: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
 	}
 }

@@ -28,9 +28,12 @@ Secret on the hub (only a native one, labelled fleet.fleetkube.io/kubeconfig=tru
 and wait until the manager has removed its MemberCluster.
 
 With --cleanup, it then also deletes, in the member, what "fleet-manager register"
-created there: the objects labelled app.kubernetes.io/managed-by=fleet-manager and
-fleet.fleetkube.io/cluster-name=NAME, and nothing else. Without it, the member is
-left untouched.`,
+created there for this fleet: the objects labelled app.kubernetes.io/managed-by=fleet-manager,
+fleet.fleetkube.io/cluster-name=NAME and fleet.fleetkube.io/fleet-id with the
+fleet's identity, and nothing else; objects an earlier register made without a
+fleet identity only when the deleted Secret pointed at this member. The namespace
+fleet-system goes only when it is the fleet's and holds nothing else. What it
+keeps, it names with the reason. Without --cleanup, the member is left untouched.`,
 		Example: `  fleet-manager unregister eu-1
   fleet-manager unregister eu-1 --cleanup --member-context=eu-1`,
 		Args: exactArgs(1, "NAME"),
@@ -52,6 +55,12 @@ left untouched.`,
 			if err != nil {
 				return err
 			}
+			fleetID := ""
+			if cleanup {
+				if fleetID, err = enroll.ReadFleetID(cmd.Context(), hubClient, namespace); err != nil {
+					return err
+				}
+			}
 			out := cmd.OutOrStdout()
 			s, err := enroll.Unregister(cmd.Context(), hubClient, namespace, name)
 			switch {
@@ -64,7 +73,7 @@ left untouched.`,
 			}
 			if wait > 0 {
 				// The manager stops using the member before its rights go.
-				if err := enroll.WaitGone(cmd.Context(), hubClient, name, wait); err != nil {
+				if err := enroll.WaitGone(cmd.Context(), hubClient, namespace, name, wait); err != nil {
 					return err
 				}
 				fmt.Fprintf(out, "hub: MemberCluster %s is gone\n", name)
@@ -72,14 +81,18 @@ left untouched.`,
 			if !cleanup {
 				return nil
 			}
-			deleted, err := enroll.Cleanup(cmd.Context(), memberCfg, name)
-			for _, c := range deleted {
-				fmt.Fprintf(out, "member: %s deleted\n", enroll.Describe(c.Object))
+			changes, err := enroll.Cleanup(cmd.Context(), memberCfg, name, fleetID, s)
+			for _, c := range changes {
+				if c.Op == "kept" {
+					fmt.Fprintf(out, "member: %s kept: %s\n", enroll.Describe(c.Object), c.Reason)
+					continue
+				}
+				fmt.Fprintf(out, "member: %s %s\n", enroll.Describe(c.Object), c.Op)
 			}
 			if err != nil {
 				return memberError(err)
 			}
-			if len(deleted) == 0 {
+			if len(changes) == 0 {
 				fmt.Fprintf(out, "member: nothing of %s to delete\n", name)
 			}
 			return nil

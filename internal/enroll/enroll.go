@@ -24,12 +24,15 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// Labels on every member object Register creates. Unregister deletes only
-// objects that carry both, with the cluster's name.
+// Labels on every member object Register creates, next to
+// fleetv1alpha1.FleetIDLabel with the fleet's identity. Cleanup deletes only
+// objects that carry all three, with the cluster's name and the fleet's
+// identity.
 const (
 	ManagedByLabel   = "app.kubernetes.io/managed-by"
 	ManagedByValue   = "fleet-manager"
@@ -52,6 +55,10 @@ const (
 	DefaultTokenTTL = 24 * time.Hour
 	// MinTokenTTL is the shortest lifetime the TokenRequest API grants.
 	MinTokenTTL = 10 * time.Minute
+	// MaxTokenTTL is the longest lifetime Register asks for, as the
+	// manager's renewal does: what a token outlives the revocation of its
+	// ServiceAccount's right to mint successors.
+	MaxTokenTTL = 24 * time.Hour
 )
 
 // Presets are the built-in ClusterRoles Options.Preset may name.
@@ -87,7 +94,8 @@ type Options struct {
 	// Preset cluster-admin.
 	Namespaces []string
 	// TokenTTL is the lifetime asked of the TokenRequest API; the API
-	// server may shorten it. Default DefaultTokenTTL, at least MinTokenTTL.
+	// server may shorten it. Default DefaultTokenTTL, at least MinTokenTTL
+	// and at most MaxTokenTTL.
 	TokenTTL time.Duration
 	// Server is the member's URL as the hub reaches it. Default: the
 	// server of the person's kubeconfig.
@@ -133,6 +141,9 @@ func (o *Options) Validate() error {
 	}
 	if o.TokenTTL < MinTokenTTL {
 		errs = append(errs, fmt.Errorf("token lifetime %s is shorter than the minimum, %s", o.TokenTTL, MinTokenTTL))
+	}
+	if o.TokenTTL > MaxTokenTTL {
+		errs = append(errs, fmt.Errorf("token lifetime %s is longer than the maximum, %s", o.TokenTTL, MaxTokenTTL))
 	}
 	if o.Server != "" {
 		if u, err := url.Parse(o.Server); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
@@ -216,8 +227,10 @@ type Change struct {
 	// Object as written, apiVersion and kind set; the hub Secret's token
 	// is redacted and its kubeconfig is under stringData.
 	Object client.Object
-	// Op is created, configured, unchanged or deleted.
-	Op string
+	// Op is created, configured, unchanged, deleted, or kept (by Cleanup,
+	// which then says why in Reason).
+	Op     string
+	Reason string
 }
 
 // Result is what Register did.
@@ -229,6 +242,9 @@ type Result struct {
 	Secret Change
 	// TokenExpiry is when the minted token expires; zero in a dry run.
 	TokenExpiry time.Time
+	// PreviousServer is the server the hub Secret registered before,
+	// when Register pointed it at another one; empty otherwise.
+	PreviousServer string
 	// Warnings say what Register could not do that the person should know.
 	Warnings []string
 }
@@ -247,7 +263,15 @@ func (r *Result) Objects() []client.Object {
 // Register registers the member that member, the person's REST config,
 // reaches, with the fleet on hub, as o says. The person's credentials in
 // member are used to write the member's objects and mint the token, and
-// are never copied. hub may be nil for DryRunClient.
+// are never copied. hub may be nil for DryRunClient, whose objects then
+// carry no fleet identity.
+//
+// Register reads the fleet's identity on the hub, creating it if missing
+// (registry.FleetID; in a server dry run it is not kept), and touches in
+// the member only objects that carry it, or, once, an earlier register's
+// objects without one when the hub Secret of the name already points at
+// this member's server: those it stamps. Anything else of the same name
+// makes it fail before it writes.
 func Register(ctx context.Context, member *rest.Config, hub client.Client, o Options) (*Result, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -256,29 +280,48 @@ func Register(ctx context.Context, member *rest.Config, hub client.Client, o Opt
 	if err != nil {
 		return nil, err
 	}
-	want := memberObjects(o)
 	res := &Result{}
-	secret, err := registrationSecret(o, conn, redacted)
-	if err != nil {
-		return nil, err
-	}
 	if o.DryRun == DryRunClient {
-		for _, obj := range want {
+		secret, err := registrationSecret(o, conn, redacted)
+		if err != nil {
+			return nil, err
+		}
+		for _, obj := range memberObjects(o, "") {
 			res.Member = append(res.Member, Change{Object: obj, Op: "created"})
 		}
 		res.Secret = Change{Object: printable(secret), Op: "created"}
 		return res, nil
 	}
 
+	previous, err := readRegistration(ctx, hub, o)
+	if err != nil {
+		return nil, err
+	}
+	writer := hub
+	if o.DryRun == DryRunServer {
+		writer = client.NewDryRunClient(hub)
+	}
+	id, err := registry.FleetID(ctx, hub, writer, o.HubNamespace)
+	if err != nil {
+		return nil, err
+	}
+	server := displayServer(conn.server)
+	if previous != "" && previous != server {
+		res.PreviousServer = previous
+		res.Warnings = append(res.Warnings, fmt.Sprintf("the hub Secret %s/%s registered %q at %s; it now points at %s",
+			o.HubNamespace, o.Name, o.Name, previous, server))
+	}
+
 	mc, err := NewClient(member)
 	if err != nil {
 		return nil, err
 	}
-	m := &memberWriter{c: mc, name: o.Name, server: conn.personServer, dryRun: o.DryRun == DryRunServer}
-	if err := m.check(ctx, o); err != nil {
-		return nil, err
+	m := &memberWriter{
+		c: mc, name: o.Name, id: id, hubSecret: o.HubNamespace + "/" + o.Name, server: conn.personServer,
+		dryRun: o.DryRun == DryRunServer, proven: previous != "" && previous == server,
 	}
-	if err := checkSecretOwner(ctx, hub, o); err != nil {
+	want := memberObjects(o, id)
+	if err := m.check(ctx, o, want); err != nil {
 		return nil, err
 	}
 	if res.Member, err = m.apply(ctx, want); err != nil {
@@ -289,11 +332,16 @@ func Register(ctx context.Context, member *rest.Config, hub client.Client, o Opt
 		return nil, err
 	}
 	res.Member = append(res.Member, pruned...)
+	res.Warnings = append(res.Warnings, m.warnings...)
 	if warning != "" {
 		res.Warnings = append(res.Warnings, warning)
 	}
 
 	token := redacted
+	secret, err := registrationSecret(o, conn, token)
+	if err != nil {
+		return nil, err
+	}
 	if !m.dryRun {
 		tok, expiry, err := mintToken(ctx, mc, o.TokenTTL)
 		if err != nil {
@@ -365,16 +413,21 @@ func connection(cfg *rest.Config, server string) (conn, error) {
 	return c, nil
 }
 
-// labels are the labels of the member objects of cluster name.
-func labels(name string) map[string]string {
-	return map[string]string{ManagedByLabel: ManagedByValue, ClusterNameLabel: name}
+// labels are the labels of the member objects of cluster name in the
+// fleet of identity id; id is empty only in a client dry run.
+func labels(name, id string) map[string]string {
+	l := map[string]string{ManagedByLabel: ManagedByValue, ClusterNameLabel: name}
+	if id != "" {
+		l[fleetv1alpha1.FleetIDLabel] = id
+	}
+	return l
 }
 
-// memberObjects are the member objects o wants, in the order they are
-// written.
-func memberObjects(o Options) []client.Object {
+// memberObjects are the member objects o wants in the fleet of identity
+// id, in the order they are written.
+func memberObjects(o Options, id string) []client.Object {
 	meta := func(namespace, name string) metav1.ObjectMeta {
-		return metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels(o.Name)}
+		return metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels(o.Name, id)}
 	}
 	sa := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: MemberNamespace, Name: ServiceAccountName}}
 	objs := []client.Object{
@@ -464,20 +517,45 @@ func printable(s *corev1.Secret) *corev1.Secret {
 	return s
 }
 
-// checkSecretOwner refuses to overwrite a Secret that is not a native
-// registration.
-func checkSecretOwner(ctx context.Context, hub client.Client, o Options) error {
+// readRegistration returns the server the hub Secret of o's name
+// registers, or "" when there is no such Secret. It refuses a Secret that
+// is not a native registration.
+func readRegistration(ctx context.Context, hub client.Client, o Options) (string, error) {
 	var s corev1.Secret
 	err := hub.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: o.Name}, &s)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil
+		return "", nil
 	case err != nil:
-		return fmt.Errorf("reading Secret %s/%s on the hub: %w", o.HubNamespace, o.Name, err)
+		return "", fmt.Errorf("reading Secret %s/%s on the hub: %w", o.HubNamespace, o.Name, err)
 	case s.Labels[registry.KubeconfigLabel] != "true":
-		return fmt.Errorf("Secret %s/%s exists on the hub and is not a registration (no label %s=true): refusing to overwrite it", o.HubNamespace, o.Name, registry.KubeconfigLabel)
+		return "", fmt.Errorf("Secret %s/%s exists on the hub and is not a registration (no label %s=true): refusing to overwrite it", o.HubNamespace, o.Name, registry.KubeconfigLabel)
 	}
-	return nil
+	return registeredServer(&s), nil
+}
+
+// registeredServer returns the server of the current context of the
+// kubeconfig in registration Secret s, without any userinfo; "" if it has
+// none. The kubeconfig is only parsed, never used.
+func registeredServer(s *corev1.Secret) string {
+	cfg, err := clientcmd.Load(s.Data[registry.KubeconfigKey])
+	if err != nil {
+		return ""
+	}
+	if kc := cfg.Contexts[cfg.CurrentContext]; kc != nil && cfg.Clusters[kc.Cluster] != nil {
+		return displayServer(cfg.Clusters[kc.Cluster].Server)
+	}
+	return ""
+}
+
+// displayServer is server without userinfo, which may be a credential.
+func displayServer(server string) string {
+	u, err := url.Parse(server)
+	if err != nil {
+		return "(a server that is not a URL)"
+	}
+	u.User = nil
+	return u.String()
 }
 
 // writeSecret creates s on the hub, or updates the registration Secret of

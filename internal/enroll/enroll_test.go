@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/enroll"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -96,9 +97,10 @@ func TestRegisterCreatesTheDocumentedObjects(t *testing.T) {
 	if got := slices.Sorted(maps.Keys(objs)); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
 		t.Fatalf("member objects: %v, want %v", got, want)
 	}
+	id := fleetID(t, hub, ns)
 	for _, c := range res.Member {
-		if c.Op != "created" || c.Object.GetLabels()[enroll.ClusterNameLabel] != "eu-1" {
-			t.Errorf("%s %s: %s, labels %v", c.Object.GetObjectKind().GroupVersionKind().Kind, c.Object.GetName(), c.Op, c.Object.GetLabels())
+		if l := c.Object.GetLabels(); c.Op != "created" || l[enroll.ClusterNameLabel] != "eu-1" || l[fleetv1alpha1.FleetIDLabel] != id {
+			t.Errorf("%s %s: %s, labels %v, want the fleet's identity %s", c.Object.GetObjectKind().GroupVersionKind().Kind, c.Object.GetName(), c.Op, l, id)
 		}
 	}
 	var role rbacv1.Role
@@ -267,6 +269,9 @@ func TestDryRunCreatesNothing(t *testing.T) {
 			if len(secrets.Items) > 0 {
 				t.Errorf("the hub has Secret %s", secrets.Items[0].Name)
 			}
+			if id, err := enroll.ReadFleetID(t.Context(), hub, ns); id != "" || err != nil {
+				t.Errorf("the dry run gave the fleet an identity: %q, %v", id, err)
+			}
 			var out bytes.Buffer
 			if err := enroll.WriteYAML(&out, res.Objects()); err != nil {
 				t.Fatal(err)
@@ -291,7 +296,8 @@ func TestUnregister(t *testing.T) {
 	hub, member, ns := clients(t)
 	register(t, hub, enroll.Options{Name: "eu-1", Preset: "view", HubNamespace: ns})
 	before := memberObjects(t, member)
-	if _, err := enroll.Unregister(t.Context(), hub, ns, "eu-1"); err != nil {
+	registration, err := enroll.Unregister(t.Context(), hub, ns, "eu-1")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if after := memberObjects(t, member); !maps.Equal(before, after) {
@@ -309,7 +315,7 @@ func TestUnregister(t *testing.T) {
 	if err := member.Create(t.Context(), stranger); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := enroll.Cleanup(t.Context(), memberEnv.Config, "eu-1"); err != nil {
+	if _, err := enroll.Cleanup(t.Context(), memberEnv.Config, "eu-1", fleetID(t, hub, ns), registration); err != nil {
 		t.Fatal(err)
 	}
 	if left := memberObjects(t, member); len(left) != 1 || left["ClusterRoleBinding fleet-manager:stranger"] == "" {
@@ -330,7 +336,7 @@ func TestCleanupKeepsAPreexistingNamespace(t *testing.T) {
 	if len(fs.Labels[enroll.ManagedByLabel]) > 0 {
 		t.Errorf("register labelled a namespace it did not create: %v", fs.Labels)
 	}
-	if _, err := enroll.Cleanup(t.Context(), memberEnv.Config, "eu-1"); err != nil {
+	if _, err := enroll.Cleanup(t.Context(), memberEnv.Config, "eu-1", fleetID(t, hub, ns), nil); err != nil {
 		t.Fatal(err)
 	}
 	if left := memberObjects(t, member); len(left) > 0 {
@@ -363,6 +369,7 @@ func TestRegisterRefuses(t *testing.T) {
 		"both":                {opts: enroll.Options{Name: "eu-1", Preset: "view", ClusterRole: "x"}, want: "exclude each other"},
 		"bad name":            {opts: enroll.Options{Name: "Bad_Name", Preset: "view"}, want: "DNS-1123"},
 		"short ttl":           {opts: enroll.Options{Name: "eu-1", Preset: "view", TokenTTL: time.Minute}, want: "minimum"},
+		"long ttl":            {opts: enroll.Options{Name: "eu-1", Preset: "view", TokenTTL: 25 * time.Hour}, want: "longer than the maximum, 24h"},
 		"missing ClusterRole": {opts: enroll.Options{Name: "eu-1", ClusterRole: "nope"}, want: `no ClusterRole "nope"`},
 		"missing namespace":   {opts: enroll.Options{Name: "eu-1", Preset: "edit", Namespaces: []string{"nope"}}, want: `no namespace "nope"`},
 		"insecure":            {cfg: insecure, opts: enroll.Options{Name: "eu-1", Preset: "view"}, want: "insecure-skip-tls-verify"},

@@ -77,12 +77,13 @@ func Reason(mc *fleetv1alpha1.MemberCluster) string {
 	return strings.Join(parts, "; ")
 }
 
-// WaitReady waits up to timeout until the MemberCluster name is Ready,
-// and returns it. progress is called with its state each time that
-// changes. A kubeconfig the manager's policy refused fails at once, as
-// waiting would not change it; other failures are a *NotReadyError after
-// timeout.
-func WaitReady(ctx context.Context, hub client.Client, name string, timeout time.Duration, progress func(state string)) (*fleetv1alpha1.MemberCluster, error) {
+// WaitReady waits up to timeout until the MemberCluster name of the fleet
+// of namespace is Ready, and returns it. progress is called with its state
+// each time that changes. A MemberCluster of that name labelled for
+// another fleet is not this fleet's: it counts as none. A kubeconfig the
+// manager's policy refused fails at once, as waiting would not change it;
+// other failures are a *NotReadyError after timeout.
+func WaitReady(ctx context.Context, hub client.Client, namespace, name string, timeout time.Duration, progress func(state string)) (*fleetv1alpha1.MemberCluster, error) {
 	var last *fleetv1alpha1.MemberCluster
 	shown := ""
 	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
@@ -91,6 +92,8 @@ func WaitReady(ctx context.Context, hub client.Client, name string, timeout time
 		state := "not created yet"
 		switch {
 		case apierrors.IsNotFound(err):
+		case err == nil && mc.Labels[fleetv1alpha1.FleetLabel] != namespace:
+			state = fmt.Sprintf("not created yet (the MemberCluster of that name is fleet %q's)", mc.Labels[fleetv1alpha1.FleetLabel])
 		case meta.IsNoMatchError(err):
 			return false, ErrNoCRD
 		case err != nil:
@@ -159,17 +162,32 @@ func Unregister(ctx context.Context, hub client.Client, namespace, name string) 
 	return &s, nil
 }
 
-// WaitGone waits up to timeout until the hub has no MemberCluster name.
+// WaitGone waits up to timeout until the hub has no MemberCluster name of
+// the fleet of namespace; one labelled for another fleet does not count.
 // A hub without the CRD has none.
-func WaitGone(ctx context.Context, hub client.Client, name string, timeout time.Duration) error {
+func WaitGone(ctx context.Context, hub client.Client, namespace, name string, timeout time.Duration) error {
 	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
-		err := hub.Get(ctx, client.ObjectKey{Name: name}, &fleetv1alpha1.MemberCluster{})
-		return apierrors.IsNotFound(err) || meta.IsNoMatchError(err), nil
+		var mc fleetv1alpha1.MemberCluster
+		err := hub.Get(ctx, client.ObjectKey{Name: name}, &mc)
+		return apierrors.IsNotFound(err) || meta.IsNoMatchError(err) || (err == nil && mc.Labels[fleetv1alpha1.FleetLabel] != namespace), nil
 	})
 	if wait.Interrupted(err) {
 		return fmt.Errorf("MemberCluster %s is still there after %s: is a manager running for this fleet?", name, timeout)
 	}
 	return err
+}
+
+// ReadFleetID returns the identity of the fleet of namespace on the hub,
+// or "" when it has none yet; unlike registry.FleetID it creates none.
+func ReadFleetID(ctx context.Context, hub client.Client, namespace string) (string, error) {
+	err := hub.Get(ctx, client.ObjectKey{Namespace: namespace, Name: fleetv1alpha1.FleetIdentityName}, &corev1.ConfigMap{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the fleet's identity, ConfigMap %s/%s on the hub: %w", namespace, fleetv1alpha1.FleetIdentityName, err)
+	}
+	return registry.FleetID(ctx, hub, hub, namespace)
 }
 
 // WriteYAML writes objs to w as a YAML stream, "---" between them, without
