@@ -67,7 +67,7 @@ type watchedKinds struct {
 
 	mu      sync.Mutex
 	started map[schema.GroupVersionKind]bool
-	refused map[schema.GroupVersionKind]refusal
+	refused map[schema.GroupVersionKind]refusedKind
 }
 
 // run starts the cache until ctx ends, and closes running once it has.
@@ -80,7 +80,7 @@ func (w *watchedKinds) run(ctx context.Context) {
 	}()
 }
 
-type refusal struct {
+type refusedKind struct {
 	err   *kindError
 	until time.Time
 }
@@ -107,7 +107,7 @@ func (w *watchedKinds) watch(ctx context.Context, gvk schema.GroupVersionKind) e
 	if err := w.check(ctx, gvk); err != nil {
 		if kerr, ok := errors.AsType[*kindError](err); ok {
 			w.mu.Lock()
-			w.refused[gvk] = refusal{err: kerr, until: time.Now().Add(kindRetry)}
+			w.refused[gvk] = refusedKind{err: kerr, until: time.Now().Add(kindRetry)}
 			w.mu.Unlock()
 		}
 		return err
@@ -206,8 +206,10 @@ func (w *watchedKinds) list(ctx context.Context, gvk schema.GroupVersionKind, na
 // hubObjects are the hub objects Propagations select, cached per
 // namespace: a Propagation reads only its own namespace, so the manager
 // needs read access only where Propagations are (a RoleBinding per
-// namespace is enough, as for Secrets).
+// namespace is enough, as for Secrets). The fleet namespace is never
+// read for a Propagation.
 type hubObjects struct {
+	fleet  string // the fleet namespace
 	config *rest.Config
 	scheme *runtime.Scheme
 	mapper meta.RESTMapper
@@ -235,6 +237,9 @@ func (h *hubObjects) list(ctx context.Context, namespace string, sel fleetv1alph
 	gvk, err := resourceKind(sel)
 	if err != nil {
 		return nil, err
+	}
+	if namespace == h.fleet {
+		return nil, &kindError{reason: fleetv1alpha1.ReasonRefused, message: fmt.Sprintf("%s of namespace %s is refused: %s", gvk.Kind, namespace, ruleFleetNamespace)}
 	}
 	w, err := h.inNamespace(namespace)
 	if err != nil {
@@ -277,7 +282,7 @@ func (h *hubObjects) inNamespace(namespace string) (*watchedKinds, error) {
 	}
 	w := &watchedKinds{
 		cluster: "the hub", cache: c, reader: h.reader, mapper: h.mapper, selector: labels.Everything(), namespace: namespace,
-		running: make(chan struct{}), started: map[schema.GroupVersionKind]bool{}, refused: map[schema.GroupVersionKind]refusal{},
+		running: make(chan struct{}), started: map[schema.GroupVersionKind]bool{}, refused: map[schema.GroupVersionKind]refusedKind{},
 		onEvent: func(obj client.Object) {
 			h.changed(namespace, obj.GetObjectKind().GroupVersionKind())
 		},
@@ -379,7 +384,7 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster
 		name: clusterName, client: writer, reader: writer,
 		watchedKinds: &watchedKinds{
 			cluster: "member " + clusterName, cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector,
-			running: make(chan struct{}), started: map[schema.GroupVersionKind]bool{}, refused: map[schema.GroupVersionKind]refusal{},
+			running: make(chan struct{}), started: map[schema.GroupVersionKind]bool{}, refused: map[schema.GroupVersionKind]refusedKind{},
 			onEvent: func(obj client.Object) {
 				if name := obj.GetLabels()[fleetv1alpha1.PropagationLabel]; name != "" {
 					q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})

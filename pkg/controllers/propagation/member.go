@@ -175,8 +175,10 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	for _, sel := range p.Spec.Resources {
 		objs, err := run.r.objects.list(ctx, p.Namespace, sel)
 		if kerr, ok := errors.AsType[*kindError](err); ok {
-			// The status reports the hub's problem; copies of the kind stay.
-			if gvk, err := resourceKind(sel); err == nil {
+			// The status reports the hub's problem; copies of the kind
+			// stay, unless the kind is refused here: this fleet's copies
+			// are then unwanted.
+			if gvk, err := resourceKind(sel); err == nil && kerr.reason != fleetv1alpha1.ReasonRefused {
 				run.skipRemoval[gvk] = true
 			}
 			run.fail(failure{reason: kerr.reason, message: kerr.message, retry: true})
@@ -187,6 +189,10 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 		}
 		for i := range objs {
 			o := &objs[i]
+			if rule, refused := refusal(o, run.r.fleet); refused {
+				run.fail(failure{reason: fleetv1alpha1.ReasonRefused, message: fmt.Sprintf("%s %s is refused: %s", o.GetKind(), o.GetName(), rule)})
+				continue
+			}
 			want[copyKey{gvk: o.GroupVersionKind(), name: o.GetName()}] = o
 		}
 	}

@@ -137,7 +137,7 @@ func Add(m *fleet.Manager, opts Options) error {
 		lastWrite: map[propagationKey]time.Time{},
 		readiness: map[propagationKey]string{},
 	}
-	r.objects = &hubObjects{config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
+	r.objects = &hubObjects{fleet: m.Namespace(), config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
 	r.copies = &copyCaches{
 		fleet: m.Namespace(), userAgent: opts.Config.UserAgent, scheme: m.GetScheme(), log: log,
 		kinds: r.memberKinds, engaged: r.memberEngaged, propagations: r.memberPropagations, members: map[string]*memberCopies{},

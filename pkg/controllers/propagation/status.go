@@ -209,13 +209,18 @@ func (r *reconciler) setConditions(ctx context.Context, p *fleetv1alpha1.Propaga
 	}
 }
 
-// hubProblem is the first of p's resources the hub cannot give.
+// hubProblem is the first of p's resources the hub cannot give, or the
+// first hub object it selects that is refused.
 func (r *reconciler) hubProblem(ctx context.Context, p *fleetv1alpha1.Propagation) *kindError {
 	for _, sel := range p.Spec.Resources {
-		_, err := r.objects.list(ctx, p.Namespace, sel)
-		var kerr *kindError
-		if errors.As(err, &kerr) {
+		objs, err := r.objects.list(ctx, p.Namespace, sel)
+		if kerr, ok := errors.AsType[*kindError](err); ok {
 			return kerr
+		}
+		for i := range objs {
+			if rule, refused := refusal(&objs[i], r.fleet); refused {
+				return &kindError{reason: fleetv1alpha1.ReasonRefused, message: fmt.Sprintf("%s %s is refused: %s", objs[i].GetKind(), objs[i].GetName(), rule)}
+			}
 		}
 	}
 	return nil
