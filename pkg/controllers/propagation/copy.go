@@ -45,8 +45,9 @@ var hubOnlyAnnotations = []string{
 // desiredCopy is what a member should hold for a hub object: the object
 // as the hub's author wrote it (no status, no server-set metadata or
 // fields), carrying the labels and annotations that make it a copy of
-// Propagation p in fleet. Its content hash covers all of that.
-func desiredCopy(hub *unstructured.Unstructured, p *fleetv1alpha1.Propagation, fleet string) *unstructured.Unstructured {
+// Propagation p in the fleet of namespace fleet and identity fleetID. Its
+// content hash covers all of that.
+func desiredCopy(hub *unstructured.Unstructured, p *fleetv1alpha1.Propagation, fleet, fleetID string) *unstructured.Unstructured {
 	src := hub.Object
 	obj := map[string]any{"apiVersion": hub.GetAPIVersion(), "kind": hub.GetKind()}
 	for k, v := range src {
@@ -65,6 +66,7 @@ func desiredCopy(hub *unstructured.Unstructured, p *fleetv1alpha1.Propagation, f
 		labels = map[string]string{}
 	}
 	labels[fleetv1alpha1.FleetLabel] = fleet
+	labels[fleetv1alpha1.FleetIDLabel] = fleetID
 	labels[fleetv1alpha1.PropagationLabel] = p.Name
 	c.SetLabels(labels)
 	annotations := maps.Clone(hub.GetAnnotations())
@@ -122,11 +124,47 @@ func deletionPolicy(p *fleetv1alpha1.Propagation) fleetv1alpha1.DeletionPolicy {
 	return p.Spec.Deletion
 }
 
-// isCopyOf reports whether a member object is a copy that Propagation
-// name of fleet made.
-func isCopyOf(obj metav1.Object, fleet, name string) bool {
+// owner is whose a member object is, as a member run sees it.
+type owner int
+
+const (
+	// notACopy: no fleet's copy, or a copy of another Propagation of this
+	// fleet; adopt may take it.
+	notACopy owner = iota
+	// ours: this fleet's copy of the run's Propagation.
+	ours
+	// otherFleet: another fleet's copy, which is never applied over,
+	// deleted or orphaned.
+	otherFleet
+	// unproven: a copy stamped without an identity (before fleets had
+	// one) by a fleet of this namespace's name, which cannot be proven
+	// this fleet's: left alone as another fleet's.
+	unproven
+)
+
+// ownerOf says whose member object obj is to the run of Propagation
+// propagation in the fleet of namespace fleet and identity fleetID. A copy
+// is the fleet's when it carries its identity. A copy stamped without one
+// is the fleet's when proven says so (see memberRun.proven).
+func ownerOf(obj metav1.Object, fleet, fleetID, propagation string, proven func() bool) owner {
 	l := obj.GetLabels()
-	return l[fleetv1alpha1.FleetLabel] == fleet && l[fleetv1alpha1.PropagationLabel] == name
+	name, isCopy := l[fleetv1alpha1.PropagationLabel]
+	id, stamped := l[fleetv1alpha1.FleetIDLabel]
+	switch {
+	case stamped && id != fleetID:
+		return otherFleet
+	case stamped && name == propagation:
+		return ours
+	case stamped, !isCopy:
+		return notACopy
+	case l[fleetv1alpha1.FleetLabel] != fleet:
+		return otherFleet
+	case !proven():
+		return unproven
+	case name == propagation:
+		return ours
+	}
+	return notACopy
 }
 
 // drift returns the paths of desired's fields whose value live does not

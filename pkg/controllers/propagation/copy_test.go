@@ -35,7 +35,7 @@ func propagationNamed(name string, deletion fleetv1alpha1.DeletionPolicy) *fleet
 }
 
 func TestDesiredCopyStripsWhatTheHubFilledIn(t *testing.T) {
-	c := desiredCopy(hubService("10.0.0.7"), propagationNamed("web", ""), "fleet-a")
+	c := desiredCopy(hubService("10.0.0.7"), propagationNamed("web", ""), "fleet-a", "id-a")
 	if _, ok := c.Object["status"]; ok {
 		t.Error("status copied")
 	}
@@ -47,7 +47,7 @@ func TestDesiredCopyStripsWhatTheHubFilledIn(t *testing.T) {
 	if ports, _, _ := unstructured.NestedSlice(c.Object, "spec", "ports"); len(ports) != 1 {
 		t.Errorf("spec.ports = %v, want the author's port", ports)
 	}
-	if got := c.GetLabels(); got["app"] != "web" || got[fleetv1alpha1.FleetLabel] != "fleet-a" || got[fleetv1alpha1.PropagationLabel] != "web" {
+	if got := c.GetLabels(); got["app"] != "web" || got[fleetv1alpha1.FleetLabel] != "fleet-a" || got[fleetv1alpha1.FleetIDLabel] != "id-a" || got[fleetv1alpha1.PropagationLabel] != "web" {
 		t.Errorf("labels %v", got)
 	}
 	a := c.GetAnnotations()
@@ -58,7 +58,7 @@ func TestDesiredCopyStripsWhatTheHubFilledIn(t *testing.T) {
 		t.Errorf("annotations %v", a)
 	}
 
-	headless := desiredCopy(hubService("None"), propagationNamed("web", ""), "fleet-a")
+	headless := desiredCopy(hubService("None"), propagationNamed("web", ""), "fleet-a", "id-a")
 	if ip, _, _ := unstructured.NestedString(headless.Object, "spec", "clusterIP"); ip != "None" {
 		t.Errorf("a headless Service's clusterIP = %q, want None kept", ip)
 	}
@@ -68,17 +68,20 @@ func TestContentHashFollowsContentAndPolicy(t *testing.T) {
 	hash := func(c *unstructured.Unstructured) string {
 		return c.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
 	}
-	a := desiredCopy(hubService("10.0.0.7"), propagationNamed("web", ""), "fleet-a")
-	if b := desiredCopy(hubService("10.0.0.9"), propagationNamed("web", ""), "fleet-a"); hash(a) != hash(b) {
+	a := desiredCopy(hubService("10.0.0.7"), propagationNamed("web", ""), "fleet-a", "id-a")
+	if b := desiredCopy(hubService("10.0.0.9"), propagationNamed("web", ""), "fleet-a", "id-a"); hash(a) != hash(b) {
 		t.Error("the hash depends on a server-set field")
 	}
 	changed := hubService("10.0.0.7")
 	changed.Object["spec"].(map[string]any)["ports"] = []any{map[string]any{"port": int64(81)}}
-	if hash(a) == hash(desiredCopy(changed, propagationNamed("web", ""), "fleet-a")) {
+	if hash(a) == hash(desiredCopy(changed, propagationNamed("web", ""), "fleet-a", "id-a")) {
 		t.Error("the hash ignores a changed port")
 	}
-	if hash(a) == hash(desiredCopy(hubService("10.0.0.7"), propagationNamed("web", fleetv1alpha1.DeletionOrphan), "fleet-a")) {
+	if hash(a) == hash(desiredCopy(hubService("10.0.0.7"), propagationNamed("web", fleetv1alpha1.DeletionOrphan), "fleet-a", "id-a")) {
 		t.Error("the hash ignores the deletion policy the copy carries")
+	}
+	if hash(a) == hash(desiredCopy(hubService("10.0.0.7"), propagationNamed("web", ""), "fleet-a", "id-b")) {
+		t.Error("the hash ignores the fleet's identity")
 	}
 }
 
@@ -171,5 +174,34 @@ func TestClaimsCover(t *testing.T) {
 		if got := c.covers(path); got != want {
 			t.Errorf("covers(%q) = %t, want %t", path, got, want)
 		}
+	}
+}
+
+func TestOwnerOfTrustsOnlyTheFleetsIdentity(t *testing.T) {
+	copyLabelled := func(labels map[string]string) metav1.Object {
+		return &metav1.ObjectMeta{Labels: labels}
+	}
+	tests := map[string]struct {
+		labels map[string]string
+		proven bool
+		want   owner
+	}{
+		"stamped with this fleet's identity": {map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.FleetIDLabel: "id-a", fleetv1alpha1.PropagationLabel: "web"}, false, ours},
+		"stamped, of another Propagation":    {map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.FleetIDLabel: "id-a", fleetv1alpha1.PropagationLabel: "api"}, false, notACopy},
+		"another fleet's, same namespace":    {map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.FleetIDLabel: "id-b", fleetv1alpha1.PropagationLabel: "web"}, true, otherFleet},
+		"old, of another namespace's fleet":  {map[string]string{fleetv1alpha1.FleetLabel: "fleet-b", fleetv1alpha1.PropagationLabel: "web"}, true, otherFleet},
+		"old, proven":                        {map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.PropagationLabel: "web"}, true, ours},
+		"old, proven, of another Propagation": {
+			map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.PropagationLabel: "api"}, true, notACopy,
+		},
+		"old, not proven": {map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.PropagationLabel: "web"}, false, unproven},
+		"no copy":         {map[string]string{"app": "web"}, false, notACopy},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := ownerOf(copyLabelled(tc.labels), "fleet-a", "id-a", "web", func() bool { return tc.proven }); got != tc.want {
+				t.Errorf("ownerOf = %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

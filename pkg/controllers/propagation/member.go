@@ -33,6 +33,12 @@ import (
 // missing kind, a refusal) is tried again.
 const failureRetry = time.Minute
 
+// identityWait bounds how long a member request waits for the fleet's
+// identity, which the manager reads from the hub as it starts: until it
+// has, nothing is written in members, and the request is tried again
+// after as long.
+const identityWait = 5 * time.Second
+
 func (r *reconciler) Reconcile(ctx context.Context, req fleet.Request) (_ reconcile.Result, retErr error) {
 	defer func() {
 		if errors.Is(ctx.Err(), context.Canceled) {
@@ -60,6 +66,14 @@ type memberRun struct {
 	member *memberCopies
 	p      *fleetv1alpha1.Propagation // nil when the Propagation is gone
 	key    propagationKey
+	// id is the fleet's identity.
+	id string
+	// others are the member's copies of the Propagation's name that are
+	// not this fleet's.
+	others map[copyKey]*unstructured.Unstructured
+	// journaled holds the journal's copies, by Propagation, read to prove
+	// copies stamped without an identity this fleet's.
+	journaled map[string][]journal.Copy
 
 	failures []failure
 	drifted  []string
@@ -85,16 +99,29 @@ func (r *reconciler) reconcileMember(ctx context.Context, member string, key pro
 	if mc == nil {
 		return reconcile.Result{}, nil // not engaged: it is asked again when it is
 	}
-	if err := r.replayOwed(ctx, mc); err != nil {
+	id, err := r.fleetID(ctx)
+	if err != nil {
+		logf.FromContext(ctx).V(1).Info("Waiting for the fleet's identity before writing in the member")
+		return reconcile.Result{RequeueAfter: identityWait}, nil
+	}
+	if err := r.replayOwed(ctx, mc, id); err != nil {
 		return reconcile.Result{}, err
 	}
-	return r.reconcileCopies(ctx, mc, key)
+	return r.reconcileCopies(ctx, mc, key, id)
+}
+
+// fleetID returns the fleet's identity, waiting at most identityWait for
+// the manager to read it.
+func (r *reconciler) fleetID(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, identityWait)
+	defer cancel()
+	return r.m.FleetID(ctx)
 }
 
 // reconcileCopies makes the copies of Propagation key in mc's member what
 // it wants: the selected hub objects applied, each recorded in the
-// journal first, and no other copy.
-func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key propagationKey) (reconcile.Result, error) {
+// journal first, and no other copy of this fleet, whose identity is id.
+func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key propagationKey, id string) (reconcile.Result, error) {
 	p := &fleetv1alpha1.Propagation{}
 	if err := r.hub.Get(ctx, key, p); apierrors.IsNotFound(err) {
 		p = nil
@@ -104,26 +131,32 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 	if p != nil && p.Spec.Suspend && p.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
-	run := &memberRun{r: r, member: mc, p: p, key: key, skipRemoval: map[schema.GroupVersionKind]bool{}}
+	run := &memberRun{
+		r: r, member: mc, p: p, key: key, id: id, skipRemoval: map[schema.GroupVersionKind]bool{},
+		others: map[copyKey]*unstructured.Unstructured{}, journaled: map[string][]journal.Copy{},
+	}
 	want, removing, err := run.wanted(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	have, err := run.existing(ctx)
+	// Copies are told apart before the journal records what is applied
+	// now: an old copy may be proven this fleet's by the hash recorded
+	// when it was applied.
+	have, err := run.existing(ctx, want)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	desired := make(map[copyKey]*unstructured.Unstructured, len(want))
 	recorded := make([]journal.Copy, 0, len(want))
 	for k, hubObj := range want {
-		desired[k] = desiredCopy(hubObj, p, r.fleet)
+		desired[k] = desiredCopy(hubObj, p, r.fleet, id)
 		recorded = append(recorded, journalCopy(desired[k]))
 	}
 	if err := r.journal.Record(mc.name, recorded); err != nil {
 		return reconcile.Result{}, fmt.Errorf("recording copies in the journal: %w", err)
 	}
 	for k, d := range desired {
-		if err := run.apply(ctx, k, d, have[k]); err != nil {
+		if err := run.apply(ctx, k, d, have[k], want[k]); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -199,9 +232,11 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	return want, false, nil
 }
 
-// existing returns the member's copies of the Propagation, of every kind
-// it copies or copied.
-func (run *memberRun) existing(ctx context.Context) (map[copyKey]*unstructured.Unstructured, error) {
+// existing returns this fleet's copies of the Propagation in the member,
+// of every kind it copies or copied, and keeps the copies of its name
+// that are not this fleet's in run.others. want are the hub objects the
+// run applies.
+func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructured.Unstructured) (map[copyKey]*unstructured.Unstructured, error) {
 	// The journal knows the kinds of the copies made, and of those owed.
 	kinds := run.r.journalKinds(run.member.name, &run.key)
 	if run.p != nil {
@@ -227,19 +262,57 @@ func (run *memberRun) existing(ctx context.Context) (map[copyKey]*unstructured.U
 			return nil, err
 		}
 		for i := range objs {
-			have[copyKey{gvk: gvk, name: objs[i].GetName()}] = &objs[i]
+			k := copyKey{gvk: gvk, name: objs[i].GetName()}
+			if run.ownerOf(&objs[i], want[k]) == ours {
+				have[k] = &objs[i]
+			} else {
+				run.others[k] = &objs[i]
+			}
 		}
 	}
 	return have, nil
 }
 
-// apply makes the member's copy what desired says, with no request when
-// it already is.
-func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live *unstructured.Unstructured) error {
+// ownerOf says whose member object obj is; hub is the hub object the run
+// applies in its place, or nil.
+func (run *memberRun) ownerOf(obj, hub *unstructured.Unstructured) owner {
+	return ownerOf(obj, run.r.fleet, run.id, run.key.Name, func() bool { return run.proven(obj, hub) })
+}
+
+// proven reports whether obj, a copy stamped without an identity by a
+// fleet of this namespace's name, is this fleet's: it copies hub, the
+// object the run applies in its place, or the journal holds it with its
+// content hash, which covers the UID of the object it copies.
+func (run *memberRun) proven(obj, hub *unstructured.Unstructured) bool {
+	a := obj.GetAnnotations()
+	if uid := a[fleetv1alpha1.SourceUIDAnnotation]; hub != nil && uid != "" && uid == string(hub.GetUID()) {
+		return true
+	}
+	c := journalCopy(obj)
+	if c.Hash == "" {
+		return false
+	}
+	copies, ok := run.journaled[c.Propagation]
+	if !ok {
+		var err error
+		if copies, err = run.r.journal.CopiesOf(run.member.name, c.Namespace, c.Propagation); err != nil {
+			return false
+		}
+		run.journaled[c.Propagation] = copies
+	}
+	return slices.ContainsFunc(copies, func(j journal.Copy) bool { return j.Object == c.Object && j.Hash == c.Hash })
+}
+
+// apply makes the member's copy what desired, a copy of hub, says, with no
+// request when it already is. live is this fleet's copy, if the member
+// holds one. Another fleet's copy is left alone, and an object that is no
+// copy taken over only under adopt.
+func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *unstructured.Unstructured) error {
 	if run.skipRemoval[k.gvk] {
 		return nil // the member cannot list the kind: existing reported it
 	}
 	p, name := run.p, run.member.name
+	adopted := false
 	if live == nil {
 		if !run.namespaced {
 			if err := run.ensureNamespace(ctx); err != nil {
@@ -247,21 +320,37 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live *unstr
 			}
 			run.namespaced = true
 		}
-		found := &unstructured.Unstructured{}
-		found.SetGroupVersionKind(k.gvk)
-		err := run.member.reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: k.name}, found)
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return run.failed(err, "get", k)
-		case !isCopyOf(found, run.r.fleet, p.Name) && !p.Spec.Adopt:
-			run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is not a copy (managers: %s); set adopt to take it over", k, managersOf(found))})
-			return nil
-		default:
-			live = found
+		found := run.others[k]
+		if found == nil {
+			found = &unstructured.Unstructured{}
+			found.SetGroupVersionKind(k.gvk)
+			err := run.member.reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: k.name}, found)
+			if apierrors.IsNotFound(err) {
+				found = nil
+			} else if err != nil {
+				return run.failed(err, "get", k)
+			}
+		}
+		if found != nil {
+			switch run.ownerOf(found, hub) {
+			case ours:
+				live = found
+			case otherFleet:
+				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is another fleet's copy: it is left alone (adopt does not take it)", k)})
+				return nil
+			case unproven:
+				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member as a copy without a fleet identity that is not provably this fleet's: it is left alone (adopt does not take it)", k)})
+				return nil
+			case notACopy:
+				if !p.Spec.Adopt {
+					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is not a copy (managers: %s); set adopt to take it over", k, managersOf(found))})
+					return nil
+				}
+				live, adopted = found, true
+			}
 		}
 	}
-	if live != nil && isCopyOf(live, run.r.fleet, p.Name) {
+	if live != nil && !adopted {
 		changedFields := drift(desired, live)
 		sameHub := live.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation] == desired.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
 		switch {
@@ -317,14 +406,17 @@ func containsAll(have, want []string) bool {
 }
 
 // ensureNamespace creates the Propagation's namespace in the member when
-// it is missing. The manager never deletes it.
+// it is missing, stamped with the fleet's identity. The manager never
+// deletes it.
 func (run *memberRun) ensureNamespace(ctx context.Context) error {
 	ns := &corev1.Namespace{}
 	err := run.member.reader.Get(ctx, types.NamespacedName{Name: run.key.Namespace}, ns)
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
-	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: run.key.Namespace}}
+	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: run.key.Namespace, Labels: map[string]string{
+		fleetv1alpha1.FleetLabel: run.r.fleet, fleetv1alpha1.FleetIDLabel: run.id,
+	}}}
 	err = run.member.client.Create(ctx, ns, client.FieldOwner(fleetv1alpha1.FieldManager))
 	if apierrors.IsAlreadyExists(err) {
 		return nil
@@ -342,7 +434,7 @@ func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructure
 	k := copyKey{gvk: live.GroupVersionKind(), name: live.GetName()}
 	if policy == fleetv1alpha1.DeletionOrphan {
 		patch := map[string]any{"metadata": map[string]any{
-			"labels":      map[string]any{fleetv1alpha1.FleetLabel: nil, fleetv1alpha1.PropagationLabel: nil},
+			"labels":      map[string]any{fleetv1alpha1.FleetLabel: nil, fleetv1alpha1.FleetIDLabel: nil, fleetv1alpha1.PropagationLabel: nil},
 			"annotations": map[string]any{fleetv1alpha1.SourceAnnotation: nil, fleetv1alpha1.SourceUIDAnnotation: nil, fleetv1alpha1.ContentHashAnnotation: nil, fleetv1alpha1.DeletionAnnotation: nil},
 		}}
 		raw, err := json.Marshal(patch)
@@ -365,7 +457,8 @@ func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructure
 
 // failed turns an error of a request to the member into the member's
 // failure, if it is one that retrying soon will not cure, and returns
-// the rest.
+// the rest. The failure is told in the manager's words: a member's
+// message never reaches the hub.
 func (run *memberRun) failed(err error, verb string, k copyKey) error {
 	where := "in namespace " + run.key.Namespace
 	switch {

@@ -15,15 +15,21 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// memberEngaged records in the journal the copies the member's cache
-// found, so that a journal that was lost, or kept by another replica,
-// learns them again, and tells the member of a lost journal.
+// memberEngaged records in the journal the copies of this fleet the
+// member's cache found, so that a journal that was lost, or kept by
+// another replica, learns them again, and tells the member of a lost
+// journal. Only copies that carry the fleet's identity are recorded: the
+// journal proves the copies stamped without one.
 func (r *reconciler) memberEngaged(ctx context.Context, mc *memberCopies) {
+	id, err := r.m.FleetID(ctx)
+	if err != nil {
+		return // the member left, or the manager stops
+	}
 	var found []journal.Copy
 	for _, gvk := range mc.watched() {
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if err := mc.cache.List(ctx, list); err != nil {
+		if err := mc.cache.List(ctx, list, client.MatchingLabels{fleetv1alpha1.FleetIDLabel: id}); err != nil {
 			continue
 		}
 		for i := range list.Items {
@@ -57,7 +63,7 @@ func journalCopy(obj *unstructured.Unstructured) journal.Copy {
 // replayOwed carries out the removals mc's member owes before any other
 // request of the member: once after it is engaged, and once after each
 // time it is Ready again.
-func (r *reconciler) replayOwed(ctx context.Context, mc *memberCopies) error {
+func (r *reconciler) replayOwed(ctx context.Context, mc *memberCopies, id string) error {
 	mc.replayMu.Lock()
 	defer mc.replayMu.Unlock()
 	if mc.replayed {
@@ -69,7 +75,7 @@ func (r *reconciler) replayOwed(ctx context.Context, mc *memberCopies) error {
 	}
 	for _, o := range owed {
 		key := propagationKey{Namespace: o.Namespace, Name: o.Propagation}
-		if _, err := r.reconcileCopies(ctx, mc, key); err != nil {
+		if _, err := r.reconcileCopies(ctx, mc, key, id); err != nil {
 			return fmt.Errorf("removing the copies of Propagation %s the member owes: %w", key, err)
 		}
 	}
