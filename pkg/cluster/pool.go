@@ -30,6 +30,10 @@ var (
 	// ErrClusterNotConnected is returned for a member that is registered
 	// but has no running cluster, such as a Disconnected one.
 	ErrClusterNotConnected = errors.New("cluster not connected")
+	// ErrOtherKubeconfig is returned by GetRunning for a member that runs
+	// another kubeconfig than the one asked for: the pool has not caught
+	// up with the registration yet.
+	ErrOtherKubeconfig = errors.New("cluster runs another kubeconfig")
 )
 
 // EngageFunc hands a starting member to the rest of the manager for as
@@ -272,6 +276,26 @@ func (p *Pool) Get(name string) (cluster.Cluster, error) {
 	p.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrClusterNotFound, name)
+	}
+	if conn := m.conn.Load(); conn != nil {
+		return conn.cluster, nil
+	}
+	return nil, fmt.Errorf("%w: %q", ErrClusterNotConnected, name)
+}
+
+// GetRunning returns the running cluster of member name like Get, but
+// only while the member runs kubeconfig, byte for byte: built from it, or
+// rotated to it in place. Otherwise it returns an error wrapping
+// ErrOtherKubeconfig.
+func (p *Pool) GetRunning(name string, kubeconfig []byte) (cluster.Cluster, error) {
+	p.mu.Lock()
+	m, ok := p.members[name]
+	p.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrClusterNotFound, name)
+	}
+	if m.creds.Load().fingerprint != sha256.Sum256(kubeconfig) {
+		return nil, fmt.Errorf("%w: %q", ErrOtherKubeconfig, name)
 	}
 	if conn := m.conn.Load(); conn != nil {
 		return conn.cluster, nil

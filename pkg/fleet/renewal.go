@@ -52,6 +52,11 @@ const (
 	renewalSettle = 30 * time.Second
 	// renewalWorkers is how many clusters are evaluated at once.
 	renewalWorkers = 4
+	// MaxTokenLifetime is the longest lifetime a renewal asks for, however
+	// long the token it renews lived: what a token outlives the revocation
+	// of its service account's right to mint successors. The member's API
+	// server may grant less.
+	MaxTokenLifetime = 24 * time.Hour
 )
 
 func (o RenewalOptions) withDefaults() RenewalOptions {
@@ -107,11 +112,14 @@ func nextWake(now time.Time, times ...time.Time) (time.Duration, bool) {
 // credentialRenewal describes every accepted cluster's credential to the
 // registry and renews the tokens it can: a service account token with an
 // expiry, in a native registration Secret. It asks the member for a new
-// token for the same service account (TokenRequest, through the member's
-// own client) at about RenewAfter of its lifetime, and writes it into the
-// Secret with a resourceVersion precondition; the new kubeconfig then
-// reaches the member like any other rotation. Renewals that fail are
-// retried with backoff.
+// token for the same service account, as long-lived as the old one up to
+// MaxTokenLifetime (TokenRequest, through the member's own client) at
+// about RenewAfter of its lifetime, and writes it into the Secret with a
+// resourceVersion precondition; the new kubeconfig then reaches the member
+// like any other rotation. It mints only through a member that runs the
+// very kubeconfig it renews: while the pool still runs an earlier one,
+// whose server may be another, it waits. Renewals that fail are retried
+// with backoff.
 type credentialRenewal struct {
 	m      *Manager
 	opts   RenewalOptions
@@ -196,6 +204,12 @@ func (r *credentialRenewal) evaluate(ctx context.Context, queue workqueue.TypedD
 		return
 	}
 	err = r.renew(ctx, name, t, reg.Kubeconfig)
+	if errors.Is(err, cluster.ErrOtherKubeconfig) {
+		// The pool has yet to run this kubeconfig: not a failure.
+		r.log.V(1).Info("Renewal waits for the member to run the kubeconfig it renews", "cluster", name)
+		queue.AddAfter(name, time.Second)
+		return
+	}
 	if errors.Is(err, errSecretChanged) || apierrors.IsConflict(err) {
 		// Lost to another write of the Secret: a new kubeconfig comes
 		// through the registry; anything else, try again.
@@ -295,15 +309,19 @@ func (r *credentialRenewal) requeue(queue workqueue.TypedDelayingInterface[strin
 // read: the change comes through the registry, and is evaluated then.
 var errSecretChanged = errors.New("the registration Secret changed meanwhile")
 
-// renew asks the member for a new token for the service account of t and
-// writes it into t's Secret, whose kubeconfig must still be kubeconfig.
+// renew asks the member, as it runs kubeconfigData, for a new token for
+// the service account of t and writes it into t's Secret, whose
+// kubeconfig must still be kubeconfigData.
 func (r *credentialRenewal) renew(ctx context.Context, name string, t *tracked, kubeconfigData []byte) error {
-	member, err := r.m.GetCluster(ctx, name)
+	member, err := r.m.pool.GetRunning(name, kubeconfigData)
+	if errors.Is(err, cluster.ErrOtherKubeconfig) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("the member is not connected: %w", err)
 	}
 	sa := t.credential.ServiceAccount
-	seconds := int64(t.credential.Lifetime() / time.Second)
+	seconds := int64(min(t.credential.Lifetime(), MaxTokenLifetime) / time.Second)
 	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}
 	account := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: sa.Namespace, Name: sa.Name}}
 	if err := member.GetClient().SubResource("token").Create(ctx, account, request); err != nil {

@@ -1,14 +1,29 @@
 package fleet
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
+
+// SetMember runs reg in m's member pool, as the member sync does for a
+// registration: the renewal tests make the pool lag behind the registry.
+func SetMember(m *Manager, reg cluster.Registration) error { return m.pool.Set(reg) }
+
+// RenewOnce evaluates cluster name's credential once, with opts and the
+// default kubeconfig policy, as the manager's renewal does when it wakes.
+func RenewOnce(ctx context.Context, m *Manager, opts RenewalOptions, name string) {
+	queue := workqueue.NewTypedDelayingQueue[string]()
+	defer queue.ShutDown()
+	newCredentialRenewal(m, opts, kubeconfig.Policy{}, m.GetLogger().WithName("credentials")).evaluate(ctx, queue, name)
+}
 
 func TestPlanRenewal(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))

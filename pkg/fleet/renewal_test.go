@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -23,7 +24,9 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -37,6 +40,13 @@ func renewSoon(o *fleet.Options) {
 // does: a service account in namespace ns that may request tokens for
 // itself, and returns a kubeconfig with a 10-minute token of it.
 func serviceAccountMember(t *testing.T, i int, ns string) []byte {
+	t.Helper()
+	return serviceAccountMemberFor(t, i, ns, 600)
+}
+
+// serviceAccountMemberFor is serviceAccountMember with a token of that
+// many seconds.
+func serviceAccountMemberFor(t *testing.T, i int, ns string, seconds int64) []byte {
 	t.Helper()
 	ctx, cl := t.Context(), memberClients[i]
 	createNamespace(t, cl, ns)
@@ -54,7 +64,7 @@ func serviceAccountMember(t *testing.T, i int, ns string) []byte {
 			t.Fatal(err)
 		}
 	}
-	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}
+	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(seconds)}}
 	if err := cl.SubResource("token").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, request); err != nil {
 		t.Fatal(err)
 	}
@@ -217,4 +227,85 @@ func credentialExpiry(t *testing.T, clusterName string) float64 {
 		}
 	}
 	return 0
+}
+
+// credentialOf describes the credential of the kubeconfig in Secret key.
+func credentialOf(t *testing.T, key types.NamespacedName) kubeconfig.Credential {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := hubClient.Get(t.Context(), key, s); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := kubeconfig.Policy{}.Parse(s.Data[registry.KubeconfigKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig.DescribeCredential(cfg)
+}
+
+// renewNow renews a token from about 2 s into its life, however long.
+var renewNow = fleet.RenewalOptions{RenewAfter: 1e-6, WarnAfter: 0.5}
+
+func TestRenewalMintsOnlyThroughTheMemberOfItsKubeconfig(t *testing.T) {
+	// The manager's own renewal is off: the test renews, when it chooses.
+	f := startFleetWith(t, func(o *fleet.Options) { o.CredentialRenewal.Disabled = true })
+	name := f.namespace + "-behind"
+	onMember0, onMember1 := serviceAccountMember(t, 0, name), serviceAccountMember(t, 1, name)
+	s := f.register(t, name, onMember1)
+	key := client.ObjectKeyFromObject(s)
+	registered := tokenOf(t, key)
+	memberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.State == fleetv1alpha1.MemberStateReady
+	})
+	runsOn := func(i int) {
+		t.Helper()
+		poll.Until(t, fmt.Sprintf("the member running on member %d", i), func() bool {
+			cl, err := f.mgr.GetCluster(t.Context(), name)
+			return err == nil && cl.GetConfig().Host == members[i].Config.Host
+		})
+	}
+
+	// The pool lags behind the registry: it still runs an earlier
+	// kubeconfig, of another server, under the name.
+	if err := fleet.SetMember(f.mgr, cluster.Registration{ClusterName: name, Kubeconfig: onMember0}); err != nil {
+		t.Fatal(err)
+	}
+	runsOn(0)
+	fleet.RenewOnce(t.Context(), f.mgr, renewNow, name)
+	if got := tokenOf(t, key); got != registered {
+		t.Fatalf("renewed through the member of another kubeconfig: the Secret, which points at member 1, holds a token of %q", whoIs(t, 0, got))
+	}
+	if !f.logs.find("Renewal waits for the member to run the kubeconfig it renews", name) {
+		t.Error("no log line says the renewal waits")
+	}
+
+	// Once the pool runs the Secret's kubeconfig, the renewal goes ahead.
+	if err := fleet.SetMember(f.mgr, cluster.Registration{ClusterName: name, Kubeconfig: onMember1}); err != nil {
+		t.Fatal(err)
+	}
+	runsOn(1)
+	fleet.RenewOnce(t.Context(), f.mgr, renewNow, name)
+	renewed := tokenOf(t, key)
+	if want := "system:serviceaccount:" + name + ":fleet-manager"; renewed == registered || whoIs(t, 1, renewed) != want {
+		t.Errorf("after the pool caught up: token renewed %v, want a token of %s on member 1", renewed != registered, want)
+	}
+}
+
+func TestRenewalAsksForADayAtMost(t *testing.T) {
+	f := startFleetWith(t, func(o *fleet.Options) { o.CredentialRenewal.Disabled = true })
+	name := f.namespace + "-long"
+	s := f.register(t, name, serviceAccountMemberFor(t, 0, name, 7*24*3600))
+	key := client.ObjectKeyFromObject(s)
+	if c := credentialOf(t, key); c.Lifetime() < 6*24*time.Hour {
+		t.Fatalf("the registered token lives %s, want a week", c.Lifetime())
+	}
+	memberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.State == fleetv1alpha1.MemberStateReady
+	})
+	time.Sleep(2 * time.Second) // past renewNow's renewal time
+	fleet.RenewOnce(t.Context(), f.mgr, renewNow, name)
+	c := credentialOf(t, key)
+	if c.Lifetime() == 0 || c.Lifetime() > fleet.MaxTokenLifetime {
+		t.Errorf("the renewed token lives %s, want at most %s", c.Lifetime(), fleet.MaxTokenLifetime)
+	}
 }
