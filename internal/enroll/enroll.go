@@ -32,7 +32,8 @@ import (
 // Labels on every member object Register creates, next to
 // fleetv1alpha1.FleetIDLabel with the fleet's identity. Cleanup deletes only
 // objects that carry all three, with the cluster's name and the fleet's
-// identity.
+// identity, and, with proof, an earlier register's without the identity
+// (see the package doc).
 const (
 	ManagedByLabel   = "app.kubernetes.io/managed-by"
 	ManagedByValue   = "fleet-manager"
