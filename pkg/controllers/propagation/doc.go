@@ -11,12 +11,58 @@
 // {"", Propagation}, writes the Propagation's status from the members'
 // results, at most once per [StatusInterval], and owns its finalizer.
 //
+// # Trust
+//
+// A Propagation in namespace X copies only what a workload in X could
+// already read: objects of X, into X, never a cluster-scoped object; and
+// never the fleet's credentials. Writing Propagations in X is as good as
+// reading, in the members, X's other objects of every kind the manager
+// reads there: grant it only to whom may read them. Refused, each hub
+// object by itself, before anything is applied, with the result Refused
+// naming the rule:
+//   - every object of the fleet namespace: a Propagation there copies
+//     nothing, and the manager does not read that namespace for it;
+//   - a Secret any registration format would read, enabled or not:
+//     labelled fleet.fleetkube.io/kubeconfig or
+//     sigs.k8s.io/multicluster-runtime-kubeconfig (any value), of type
+//     cluster.x-k8s.io/secret (any name: Cluster API's CA, etcd and service
+//     account key Secrets too), or labelled argocd.argoproj.io/secret-type
+//     (any value: cluster, repository and repo-creds Secrets all hold
+//     credentials);
+//   - a Secret of type kubernetes.io/service-account-token or
+//     bootstrap.kubernetes.io/token.
+//
+// The Propagation's other objects are copied as usual. A copy this fleet
+// made of an object now refused is no longer wanted: it is removed (or,
+// under deletion: Orphan, let go), as when the object stops matching.
+//
+// A fleet has an identity unique across hubs (fleet.Manager.FleetID).
+// Every copy carries it, as the label fleet.fleetkube.io/fleet-id beside
+// fleet.fleetkube.io/fleet (the fleet namespace's name), and so does a
+// namespace the manager creates in a member. A copy is this fleet's only
+// if it carries this identity: another fleet's copy, even of a fleet
+// whose namespace has the same name, is never applied over, deleted,
+// orphaned or recorded in the journal, and adopt does not take it; where
+// a hub object wants its name, the member reports AlreadyExists. (To move
+// a fleet to a new hub, copy its identity ConfigMap.) A copy stamped
+// before fleets had an identity, labelled with this fleet namespace's
+// name, is this fleet's only when proven: its source UID is the UID of
+// the hub object applied in its place now, or the journal holds it with
+// its content hash, which covers that UID. Such a copy is stamped with
+// the identity at its next apply; one not proven is left alone and
+// reported as AlreadyExists, so an upgrade deletes nothing it cannot
+// prove its own.
+//
+// What a member answers never reaches the hub verbatim: a failed request
+// is told in the manager's words, with the API status code and reason.
+//
 // # Reads
 //
 // Hub objects are read through one cache per namespace that has
 // Propagations, so the manager needs read access only there. In each
-// member a copy cache holds only objects labelled as copies of this
-// fleet, one informer per kind Propagations copy. A copy whose content
+// member a copy cache holds only objects labelled as copies of a fleet of
+// this namespace's name, one informer per kind Propagations copy; which
+// of them are this fleet's is decided by their identity (see Trust). A copy whose content
 // hash and fields match what would be applied costs no request: a resync
 // or a restart of an unchanged fleet writes nothing.
 //
