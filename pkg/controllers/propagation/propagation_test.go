@@ -44,12 +44,13 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// The package's API servers: a hub and three members, each member's
-// writes audited into auditDir.
+// The package's API servers: a hub, three members and a second hub, each
+// one's writes audited into auditDir.
 var (
 	hub         *envtest.Environment
 	members     []*envtest.Environment
 	hubClient   client.Client
+	secondHub   hubServer
 	memberCls   []client.Client
 	kubeconfigs [][]byte
 	auditDir    string
@@ -69,7 +70,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	auditDir = dir
-	envs, err := controlplane.StartAudited(1+memberCount, dir)
+	envs, err := controlplane.StartAudited(1+memberCount+1, dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -89,15 +90,18 @@ func TestMain(m *testing.M) {
 }
 
 func setup(envs []*envtest.Environment) error {
-	hub, members = envs[0], envs[1:]
+	hub, members, secondHub.env = envs[0], envs[1:1+memberCount], envs[1+memberCount]
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), fleetv1alpha1.AddToScheme(scheme), apiextensionsv1.AddToScheme(scheme)); err != nil {
 		return err
 	}
-	if err := controlplane.InstallCRDs(hub); err != nil {
+	if err := errors.Join(controlplane.InstallCRDs(hub), controlplane.InstallCRDs(secondHub.env)); err != nil {
 		return err
 	}
 	var err error
 	if hubClient, err = client.New(hub.Config, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	if secondHub.client, err = client.New(secondHub.env.Config, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
 	for _, env := range members {
@@ -115,10 +119,17 @@ func setup(envs []*envtest.Environment) error {
 	return nil
 }
 
+// hubServer is a hub's API server and a client of it.
+type hubServer struct {
+	env    *envtest.Environment
+	client client.Client
+}
+
 // testFleet is one test's fleet: its own fleet namespace on the hub, its
 // own team namespace, whose objects it propagates, and its manager.
 type testFleet struct {
 	t         *testing.T
+	hub       hubServer
 	mgr       *fleet.Manager
 	namespace string // the fleet's
 	team      string // the propagated objects'
@@ -135,9 +146,16 @@ func newFleet(t *testing.T) *testFleet {
 		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
 	}
 	n := counter.Add(1)
-	f := &testFleet{t: t, namespace: fmt.Sprintf("fleet-%d", n), team: fmt.Sprintf("team-%d", n), stateDir: t.TempDir()}
-	createNamespace(t, hubClient, f.namespace)
-	createNamespace(t, hubClient, f.team)
+	return newFleetOn(t, hubServer{env: hub, client: hubClient}, fmt.Sprintf("fleet-%d", n), fmt.Sprintf("team-%d", n))
+}
+
+// newFleetOn starts a fleet of namespace on h that propagates the objects
+// of team.
+func newFleetOn(t *testing.T, h hubServer, namespace, team string) *testFleet {
+	t.Helper()
+	f := &testFleet{t: t, hub: h, namespace: namespace, team: team, stateDir: t.TempDir()}
+	createNamespace(t, h.client, f.namespace)
+	createNamespace(t, h.client, f.team)
 	f.start(nil)
 	return f
 }
@@ -158,7 +176,7 @@ func (f *testFleet) start(health *cluster.HealthOptions) {
 		opts.MemberHealth = *health
 	}
 	f.health = health
-	mgr, err := fleet.New(hub.Config, opts)
+	mgr, err := fleet.New(f.hub.env.Config, opts)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -210,7 +228,7 @@ func (f *testFleet) registerKubeconfig(name string, kubeconfig []byte, labels ma
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: l},
 		Data:       map[string][]byte{registry.KubeconfigKey: kubeconfig},
 	}
-	if err := hubClient.Create(f.t.Context(), s); err != nil {
+	if err := f.hub.client.Create(f.t.Context(), s); err != nil {
 		f.t.Fatal(err)
 	}
 	poll.Until(f.t, "member "+name+" engaged", func() bool { return slices.Contains(f.mgr.ClusterNames(), name) })
@@ -220,14 +238,14 @@ func (f *testFleet) registerKubeconfig(name string, kubeconfig []byte, labels ma
 func (f *testFleet) relabel(name string, labels map[string]string) {
 	f.t.Helper()
 	s := &corev1.Secret{}
-	if err := hubClient.Get(f.t.Context(), types.NamespacedName{Namespace: f.namespace, Name: name}, s); err != nil {
+	if err := f.hub.client.Get(f.t.Context(), types.NamespacedName{Namespace: f.namespace, Name: name}, s); err != nil {
 		f.t.Fatal(err)
 	}
 	s.Labels = map[string]string{registry.KubeconfigLabel: "true", testFleetLabel: f.namespace}
 	for k, v := range labels {
 		s.Labels[k] = v
 	}
-	if err := hubClient.Update(f.t.Context(), s); err != nil {
+	if err := f.hub.client.Update(f.t.Context(), s); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -244,7 +262,7 @@ func (f *testFleet) propagation(name string, edit func(p *fleetv1alpha1.Propagat
 	if edit != nil {
 		edit(p)
 	}
-	if err := hubClient.Create(f.t.Context(), p); err != nil {
+	if err := f.hub.client.Create(f.t.Context(), p); err != nil {
 		f.t.Fatal(err)
 	}
 	return p
@@ -256,11 +274,11 @@ func (f *testFleet) editPropagation(name string, edit func(p *fleetv1alpha1.Prop
 	// The controller writes the Propagation too (its finalizer).
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		p := &fleetv1alpha1.Propagation{}
-		if err := hubClient.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p); err != nil {
+		if err := f.hub.client.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p); err != nil {
 			return err
 		}
 		edit(p)
-		return hubClient.Update(f.t.Context(), p)
+		return f.hub.client.Update(f.t.Context(), p)
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -272,7 +290,7 @@ func (f *testFleet) waitStatus(name, what string, cond func(p *fleetv1alpha1.Pro
 	f.t.Helper()
 	p := &fleetv1alpha1.Propagation{}
 	poll.Until(f.t, "Propagation "+name+": "+what, func() bool {
-		err := hubClient.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p)
+		err := f.hub.client.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p)
 		return err == nil && p.Status.ObservedGeneration == p.Generation && cond(p)
 	})
 	return p
@@ -285,7 +303,7 @@ func ready(p *fleetv1alpha1.Propagation) bool {
 func (f *testFleet) configMap(name string, data map[string]string, labels map[string]string) *corev1.ConfigMap {
 	f.t.Helper()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: name, Labels: labels}, Data: data}
-	if err := hubClient.Create(f.t.Context(), cm); err != nil {
+	if err := f.hub.client.Create(f.t.Context(), cm); err != nil {
 		f.t.Fatal(err)
 	}
 	return cm
@@ -366,7 +384,8 @@ func TestPropagatesHubObjectsToSelectedMembers(t *testing.T) {
 		if cm == nil || cm.Data["color"] != "blue" {
 			t.Fatalf("member %d: copy %+v, want color blue", i, cm)
 		}
-		if cm.Labels[fleetv1alpha1.PropagationLabel] != "web" || cm.Labels[fleetv1alpha1.FleetLabel] != f.namespace || cm.Labels["app"] != "web" {
+		if cm.Labels[fleetv1alpha1.PropagationLabel] != "web" || cm.Labels[fleetv1alpha1.FleetLabel] != f.namespace ||
+			cm.Labels[fleetv1alpha1.FleetIDLabel] != f.fleetID() || cm.Labels["app"] != "web" {
 			t.Errorf("member %d: copy labels %v", i, cm.Labels)
 		}
 		if got, want := cm.Annotations[fleetv1alpha1.SourceAnnotation], "v1/ConfigMap/"+f.team+"/web"; got != want {
@@ -609,8 +628,12 @@ func TestDeletedPropagationDeletesOrOrphansItsCopies(t *testing.T) {
 				return
 			}
 			f.waitCopy(0, "web", "orphaned", func(cm *corev1.ConfigMap) bool {
+				if cm == nil {
+					return false
+				}
 				_, labelled := cm.Labels[fleetv1alpha1.PropagationLabel]
-				return cm != nil && !labelled && cm.Annotations[fleetv1alpha1.SourceAnnotation] == ""
+				_, stamped := cm.Labels[fleetv1alpha1.FleetIDLabel]
+				return !labelled && !stamped && cm.Annotations[fleetv1alpha1.SourceAnnotation] == ""
 			})
 			if cm := f.copyIn(0, "web"); cm.Data["color"] != "blue" || cm.Labels["app"] != "web" {
 				t.Errorf("the orphaned object lost its content: %+v", cm)
