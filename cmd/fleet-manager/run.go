@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,7 +20,6 @@ import (
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
-	inventoryv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	inventoryaccess "sigs.k8s.io/cluster-inventory-api/pkg/access"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -251,7 +251,7 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.argoCDSecrets, "argocd-secrets", false, "Also register Argo CD cluster Secrets. Default: off.")
 	fs.StringVar(&f.argoCDNamespace, "argocd-namespace", "argocd", "With --argocd-secrets, the namespace to read Argo CD cluster Secrets from.")
 	fs.BoolVar(&f.clusterProfiles, "cluster-profiles", false, "Also register the ClusterProfiles (multicluster.x-k8s.io/v1alpha1) that list an access provider of --clusterprofile-provider-file, as <namespace>.<name>. Default: off.")
-	fs.StringSliceVar(&f.profileNamespaces, "cluster-profile-namespaces", nil, "With --cluster-profiles, the comma-separated namespaces to read ClusterProfiles from. Default: all namespaces.")
+	fs.StringSliceVar(&f.profileNamespaces, "cluster-profile-namespaces", nil, "With --cluster-profiles, the comma-separated namespaces to read ClusterProfiles from, or '*' for every namespace. Whoever may write a ClusterProfile's status there chooses the server its cluster's credentials are sent to: name only namespaces whose writers you trust as you trust the fleet namespace's. Default: none, so no ClusterProfile is read.")
 	fs.BoolVar(&f.exportProfiles, "export-cluster-profiles", false, "Publish a ClusterProfile (multicluster.x-k8s.io/v1alpha1) per member in --cluster-profile-namespace: its health, version, labels as properties, and its server and CA as the access provider fleet-manager, never a credential. Default: off.")
 	fs.StringVar(&f.exportNamespace, "cluster-profile-namespace", "", "With --export-cluster-profiles, the namespace the ClusterProfiles are published in. Default: the fleet namespace.")
 	fs.StringVar(&f.providerFile, "clusterprofile-provider-file", "", "With --cluster-profiles, the access provider file (the Cluster Inventory API's format): each provider's exec plugin, which --allow-exec-plugin must allow.")
@@ -276,7 +276,11 @@ func (f *runFlags) check(cmd *cobra.Command) error {
 	if f.clusterProfiles && f.providerFile == "" {
 		return usageErrorf("--cluster-profiles needs --clusterprofile-provider-file: a ClusterProfile is read only with one of its access providers")
 	}
-	if err := checkNamespaces("cluster-profile-namespaces", f.profileNamespaces...); err != nil {
+	if slices.Contains(f.profileNamespaces, registry.AllNamespaces) {
+		if len(f.profileNamespaces) > 1 {
+			return usageErrorf("--cluster-profile-namespaces: '%s' (every namespace) cannot be given with namespace names", registry.AllNamespaces)
+		}
+	} else if err := checkNamespaces("cluster-profile-namespaces", f.profileNamespaces...); err != nil {
 		return err
 	}
 	if err := checkNamespaces("namespace", f.namespace); err != nil {
@@ -360,9 +364,7 @@ func (f runFlags) clusterProfileSource() (*registry.ClusterProfiles, error) {
 	if len(providers.Providers) == 0 {
 		return nil, fmt.Errorf("--clusterprofile-provider-file %s names no provider", f.providerFile)
 	}
-	// A fleet that publishes profiles does not read its own back.
-	skip := func(cp *inventoryv1alpha1.ClusterProfile) bool { return clusterprofile.Published(cp, f.namespace) }
-	return &registry.ClusterProfiles{Namespaces: f.profileNamespaces, Providers: providers, Skip: skip}, nil
+	return &registry.ClusterProfiles{Namespaces: f.profileNamespaces, Providers: providers}, nil
 }
 
 // hubConfig returns the manager's hub REST config: the in-cluster config

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // parseRunFlags parses and checks args as fleet-manager run would, and
@@ -101,6 +103,8 @@ func TestRunUsageErrors(t *testing.T) {
 		"provider file alone":         {args: []string{"--clusterprofile-provider-file=p.json"}, want: "need --cluster-profiles"},
 		"export namespace alone":      {args: []string{"--cluster-profile-namespace=inventory"}, want: "--cluster-profile-namespace needs --export-cluster-profiles"},
 		"bad export namespace":        {args: []string{"--export-cluster-profiles", "--cluster-profile-namespace=Inv"}, want: `invalid value "Inv" for flag --cluster-profile-namespace`},
+		"bad profile namespace":       {args: []string{"--cluster-profiles", "--clusterprofile-provider-file=p.json", "--cluster-profile-namespaces=inv,Inv"}, want: `invalid value "Inv" for flag --cluster-profile-namespaces`},
+		"'*' and a profile namespace": {args: []string{"--cluster-profiles", "--clusterprofile-provider-file=p.json", "--cluster-profile-namespaces=*,inv"}, want: "--cluster-profile-namespaces: '*' (every namespace) cannot be given with namespace names"},
 		"empty exec plugin":           {args: []string{"--allow-exec-plugin="}, want: "--allow-exec-plugin must name a command"},
 		"positional argument":         {args: []string{"extra"}, want: `unexpected argument "extra"`},
 		"nonpositive hub qps":         {args: []string{"--hub-qps=0"}, want: "--hub-qps and --hub-burst must be positive"},
@@ -123,6 +127,37 @@ func TestRunUsageErrors(t *testing.T) {
 			stderr.Reset()
 			if code := execute(append([]string{"run"}, tc.args...), &stderr, &stderr); code != cli.ExitUsage {
 				t.Errorf("exit code = %d, want %d", code, cli.ExitUsage)
+			}
+		})
+	}
+}
+
+// ClusterProfiles are read from no namespace until some are named, or
+// every one with '*': whoever writes a profile's status chooses where its
+// cluster's credentials go.
+func TestRunClusterProfileNamespaces(t *testing.T) {
+	providers := writeTemp(t, "providers.json", []byte(`{"providers": [{"name": "secretreader", "execConfig": {"apiVersion": "client.authentication.k8s.io/v1", "command": "secretreader-plugin"}}]}`))
+	for name, tc := range map[string]struct {
+		args []string
+		want []string
+	}{
+		"default":          {},
+		"named":            {args: []string{"--cluster-profile-namespaces=team-a,team-b"}, want: []string{"team-a", "team-b"}},
+		"every namespace":  {args: []string{"--cluster-profile-namespaces=*"}, want: []string{registry.AllNamespaces}},
+		"explicitly empty": {args: []string{"--cluster-profile-namespaces="}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			f, err := parseRunFlags(append([]string{"--cluster-profiles", "--clusterprofile-provider-file=" + providers}, tc.args...), &stderr)
+			if err != nil {
+				t.Fatalf("parseRunFlags: %v\n%s", err, stderr.String())
+			}
+			profiles, err := f.clusterProfileSource()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(profiles.Namespaces, tc.want) {
+				t.Errorf("namespaces %q, want %q", profiles.Namespaces, tc.want)
 			}
 		})
 	}

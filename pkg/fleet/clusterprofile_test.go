@@ -102,7 +102,7 @@ func profileMember(t *testing.T, i int, ns, secretName string) {
 
 // createProfile creates ClusterProfile ns/name of another cluster
 // manager, offering member i through access provider provider with
-// clusterName secretName.
+// clusterName secretName, which the reader replaces with <ns>.<name>.
 func createProfile(t *testing.T, ns, name, provider string, i int, secretName string, labels map[string]string) {
 	t.Helper()
 	ext, err := json.Marshal(map[string]string{"clusterName": secretName})
@@ -151,13 +151,13 @@ func profileClient(t *testing.T) client.Client {
 }
 
 // profileFleet starts a fleet that reads the ClusterProfiles of namespace
-// ns through the secretreader plugin, whose hub Secret ns/secretName
+// ns through the secretreader plugin, whose hub Secret ns/<ns>.<profile>
 // holds a token of member i; the plugin is allowed if allowPlugin.
-func profileFleet(t *testing.T, ns string, i int, secretName string, allowPlugin bool) *fleetEnv {
+func profileFleet(t *testing.T, ns string, i int, profile string, allowPlugin bool) *fleetEnv {
 	t.Helper()
 	installClusterProfileCRD(t)
 	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
-	profileMember(t, i, ns, secretName)
+	profileMember(t, i, ns, ns+"."+profile)
 	return startFleetWith(t, func(o *fleet.Options) {
 		if allowPlugin {
 			o.KubeconfigPolicy.AllowExecCommands = []string{plugin}
@@ -183,7 +183,7 @@ func profileProviders(plugin, hubKubeconfig string) *access.Config {
 // a plugin the policy does not allow is refused with its reason.
 func TestClusterProfileIsAMember(t *testing.T) {
 	const ns = "inventory-a"
-	f := profileFleet(t, ns, 0, "member-0", true)
+	f := profileFleet(t, ns, 0, "east", true)
 	r := &recorder{}
 	watchConfigMaps(t, f, "profiles", ns, fleet.Members, r)
 	createProfile(t, ns, "east", "secretreader", 0, "member-0", map[string]string{"region": "east"})
@@ -208,7 +208,7 @@ func TestClusterProfileIsAMember(t *testing.T) {
 
 func TestClusterProfileWithAPluginNotAllowedIsRefused(t *testing.T) {
 	const ns = "inventory-b"
-	f := profileFleet(t, ns, 1, "member-1", false)
+	f := profileFleet(t, ns, 1, "west", false)
 	createProfile(t, ns, "west", "secretreader", 1, "member-1", nil)
 	const name = ns + ".west"
 	poll.Until(t, "the profile's member refused", func() bool {
@@ -321,9 +321,83 @@ func TestClusterProfilesArePublished(t *testing.T) {
 	}
 }
 
-// The profile one fleet publishes, read by a second fleet with a
-// secretreader provider, engages the same member.
-func TestPublishedClusterProfileRoundTrip(t *testing.T) {
+// synced waits until f's registry has read every registration once.
+func (f *fleetEnv) synced(t *testing.T) {
+	t.Helper()
+	poll.Until(t, "the registry synced", func() bool {
+		select {
+		case <-f.mgr.Registry().Synced():
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// healthReason returns the reason of cp's ControlPlaneHealthy condition
+// if its status is status, else "".
+func healthReason(cp *v1alpha1.ClusterProfile, status metav1.ConditionStatus) string {
+	if !healthyIs(cp, status) {
+		return ""
+	}
+	return meta.FindStatusCondition(cp.Status.Conditions, v1alpha1.ClusterConditionControlPlaneHealthy).Reason
+}
+
+// The security review: a refusal deleted the member's published profile,
+// so that consumers of the inventory saw the cluster vanish. A refused
+// registration (a kubeconfig the policy refuses, a name conflict) keeps
+// its profile, ControlPlaneHealthy Unknown with the refusal's reason, and
+// no access provider; the profile goes with the name.
+func TestRefusedMemberKeepsItsClusterProfile(t *testing.T) {
+	installClusterProfileCRD(t)
+	const ns = "inventory-refused"
+	createNamespace(t, hubClient, ns)
+	f := newFleetOn(t, mclNamespace(t), nil)
+	if err := clusterprofile.Add(f.mgr, ns); err != nil {
+		t.Fatal(err)
+	}
+	f.start(t)
+	const name = "refused-later"
+	secret := f.register(t, name, kubeconfigs[0])
+	poll.Until(t, "a healthy profile", func() bool { return healthyIs(getProfile(t, ns, name), metav1.ConditionTrue) })
+
+	secret.Data[registry.KubeconfigKey] = hostileKubeconfig("https://10.0.0.1", `{tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}`)
+	if err := hubClient.Update(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the profile of a refused kubeconfig, Unknown: FileReference", func() bool {
+		return healthReason(getProfile(t, ns, name), metav1.ConditionUnknown) == "FileReference"
+	})
+	if got := getProfile(t, ns, name).Status.AccessProviders; len(got) != 0 {
+		t.Errorf("access providers of the refused member %+v, want none", got)
+	}
+
+	contender := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "contender", Labels: map[string]string{registry.KubeconfigLabel: "true"},
+			Annotations: map[string]string{registry.ClusterNameAnnotation: name}},
+		Data: map[string][]byte{registry.KubeconfigKey: kubeconfigs[1]},
+	}
+	if err := hubClient.Create(t.Context(), contender); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the profile of a contested name, Unknown: ClusterNameConflict", func() bool {
+		return healthReason(getProfile(t, ns, name), metav1.ConditionUnknown) == registry.ReasonClusterNameConflict
+	})
+
+	for _, s := range []*corev1.Secret{secret, contender} {
+		if err := hubClient.Delete(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, "the profile deleted with the name", func() bool { return getProfile(t, ns, name) == nil })
+}
+
+// The security review: two fleets that export and read ClusterProfiles
+// registered each other's profiles recursively (<ns>.<name>,
+// <ns>.<ns>.<name>, ...). No fleet reads a profile any fleet-manager
+// published, though its provider file names the published access
+// provider; it reads the other cluster managers' in the same namespace.
+func TestPublishedClusterProfilesAreNotRead(t *testing.T) {
 	installClusterProfileCRD(t)
 	const ns = "inventory-round-trip"
 	createNamespace(t, hubClient, ns)
@@ -337,19 +411,61 @@ func TestPublishedClusterProfileRoundTrip(t *testing.T) {
 	const name = "round-trip"
 	publisher.register(t, name, kubeconfigs[1])
 	poll.Until(t, "the published profile", func() bool { return healthyIs(getProfile(t, ns, name), metav1.ConditionTrue) })
-	// The secretreader plugin finds the token in the Secret named by the
-	// profile's clusterName, which is the member's name.
-	profileMember(t, 1, ns, name)
+	// Another cluster manager's profile, offering the same provider.
+	createProfile(t, ns, "other", clusterprofile.AccessProvider, 1, "other", nil)
 
 	providers := access.New([]access.Provider{{Name: clusterprofile.AccessProvider, ExecConfig: profileProviders(plugin, hubKubeconfig).Providers[0].ExecConfig}})
 	reader := startFleetWith(t, func(o *fleet.Options) {
 		o.KubeconfigPolicy.AllowExecCommands = []string{plugin}
 		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: providers}
 	})
-	r := &recorder{}
-	watchConfigMaps(t, reader, "round-trip", ns, fleet.Members, r)
-	createConfigMap(t, memberClients[1], ns, "seen")
-	r.waitFor(t, request(ns+"."+name, ns, "seen"))
+	reader.synced(t)
+	if _, ok := reader.mgr.Registry().Get(ns + ".other"); !ok {
+		t.Fatal("the other cluster manager's profile is not registered")
+	}
+	if _, ok := reader.mgr.Registry().Get(ns + "." + name); ok {
+		t.Fatal("the profile another fleet published is registered")
+	}
+}
+
+// The security review: a profile writer chose the clusterName the
+// secretreader plugin reads, so that a victim's token went to the
+// writer's server. The plugin reads the token kept for the profile's own
+// cluster name, <namespace>.<name>: here the one that works at the
+// server the profile names, unlike the victim's.
+func TestClusterProfileCannotChooseItsCredentials(t *testing.T) {
+	installClusterProfileCRD(t)
+	const ns = "inventory-attacker"
+	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
+	profileMember(t, 0, ns, "victim")
+	profileMember(t, 1, ns, ns+".attacker")
+	f := startFleetWith(t, func(o *fleet.Options) {
+		o.KubeconfigPolicy.AllowExecCommands = []string{plugin}
+		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: profileProviders(plugin, hubKubeconfig)}
+	})
+	// The attacker's server is member 1, where the victim's token of
+	// member 0 is worthless and its own works.
+	createProfile(t, ns, "attacker", "secretreader", 1, "victim", nil)
+	f.waitState(t, ns+".attacker", cluster.StateReady)
+}
+
+// ClusterProfiles are read from the namespaces named, none by default:
+// whoever writes a profile's status chooses where its credentials go.
+func TestClusterProfilesOfNoNamespaceByDefault(t *testing.T) {
+	installClusterProfileCRD(t)
+	const ns = "inventory-unnamed"
+	createNamespace(t, hubClient, ns)
+	createProfile(t, ns, "unnamed", "secretreader", 0, "unnamed", nil)
+	f := startFleetWith(t, func(o *fleet.Options) {
+		o.ClusterProfiles = &registry.ClusterProfiles{Providers: profileProviders("secretreader-plugin", "")}
+	})
+	f.synced(t)
+	if _, ok := f.mgr.Registry().Get(ns + ".unnamed"); ok {
+		t.Fatal("a profile of a namespace not named is registered")
+	}
+	if !f.logs.find("Reading no ClusterProfiles") {
+		t.Error("no log line says why no ClusterProfile is read")
+	}
 }
 
 // Credentials from a profile's exec plugin that expire within a second
@@ -395,15 +511,7 @@ func TestClusterProfileCredentialsRenew(t *testing.T) {
 	if state, _ := f.mgr.MemberState(name); state != cluster.StateReady || f.wasUnhealthy(name) {
 		t.Fatalf("member %s while its tokens renewed, or was Unhealthy meanwhile", state)
 	}
-	engaged := 0
-	f.logs.mu.Lock()
-	for _, line := range f.logs.lines {
-		if strings.Contains(line, `"cluster"="`+name+`"`) && strings.Contains(line, `"msg"="Engaging member"`) {
-			engaged++
-		}
-	}
-	f.logs.mu.Unlock()
-	if engaged != 1 {
+	if engaged := f.logs.count(`"cluster"="`+name+`"`, `"msg"="Engaging member"`); engaged != 1 {
 		t.Fatalf("the member was engaged %d times: its cluster was rebuilt for new tokens", engaged)
 	}
 }

@@ -12,10 +12,26 @@
 // read still claims its name, refused with the reason; one Secret read by
 // two formats is one claim, the first format's. [ClusterProfiles] adds the
 // ClusterProfiles of SIG-Multicluster's Cluster Inventory API as a source:
-// each that lists an access provider of the provider file claims
-// <namespace>.<name>, with the kubeconfig the module's access package
-// builds. Two objects claiming one name are a conflict: the name is
-// refused until one goes.
+// each, in the namespaces named, that lists an access provider of the
+// provider file claims <namespace>.<name>, with the kubeconfig the
+// module's access package builds; its exec plugin is told that name as
+// clusterName. A profile a fleet-manager published is never read. Two
+// objects claiming one name are a conflict: the name is refused until one
+// goes.
+//
+// # Trust
+//
+// Names come from the fleet namespace, the native format's. A claim from
+// anywhere else (Cluster API Secrets of other namespaces, Argo CD's,
+// ClusterProfiles) on a name a Secret of the fleet namespace claims
+// changes nothing of that cluster: it is set aside, reported as
+// ClusterNameTaken on its object, and counts only once the fleet
+// namespace lets the name go. Cluster API Secrets outside the fleet
+// namespace cannot rename their cluster: it stays
+// <namespace>.<cluster>. Whoever writes a ClusterProfile's status
+// chooses the server its cluster's credentials are sent to, so reading
+// ClusterProfiles from a namespace trusts its writers as much as the
+// fleet namespace's.
 //
 // # State
 //

@@ -3,8 +3,10 @@ package clusterprofile
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -29,13 +31,15 @@ import (
 
 // ClusterManager is the cluster manager name of the profiles the
 // controller publishes, in spec.clusterManager.name and the
-// x-k8s.io/cluster-manager label.
-const ClusterManager = "fleet-manager"
+// x-k8s.io/cluster-manager label. No fleet-manager reads such a profile
+// back as a registration.
+const ClusterManager = registry.PublishedClusterManager
 
 // AccessProvider is the name of the access provider entry of a published
-// profile: the member's server and CA, and, as the exec plugin's cluster
-// config, {"clusterName": <member>}. Never a credential: consumers bring
-// their own plugin.
+// profile: the member's server, TLS server name, CA and proxy, with no
+// userinfo in a URL, and, as the exec plugin's cluster config,
+// {"clusterName": <member>}. Never a credential: consumers bring their
+// own plugin.
 const AccessProvider = "fleet-manager"
 
 // execExtension is the cluster extension client-go hands an exec plugin.
@@ -95,20 +99,22 @@ func (p *profiles) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 		return reconcile.Result{}, nil // another manager's, or another fleet's
 	}
 	c, registered := p.m.Registry().Get(name)
-	var reg cluster.Registration
-	accepted := false
-	if registered {
-		reg, _, accepted = c.Registration()
-	}
-	if !accepted {
+	if !registered {
 		if exists {
 			return reconcile.Result{}, client.IgnoreNotFound(p.client.Delete(ctx, cp, client.Preconditions{UID: &cp.UID}))
 		}
 		return reconcile.Result{}, nil
 	}
-	provider, err := accessProvider(name, reg.Kubeconfig)
-	if err != nil {
-		return reconcile.Result{}, nil // the pool refuses it too: nothing to publish
+	// A refused cluster keeps its profile until its name is no longer
+	// registered, so that consumers of the inventory see it unhealthy, not
+	// gone; but no access provider, since no kubeconfig of it is accepted.
+	var providers []inventoryv1alpha1.AccessProvider
+	if reg, _, accepted := c.Registration(); accepted {
+		ap, err := accessProvider(name, reg.Kubeconfig)
+		if err != nil {
+			return reconcile.Result{}, nil // the pool refuses it too, and the refusal comes as the next event
+		}
+		providers = []inventoryv1alpha1.AccessProvider{ap}
 	}
 
 	want := cp.DeepCopy()
@@ -130,20 +136,26 @@ func (p *profiles) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	}
 
 	before := want.Status.DeepCopy()
-	p.setStatus(ctx, c, provider, &want.Status)
+	p.setStatus(ctx, c, providers, &want.Status)
 	if equality.Semantic.DeepEqual(before, &want.Status) {
 		return reconcile.Result{}, nil
 	}
 	return reconcile.Result{}, ignoreConflict(p.client.Status().Update(ctx, want))
 }
 
-// setStatus sets status from the cluster c and its MemberCluster.
-func (p *profiles) setStatus(ctx context.Context, c *registry.Cluster, provider inventoryv1alpha1.AccessProvider, status *inventoryv1alpha1.ClusterProfileStatus) {
+// setStatus sets status from the cluster c, its access providers and its
+// MemberCluster.
+func (p *profiles) setStatus(ctx context.Context, c *registry.Cluster, providers []inventoryv1alpha1.AccessProvider, status *inventoryv1alpha1.ClusterProfileStatus) {
 	healthy := metav1.Condition{Type: inventoryv1alpha1.ClusterConditionControlPlaneHealthy, Status: metav1.ConditionUnknown, Reason: "NotProbed", Message: "fleet-manager has not probed the cluster yet"}
-	switch c.State {
-	case cluster.StateReady:
+	switch {
+	case c.Refusal != nil:
+		// The refusal's message stays on the MemberCluster: it may name
+		// what the registration holds, which inventory readers need not see.
+		healthy.Reason = c.Refusal.Reason
+		healthy.Message = "fleet-manager refused the cluster's registration, and does not probe it; its MemberCluster says why"
+	case c.State == cluster.StateReady:
 		healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionTrue, "ProbeSucceeded", "fleet-manager's last probe succeeded"
-	case cluster.StateUnhealthy, cluster.StateDisconnected:
+	case c.State == cluster.StateUnhealthy || c.State == cluster.StateDisconnected:
 		healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionFalse, string(c.State), fmt.Sprintf("fleet-manager's probes fail: the member is %s", c.State)
 	}
 	if status.Conditions == nil {
@@ -160,7 +172,7 @@ func (p *profiles) setStatus(ctx context.Context, c *registry.Cluster, provider 
 		properties = append(properties, inventoryv1alpha1.Property{Name: key, Value: c.Labels[key]})
 	}
 	status.Properties = keepObserved(status.Properties, properties)
-	status.AccessProviders = []inventoryv1alpha1.AccessProvider{provider}
+	status.AccessProviders = providers
 }
 
 // keepObserved returns want with each property's last observed time kept
@@ -180,9 +192,9 @@ func keepObserved(have, want []inventoryv1alpha1.Property) []inventoryv1alpha1.P
 }
 
 // accessProvider returns the access provider entry of member name: the
-// server and CA of its kubeconfig's current context, and its name as the
-// exec plugin's cluster config. Nothing else of the kubeconfig is
-// published.
+// server, TLS server name, CA and proxy of its kubeconfig's current
+// context, each URL without its userinfo, and its name as the exec
+// plugin's cluster config. Nothing else of the kubeconfig is published.
 func accessProvider(name string, kubeconfig []byte) (inventoryv1alpha1.AccessProvider, error) {
 	cfg, err := clientcmd.Load(kubeconfig)
 	if err != nil {
@@ -196,16 +208,39 @@ func accessProvider(name string, kubeconfig []byte) (inventoryv1alpha1.AccessPro
 	if !ok {
 		return inventoryv1alpha1.AccessProvider{}, fmt.Errorf("no cluster")
 	}
+	server, err := withoutUserinfo(cl.Server)
+	if err != nil {
+		return inventoryv1alpha1.AccessProvider{}, fmt.Errorf("server: %w", err)
+	}
+	proxy, err := withoutUserinfo(cl.ProxyURL)
+	if err != nil {
+		return inventoryv1alpha1.AccessProvider{}, fmt.Errorf("proxy-url: %w", err)
+	}
 	ext, err := json.Marshal(map[string]string{"clusterName": name})
 	if err != nil {
 		return inventoryv1alpha1.AccessProvider{}, err
 	}
 	return inventoryv1alpha1.AccessProvider{Name: AccessProvider, Cluster: clientcmdv1.Cluster{
-		Server:                   cl.Server,
+		Server:                   server,
+		TLSServerName:            cl.TLSServerName,
 		CertificateAuthorityData: cl.CertificateAuthorityData,
-		ProxyURL:                 cl.ProxyURL,
+		ProxyURL:                 proxy,
 		Extensions:               []clientcmdv1.NamedExtension{{Name: execExtension, Extension: runtime.RawExtension{Raw: ext}}},
 	}}, nil
+}
+
+// withoutUserinfo returns the URL s without its user and password, which
+// are credentials; an empty s stays empty.
+func withoutUserinfo(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", errors.New("not a URL") // url's error repeats s
+	}
+	u.User = nil
+	return u.String(), nil
 }
 
 // ignoreConflict drops a write that lost to a newer version: its event
