@@ -13,10 +13,10 @@ import (
 )
 
 // goBenchmarkPattern selects the project's Go benchmarks.
-const goBenchmarkPattern = "^(BenchmarkQueue|BenchmarkParse|BenchmarkRouting)$"
+const goBenchmarkPattern = "^(BenchmarkQueue|BenchmarkParse|BenchmarkRouting|BenchmarkSettle)$"
 
 // goBenchmarks runs the project's Go benchmarks (queue, kubeconfig
-// parsing, request routing) once per run, without API servers, and adds a
+// parsing, request routing, journal settling) once per run, without API servers, and adds a
 // table per benchmark; the fair queue is compared with controller-runtime's
 // priority queue measured in the same run.
 func (b *bench) goBenchmarks(ctx context.Context) error {
@@ -25,7 +25,7 @@ func (b *bench) goBenchmarks(ctx context.Context) error {
 		benchtime = "100ms"
 	}
 	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", goBenchmarkPattern, "-benchmem",
-		"-count", strconv.Itoa(b.runs), "-benchtime", benchtime, "./pkg/kubeconfig", "./pkg/fairqueue", "./pkg/fleet")
+		"-count", strconv.Itoa(b.runs), "-benchtime", benchtime, "./pkg/kubeconfig", "./pkg/fairqueue", "./pkg/fleet", "./pkg/journal")
 	cmd.Dir = b.repo
 	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS=") // no API servers for these
 	var stderr bytes.Buffer
@@ -46,6 +46,7 @@ var goBenchmarkNotes = map[string]string{
 	"BenchmarkQueue":   "Add, Get and Done of 1,000 requests spread over the named number of clusters, on the fair queue and on controller-runtime's priority queue, both without metrics. Ratio: the fair queue's ns/item over controller-runtime's, in the same run.",
 	"BenchmarkParse":   "Policy.Parse, which every member kubeconfig passes before any client exists.",
 	"BenchmarkRouting": "One informer event through a member's handler, tagged with its cluster, into the shared queue and out again.",
+	"BenchmarkSettle":  "journal.Settle of a Propagation that keeps all its copies, once per reconcile of a member: ns/copy stays flat as the copies grow (it grew with them before issue 26).",
 }
 
 func (b *bench) addGoBenchmarks(out []byte) error {

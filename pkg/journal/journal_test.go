@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -24,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var configMaps = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
 
-func open(t *testing.T, dir string) *journal.Journal {
+func open(t testing.TB, dir string) *journal.Journal {
 	t.Helper()
 	j, err := journal.Open(dir, journal.Options{LockTimeout: 200 * time.Millisecond})
 	if err != nil {
@@ -388,44 +387,6 @@ func TestAJournalWellPastItsLiveSizeIsCompacted(t *testing.T) {
 	}
 	if again, _ := j.Compact(); again {
 		t.Error("a compacted journal was compacted again")
-	}
-}
-
-// TestSettleIsLinearInTheCopies: settling a Propagation that keeps all its
-// copies takes about k times as long for k times the copies, not k² (it
-// looked each copy up in the slice of those kept). The two sizes are timed
-// in turns, so that a busy machine slows both.
-func TestSettleIsLinearInTheCopies(t *testing.T) {
-	j := open(t, t.TempDir())
-	const small, k = 250, 16
-	kept := map[int][]journal.Object{}
-	for _, n := range []int{small, k * small} {
-		copies := make([]journal.Copy, n)
-		for i := range copies {
-			copies[i] = copyOf(fmt.Sprintf("web-%d", n), fmt.Sprintf("object-%d", i), "h")
-			kept[n] = append(kept[n], copies[i].Object)
-		}
-		if err := j.Record("east", copies); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fastest := map[int]time.Duration{small: math.MaxInt64, k * small: math.MaxInt64}
-	for range 5 {
-		for _, n := range []int{small, k * small} {
-			start := time.Now()
-			if err := j.Settle("east", "team", fmt.Sprintf("web-%d", n), kept[n]); err != nil {
-				t.Fatal(err)
-			}
-			fastest[n] = min(fastest[n], time.Since(start))
-		}
-	}
-	if st := stats(t, j); st.Copies != small+k*small {
-		t.Fatalf("settling kept %d of %d copies", st.Copies, small+k*small)
-	}
-	few, many := fastest[small], fastest[k*small]
-	t.Logf("%d copies: %s; %d: %s", small, few, k*small, many)
-	if many > few*k*k/4 { // k times as long if linear, k² if quadratic
-		t.Errorf("settling %d copies took %.0f times as long as %d: that grows as the square of the copies", k*small, float64(many)/float64(few), small)
 	}
 }
 
