@@ -303,6 +303,9 @@ func Register(ctx context.Context, member *rest.Config, hub client.Client, o Opt
 		writer = client.NewDryRunClient(hub)
 	}
 	id, err := registry.FleetID(ctx, hub, writer, o.HubNamespace)
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("the hub has no namespace %s: install the manager (deploy/) or choose --namespace", o.HubNamespace)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -376,6 +376,7 @@ func TestRegisterRefuses(t *testing.T) {
 		"unreachable":         {cfg: unreachable, opts: enroll.Options{Name: "eu-1", Preset: "view"}, as: new(*enroll.UnreachableError)},
 		"no RBAC rights":      {cfg: limited, opts: enroll.Options{Name: "eu-1", Preset: "view"}, want: "may not create ClusterRoleBindings", as: new(*enroll.ForbiddenError)},
 		"bad label":           {opts: enroll.Options{Name: "eu-1", Preset: "view", Labels: map[string]string{"a b": "c"}}, want: "label key"},
+		"no fleet namespace":  {opts: enroll.Options{Name: "eu-1", Preset: "view", HubNamespace: "no-such-fleet"}, want: "the hub has no namespace no-such-fleet"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -383,7 +384,9 @@ func TestRegisterRefuses(t *testing.T) {
 			if cfg == nil {
 				cfg = memberEnv.Config
 			}
-			tc.opts.HubNamespace = ns
+			if tc.opts.HubNamespace == "" {
+				tc.opts.HubNamespace = ns
+			}
 			_, err := enroll.Register(t.Context(), cfg, hub, tc.opts)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.as != nil && !errors.As(err, tc.as)) {
 				t.Fatalf("Register: %v, want an error saying %q", err, tc.want)
