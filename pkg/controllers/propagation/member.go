@@ -89,7 +89,6 @@ type memberRun struct {
 
 type failure struct {
 	reason, message string
-	retry           bool
 }
 
 // reconcileMember makes the copies of Propagation key in member what it
@@ -214,7 +213,7 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 			if gvk, err := resourceKind(sel); err == nil && kerr.reason != fleetv1alpha1.ReasonRefused {
 				run.skipRemoval[gvk] = true
 			}
-			run.fail(failure{reason: kerr.reason, message: kerr.message, retry: true})
+			run.fail(failure{reason: kerr.reason, message: kerr.message})
 			continue
 		}
 		if err != nil {
@@ -254,7 +253,7 @@ func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructur
 		if kerr, ok := errors.AsType[*kindError](err); ok {
 			run.skipRemoval[gvk] = true
 			if run.p != nil && slices.ContainsFunc(run.p.Spec.Resources, func(s fleetv1alpha1.ResourceSelector) bool { k, _ := resourceKind(s); return k == gvk }) {
-				run.fail(failure{reason: kerr.reason, message: kerr.message, retry: true})
+				run.fail(failure{reason: kerr.reason, message: kerr.message})
 			}
 			continue
 		}
@@ -463,11 +462,11 @@ func (run *memberRun) failed(err error, verb string, k copyKey) error {
 	where := "in namespace " + run.key.Namespace
 	switch {
 	case meta.IsNoMatchError(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonKindNotFound, message: fmt.Sprintf("the member has no kind %s (is its CRD installed?)", k.gvk.Kind), retry: true})
+		run.fail(failure{reason: fleetv1alpha1.ReasonKindNotFound, message: fmt.Sprintf("the member has no kind %s (is its CRD installed?)", k.gvk.Kind)})
 	case apierrors.IsForbidden(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s (%s) %s", verb, run.r.resourceOf(k.gvk), k, where), retry: true})
+		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s (%s) %s", verb, run.r.resourceOf(k.gvk), k, where)})
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s %s: %s", k, where, describeStatus(err)), retry: true})
+		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s %s: %s", k, where, describeStatus(err))})
 	default:
 		return fmt.Errorf("%s %s %s: %w", verb, k, where, err)
 	}

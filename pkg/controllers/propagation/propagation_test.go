@@ -36,6 +36,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
@@ -80,7 +81,12 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		return m.Run()
+		code := m.Run()
+		if leaked := publishedCredential(); leaked != "" {
+			fmt.Fprintf(os.Stderr, "credential material was published on a hub: %s\n", leaked)
+			return 1
+		}
+		return code
 	}()
 	if err := controlplane.Stop(envs); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -117,6 +123,22 @@ func setup(envs []*envtest.Environment) error {
 		kubeconfigs = append(kubeconfigs, kc)
 	}
 	return nil
+}
+
+// publishedCredential scans what the suite's managers published on both
+// hubs (Propagation status, Events, MemberClusters) for the credentials of
+// the members' kubeconfigs, which every test registers.
+func publishedCredential() string {
+	secrets, err := kubeconfigtest.CredentialsOf(kubeconfigs...)
+	if err != nil {
+		return err.Error()
+	}
+	for _, env := range []*envtest.Environment{hub, secondHub.env} {
+		if leaked, err := controlplane.FindPublishedCredential(context.Background(), env.Config, secrets); err != nil || leaked != "" {
+			return fmt.Sprintf("%s %v", leaked, err)
+		}
+	}
+	return ""
 }
 
 // hubServer is a hub's API server and a client of it.
