@@ -115,7 +115,9 @@ type PropagationSpec struct {
 	Deletion DeletionPolicy `json:"deletion,omitempty"`
 
 	// Adopt takes over an object that exists in a member and is not a
-	// copy: without it, that member reports AlreadyExists.
+	// copy: without it, that member reports AlreadyExists. It never takes
+	// another fleet's copy, nor an old copy (one without the fleet's
+	// identity) that the manager cannot prove its own.
 	//
 	// +optional
 	Adopt bool `json:"adopt,omitempty"`
