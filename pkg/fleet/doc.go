@@ -4,6 +4,11 @@
 //
 // [New] wraps the hub's controller-runtime manager in a [Manager]. Beside
 // the hub manager it runs:
+//   - the fleet's identity, unique across hubs, which every replica reads
+//     from (or, first, creates in) ConfigMap fleet-identity of the fleet
+//     namespace, retrying until the hub gives it. [Manager.FleetID] waits
+//     for it; fleet controllers stamp it on what they create in members
+//     and take nothing there for the fleet's own that lacks it;
 //   - the registry (package registry), which reads the registration
 //     Secrets of every enabled format (native, and those of
 //     multicluster-runtime, Cluster API and Argo CD) and owns each cluster

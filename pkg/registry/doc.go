@@ -31,7 +31,10 @@
 // <namespace>.<cluster>. Whoever writes a ClusterProfile's status
 // chooses the server its cluster's credentials are sent to, so reading
 // ClusterProfiles from a namespace trusts its writers as much as the
-// fleet namespace's.
+// fleet namespace's. The fleet namespace also gives the fleet its
+// identity, unique across hubs ([FleetID]): a UID kept in its ConfigMap
+// fleet-identity, which the manager and `fleet-manager register` read,
+// and the first of them creates.
 //
 // # State
 //
