@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -155,6 +157,12 @@ const (
 	// ReasonExpired (CredentialsExpiring True): the credential has expired.
 	ReasonExpired = "Expired"
 )
+
+// MaxTokenLifetime is the longest lifetime of a token `fleet-manager
+// register` or the manager's renewal asks a member for: how long a token
+// outlives the revocation of its service account's right to mint
+// successors. The member's API server may grant less.
+const MaxTokenLifetime = 24 * time.Hour
 
 // MaxRecentTransitions is how many state changes
 // MemberClusterStatus.RecentTransitions keeps; older ones are dropped. The

@@ -57,9 +57,8 @@ const (
 	// MinTokenTTL is the shortest lifetime the TokenRequest API grants.
 	MinTokenTTL = 10 * time.Minute
 	// MaxTokenTTL is the longest lifetime Register asks for, as the
-	// manager's renewal does: what a token outlives the revocation of its
-	// ServiceAccount's right to mint successors.
-	MaxTokenTTL = 24 * time.Hour
+	// manager's renewal does.
+	MaxTokenTTL = fleetv1alpha1.MaxTokenLifetime
 )
 
 // Presets are the built-in ClusterRoles Options.Preset may name.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -52,11 +53,6 @@ const (
 	renewalSettle = 30 * time.Second
 	// renewalWorkers is how many clusters are evaluated at once.
 	renewalWorkers = 4
-	// MaxTokenLifetime is the longest lifetime a renewal asks for, however
-	// long the token it renews lived: what a token outlives the revocation
-	// of its service account's right to mint successors. The member's API
-	// server may grant less.
-	MaxTokenLifetime = 24 * time.Hour
 )
 
 func (o RenewalOptions) withDefaults() RenewalOptions {
@@ -113,8 +109,8 @@ func nextWake(now time.Time, times ...time.Time) (time.Duration, bool) {
 // registry and renews the tokens it can: a service account token with an
 // expiry, in a native registration Secret. It asks the member for a new
 // token for the same service account, as long-lived as the old one up to
-// MaxTokenLifetime (TokenRequest, through the member's own client) at
-// about RenewAfter of its lifetime, and writes it into the Secret with a
+// fleetv1alpha1.MaxTokenLifetime (TokenRequest, through the member's own
+// client) at about RenewAfter of its lifetime, and writes it into the Secret with a
 // resourceVersion precondition; the new kubeconfig then reaches the member
 // like any other rotation. It mints only through a member that runs the
 // very kubeconfig it renews: while the pool still runs an earlier one,
@@ -321,7 +317,7 @@ func (r *credentialRenewal) renew(ctx context.Context, name string, t *tracked, 
 		return fmt.Errorf("the member is not connected: %w", err)
 	}
 	sa := t.credential.ServiceAccount
-	seconds := int64(min(t.credential.Lifetime(), MaxTokenLifetime) / time.Second)
+	seconds := int64(min(t.credential.Lifetime(), fleetv1alpha1.MaxTokenLifetime) / time.Second)
 	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}
 	account := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: sa.Namespace, Name: sa.Name}}
 	if err := member.GetClient().SubResource("token").Create(ctx, account, request); err != nil {

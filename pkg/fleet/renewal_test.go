@@ -305,7 +305,7 @@ func TestRenewalAsksForADayAtMost(t *testing.T) {
 	time.Sleep(2 * time.Second) // past renewNow's renewal time
 	fleet.RenewOnce(t.Context(), f.mgr, renewNow, name)
 	c := credentialOf(t, key)
-	if c.Lifetime() == 0 || c.Lifetime() > fleet.MaxTokenLifetime {
-		t.Errorf("the renewed token lives %s, want at most %s", c.Lifetime(), fleet.MaxTokenLifetime)
+	if c.Lifetime() == 0 || c.Lifetime() > fleetv1alpha1.MaxTokenLifetime {
+		t.Errorf("the renewed token lives %s, want at most %s", c.Lifetime(), fleetv1alpha1.MaxTokenLifetime)
 	}
 }
