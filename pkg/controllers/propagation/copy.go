@@ -88,8 +88,13 @@ func desiredCopy(hub *unstructured.Unstructured, p *fleetv1alpha1.Propagation, f
 
 // removeServerFields removes serverFields from obj, a hub object of kind
 // gk, but keeps what its author chose: a headless Service's clusterIP
-// None, and a Job's manual selector.
+// None, and a Job's manual selector. A Service's node ports go too: the
+// hub allocates them from its own range, where a member may have them
+// taken.
 func removeServerFields(obj map[string]any, gk schema.GroupKind) {
+	if gk == (schema.GroupKind{Kind: "Service"}) {
+		removeNodePorts(obj)
+	}
 	if ip, _, _ := unstructured.NestedString(obj, "spec", "clusterIP"); gk.Kind == "Service" && ip == "None" {
 		return
 	}
@@ -98,6 +103,19 @@ func removeServerFields(obj map[string]any, gk schema.GroupKind) {
 	}
 	for _, path := range serverFields[gk] {
 		unstructured.RemoveNestedField(obj, path...)
+	}
+}
+
+// removeNodePorts removes nodePort from each of a Service's ports.
+func removeNodePorts(obj map[string]any) {
+	ports, _, _ := unstructured.NestedSlice(obj, "spec", "ports")
+	for _, port := range ports {
+		if p, ok := port.(map[string]any); ok {
+			delete(p, "nodePort")
+		}
+	}
+	if ports != nil {
+		_ = unstructured.SetNestedSlice(obj, ports, "spec", "ports")
 	}
 }
 

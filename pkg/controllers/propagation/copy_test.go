@@ -1,6 +1,7 @@
 package propagation
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 
@@ -25,7 +26,7 @@ func hubService(clusterIP string) *unstructured.Unstructured {
 			"labels":          map[string]any{"app": "web"},
 			"annotations":     map[string]any{"kubectl.kubernetes.io/last-applied-configuration": "{}", "note": "kept"},
 		},
-		"spec":   map[string]any{"clusterIP": clusterIP, "clusterIPs": []any{clusterIP}, "ports": []any{map[string]any{"port": int64(80)}}},
+		"spec":   map[string]any{"clusterIP": clusterIP, "clusterIPs": []any{clusterIP}, "ports": []any{map[string]any{"port": int64(80), "nodePort": int64(31234)}}},
 		"status": map[string]any{"loadBalancer": map[string]any{}},
 	})
 }
@@ -44,8 +45,8 @@ func TestDesiredCopyStripsWhatTheHubFilledIn(t *testing.T) {
 			t.Errorf("%v copied", field)
 		}
 	}
-	if ports, _, _ := unstructured.NestedSlice(c.Object, "spec", "ports"); len(ports) != 1 {
-		t.Errorf("spec.ports = %v, want the author's port", ports)
+	if ports, _, _ := unstructured.NestedSlice(c.Object, "spec", "ports"); len(ports) != 1 || !reflect.DeepEqual(ports[0], map[string]any{"port": int64(80)}) {
+		t.Errorf("spec.ports = %v, want the author's port without the hub's node port", ports)
 	}
 	if got := c.GetLabels(); got["app"] != "web" || got[fleetv1alpha1.FleetLabel] != "fleet-a" || got[fleetv1alpha1.FleetIDLabel] != "id-a" || got[fleetv1alpha1.PropagationLabel] != "web" {
 		t.Errorf("labels %v", got)
