@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -80,10 +79,9 @@ func readKubeconfig(cmd *cobra.Command, path string) ([]byte, error) {
 // serverURL is cfg's server without any user info, which could hold a
 // password.
 func serverURL(cfg *rest.Config) string {
-	u, err := url.Parse(cfg.Host)
+	s, err := kubeconfig.WithoutUserinfo(cfg.Host)
 	if err != nil {
 		return "<unparsable>"
 	}
-	u.User = nil
-	return u.String()
+	return s
 }

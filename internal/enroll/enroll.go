@@ -26,6 +26,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -553,12 +554,11 @@ func registeredServer(s *corev1.Secret) string {
 
 // displayServer is server without userinfo, which may be a credential.
 func displayServer(server string) string {
-	u, err := url.Parse(server)
+	s, err := kubeconfig.WithoutUserinfo(server)
 	if err != nil {
 		return "(a server that is not a URL)"
 	}
-	u.User = nil
-	return u.String()
+	return s
 }
 
 // writeSecret creates s on the hub, or updates the registration Secret of

@@ -3,6 +3,8 @@ package kubeconfig
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
+	"net/url"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -109,4 +111,16 @@ func describeCertificate(certPEM []byte) Credential {
 	}
 	c.IssuedAt, c.Expiry = cert.NotBefore, cert.NotAfter
 	return c
+}
+
+// WithoutUserinfo returns the URL s without its user and password, which
+// may be credentials; an empty s stays empty. An s that is not a URL is an
+// error that does not repeat it.
+func WithoutUserinfo(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", errors.New("not a URL") // url's error repeats s
+	}
+	u.User = nil
+	return u.String(), nil
 }

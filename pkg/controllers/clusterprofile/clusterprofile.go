@@ -3,10 +3,8 @@ package clusterprofile
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	"net/url"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -26,6 +24,7 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -195,8 +194,8 @@ func keepObserved(have, want []inventoryv1alpha1.Property) []inventoryv1alpha1.P
 // server, TLS server name, CA and proxy of its kubeconfig's current
 // context, each URL without its userinfo, and its name as the exec
 // plugin's cluster config. Nothing else of the kubeconfig is published.
-func accessProvider(name string, kubeconfig []byte) (inventoryv1alpha1.AccessProvider, error) {
-	cfg, err := clientcmd.Load(kubeconfig)
+func accessProvider(name string, kc []byte) (inventoryv1alpha1.AccessProvider, error) {
+	cfg, err := clientcmd.Load(kc)
 	if err != nil {
 		return inventoryv1alpha1.AccessProvider{}, err
 	}
@@ -208,11 +207,11 @@ func accessProvider(name string, kubeconfig []byte) (inventoryv1alpha1.AccessPro
 	if !ok {
 		return inventoryv1alpha1.AccessProvider{}, fmt.Errorf("no cluster")
 	}
-	server, err := withoutUserinfo(cl.Server)
+	server, err := kubeconfig.WithoutUserinfo(cl.Server)
 	if err != nil {
 		return inventoryv1alpha1.AccessProvider{}, fmt.Errorf("server: %w", err)
 	}
-	proxy, err := withoutUserinfo(cl.ProxyURL)
+	proxy, err := kubeconfig.WithoutUserinfo(cl.ProxyURL)
 	if err != nil {
 		return inventoryv1alpha1.AccessProvider{}, fmt.Errorf("proxy-url: %w", err)
 	}
@@ -227,20 +226,6 @@ func accessProvider(name string, kubeconfig []byte) (inventoryv1alpha1.AccessPro
 		ProxyURL:                 proxy,
 		Extensions:               []clientcmdv1.NamedExtension{{Name: execExtension, Extension: runtime.RawExtension{Raw: ext}}},
 	}}, nil
-}
-
-// withoutUserinfo returns the URL s without its user and password, which
-// are credentials; an empty s stays empty.
-func withoutUserinfo(s string) (string, error) {
-	if s == "" {
-		return "", nil
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "", errors.New("not a URL") // url's error repeats s
-	}
-	u.User = nil
-	return u.String(), nil
 }
 
 // ignoreConflict drops a write that lost to a newer version: its event
