@@ -3,53 +3,26 @@ package propagation
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// memberEngaged records in the journal the copies of this fleet the
-// member's cache found, so that a journal that was lost, or kept by
-// another replica, learns them again, and tells the member of a lost
-// journal. Only copies that carry the fleet's identity are recorded: the
-// journal proves the copies stamped without one.
-func (r *reconciler) memberEngaged(ctx context.Context, mc *memberCopies) {
-	id, err := r.m.FleetID(ctx)
-	if err != nil {
-		return // the member left, or the manager stops
-	}
-	var found []journal.Copy
-	for _, gvk := range mc.watched() {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if err := mc.cache.List(ctx, list, client.MatchingLabels{fleetv1alpha1.FleetIDLabel: id}); err != nil {
-			continue
-		}
-		for i := range list.Items {
-			if c := journalCopy(&list.Items[i]); c.Propagation != "" {
-				found = append(found, c)
-			}
-		}
-	}
-	if err := r.journal.Record(mc.name, found); err != nil && ctx.Err() == nil {
-		r.log.Error(err, "Recording the copies found in a member in the journal", "cluster", mc.name)
-	}
-	r.countOwed(mc.name)
-	if rec := r.journal.Recovered(); rec != nil && rec.MovedTo != "" {
-		obj := &fleetv1alpha1.MemberCluster{}
-		if _, told := r.recoveryTold.LoadOrStore(mc.name, true); !told && r.hub.Get(ctx, types.NamespacedName{Name: mc.name}, obj) == nil {
-			r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonJournalLost, "Recover",
-				"the manager's journal could not be used (%v) and was moved to %s: the copies found in this member are recorded again; removals it owed for deleted Propagations are forgotten unless their copies are found", rec.Err, rec.MovedTo)
-		}
-	}
-}
+// releaseTimeout bounds how long a deleted Propagation waits for a Ready
+// member to report the removal of its copies; after it, the member owes
+// the removal, and the Propagation goes.
+const releaseTimeout = 30 * time.Second
 
 // journalCopy is the journal's entry of a copy.
 func journalCopy(obj *unstructured.Unstructured) journal.Copy {
@@ -116,38 +89,47 @@ func (r *reconciler) countOwed(member string) {
 	r.m.Registry().ObserveOwed(member, removals)
 }
 
-// forgetMember forgets what the journal holds of a member that left the
-// fleet, and compacts it when that left it well past its live size.
-func (r *reconciler) forgetMember(member string) {
-	if err := r.journal.ForgetMember(member); err != nil {
-		r.log.Error(err, "Forgetting a member that left in the journal", "cluster", member)
-		return
+// release lets a deleted Propagation go once every member has removed its
+// copies or owes their removal: a member that is not Ready, that failed to
+// remove them, or that did not report within releaseTimeout.
+func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation, members []*registry.Cluster) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) {
+		return reconcile.Result{}, nil
 	}
-	if _, err := r.journal.Compact(); err != nil {
-		r.log.Error(err, "Compacting the journal")
-	}
-}
-
-// forgetMembersThatLeft forgets, once the registry has read every
-// registration, the members of the journal that left the fleet while no
-// manager led it, and counts what the others owe.
-func (r *reconciler) forgetMembersThatLeft(ctx context.Context) {
-	select {
-	case <-r.m.Registry().Synced():
-	case <-ctx.Done():
-		return
-	}
-	members, err := r.journal.Members()
-	if err != nil {
-		r.log.Error(err, "Reading the journal's members")
-		return
-	}
-	for _, member := range members {
-		if _, registered := r.m.Registry().Get(member); registered {
-			r.countOwed(member)
-			continue
+	key := client.ObjectKeyFromObject(p)
+	results := r.results.of(key)
+	timedOut := time.Since(p.DeletionTimestamp.Time) > releaseTimeout
+	var waiting, owed []string
+	for _, c := range members {
+		res, has := results[c.Name]
+		switch {
+		case has && res.removing && res.copies == 0 && res.result != fleetv1alpha1.ResultFailed:
+		case c.State != cluster.StateReady:
+			if err := r.owe(ctx, p, c.Name, fmt.Sprintf("the member is %s: its copies are removed when it is Ready", c.State)); err != nil {
+				return reconcile.Result{}, err
+			}
+			owed = append(owed, c.Name)
+		case has && res.removing && res.result == fleetv1alpha1.ResultFailed, timedOut:
+			if err := r.owe(ctx, p, c.Name, "removing the copies failed: "+res.message); err != nil {
+				return reconcile.Result{}, err
+			}
+			owed = append(owed, c.Name)
+		default:
+			waiting = append(waiting, c.Name)
 		}
-		r.log.Info("Forgetting what the journal holds of a member that left the fleet", "cluster", member)
-		r.forgetMember(member)
 	}
+	if len(waiting) > 0 {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	before := p.DeepCopy()
+	controllerutil.RemoveFinalizer(p, fleetv1alpha1.PropagationFinalizer)
+	if err := r.hub.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if len(owed) > 0 {
+		logf.FromContext(ctx).Info("Propagation deleted; members owe the removal of its copies", "members", owed)
+		r.recorder.Eventf(p, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDeletionOwed, "Delete",
+			"%d members owe the removal of copies, done when each is Ready: %s", len(owed), strings.Join(owed, ", "))
+	}
+	return reconcile.Result{}, nil
 }

@@ -26,11 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
-	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // ControllerName names the controller in --controllers, logs and metrics.
@@ -242,35 +240,6 @@ func (r *reconciler) hubObjectChanged(namespace string, gvk schema.GroupVersionK
 		if slices.Contains(kindsOf(p), gvk) {
 			r.enqueue(r.everyCluster(context.Background(), "", p)...)
 		}
-	}
-}
-
-// memberChanged asks every Propagation again about a member whose
-// registration, acceptance, labels or state changed, and forgets a member
-// that left.
-func (r *reconciler) memberChanged(ctx context.Context, e registry.Event) {
-	if !e.Registered() && !e.Removed() && !e.LabelsChanged() && !e.StateChanged() && e.Old.Accepted() == e.New.Accepted() {
-		return // a probe, or a new credential: nothing a Propagation reads
-	}
-	if e.Removed() || !e.New.Accepted() {
-		r.results.forgetMember(e.Name)
-		r.metrics.forget(e.Name)
-	}
-	if e.Removed() {
-		r.forgetMember(e.Name)
-	}
-	if e.StateChanged() && e.New.State == cluster.StateReady {
-		if mc := r.copies.get(e.Name); mc != nil {
-			mc.replayAgain()
-		}
-	}
-	props, err := r.propagations(ctx)
-	if err != nil {
-		return
-	}
-	for i := range props {
-		key := client.ObjectKeyFromObject(&props[i])
-		r.enqueue(fleet.Request{NamespacedName: key}, fleet.Request{ClusterName: e.Name, NamespacedName: key})
 	}
 }
 

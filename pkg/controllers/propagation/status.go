@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,11 +22,6 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
-
-// releaseTimeout bounds how long a deleted Propagation waits for a Ready
-// member to report the removal of its copies; after it, the member owes
-// the removal, and the Propagation goes.
-const releaseTimeout = 30 * time.Second
 
 // resultOrder lists members in status: failures first.
 var resultOrder = []fleetv1alpha1.MemberResult{
@@ -254,51 +248,6 @@ func copiedKindsStatus(p *fleetv1alpha1.Propagation) []fleetv1alpha1.KindReferen
 		kinds = kinds[len(kinds)-64:]
 	}
 	return kinds
-}
-
-// release lets a deleted Propagation go once every member has removed its
-// copies or owes their removal: a member that is not Ready, that failed to
-// remove them, or that did not report within releaseTimeout.
-func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation, members []*registry.Cluster) (reconcile.Result, error) {
-	if !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) {
-		return reconcile.Result{}, nil
-	}
-	key := client.ObjectKeyFromObject(p)
-	results := r.results.of(key)
-	timedOut := time.Since(p.DeletionTimestamp.Time) > releaseTimeout
-	var waiting, owed []string
-	for _, c := range members {
-		res, has := results[c.Name]
-		switch {
-		case has && res.removing && res.copies == 0 && res.result != fleetv1alpha1.ResultFailed:
-		case c.State != cluster.StateReady:
-			if err := r.owe(ctx, p, c.Name, fmt.Sprintf("the member is %s: its copies are removed when it is Ready", c.State)); err != nil {
-				return reconcile.Result{}, err
-			}
-			owed = append(owed, c.Name)
-		case has && res.removing && res.result == fleetv1alpha1.ResultFailed, timedOut:
-			if err := r.owe(ctx, p, c.Name, "removing the copies failed: "+res.message); err != nil {
-				return reconcile.Result{}, err
-			}
-			owed = append(owed, c.Name)
-		default:
-			waiting = append(waiting, c.Name)
-		}
-	}
-	if len(waiting) > 0 {
-		return reconcile.Result{RequeueAfter: time.Second}, nil
-	}
-	before := p.DeepCopy()
-	controllerutil.RemoveFinalizer(p, fleetv1alpha1.PropagationFinalizer)
-	if err := r.hub.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if len(owed) > 0 {
-		logf.FromContext(ctx).Info("Propagation deleted; members owe the removal of its copies", "members", owed)
-		r.recorder.Eventf(p, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDeletionOwed, "Delete",
-			"%d members owe the removal of copies, done when each is Ready: %s", len(owed), strings.Join(owed, ", "))
-	}
-	return reconcile.Result{}, nil
 }
 
 // statusWait is how long key's next status write must wait.

@@ -1,0 +1,205 @@
+package propagation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+)
+
+// kindRetry is how long a kind that could not be watched (missing,
+// forbidden) is reported as such before it is tried again.
+const kindRetry = 30 * time.Second
+
+// kindError is why a kind cannot be read in one cluster: the reason of a
+// member's result, or of the Propagation's conditions for the hub.
+type kindError struct {
+	reason  string
+	message string
+}
+
+func (e *kindError) Error() string { return e.message }
+
+// watchedKinds starts at most one informer per kind in a cache, checked
+// first: a kind the cluster lacks, a cluster-scoped kind or one the
+// manager may not list is refused, and remembered for kindRetry, so that
+// neither a reconcile per member nor a failing informer hammers the API
+// server.
+type watchedKinds struct {
+	cluster string // "the hub" or "member NAME", for messages
+	cache   cache.Cache
+	reader  client.Reader
+	mapper  meta.RESTMapper
+	// selector is the cache's label selector, which the check lists with.
+	selector labels.Selector
+	// namespace, when set, is the only namespace the cache holds.
+	namespace string
+	onEvent   func(obj client.Object)
+
+	// running closes once the cache has started: until then it reads
+	// nothing.
+	running chan struct{}
+
+	mu      sync.Mutex
+	started map[schema.GroupVersionKind]bool
+	refused map[schema.GroupVersionKind]refusedKind
+}
+
+// run starts the cache until ctx ends, and closes running once it has.
+func (w *watchedKinds) run(ctx context.Context) {
+	go w.cache.Start(ctx) //nolint:errcheck // it fails only when started twice
+	go func() {
+		if w.cache.WaitForCacheSync(ctx) {
+			close(w.running)
+		}
+	}()
+}
+
+type refusedKind struct {
+	err   *kindError
+	until time.Time
+}
+
+// watch makes sure the cache holds gvk, and returns once its informer has
+// synced.
+func (w *watchedKinds) watch(ctx context.Context, gvk schema.GroupVersionKind) error {
+	select {
+	case <-w.running:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w.mu.Lock()
+	if w.started[gvk] {
+		w.mu.Unlock()
+		return nil
+	}
+	if r, ok := w.refused[gvk]; ok && time.Now().Before(r.until) {
+		w.mu.Unlock()
+		return r.err
+	}
+	w.mu.Unlock()
+
+	if err := w.check(ctx, gvk); err != nil {
+		if kerr, ok := errors.AsType[*kindError](err); ok {
+			w.mu.Lock()
+			w.refused[gvk] = refusedKind{err: kerr, until: time.Now().Add(kindRetry)}
+			w.mu.Unlock()
+		}
+		return err
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gvk)
+	informer, err := w.cache.GetInformer(ctx, obj)
+	if err != nil {
+		return fmt.Errorf("watching %s in %s: %w", gvk.Kind, w.cluster, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started[gvk] {
+		return nil
+	}
+	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { w.notify(obj) },
+		UpdateFunc: func(_, obj any) { w.notify(obj) },
+		DeleteFunc: func(obj any) {
+			if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			w.notify(obj)
+		},
+	}); err != nil {
+		return fmt.Errorf("watching %s in %s: %w", gvk.Kind, w.cluster, err)
+	}
+	w.started[gvk] = true
+	delete(w.refused, gvk)
+	return nil
+}
+
+// watched lists the kinds whose informers run.
+func (w *watchedKinds) watched() []schema.GroupVersionKind {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Collect(maps.Keys(w.started))
+}
+
+func (w *watchedKinds) notify(obj any) {
+	if o, ok := obj.(client.Object); ok {
+		w.onEvent(o)
+	}
+}
+
+// check refuses a kind the cluster lacks, a cluster-scoped kind and one
+// the manager may not list where the cache would.
+func (w *watchedKinds) check(ctx context.Context, gvk schema.GroupVersionKind) error {
+	mapping, err := w.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		return &kindError{reason: fleetv1alpha1.ReasonKindNotFound, message: fmt.Sprintf("%s has no kind %s in %s (is its CRD installed?)", w.cluster, gvk.Kind, gvk.GroupVersion())}
+	}
+	if err != nil {
+		return fmt.Errorf("finding kind %s in %s: %w", gvk.Kind, w.cluster, err)
+	}
+	if mapping.Scope.Name() == meta.RESTScopeNameRoot {
+		return &kindError{reason: fleetv1alpha1.ReasonClusterScoped, message: fmt.Sprintf("%s is cluster-scoped: a Propagation copies only objects of its own namespace", gvk.Kind)}
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	opts := []client.ListOption{client.Limit(1), client.MatchingLabelsSelector{Selector: w.selector}}
+	where := "in any namespace"
+	if w.namespace != "" {
+		opts, where = append(opts, client.InNamespace(w.namespace)), "in namespace "+w.namespace
+	}
+	if err := w.reader.List(ctx, list, opts...); apierrors.IsForbidden(err) {
+		return &kindError{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("%s forbids the manager to list %s %s", w.cluster, resourceName(mapping.Resource.GroupResource(), gvk.Kind), where)}
+	} else if err != nil {
+		return fmt.Errorf("listing %s in %s: %w", mapping.Resource.GroupResource(), w.cluster, err)
+	}
+	return nil
+}
+
+// resourceName is gr's name, if it is one (a DNS subdomain, as every
+// resource's is), else kind: a member's discovery is its own words.
+func resourceName(gr schema.GroupResource, kind string) string {
+	if name := gr.String(); len(validation.IsDNS1123Subdomain(name)) == 0 {
+		return name
+	}
+	return kind
+}
+
+// list lists the cached objects of gvk in namespace that match selector.
+func (w *watchedKinds) list(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error) {
+	if err := w.watch(ctx, gvk); err != nil {
+		return nil, err
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	if err := w.cache.List(ctx, list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// quietWatchErrors logs a failed list or watch of a copy or hub object
+// cache at V(1): the informer retries, a member that is down is reported
+// by its state, and a kind that may not be read was refused before its
+// informer started.
+func quietWatchErrors(log logr.Logger) toolscache.WatchErrorHandlerWithContext {
+	return func(_ context.Context, r *toolscache.Reflector, err error) {
+		log.V(1).Info("Watch failed; retrying", "reflector", r.TypeDescription(), "error", err.Error())
+	}
+}
