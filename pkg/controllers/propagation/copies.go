@@ -107,7 +107,7 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster
 		watchedKinds: &watchedKinds{
 			cluster: "member " + clusterName, cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector,
 			running: make(chan struct{}), started: map[schema.GroupVersionKind]bool{}, refused: map[schema.GroupVersionKind]refusedKind{},
-			onEvent: func(obj client.Object) {
+			onEvent: func(_, obj client.Object) {
 				if name := obj.GetLabels()[fleetv1alpha1.PropagationLabel]; name != "" {
 					q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})
 				}

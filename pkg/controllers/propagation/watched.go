@@ -50,7 +50,9 @@ type watchedKinds struct {
 	selector labels.Selector
 	// namespace, when set, is the only namespace the cache holds.
 	namespace string
-	onEvent   func(obj client.Object)
+	// onEvent is told of each event of a cached object: its state before
+	// (nil for a create) and after (the last known state for a delete).
+	onEvent func(old, obj client.Object)
 
 	// running closes once the cache has started: until then it reads
 	// nothing.
@@ -115,13 +117,13 @@ func (w *watchedKinds) watch(ctx context.Context, gvk schema.GroupVersionKind) e
 		return nil
 	}
 	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.notify(obj) },
-		UpdateFunc: func(_, obj any) { w.notify(obj) },
+		AddFunc:    func(obj any) { w.notify(nil, obj) },
+		UpdateFunc: func(old, obj any) { w.notify(old, obj) },
 		DeleteFunc: func(obj any) {
 			if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = tombstone.Obj
 			}
-			w.notify(obj)
+			w.notify(nil, obj)
 		},
 	}); err != nil {
 		return fmt.Errorf("watching %s in %s: %w", gvk.Kind, w.cluster, err)
@@ -138,10 +140,13 @@ func (w *watchedKinds) watched() []schema.GroupVersionKind {
 	return slices.Collect(maps.Keys(w.started))
 }
 
-func (w *watchedKinds) notify(obj any) {
-	if o, ok := obj.(client.Object); ok {
-		w.onEvent(o)
+func (w *watchedKinds) notify(old, obj any) {
+	o, ok := obj.(client.Object)
+	if !ok {
+		return
 	}
+	before, _ := old.(client.Object)
+	w.onEvent(before, o)
 }
 
 // check refuses a kind the cluster lacks, a cluster-scoped kind and one
