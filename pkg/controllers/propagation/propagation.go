@@ -38,6 +38,10 @@ const ControllerName = "propagation"
 // at once.
 const DefaultWorkers = 16
 
+// workersPerMember is how many of workers one member's requests may hold
+// at once: a member that hangs holds at most a quarter of them.
+func workersPerMember(workers int) int { return max(1, workers/4) }
+
 // StatusInterval is the least time between two status writes of one
 // Propagation, however many members report.
 const StatusInterval = time.Second
@@ -146,7 +150,10 @@ func Add(m *fleet.Manager, opts Options) error {
 		WatchesFleet(&fleetv1alpha1.Propagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(statusOnly)).
 		WatchesClusterSource(hubEngagement{r}, fleet.InClusters(fleet.Hub)).
 		WatchesClusterSource(r.copies).
-		WithOptions(fleet.ControllerOptions{TypedOptions: controller.TypedOptions[fleet.Request]{MaxConcurrentReconciles: opts.Workers}}).
+		WithOptions(fleet.ControllerOptions{
+			TypedOptions:                      controller.TypedOptions[fleet.Request]{MaxConcurrentReconciles: opts.Workers},
+			MaxConcurrentReconcilesPerCluster: workersPerMember(opts.Workers),
+		}).
 		Complete(r)
 }
 
