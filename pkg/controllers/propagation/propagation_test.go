@@ -318,6 +318,18 @@ func (f *testFleet) waitStatus(name, what string, cond func(p *fleetv1alpha1.Pro
 	return p
 }
 
+// reconciledAgain makes every member reconcile Propagation name once more,
+// by a change of spec that changes no copy, and waits until each selected
+// member reported the new generation: a check that nothing happened
+// counts from there.
+func (f *testFleet) reconciledAgain(name string) {
+	f.t.Helper()
+	f.editPropagation(name, func(p *fleetv1alpha1.Propagation) { p.Spec.Adopt = !p.Spec.Adopt })
+	f.waitStatus(name, "every member reported the new generation", func(p *fleetv1alpha1.Propagation) bool {
+		return p.Status.Selected > 0 && p.Status.Selected == p.Status.Applied+p.Status.Drifted+p.Status.Failed
+	})
+}
+
 func ready(p *fleetv1alpha1.Propagation) bool {
 	return meta.IsStatusConditionTrue(p.Status.Conditions, fleetv1alpha1.PropagationReady)
 }
@@ -503,7 +515,7 @@ func TestDriftIsCorrectedOrReported(t *testing.T) {
 		!slices.Contains(p.Status.Members[0].DriftedFields, "ConfigMap web: .data.color") {
 		t.Errorf("status.members = %+v, want east Drifted at ConfigMap web: .data.color", p.Status.Members)
 	}
-	time.Sleep(time.Second) // a correction would have happened by now
+	f.reconciledAgain("web")
 	if cm := f.copyIn(0, "web"); cm.Data["color"] != "yellow" {
 		t.Errorf("under Report the copy was changed back: %v", cm.Data)
 	}
@@ -561,7 +573,7 @@ func TestFieldOfAnotherManagerIsLeftAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	since := time.Now()
-	time.Sleep(2 * time.Second)
+	f.reconciledAgain("web")
 	if err := memberCls[0].Get(t.Context(), copyKey, dep); err != nil {
 		t.Fatal(err)
 	}
@@ -919,9 +931,7 @@ func TestUnchangedFleetMakesNoWrites(t *testing.T) {
 	poll.Until(t, "the restarted manager engaged both members", func() bool {
 		return len(f.mgr.ClusterNames()) == 2
 	})
-	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Annotations["touched"] = "again" })
-	time.Sleep(3 * time.Second)
-	f.waitStatus("web", "Ready", ready)
+	f.reconciledAgain("web")
 	for i := range 2 {
 		if writes := memberWrites(t, i, since); len(writes) != 0 {
 			t.Errorf("member %d: %d writes after a resync and a restart of an unchanged fleet, want 0: %v", i, len(writes), writes)
