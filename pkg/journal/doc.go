@@ -16,7 +16,12 @@
 // concurrent calls share one commit (bbolt's DB.Batch), and a call that
 // would change nothing writes nothing. Entries
 // go once the member confirms them ([Journal.Forget], [Journal.Settle]) or
-// once the member leaves the fleet ([Journal.ForgetMember]).
+// once the caller forgets the member ([Journal.ForgetMember]). When a
+// member left the fleet is kept too ([Journal.Depart], cleared by
+// [Journal.Return]), so that the caller can forget it only once it has
+// been gone long enough, across restarts. An owed removal keeps the time
+// it was first decided, which a caller that copies it from elsewhere may
+// give.
 //
 // # Lifecycle
 //

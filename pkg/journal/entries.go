@@ -68,7 +68,8 @@ type Owed struct {
 	Kinds []schema.GroupVersionKind
 	// Reason says why the removal was not carried out when decided.
 	Reason string
-	// Decided is when the removal was first owed.
+	// Decided is when the removal was first owed: Owe sets it to now
+	// when it is zero.
 	Decided time.Time
 }
 
@@ -177,10 +178,13 @@ func (j *Journal) Owe(member string, o Owed) error {
 		return err // a key that would not read back
 	}
 	k := owedKey(o.Namespace, o.Propagation)
-	now := j.opts.Now().UTC()
+	decided := o.Decided.UTC()
+	if o.Decided.IsZero() {
+		decided = j.opts.Now().UTC()
+	}
 	merge := func(old *owedValue) (owedValue, bool) {
 		if old == nil {
-			return owedValue{Kinds: o.Kinds, Reason: o.Reason, Decided: now}, true
+			return owedValue{Kinds: o.Kinds, Reason: o.Reason, Decided: decided}, true
 		}
 		merged, grew := *old, false
 		for _, gvk := range o.Kinds {
@@ -269,7 +273,8 @@ func (j *Journal) Settle(member, namespace, propagation string, keep []Object) e
 	})
 }
 
-// ForgetMember removes every entry of a member that left the fleet.
+// ForgetMember removes every entry of a member that left the fleet, and
+// when it left.
 func (j *Journal) ForgetMember(member string) error {
 	found := false
 	if err := j.view(func(tx *bolt.Tx) error {
@@ -278,6 +283,7 @@ func (j *Journal) ForgetMember(member string) error {
 				found = true
 			}
 		}
+		found = found || tx.Bucket(metaBucket).Get(departedKey(member)) != nil
 		return nil
 	}); err != nil || !found {
 		return err
@@ -288,8 +294,82 @@ func (j *Journal) ForgetMember(member string) error {
 				return err
 			}
 		}
+		return tx.Bucket(metaBucket).Delete(departedKey(member))
+	})
+}
+
+// departedPrefix starts the keys, in the meta bucket, of when members
+// left the fleet. The meta bucket holds them, not a bucket of their own,
+// so that the previous version, whose layout check refuses unknown
+// buckets, still reads a journal of this one.
+const departedPrefix = "departed/"
+
+func departedKey(member string) []byte { return []byte(departedPrefix + member) }
+
+// Depart records that member left the fleet at since, unless it is
+// recorded as gone already: the earlier time stays. Its entries stay
+// until ForgetMember.
+func (j *Journal) Depart(member string, since time.Time) error {
+	if err := validMember(member); err != nil {
+		return err
+	}
+	v, err := since.UTC().MarshalText()
+	if err != nil {
+		return err
+	}
+	earlier := func(tx *bolt.Tx) bool {
+		var old time.Time
+		cur := tx.Bucket(metaBucket).Get(departedKey(member))
+		return cur != nil && old.UnmarshalText(cur) == nil && !old.After(since)
+	}
+	recorded := false
+	if err := j.view(func(tx *bolt.Tx) error { recorded = earlier(tx); return nil }); err != nil || recorded {
+		return err
+	}
+	return j.batch(func(tx *bolt.Tx) error {
+		if earlier(tx) {
+			return nil
+		}
+		return tx.Bucket(metaBucket).Put(departedKey(member), v)
+	})
+}
+
+// Return records that member is in the fleet: it is no longer gone.
+func (j *Journal) Return(member string) error {
+	gone := false
+	if err := j.view(func(tx *bolt.Tx) error {
+		gone = tx.Bucket(metaBucket).Get(departedKey(member)) != nil
+		return nil
+	}); err != nil || !gone {
+		return err
+	}
+	return j.batch(func(tx *bolt.Tx) error { return tx.Bucket(metaBucket).Delete(departedKey(member)) })
+}
+
+// Departed returns when each member recorded as gone left the fleet.
+func (j *Journal) Departed() (map[string]time.Time, error) {
+	departed := map[string]time.Time{}
+	err := j.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(metaBucket).Cursor()
+		prefix := []byte(departedPrefix)
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			since, err := decodeDeparted(k, v)
+			if err != nil {
+				return err
+			}
+			departed[string(k[len(prefix):])] = since
+		}
 		return nil
 	})
+	return departed, err
+}
+
+func decodeDeparted(k, v []byte) (time.Time, error) {
+	var since time.Time
+	if len(k) == len(departedPrefix) || since.UnmarshalText(v) != nil {
+		return time.Time{}, fmt.Errorf("invalid departure %q", k)
+	}
+	return since, nil
 }
 
 // Copies returns the copies recorded in member.

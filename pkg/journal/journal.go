@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -286,6 +287,13 @@ func checkLayout(tx *bolt.Tx) error {
 	}
 	if v := string(meta.Get(versionKey)); v != Version {
 		return fmt.Errorf("the journal is of version %q, not %q", v, Version)
+	}
+	prefix := []byte(departedPrefix)
+	c := meta.Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if _, err := decodeDeparted(k, v); err != nil {
+			return err
+		}
 	}
 	if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
 		if !slices.ContainsFunc([][]byte{metaBucket, copiesBucket, owedBucket}, func(b []byte) bool { return string(b) == string(name) }) {

@@ -411,3 +411,51 @@ func TestAJournalThatIsADirectoryIsAnError(t *testing.T) {
 	}
 	open(t, dir)
 }
+
+// TestDepartureIsKeptUntilTheMemberReturnsOrIsForgotten: when a member
+// left the fleet survives a reopen, keeps the earlier time, and goes when
+// the member returns or is forgotten; an owed removal keeps the time it
+// was decided when it is given one.
+func TestDepartureIsKeptUntilTheMemberReturnsOrIsForgotten(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir)
+	left := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	if err := errors.Join(
+		j.Owe("east", journal.Owed{Namespace: "team", Propagation: "web", Decided: left.Add(-time.Hour)}),
+		j.Depart("east", left),
+		j.Depart("east", left.Add(time.Hour)),
+		j.Depart("west", left),
+		j.Return("west"),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j = open(t, dir)
+	if rec := j.Recovered(); rec != nil {
+		t.Fatalf("the journal was not kept: %v", rec.Err)
+	}
+	departed, err := j.Departed()
+	if err != nil || len(departed) != 1 || !departed["east"].Equal(left) {
+		t.Errorf("departed = %v, %v; want east since %s", departed, err, left)
+	}
+	if owed, _ := j.Owed("east"); len(owed) != 1 || !owed[0].Decided.Equal(left.Add(-time.Hour)) {
+		t.Errorf("owed = %+v, want web's, decided an hour before east left", owed)
+	}
+	if err := j.Return("east"); err != nil {
+		t.Fatal(err)
+	}
+	if departed, _ := j.Departed(); len(departed) != 0 {
+		t.Errorf("after east returned, departed = %v", departed)
+	}
+	if owed, _ := j.Owed("east"); len(owed) != 1 {
+		t.Errorf("after east returned, owed = %+v, want web's kept", owed)
+	}
+	if err := errors.Join(j.Depart("east", left), j.ForgetMember("east")); err != nil {
+		t.Fatal(err)
+	}
+	if departed, _ := j.Departed(); len(departed) != 0 {
+		t.Errorf("after east was forgotten, departed = %v", departed)
+	}
+}
