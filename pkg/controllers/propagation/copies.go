@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +24,13 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
+
+// requestTimeout bounds each request of the manager to a member, not its
+// watches: a member that stops answering (frozen, cut off) holds a worker
+// no longer; the request fails and is tried again. A member answers a
+// request for one object within a second, and within 30 s even loaded or
+// behind an admission webhook at its own longest timeout (30 s).
+const requestTimeout = 30 * time.Second
 
 // memberCopies are the copies in one member: a cache that holds only
 // objects labelled as copies of this fleet, and clients whose user agent
@@ -88,7 +96,12 @@ func (c *copyCaches) selector() labels.Selector {
 
 func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster.Cluster, q engage.Queue) (<-chan struct{}, error) {
 	base := cl.GetHTTPClient()
-	httpClient := &http.Client{Transport: transport.NewUserAgentRoundTripper(c.userAgent, base.Transport), Timeout: base.Timeout, Jar: base.Jar}
+	rt := transport.NewUserAgentRoundTripper(c.userAgent, base.Transport)
+	httpClient := &http.Client{Transport: rt, Timeout: base.Timeout, Jar: base.Jar}
+	writerTimeout := requestTimeout
+	if base.Timeout > 0 {
+		writerTimeout = min(writerTimeout, base.Timeout)
+	}
 	selector := c.selector()
 	ca, err := cache.New(cl.GetConfig(), cache.Options{
 		HTTPClient: httpClient, Scheme: c.scheme, Mapper: cl.GetRESTMapper(),
@@ -98,7 +111,10 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster
 	if err != nil {
 		return nil, err
 	}
-	writer, err := client.New(cl.GetConfig(), client.Options{HTTPClient: httpClient, Scheme: c.scheme, Mapper: cl.GetRESTMapper()})
+	// The writer's timeout bounds its requests, in the client and, as
+	// ?timeout=, in the member.
+	writerHTTP := &http.Client{Transport: rt, Timeout: writerTimeout, Jar: base.Jar}
+	writer, err := client.New(cl.GetConfig(), client.Options{HTTPClient: writerHTTP, Scheme: c.scheme, Mapper: cl.GetRESTMapper()})
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +122,7 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster
 		name: clusterName, client: writer, reader: writer,
 		watchedKinds: &watchedKinds{
 			cluster: "member " + clusterName, cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector,
-			running: make(chan struct{}), started: map[schema.GroupVersionKind]bool{}, refused: map[schema.GroupVersionKind]refusedKind{},
+			running: make(chan struct{}),
 			onEvent: func(_, obj client.Object) {
 				if name := obj.GetLabels()[fleetv1alpha1.PropagationLabel]; name != "" {
 					q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})

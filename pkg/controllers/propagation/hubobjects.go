@@ -98,7 +98,7 @@ func (h *hubObjects) inNamespace(namespace string) (*watchedKinds, error) {
 	}
 	w := &watchedKinds{
 		cluster: "the hub", cache: c, reader: h.reader, mapper: h.mapper, selector: labels.Everything(), namespace: namespace,
-		running: make(chan struct{}), started: map[schema.GroupVersionKind]bool{}, refused: map[schema.GroupVersionKind]refusedKind{},
+		running: make(chan struct{}),
 		onEvent: func(_, obj client.Object) {
 			h.changed(namespace, obj.GetObjectKind().GroupVersionKind())
 		},

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +24,12 @@ import (
 // kindRetry is how long a kind that could not be watched (missing,
 // forbidden) is reported as such before it is tried again.
 const kindRetry = 30 * time.Second
+
+// syncTimeout bounds how long a request waits for an informer to list its
+// kind: a cluster that does not answer (frozen, cut off) holds a worker no
+// longer. The informer goes on listing; the request fails and is tried
+// again.
+const syncTimeout = 30 * time.Second
 
 // kindError is why a kind cannot be read in one cluster: the reason of a
 // member's result, or of the Propagation's conditions for the hub.
@@ -58,9 +62,12 @@ type watchedKinds struct {
 	// nothing.
 	running chan struct{}
 
-	mu      sync.Mutex
-	started map[schema.GroupVersionKind]bool
-	refused map[schema.GroupVersionKind]refusedKind
+	// mu guards handlers, the event handlers of the kinds whose informers
+	// were started, and refused; both are made when first written. It is
+	// never held across a request.
+	mu       sync.Mutex
+	handlers map[schema.GroupVersionKind]toolscache.ResourceEventHandlerRegistration
+	refused  map[schema.GroupVersionKind]refusedKind
 }
 
 // run starts the cache until ctx ends, and closes running once it has.
@@ -79,7 +86,7 @@ type refusedKind struct {
 }
 
 // watch makes sure the cache holds gvk, and returns once its informer has
-// synced.
+// synced, or fails after syncTimeout.
 func (w *watchedKinds) watch(ctx context.Context, gvk schema.GroupVersionKind) error {
 	select {
 	case <-w.running:
@@ -87,36 +94,59 @@ func (w *watchedKinds) watch(ctx context.Context, gvk schema.GroupVersionKind) e
 		return ctx.Err()
 	}
 	w.mu.Lock()
-	if w.started[gvk] {
-		w.mu.Unlock()
+	handler, started := w.handlers[gvk]
+	r, refused := w.refused[gvk]
+	w.mu.Unlock()
+	if !started {
+		if refused && time.Now().Before(r.until) {
+			return r.err
+		}
+		var err error
+		if handler, err = w.start(ctx, gvk); err != nil {
+			return err
+		}
+	}
+	if handler.HasSynced() {
 		return nil
 	}
-	if r, ok := w.refused[gvk]; ok && time.Now().Before(r.until) {
-		w.mu.Unlock()
-		return r.err
+	waitCtx, cancel := context.WithTimeout(ctx, syncTimeout)
+	defer cancel()
+	if !toolscache.WaitForCacheSync(waitCtx.Done(), handler.HasSynced) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%s has not listed %s within %s", w.cluster, gvk.Kind, syncTimeout)
 	}
-	w.mu.Unlock()
+	return nil
+}
 
+// start checks gvk, then starts its informer, without waiting for it to
+// sync, and adds the event handler once.
+func (w *watchedKinds) start(ctx context.Context, gvk schema.GroupVersionKind) (toolscache.ResourceEventHandlerRegistration, error) {
 	if err := w.check(ctx, gvk); err != nil {
 		if kerr, ok := errors.AsType[*kindError](err); ok {
 			w.mu.Lock()
+			if w.refused == nil {
+				w.refused = map[schema.GroupVersionKind]refusedKind{}
+			}
 			w.refused[gvk] = refusedKind{err: kerr, until: time.Now().Add(kindRetry)}
 			w.mu.Unlock()
 		}
-		return err
+		return nil, err
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(gvk)
-	informer, err := w.cache.GetInformer(ctx, obj)
+	// The cache holds one informer per kind: a second call returns it.
+	informer, err := w.cache.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
 	if err != nil {
-		return fmt.Errorf("watching %s in %s: %w", gvk.Kind, w.cluster, err)
+		return nil, fmt.Errorf("watching %s in %s: %w", gvk.Kind, w.cluster, err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.started[gvk] {
-		return nil
+	if handler, ok := w.handlers[gvk]; ok {
+		return handler, nil
 	}
-	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	handler, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.notify(nil, obj) },
 		UpdateFunc: func(old, obj any) { w.notify(old, obj) },
 		DeleteFunc: func(obj any) {
@@ -125,19 +155,29 @@ func (w *watchedKinds) watch(ctx context.Context, gvk schema.GroupVersionKind) e
 			}
 			w.notify(nil, obj)
 		},
-	}); err != nil {
-		return fmt.Errorf("watching %s in %s: %w", gvk.Kind, w.cluster, err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watching %s in %s: %w", gvk.Kind, w.cluster, err)
 	}
-	w.started[gvk] = true
+	if w.handlers == nil {
+		w.handlers = map[schema.GroupVersionKind]toolscache.ResourceEventHandlerRegistration{}
+	}
+	w.handlers[gvk] = handler
 	delete(w.refused, gvk)
-	return nil
+	return handler, nil
 }
 
-// watched lists the kinds whose informers run.
+// watched lists the kinds whose informers have synced.
 func (w *watchedKinds) watched() []schema.GroupVersionKind {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return slices.Collect(maps.Keys(w.started))
+	var kinds []schema.GroupVersionKind
+	for gvk, handler := range w.handlers {
+		if handler.HasSynced() {
+			kinds = append(kinds, gvk)
+		}
+	}
+	return kinds
 }
 
 func (w *watchedKinds) notify(old, obj any) {
