@@ -3,8 +3,6 @@ package v1alpha1_test
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,13 +10,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/internal/controlplane"
 )
 
 func TestSetStateKeepsRecentTransitions(t *testing.T) {
@@ -63,33 +57,8 @@ func TestSetStateForAnotherReasonIsATransition(t *testing.T) {
 // and checks what the markers promise: cluster scope, the status
 // subresource, validation, and the printer columns of `kubectl get`.
 func TestMemberClusterAPI(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set: run `make test`, or set it to a directory holding kube-apiserver and etcd (`make envtest` builds them into bin/)")
-	}
-	envs, err := controlplane.Start(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := controlplane.Stop(envs); err != nil {
-			t.Error(err)
-		}
-	})
-	cfg := envs[0].Config
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
-		Paths:              []string{filepath.Join("..", "..", "deploy", "crd", "fleet.fleetkube.io_memberclusters.yaml")},
-		ErrorIfPathMissing: true,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	scheme := runtime.NewScheme()
-	if err := fleetv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := apiServer(t, "fleet.fleetkube.io_memberclusters.yaml")
+	cl := newClient(t, cfg)
 	ctx := t.Context()
 
 	mc := &fleetv1alpha1.MemberCluster{
@@ -170,36 +139,9 @@ func TestMemberClusterAPI(t *testing.T) {
 	}
 
 	// Printer columns, as `kubectl get memberclusters` asks for them.
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := cs.Discovery().RESTClient().Get().
-		AbsPath("/apis", fleetv1alpha1.GroupVersion.Group, fleetv1alpha1.GroupVersion.Version, "memberclusters").
-		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").
-		DoRaw(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table metav1.Table
-	if err := json.Unmarshal(raw, &table); err != nil {
-		t.Fatal(err)
-	}
-	var columns []string
-	for _, c := range table.ColumnDefinitions {
-		if c.Priority == 0 {
-			columns = append(columns, c.Name)
-		}
-	}
+	columns, cells := printed(t, cfg, "memberclusters")
 	if want := []string{"Name", "State", "Ready", "Healthy", "Version", "Failures", "Last Probe", "Age"}; !slices.Equal(columns, want) {
 		t.Errorf("default columns %q, want %q", columns, want)
-	}
-	if len(table.Rows) != 1 {
-		t.Fatalf("%d rows, want 1", len(table.Rows))
-	}
-	cells := map[string]any{}
-	for i, c := range table.ColumnDefinitions {
-		cells[c.Name] = table.Rows[0].Cells[i]
 	}
 	for name, want := range map[string]any{
 		"Name": "east-1.example", "State": "Unhealthy", "Ready": "False", "Healthy": "False",
