@@ -263,18 +263,23 @@ type PropagationStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
 	// Selected counts the selected members.
+	// +kubebuilder:default=0
 	// +optional
 	Selected int32 `json:"selected"`
 	// Applied counts the members whose copies are applied and in sync.
+	// +kubebuilder:default=0
 	// +optional
 	Applied int32 `json:"applied"`
 	// Drifted counts the members whose copies drifted.
+	// +kubebuilder:default=0
 	// +optional
 	Drifted int32 `json:"drifted"`
 	// Failed counts the members where a copy failed.
+	// +kubebuilder:default=0
 	// +optional
 	Failed int32 `json:"failed"`
 	// PendingDeletions counts the members that owe a deletion.
+	// +kubebuilder:default=0
 	// +optional
 	PendingDeletions int32 `json:"pendingDeletions"`
 
