@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	stdlog "log"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
@@ -65,12 +67,26 @@ func UsageErrorf(fs *flag.FlagSet, format string, args ...any) error {
 }
 
 // SetupLogging makes the logger zapOpts describe controller-runtime's and
-// klog's logger, and returns it.
+// klog's logger, and returns it. The standard library's log package goes to
+// it too: net/http's servers write their errors there (a plain-HTTP scrape
+// of the HTTPS metrics port: "http: TLS handshake error"), and
+// controller-runtime's metrics and health servers set no ErrorLog.
 func SetupLogging(zapOpts *zap.Options) logr.Logger {
 	log := zap.New(zap.UseFlagOptions(zapOpts))
 	ctrl.SetLogger(log)
 	klog.SetLogger(log)
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(stdlogWriter{log.WithName("stdlog")})
 	return log
+}
+
+// stdlogWriter logs each entry of the standard library's log package, which
+// writes one entry per call, at info level.
+type stdlogWriter struct{ log logr.Logger }
+
+func (w stdlogWriter) Write(p []byte) (int, error) {
+	w.log.Info(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }
 
 // Exit codes of the project's commands.
