@@ -112,7 +112,9 @@ func TestMemberClusterFollowsItsMember(t *testing.T) {
 			return false
 		}
 		for i, tr := range mc.Status.RecentTransitions {
-			if events[i].Reason != tr.Reason || !strings.HasPrefix(events[i].Note, "member is "+string(tr.State)) {
+			// The note names the state once, then says what happened.
+			note, state := events[i].Note, string(tr.State)
+			if events[i].Reason != tr.Reason || !strings.HasPrefix(note, state+": ") || strings.Count(note, state) != 1+strings.Count(note, "(was "+state+")") {
 				return false
 			}
 		}

@@ -202,11 +202,26 @@ func (mc *memberClusters) recordTransition(obj *fleetv1alpha1.MemberCluster, fro
 			eventType = corev1.EventTypeWarning // refused, or a name conflict
 		}
 	}
-	note := fmt.Sprintf("member is %s (%s)", last.State, last.Reason)
+	note := transitionNotes[last.Reason]
+	if note == "" {
+		note = fmt.Sprintf("%s (%s)", last.State, last.Reason)
+	}
 	if from != "" {
-		note += fmt.Sprintf(", was %s", from)
+		note += fmt.Sprintf(" (was %s)", from)
 	}
 	mc.recorder.Eventf(obj, nil, eventType, last.Reason, "StateChanged", note)
+}
+
+// transitionNotes say, by a transition's reason, the state and what
+// happened.
+var transitionNotes = map[string]string{
+	string(fleetv1alpha1.MemberStatePending):      "Pending: registered, the member waits to be started",
+	string(fleetv1alpha1.MemberStateConnecting):   "Connecting: the member's cache is starting",
+	string(fleetv1alpha1.MemberStateReady):        "Ready: the member's cache is synced and its probes pass",
+	string(fleetv1alpha1.MemberStateUnhealthy):    "Unhealthy: the member's probes fail; its work is held",
+	string(fleetv1alpha1.MemberStateDisconnected): "Disconnected: the member's probes failed for too long; its cluster is torn down until a probe succeeds",
+	fleetv1alpha1.ReasonCredentialsRefused:        "Pending: the kubeconfig is refused (see the CredentialsAccepted condition)",
+	registry.ReasonClusterNameConflict:            "Pending: another registration claims this name (see the Ready condition)",
 }
 
 // ignoreStale drops a write that lost to a newer version, or a create
