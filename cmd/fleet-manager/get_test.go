@@ -426,7 +426,7 @@ func TestCheckKubeconfig(t *testing.T) {
 	}, {
 		name: "exec plugin",
 		args: []string{writeTemp(t, "exec", execKubeconfig)},
-		want: cliResult{stdout: "refused: ExecPluginRefused: exec plugin command is not in the policy's allowed list\n", code: 1},
+		want: cliResult{stdout: "refused: ExecPluginRefused: exec plugin " + plugin + " is refused: it would run a program on the manager's host, so only commands allowed by name run (fleet-manager --allow-exec-plugin=" + plugin + " accepts it)\n", code: 1},
 	}, {
 		name: "exec plugin allowed",
 		args: []string{"--allow-exec-plugin=" + plugin, writeTemp(t, "exec", execKubeconfig)},

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -199,7 +200,7 @@ func (p Policy) checkCluster(cl *clientcmdapi.Cluster) error {
 		return refuseFile("certificate-authority", "certificate-authority-data")
 	}
 	if cl.InsecureSkipTLSVerify && !p.AllowInsecureTLS {
-		return Refuse("InsecureTLSRefused", "insecure-skip-tls-verify is not allowed")
+		return Refuse("InsecureTLSRefused", "insecure-skip-tls-verify is refused: a server whose certificate is not verified may be anyone on the path, who then holds the member's credentials (fleet-manager --allow-insecure-tls accepts it)")
 	}
 	server, err := url.Parse(cl.Server)
 	if err != nil || server.Hostname() == "" {
@@ -245,10 +246,21 @@ func (p Policy) checkUser(user *clientcmdapi.AuthInfo) error {
 	case user.AuthProvider != nil:
 		return Refuse("AuthProviderRefused", "auth-provider plugins are not allowed; use a token or client certificate")
 	case user.Exec != nil && !slices.Contains(p.AllowExecCommands, user.Exec.Command):
-		return Refuse("ExecPluginRefused", "exec plugin command is not in the policy's allowed list")
+		return Refuse("ExecPluginRefused", "exec plugin %s is refused: it would run a program on the manager's host, so only commands allowed by name run (fleet-manager --allow-exec-plugin=%s accepts it)", execCommandName(user.Exec.Command), execCommandName(user.Exec.Command))
 	}
 	return checkHeaderFields(user)
 }
+
+// execCommandName is command as a refusal may show it: a plain command
+// name or path, else a placeholder, for it is the kubeconfig's own words.
+func execCommandName(command string) string {
+	if commandName.MatchString(command) {
+		return command
+	}
+	return "<command>"
+}
+
+var commandName = regexp.MustCompile(`^[A-Za-z0-9._/+-]{1,128}$`)
 
 // checkHeaderFields refuses the user's fields that client-go sends in HTTP
 // headers when one holds a byte no header may carry. Username and password

@@ -443,3 +443,29 @@ func TestPolicyParseRunsNoCommands(t *testing.T) {
 		t.Fatalf("running the plugin left no file: %v", err)
 	}
 }
+
+// A refusal an operator may lift names the flag that lifts it, and the
+// command to allow when it is a plain name.
+func TestRefusalNamesTheWayOut(t *testing.T) {
+	for name, tc := range map[string]struct {
+		data      []byte
+		want, not string
+	}{
+		"exec plugin": {data: kubeconfigtest.Build(t, func(_ *clientcmdapi.Cluster, u *clientcmdapi.AuthInfo) {
+			u.Token, u.Exec = "", execPlugin("gke-gcloud-auth-plugin")
+		}), want: "--allow-exec-plugin=gke-gcloud-auth-plugin"},
+		"exec plugin that is no plain name": {data: kubeconfigtest.Build(t, func(_ *clientcmdapi.Cluster, u *clientcmdapi.AuthInfo) {
+			u.Token, u.Exec = "", execPlugin("sh -c 'echo s3cr3t'")
+		}), want: "--allow-exec-plugin=<command>", not: "s3cr3t"},
+		"insecure TLS": {data: kubeconfigtest.Build(t, func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) {
+			cl.CertificateAuthorityData, cl.InsecureSkipTLSVerify = nil, true
+		}), want: "--allow-insecure-tls"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := kubeconfig.Policy{}.Parse(tc.data)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.not != "" && strings.Contains(err.Error(), tc.not)) {
+				t.Errorf("refusal %v: want it to name %q", err, tc.want)
+			}
+		})
+	}
+}
