@@ -141,7 +141,7 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 	// Copies are told apart before the journal records what is applied
 	// now: an old copy may be proven this fleet's by the hash recorded
 	// when it was applied.
-	have, err := run.existing(ctx, want)
+	have, err := run.existing(ctx, want, removing)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -234,13 +234,19 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 // existing returns this fleet's copies of the Propagation in the member,
 // of every kind it copies or copied, and keeps the copies of its name
 // that are not this fleet's in run.others. want are the hub objects the
-// run applies.
-func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructured.Unstructured) (map[copyKey]*unstructured.Unstructured, error) {
+// run applies; removing says that none are wanted. A kind the Propagation
+// copies that the member does not let the manager list fails the run, and
+// so does, when removing, a kind it copied: its copies cannot be proven
+// gone, and the removal is owed and tried again. A kind the member lacks
+// holds no copies.
+func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructured.Unstructured, removing bool) (map[copyKey]*unstructured.Unstructured, error) {
 	// The journal knows the kinds of the copies made, and of those owed.
-	kinds := run.r.journalKinds(run.member.name, &run.key)
+	copied := run.r.journalKinds(run.member.name, &run.key)
 	if run.p != nil {
-		kinds = append(kinds, kindsOf(run.p)...)
-	} else {
+		copied = append(copied, kindsOf(run.p)...)
+	}
+	kinds := slices.Clone(copied)
+	if run.p == nil {
 		// Its kinds went with it: look in every kind copied, or watched.
 		kinds = append(kinds, append(run.r.copiedKinds(ctx), run.member.watched()...)...)
 	}
@@ -251,8 +257,12 @@ func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructur
 	for _, gvk := range kinds {
 		objs, err := run.member.list(ctx, gvk, run.key.Namespace, selector)
 		if kerr, ok := errors.AsType[*kindError](err); ok {
+			if removing && kerr.reason == fleetv1alpha1.ReasonKindNotFound {
+				continue
+			}
 			run.skipRemoval[gvk] = true
-			if run.p != nil && slices.ContainsFunc(run.p.Spec.Resources, func(s fleetv1alpha1.ResourceSelector) bool { k, _ := resourceKind(s); return k == gvk }) {
+			inSpec := run.p != nil && slices.ContainsFunc(run.p.Spec.Resources, func(s fleetv1alpha1.ResourceSelector) bool { k, _ := resourceKind(s); return k == gvk })
+			if inSpec || (removing && slices.Contains(copied, gvk) && kerr.reason != fleetv1alpha1.ReasonClusterScoped) {
 				run.fail(failure{reason: kerr.reason, message: kerr.message})
 			}
 			continue
