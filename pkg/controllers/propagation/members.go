@@ -2,6 +2,7 @@ package propagation
 
 import (
 	"context"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -11,8 +12,10 @@ import (
 )
 
 // memberChanged asks every Propagation again about a member whose
-// registration, acceptance, labels or state changed, and forgets a member
-// that left.
+// registration, acceptance, labels or state changed, and records in the
+// journal when a member left and that it is back: what a member owes is
+// kept until it has been gone longer than forgetAfter (keepOwed forgets
+// it), so a registration deleted and created again keeps it.
 func (r *reconciler) memberChanged(ctx context.Context, e registry.Event) {
 	if !e.Registered() && !e.Removed() && !e.LabelsChanged() && !e.StateChanged() && e.Old.Accepted() == e.New.Accepted() {
 		return // a probe, or a new credential: nothing a Propagation reads
@@ -21,12 +24,19 @@ func (r *reconciler) memberChanged(ctx context.Context, e registry.Event) {
 		r.results.forgetMember(e.Name)
 		r.metrics.forget(e.Name)
 	}
-	if e.Removed() {
-		r.forgetMember(e.Name)
+	var err error
+	switch {
+	case e.Removed():
+		err = r.journal.Depart(e.Name, time.Now())
+	case e.Registered():
+		err = r.journal.Return(e.Name)
+	}
+	if err != nil {
+		r.log.Error(err, "Recording in the journal whether a member left", "cluster", e.Name)
 	}
 	if e.StateChanged() && e.New.State == cluster.StateReady {
 		if mc := r.copies.get(e.Name); mc != nil {
-			mc.replayAgain()
+			r.owed.again(mc)
 		}
 	}
 	props, err := r.propagations(ctx)
@@ -48,29 +58,5 @@ func (r *reconciler) forgetMember(member string) {
 	}
 	if _, err := r.journal.Compact(); err != nil {
 		r.log.Error(err, "Compacting the journal")
-	}
-}
-
-// forgetMembersThatLeft forgets, once the registry has read every
-// registration, the members of the journal that left the fleet while no
-// manager led it, and counts what the others owe.
-func (r *reconciler) forgetMembersThatLeft(ctx context.Context) {
-	select {
-	case <-r.m.Registry().Synced():
-	case <-ctx.Done():
-		return
-	}
-	members, err := r.journal.Members()
-	if err != nil {
-		r.log.Error(err, "Reading the journal's members")
-		return
-	}
-	for _, member := range members {
-		if _, registered := r.m.Registry().Get(member); registered {
-			r.countOwed(member)
-			continue
-		}
-		r.log.Info("Forgetting what the journal holds of a member that left the fleet", "cluster", member)
-		r.forgetMember(member)
 	}
 }

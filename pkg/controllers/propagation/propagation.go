@@ -61,6 +61,9 @@ type Options struct {
 	// Journal is where the controller records the copies it applies in
 	// each member and the removals members owe. Required.
 	Journal *journal.Journal
+	// ForgetAfter is how long a member may be gone from the fleet before
+	// the journal forgets what it owes. Default: DefaultForgetAfter.
+	ForgetAfter time.Duration
 }
 
 // reconciler reconciles two kinds of requests: one per member and
@@ -78,6 +81,7 @@ type reconciler struct {
 	copies   *copyCaches
 	results  *results
 	metrics  *propagationMetrics
+	owed     *owedKeeper
 
 	// mu guards queue, the controller's queue once the hub is engaged;
 	// lastWrite, when each Propagation's status was last written; and
@@ -135,6 +139,7 @@ func Add(m *fleet.Manager, opts Options) error {
 		recorder: m.GetEventRecorder("fleet-manager"),
 		results:  newResults(),
 		metrics:  pm,
+		owed:     newOwedKeeper(apiReader, opts.ForgetAfter),
 
 		lastWrite: map[propagationKey]time.Time{},
 		readiness: map[propagationKey]string{},
@@ -179,7 +184,7 @@ func (h hubEngagement) Start(ctx context.Context, _ string, _ crcluster.Cluster,
 	r.queue = q
 	r.mu.Unlock()
 	r.objects.start(ctx)
-	go r.forgetMembersThatLeft(ctx)
+	go r.keepOwed(ctx)
 	go r.m.Registry().Subscribe(ctx).Run(ctx, 1, r.memberChanged)
 	synced := make(chan struct{})
 	close(synced)

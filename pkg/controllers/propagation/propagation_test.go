@@ -158,6 +158,8 @@ type testFleet struct {
 	stateDir  string // the journal's
 	journal   *journal.Journal
 	health    *cluster.HealthOptions // how members are probed, if set
+	// forgetAfter, if set, is how long a member that left is remembered.
+	forgetAfter time.Duration
 	cancel    context.CancelFunc
 	done      chan error
 }
@@ -206,7 +208,7 @@ func (f *testFleet) start(health *cluster.HealthOptions) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if err := propagation.Add(mgr, propagation.Options{Journal: f.journal}); err != nil {
+	if err := propagation.Add(mgr, propagation.Options{Journal: f.journal, ForgetAfter: f.forgetAfter}); err != nil {
 		f.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -785,9 +787,10 @@ func TestOwedRemovalSurvivesARestart(t *testing.T) {
 	})
 }
 
-// TestMemberThatLeftWhileStoppedIsForgotten: the journal's entries of a
-// member that is not registered when a manager starts go, once the
-// registry has read every registration; a registered member's stay.
+// TestMemberThatLeftWhileStoppedIsForgotten: a member of the journal
+// that is not registered when a manager starts is gone since then, unless
+// the journal knows since when: its entries stay until it has been gone
+// for ForgetAfter, then go; a registered member's stay.
 func TestMemberThatLeftWhileStoppedIsForgotten(t *testing.T) {
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -800,17 +803,39 @@ func TestMemberThatLeftWhileStoppedIsForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := journal.Copy{Object: journal.Object{GVK: corev1.SchemeGroupVersion.WithKind("ConfigMap"), Namespace: f.team, Name: "web"}, Propagation: "web"}
-	if err := errors.Join(j.Record("gone", []journal.Copy{gone}), j.Owe("gone", journal.Owed{Namespace: f.team, Propagation: "old"}), j.Close()); err != nil {
+	longAgo := time.Now().Add(-time.Hour)
+	if err := errors.Join(
+		j.Record("gone", []journal.Copy{gone}), j.Owe("gone", journal.Owed{Namespace: f.team, Propagation: "old"}),
+		j.Owe("long-gone", journal.Owed{Namespace: f.team, Propagation: "old"}), j.Depart("long-gone", longAgo),
+		j.Close(),
+	); err != nil {
 		t.Fatal(err)
 	}
 
+	f.forgetAfter = 3 * time.Second
 	f.start(nil)
-	poll.Until(t, "the journal forgot the member that left", func() bool {
+	var departed map[string]time.Time
+	poll.Until(t, "the journal forgot the member gone for an hour, and knows the other gone", func() bool {
+		members, err := f.journal.Members()
+		departed, _ = f.journal.Departed()
+		return err == nil && slices.Equal(members, []string{"east", "gone"}) && !departed["gone"].IsZero()
+	})
+	started := time.Now()
+	if owed, _ := f.journal.Owed("gone"); len(owed) != 1 {
+		t.Errorf("the owed removal of the member that just went: %+v, want it kept", owed)
+	}
+	poll.Until(t, "the journal forgot the member once gone for ForgetAfter", func() bool {
 		members, err := f.journal.Members()
 		return err == nil && slices.Equal(members, []string{"east"})
 	})
+	if took := time.Since(started); took < 2*time.Second {
+		t.Errorf("the member was forgotten %s after it was found gone, want ForgetAfter (3 s)", took)
+	}
 	if copies, _ := f.journal.Copies("east"); len(copies) != 1 {
 		t.Errorf("east's copies in the journal: %+v, want its one copy kept", copies)
+	}
+	if departed, _ := f.journal.Departed(); len(departed) != 0 {
+		t.Errorf("departures left in the journal: %v", departed)
 	}
 }
 
