@@ -2,6 +2,7 @@ package propagation
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -15,62 +16,101 @@ const (
 )
 
 // propagationMetrics are the Propagation controller's series. Every
-// per-member series has a cluster label and is deleted when the member's
-// registration goes.
+// per-member series has a cluster label, is written only while the
+// registry accepts the member, and is deleted when it no longer does:
+// neither a reconcile still running nor an owed removal counted after
+// forget writes it again.
 type propagationMetrics struct {
-	applies        *prometheus.CounterVec
-	applyDuration  *prometheus.HistogramVec
-	driftDetected  *prometheus.CounterVec
-	driftCorrected *prometheus.CounterVec
-	owedDeletions  *prometheus.GaugeVec
+	applies        memberSeries[prometheus.Counter]
+	applyDuration  memberSeries[prometheus.Observer]
+	driftDetected  memberSeries[prometheus.Counter]
+	driftCorrected memberSeries[prometheus.Counter]
+	owedDeletions  memberSeries[prometheus.Gauge]
 	propagationsBy *prometheus.GaugeVec
 	perClusterVecs []interface{ DeletePartialMatch(prometheus.Labels) int }
+
+	// live reports whether the registry accepts a member. mu is held
+	// across a write's check of live and the series' creation, and by
+	// forget, so that no series is created after it was forgotten.
+	live func(cluster string) bool
+	mu   sync.RWMutex
+}
+
+// memberSeries are the series of one vector whose first label is the
+// member's name.
+type memberSeries[T any] struct {
+	m    *propagationMetrics
+	with func(labelValues ...string) T
+	// ignored takes a write for a member that is not live.
+	ignored T
+}
+
+// WithLabelValues returns the series of labelValues, its first the
+// member's name; a series written nowhere when the member is not live.
+func (s memberSeries[T]) WithLabelValues(labelValues ...string) T {
+	s.m.mu.RLock()
+	defer s.m.mu.RUnlock()
+	if !s.m.live(labelValues[0]) {
+		return s.ignored
+	}
+	return s.with(labelValues...)
 }
 
 // readinessValues are the values of fleet_propagations' ready label.
 var readinessValues = []string{"True", "False", "Unknown"}
 
-func newMetrics(reg prometheus.Registerer) (*propagationMetrics, error) {
+// newMetrics registers the series with reg; live reports whether the
+// registry accepts a member.
+func newMetrics(reg prometheus.Registerer, live func(cluster string) bool) (*propagationMetrics, error) {
+	applies := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_propagation_applies_total",
+		Help: "Server-side applies of Propagation copies to members, by result. An unchanged copy is not applied.",
+	}, []string{"cluster", "result"})
+	applyDuration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fleet_propagation_apply_duration_seconds",
+		Help:    "Duration of server-side applies of Propagation copies to members.",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+	}, []string{"cluster"})
+	driftDetected := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_propagation_drift_detected_total",
+		Help: "Copies found changed in a member, in a field the manager applied.",
+	}, []string{"cluster"})
+	driftCorrected := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_propagation_drift_corrected_total",
+		Help: "Drifted copies applied again (drift: Correct).",
+	}, []string{"cluster"})
+	owedDeletions := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fleet_propagation_owed_deletions",
+		Help: "Propagations whose copies a member that is not Ready must still remove.",
+	}, []string{"cluster"})
 	m := &propagationMetrics{
-		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleet_propagation_applies_total",
-			Help: "Server-side applies of Propagation copies to members, by result. An unchanged copy is not applied.",
-		}, []string{"cluster", "result"}),
-		applyDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "fleet_propagation_apply_duration_seconds",
-			Help:    "Duration of server-side applies of Propagation copies to members.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
-		}, []string{"cluster"}),
-		driftDetected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleet_propagation_drift_detected_total",
-			Help: "Copies found changed in a member, in a field the manager applied.",
-		}, []string{"cluster"}),
-		driftCorrected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleet_propagation_drift_corrected_total",
-			Help: "Drifted copies applied again (drift: Correct).",
-		}, []string{"cluster"}),
-		owedDeletions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "fleet_propagation_owed_deletions",
-			Help: "Propagations whose copies a member that is not Ready must still remove.",
-		}, []string{"cluster"}),
 		propagationsBy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fleet_propagations",
 			Help: "Propagations, by the status of their Ready condition.",
 		}, []string{"ready"}),
+		live: live,
 	}
 	if err := errors.Join(
-		metrics.Register(reg, &m.applies), metrics.Register(reg, &m.applyDuration),
-		metrics.Register(reg, &m.driftDetected), metrics.Register(reg, &m.driftCorrected),
-		metrics.Register(reg, &m.owedDeletions), metrics.Register(reg, &m.propagationsBy),
+		metrics.Register(reg, &applies), metrics.Register(reg, &applyDuration),
+		metrics.Register(reg, &driftDetected), metrics.Register(reg, &driftCorrected),
+		metrics.Register(reg, &owedDeletions), metrics.Register(reg, &m.propagationsBy),
 	); err != nil {
 		return nil, err
 	}
-	m.perClusterVecs = []interface{ DeletePartialMatch(prometheus.Labels) int }{m.applies, m.applyDuration, m.driftDetected, m.driftCorrected, m.owedDeletions}
+	ignoredCounter := prometheus.NewCounter(prometheus.CounterOpts{Name: "ignored"})
+	m.applies = memberSeries[prometheus.Counter]{m: m, with: applies.WithLabelValues, ignored: ignoredCounter}
+	m.applyDuration = memberSeries[prometheus.Observer]{m: m, with: applyDuration.WithLabelValues, ignored: prometheus.ObserverFunc(func(float64) {})}
+	m.driftDetected = memberSeries[prometheus.Counter]{m: m, with: driftDetected.WithLabelValues, ignored: ignoredCounter}
+	m.driftCorrected = memberSeries[prometheus.Counter]{m: m, with: driftCorrected.WithLabelValues, ignored: ignoredCounter}
+	m.owedDeletions = memberSeries[prometheus.Gauge]{m: m, with: owedDeletions.WithLabelValues, ignored: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ignored"})}
+	m.perClusterVecs = []interface{ DeletePartialMatch(prometheus.Labels) int }{applies, applyDuration, driftDetected, driftCorrected, owedDeletions}
 	return m, nil
 }
 
-// forget deletes every series of cluster.
+// forget deletes every series of cluster, which live no longer reports.
 func (m *propagationMetrics) forget(cluster string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, v := range m.perClusterVecs {
 		v.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
 	}

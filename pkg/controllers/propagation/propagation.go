@@ -129,7 +129,10 @@ func Add(m *fleet.Manager, opts Options) error {
 			return err
 		}
 	}
-	pm, err := newMetrics(crmetrics.Registry)
+	pm, err := newMetrics(crmetrics.Registry, func(name string) bool {
+		c, ok := m.Registry().Get(name)
+		return ok && c.Accepted()
+	})
 	if err != nil {
 		return err
 	}
