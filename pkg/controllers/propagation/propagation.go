@@ -42,8 +42,8 @@ const DefaultWorkers = 16
 // at once: a member that hangs holds at most a quarter of them.
 func workersPerMember(workers int) int { return max(1, workers/4) }
 
-// StatusInterval is the least time between two status writes of one
-// Propagation, however many members report.
+// StatusInterval is the least time between two summings up, and so
+// writes, of one Propagation's status, however many members report.
 const StatusInterval = time.Second
 
 // Options configure the Propagation controller.
@@ -84,12 +84,12 @@ type reconciler struct {
 	owed     *owedKeeper
 
 	// mu guards queue, the controller's queue once the hub is engaged;
-	// lastWrite, when each Propagation's status was last written; and
+	// lastStatus, when each Propagation's status was last summed up; and
 	// readiness, each Propagation's Ready status, for fleet_propagations.
-	mu        sync.Mutex
-	queue     engage.Queue
-	lastWrite map[propagationKey]time.Time
-	readiness map[propagationKey]string
+	mu         sync.Mutex
+	queue      engage.Queue
+	lastStatus map[propagationKey]time.Time
+	readiness  map[propagationKey]string
 	// recoveryTold holds the members told that the journal was lost.
 	recoveryTold sync.Map
 }
@@ -144,8 +144,8 @@ func Add(m *fleet.Manager, opts Options) error {
 		metrics:  pm,
 		owed:     newOwedKeeper(apiReader, opts.ForgetAfter),
 
-		lastWrite: map[propagationKey]time.Time{},
-		readiness: map[propagationKey]string{},
+		lastStatus: map[propagationKey]time.Time{},
+		readiness:  map[propagationKey]string{},
 	}
 	r.objects = &hubObjects{fleet: m.Namespace(), config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
 	r.copies = &copyCaches{
@@ -243,19 +243,43 @@ func (r *reconciler) everyCluster(_ context.Context, _ string, obj client.Object
 	return reqs
 }
 
-// hubObjectChanged asks every Propagation of namespace that copies kind
-// gvk again, in every member.
-func (r *reconciler) hubObjectChanged(namespace string, gvk schema.GroupVersionKind) {
+// hubObjectChanged asks again, in every member, each Propagation of
+// namespace that selects the hub object before its change (old, nil for a
+// create) or after it: the others have nothing to do. An object a
+// Propagation refuses is selected too, so that it reports the refusal; an
+// invalid selector selects nothing.
+func (r *reconciler) hubObjectChanged(namespace string, old, obj client.Object) {
 	props, err := r.propagations(context.Background(), client.InNamespace(namespace))
 	if err != nil {
 		return
 	}
 	for i := range props {
 		p := &props[i]
-		if slices.Contains(kindsOf(p), gvk) {
+		if selectsObject(p, old) || selectsObject(p, obj) {
 			r.enqueue(r.everyCluster(context.Background(), "", p)...)
 		}
 	}
+}
+
+// selectsObject reports whether a resource selector of p selects obj,
+// a hub object of p's namespace; never when obj is nil.
+func selectsObject(p *fleetv1alpha1.Propagation, obj client.Object) bool {
+	if obj == nil {
+		return false
+	}
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	for _, sel := range p.Spec.Resources {
+		if kind, err := resourceKind(sel); err != nil || kind != gvk || (sel.Name != "" && sel.Name != obj.GetName()) {
+			continue
+		}
+		if sel.Selector == nil {
+			return true
+		}
+		if s, err := metaLabelSelector(sel); err == nil && s.Matches(labels.Set(obj.GetLabels())) {
+			return true
+		}
+	}
+	return false
 }
 
 // propagations lists the Propagations once the manager's cache has

@@ -31,12 +31,15 @@ var resultOrder = []fleetv1alpha1.MemberResult{
 // reconcileStatus writes a Propagation's status from its members'
 // results, at most once per StatusInterval, keeps its finalizer, and
 // releases it once a deleted Propagation's copies are removed or owed.
+// The status is summed up at most once per StatusInterval too: each
+// member's report asks for it, and it reads every member's result. Once
+// a namespace's last Propagation is gone, its hub cache is dropped.
 func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (reconcile.Result, error) {
 	p := &fleetv1alpha1.Propagation{}
 	if err := r.hub.Get(ctx, key, p); apierrors.IsNotFound(err) {
 		r.results.forgetPropagation(key)
 		r.setReadiness(key, "")
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, r.dropUnusedHubCache(ctx, key.Namespace)
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -47,28 +50,57 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 		}
 	}
 	if !p.DeletionTimestamp.IsZero() {
-		return r.release(ctx, p, members)
+		return retryConflict(r.release(ctx, p, members))
 	}
 	if !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) {
 		before := p.DeepCopy()
 		controllerutil.AddFinalizer(p, fleetv1alpha1.PropagationFinalizer)
-		return reconcile.Result{}, client.IgnoreNotFound(r.hub.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})))
-	}
-	status := r.status(ctx, p, members)
-	r.setReadiness(key, string(conditionStatus(status.Conditions, fleetv1alpha1.PropagationReady)))
-	if equality.Semantic.DeepEqual(p.Status, status) {
-		return reconcile.Result{}, nil
+		return written(r.hub.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})))
 	}
 	if wait := r.statusWait(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
+	status := r.status(ctx, p, members)
+	r.statusSummed(key)
+	r.setReadiness(key, string(conditionStatus(status.Conditions, fleetv1alpha1.PropagationReady)))
+	if equality.Semantic.DeepEqual(p.Status, status) {
+		return reconcile.Result{}, nil
+	}
 	before := p.DeepCopy()
 	p.Status = status
-	if err := r.hub.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	return written(r.hub.Status().Patch(ctx, p, client.MergeFrom(before)))
+}
+
+// conflictRetry is when a write that lost to a newer version of the
+// Propagation is tried again, if no event of that version asked first.
+const conflictRetry = time.Second
+
+// retryConflict retries a reconcile whose write lost to a newer version
+// of the Propagation: the cache was behind, which is no failure.
+func retryConflict(res reconcile.Result, err error) (reconcile.Result, error) {
+	if apierrors.IsConflict(err) {
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
 	}
-	r.statusWritten(key)
-	return reconcile.Result{}, nil
+	return res, err
+}
+
+// written is the result of a reconcile that ends with a write of the
+// Propagation: done once it is gone, retried on a conflict.
+func written(err error) (reconcile.Result, error) {
+	return retryConflict(reconcile.Result{}, client.IgnoreNotFound(err))
+}
+
+// dropUnusedHubCache drops the hub cache of namespace once it has no
+// Propagation left.
+func (r *reconciler) dropUnusedHubCache(ctx context.Context, namespace string) error {
+	props, err := r.propagations(ctx, client.InNamespace(namespace), client.Limit(1))
+	if err != nil {
+		return err
+	}
+	if len(props) == 0 {
+		r.objects.drop(namespace)
+	}
+	return nil
 }
 
 // status sums up the members' results of p.
@@ -250,17 +282,18 @@ func copiedKindsStatus(p *fleetv1alpha1.Propagation) []fleetv1alpha1.KindReferen
 	return kinds
 }
 
-// statusWait is how long key's next status write must wait.
+// statusWait is how long key's status must wait before it is summed up
+// again.
 func (r *reconciler) statusWait(key propagationKey) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return time.Until(r.lastWrite[key].Add(StatusInterval))
+	return time.Until(r.lastStatus[key].Add(StatusInterval))
 }
 
-func (r *reconciler) statusWritten(key propagationKey) {
+func (r *reconciler) statusSummed(key propagationKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lastWrite[key] = time.Now()
+	r.lastStatus[key] = time.Now()
 }
 
 // setReadiness records key's Ready status ("" once it is gone) and sets
@@ -270,7 +303,7 @@ func (r *reconciler) setReadiness(key propagationKey, ready string) {
 	defer r.mu.Unlock()
 	if ready == "" {
 		delete(r.readiness, key)
-		delete(r.lastWrite, key)
+		delete(r.lastStatus, key)
 	} else {
 		r.readiness[key] = ready
 	}
