@@ -38,7 +38,11 @@
 //     of the cluster and their rate-limiter history, without touching
 //     another cluster's items, and ends its hold; items in flight stay in
 //     flight until Done. A cluster added again after its drop starts
-//     unheld: whoever holds it holds it again.
+//     unheld: whoever holds it holds it again. A dropped cluster is let
+//     go, with its series, once nothing of it is queued or in flight,
+//     also when requests reached it after its drop (a late requeue of a
+//     member that left), unless [Queue.Keep] keeps it: it is engaged
+//     again.
 //
 // A held or capped cluster is skipped: no Get waits for it while another
 // cluster has an item to hand out.

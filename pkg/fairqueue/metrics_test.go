@@ -115,6 +115,17 @@ func TestFairQueueMetrics(t *testing.T) {
 	}
 	q.Add(fqReq("a", "3"))
 	expect("fleet_queue_depth", cluster("a"), 1)
+	// A late request of the dropped cluster: once done, its series goes.
+	for {
+		item, _ := q.Get()
+		q.Done(item)
+		if item == fqReq("a", "3") {
+			break
+		}
+	}
+	if _, _, ok := fqMetricValue(t, reg, "fleet_queue_depth", cluster("a")); ok {
+		t.Error("fleet_queue_depth of a dropped cluster came back with a late request and stayed")
+	}
 
 	problems, err := testutil.GatherAndLint(reg, "fleet_queue_depth")
 	if err != nil {

@@ -91,11 +91,13 @@ type Queue[T comparable] struct {
 	mu       sync.Mutex
 	cond     sync.Cond
 	shutdown bool
-	clusters map[string]*fqCluster[T] // added or held since their drop, or with items in flight
-	rings    []*fqRing[T]             // non-empty rings, highest priority first
-	timers   fqTimers[T]              // clusters with waiting items, earliest first
-	ready    int                      // ready items, parked ones included
-	seq      uint64                   // next ready order
+	clusters map[string]*fqCluster[T] // not dropped, or queued, held or in flight since
+	// dropped names the clusters dropped and not kept since.
+	dropped map[string]struct{}
+	rings   []*fqRing[T] // non-empty rings, highest priority first
+	timers  fqTimers[T]  // clusters with waiting items, earliest first
+	ready   int          // ready items, parked ones included
+	seq     uint64       // next ready order
 }
 
 var _ priorityqueue.PriorityQueue[string] = (*Queue[string])(nil)
@@ -117,6 +119,7 @@ func New[T comparable](name string, clusterOf func(T) string, opts Options[T]) *
 		done:        make(chan struct{}),
 		stopped:     make(chan struct{}),
 		clusters:    map[string]*fqCluster[T]{},
+		dropped:     map[string]struct{}{},
 	}
 	q.cond.L = &q.mu
 	go q.runTimers()
@@ -172,7 +175,6 @@ func (q *Queue[T]) AddWithOpts(o priorityqueue.AddOpts, items ...T) {
 // lockedAdd queues key, ready at readyAt when it has to wait, else now.
 func (q *Queue[T]) lockedAdd(key T, priority int, readyAt fqTime, wait bool) {
 	c := q.lockedCluster(q.clusterOf(key))
-	c.dropped = false
 	it := c.items[key]
 	if it == nil {
 		it = &fqItem[T]{key: key, index: -1, flight: -1}
@@ -435,10 +437,20 @@ func (q *Queue[T]) Drop(clusterName string) {
 	c.waiting.items = nil
 	c.ready = 0
 	c.held = false
-	c.dropped = true
+	q.dropped[clusterName] = struct{}{}
 	q.lockedUpdateEligible(c)
 	q.lockedFixTimer(c)
 	q.lockedForgetIfIdle(c)
+}
+
+// Keep keeps clusterName's structures while it is idle, as a cluster's
+// are from its first add until its Drop: the cluster is engaged again. A
+// dropped cluster not kept again is let go, its series with it, once
+// nothing of it is queued or in flight, whatever reached it after its drop.
+func (q *Queue[T]) Keep(clusterName string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.dropped, clusterName)
 }
 
 // lockedCluster returns clusterName's part of the queue, made on demand.
@@ -461,8 +473,9 @@ func (q *Queue[T]) lockedCluster(clusterName string) *fqCluster[T] {
 // queued or in flight and has not been held since. Other clusters stay, so that a
 // cluster's structures are made once, not once per burst of work.
 func (q *Queue[T]) lockedForgetIfIdle(c *fqCluster[T]) {
-	if c.dropped && len(c.items) == 0 && !c.held {
+	if _, dropped := q.dropped[c.name]; dropped && len(c.items) == 0 && !c.held {
 		delete(q.clusters, c.name)
+		q.metrics.forget(c)
 	}
 }
 
@@ -686,7 +699,6 @@ type fqCluster[T comparable] struct {
 	inFlight   int              // items handed out, not yet Done
 	ready      int              // ready items, parked ones included
 	held       bool
-	dropped    bool                  // by drop, and nothing added since
 	eligible   bool                  // its non-empty levels are in their rings
 	depth      workqueue.GaugeMetric // per-cluster depth; nil until an add with metrics
 }
@@ -975,6 +987,16 @@ func (m *fairQueueMetrics[T]) drop(c *fqCluster[T]) {
 		m.clusters.deleteClusterDepthMetric(m.name, c.name)
 		c.depth = nil
 	}
+}
+
+// forget deletes the depth series of c, a cluster let go, which adds
+// after its drop made again.
+func (m *fairQueueMetrics[T]) forget(c *fqCluster[T]) {
+	if m == nil || m.clusters == nil || c.depth == nil {
+		return
+	}
+	m.clusters.deleteClusterDepthMetric(m.name, c.name)
+	c.depth = nil
 }
 
 // updateUnfinishedWork sets the total and the longest time of the items

@@ -714,6 +714,25 @@ func TestFairQueueKeepsClustersUntilDropped(t *testing.T) {
 	if known("a") {
 		t.Error("a dropped cluster was kept after its last Done")
 	}
+
+	// A late request of a dropped cluster does not make it kept again;
+	// Keep does.
+	q.Drop("a")
+	q.Add(fqReq("a", "late"))
+	late, _ := q.Get()
+	q.Done(late)
+	if known("a") {
+		t.Error("a dropped cluster was kept after a late request")
+	}
+	q.Add(fqReq("a", "3"))
+	q.Drop("a")
+	q.Keep("a")
+	q.Add(fqReq("a", "4"))
+	a4, _ := q.Get()
+	q.Done(a4)
+	if !known("a") {
+		t.Error("a cluster kept again after its drop was forgotten when idle")
+	}
 }
 
 func TestFairQueueShrinksDrainedCluster(t *testing.T) {

@@ -102,6 +102,7 @@ func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.
 	c.mu.Lock()
 	c.engaged[clusterName] = ctx
 	if q := c.fair.Load(); q != nil {
+		q.Keep(clusterName)
 		if member, ok := c.registry.Get(clusterName); ok && held(member) {
 			q.Hold(clusterName, true) // a Disengage's Drop forgot it
 		}
