@@ -117,10 +117,15 @@ type owedKeeper struct {
 	hub         client.Client
 	forgetAfter time.Duration
 
-	// mu guards replays, the member replays under way. It is never held
+	// nudge tells keepOwed that members are dirty.
+	nudge chan struct{}
+
+	// mu guards replays, the member replays under way, and dirty, the
+	// members whose mirror may differ from the journal. It is never held
 	// across a request.
 	mu      sync.Mutex
 	replays map[*memberCopies]*replay
+	dirty   map[string]bool
 }
 
 // replay is one request carrying out a member's owed removals.
@@ -136,7 +141,28 @@ func newOwedKeeper(hub client.Client, forgetAfter time.Duration) *owedKeeper {
 	if forgetAfter <= 0 {
 		forgetAfter = DefaultForgetAfter
 	}
-	return &owedKeeper{hub: hub, forgetAfter: forgetAfter, replays: map[*memberCopies]*replay{}}
+	return &owedKeeper{hub: hub, forgetAfter: forgetAfter, nudge: make(chan struct{}, 1), replays: map[*memberCopies]*replay{}, dirty: map[string]bool{}}
+}
+
+// touch asks keepOwed to bring member's mirror in step with the journal
+// soon.
+func (k *owedKeeper) touch(member string) {
+	k.mu.Lock()
+	k.dirty[member] = true
+	k.mu.Unlock()
+	select {
+	case k.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// takeDirty returns the members touched since it was last called.
+func (k *owedKeeper) takeDirty() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	members := slices.Collect(maps.Keys(k.dirty))
+	clear(k.dirty)
+	return members
 }
 
 // claim returns the replay under way for mc, or starts one, which the
@@ -192,8 +218,10 @@ func (r *reconciler) owe(ctx context.Context, p *fleetv1alpha1.Propagation, memb
 }
 
 // countOwed tells fleet_propagation_owed_deletions and the registry, and
-// so the member's MemberCluster, of the removals member owes.
+// so the member's MemberCluster, of the removals member owes, and has the
+// hub's mirror follow.
 func (r *reconciler) countOwed(member string) {
+	r.owed.touch(member)
 	owed, err := r.journal.Owed(member)
 	if err != nil {
 		return
@@ -268,7 +296,8 @@ const DefaultForgetAfter = 7 * 24 * time.Hour
 // registration, it merges the owed removals mirrored on the hub into the
 // journal, then at once and every sweep interval it records when members
 // left, forgets those gone longer than forgetAfter, and makes the hub's
-// mirror what the journal owes.
+// mirror what the journal owes; in between, at most once a second, it
+// makes the mirror of the members whose owed removals changed follow.
 func (r *reconciler) keepOwed(ctx context.Context) {
 	select {
 	case <-r.m.Registry().Synced():
@@ -279,9 +308,10 @@ func (r *reconciler) keepOwed(ctx context.Context) {
 	if err != nil {
 		return // the manager stops
 	}
-	interval := min(max(r.owed.forgetAfter/4, 100*time.Millisecond), time.Minute)
-	merged := false
-	for first := true; ; first = false {
+	tick := time.NewTicker(min(max(r.owed.forgetAfter/4, 100*time.Millisecond), time.Minute))
+	defer tick.Stop()
+	merged, first, full := false, true, true
+	for {
 		if !merged {
 			if err := r.mergeMirror(ctx, id); err != nil {
 				r.log.Error(err, "Reading the owed removals mirrored on the hub; trying again", "namespace", r.fleet)
@@ -289,16 +319,32 @@ func (r *reconciler) keepOwed(ctx context.Context) {
 				merged = true
 			}
 		}
-		r.sweepDeparted(first)
-		if merged {
-			if err := r.syncMirror(ctx, id); err != nil && ctx.Err() == nil {
+		if full {
+			r.sweepDeparted(first)
+			first = false
+		}
+		// Every member when full (nil), else those touched.
+		members := r.owed.takeDirty()
+		if full {
+			members = nil
+		}
+		if merged && (full || len(members) > 0) {
+			if err := r.syncMirror(ctx, id, members); err != nil && ctx.Err() == nil {
 				r.log.Error(err, "Mirroring the owed removals on the hub; trying again", "namespace", r.fleet)
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(interval):
+		case <-tick.C:
+			full = true
+		case <-r.owed.nudge:
+			full = false
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
 		}
 	}
 }
@@ -530,12 +576,12 @@ func (r *reconciler) mirrorOwed(ctx context.Context, members []string) error {
 	})
 }
 
-// syncMirror makes the hub's mirror hold what the journal says every
-// member owes, and nothing else: the removals members carried out, and
-// the members forgotten, go.
-func (r *reconciler) syncMirror(ctx context.Context, id string) error {
-	return r.updateShards(ctx, id, nil, func(i int, mirrored map[string]mirroredMember) error {
-		members, err := r.journal.Members()
+// syncMirror makes the hub's mirror ConfigMaps of members (all when nil)
+// hold what the journal says each of their members owes, and nothing
+// else: the removals members carried out, and the members forgotten, go.
+func (r *reconciler) syncMirror(ctx context.Context, id string, members []string) error {
+	return r.updateShards(ctx, id, members, func(i int, mirrored map[string]mirroredMember) error {
+		journaled, err := r.journal.Members()
 		if err != nil {
 			return err
 		}
@@ -544,7 +590,7 @@ func (r *reconciler) syncMirror(ctx context.Context, id string) error {
 			return err
 		}
 		clear(mirrored)
-		for _, member := range members {
+		for _, member := range journaled {
 			if shardOf(member) != i {
 				continue
 			}

@@ -160,8 +160,8 @@ type testFleet struct {
 	health    *cluster.HealthOptions // how members are probed, if set
 	// forgetAfter, if set, is how long a member that left is remembered.
 	forgetAfter time.Duration
-	cancel    context.CancelFunc
-	done      chan error
+	cancel      context.CancelFunc
+	done        chan error
 }
 
 func newFleet(t *testing.T) *testFleet {
