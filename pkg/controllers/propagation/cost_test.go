@@ -1,0 +1,172 @@
+package propagation_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
+)
+
+// memberReconciles counts the Propagation controller's reconciles of the
+// named members, whatever their result.
+func memberReconciles(t *testing.T, names ...string) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range families {
+		if mf.GetName() != "fleet_reconciles_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["controller"] == propagation.ControllerName && slices.Contains(names, labels["cluster"]) {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+// setData sets data v of the hub ConfigMap name.
+func (f *testFleet) setData(name, v string) {
+	f.t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := f.hub.client.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, cm); err != nil {
+		f.t.Fatal(err)
+	}
+	cm.Data = map[string]string{"v": v}
+	if err := f.hub.client.Update(f.t.Context(), cm); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func TestUnrelatedHubChurnReconcilesNoMember(t *testing.T) {
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.register(1, "west", map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"v": "0"}, map[string]string{"app": "web"})
+	f.configMap("noise", map[string]string{"v": "0"}, map[string]string{"app": "other"})
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready in 2 members", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 2 })
+
+	const churn = 30
+	before := memberReconciles(t, "east", "west")
+	for i := range churn {
+		f.setData("noise", strconv.Itoa(i+1))
+	}
+	// The related change, made after the churn, is a positive signal: once
+	// each member reconciled it, the hub events before it were handled.
+	f.setData("web", "1")
+	for i := range 2 {
+		f.waitCopy(i, "web", "holds the change", dataIs("v", "1"))
+	}
+	poll.Until(t, "each member reconciled the change", func() bool { return memberReconciles(t, "east", "west") >= before+2 })
+	// The change explains a reconcile per member for the hub event and one
+	// for the copy's own event in the member, and one more each for
+	// events that crossed.
+	if caused := memberReconciles(t, "east", "west") - before; caused > 6 {
+		t.Errorf("%d updates of a ConfigMap no Propagation selects and one of a selected one made %.0f member reconciles, want at most 6", churn, caused)
+	}
+
+	// The label change that moves web out of the selector still reaches
+	// the members: its state before the change is selected.
+	cm := &corev1.ConfigMap{}
+	if err := f.hub.client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Labels = map[string]string{"app": "other"}
+	if err := f.hub.client.Update(t.Context(), cm); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		f.waitCopy(i, "web", "removed once it is no longer selected", gone)
+	}
+}
+
+// hubConfigMapWatches counts the watches of ConfigMaps of one namespace
+// that h's API server serves.
+func hubConfigMapWatches(t *testing.T, h hubServer) int {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(h.env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	watches := 0
+	lines := bufio.NewScanner(bytes.NewReader(raw))
+	for lines.Scan() {
+		line := lines.Text()
+		if !strings.HasPrefix(line, "apiserver_longrunning_requests{") {
+			continue
+		}
+		labels, value, _ := strings.Cut(line, "} ")
+		if !strings.Contains(labels, `resource="configmaps"`) || !strings.Contains(labels, `scope="namespace"`) || !strings.Contains(labels, `verb="WATCH"`) {
+			continue
+		}
+		n, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Fatalf("reading %q: %v", line, err)
+		}
+		watches += int(n)
+	}
+	return watches
+}
+
+// TestHubCacheStopsWithTheNamespacesLastPropagation runs on the second
+// hub, where no other test's Propagation is read while it runs, and
+// counts the watches of ConfigMaps of a namespace its API server serves.
+func TestHubCacheStopsWithTheNamespacesLastPropagation(t *testing.T) {
+	if hub == nil {
+		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
+	}
+	n := counter.Add(1)
+	f := newFleetOn(t, secondHub, fmt.Sprintf("fleet-%d", n), fmt.Sprintf("team-%d", n))
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"v": "0"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready", ready)
+	watching := hubConfigMapWatches(t, f.hub)
+
+	p := &fleetv1alpha1.Propagation{}
+	p.Namespace, p.Name = f.team, "web"
+	if err := f.hub.client.Delete(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCopy(0, "web", "removed with the Propagation", gone)
+	poll.Until(t, "the hub cache of the team namespace stopped", func() bool {
+		return hubConfigMapWatches(t, f.hub) == watching-1
+	})
+
+	f.propagation("web", nil)
+	f.waitCopy(0, "web", "copied by a new Propagation", exists)
+	f.waitStatus("web", "Ready", ready)
+	if got := hubConfigMapWatches(t, f.hub); got != watching {
+		t.Errorf("%d namespaced ConfigMap watches once the namespace has a Propagation again, want %d", got, watching)
+	}
+	if err := f.hub.client.Delete(t.Context(), p); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	f.waitCopy(0, "web", "removed with the Propagation", gone)
+}
