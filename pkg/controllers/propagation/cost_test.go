@@ -3,26 +3,46 @@ package propagation_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
 
 // memberReconciles counts the Propagation controller's reconciles of the
 // named members, whatever their result.
 func memberReconciles(t *testing.T, names ...string) float64 {
+	t.Helper()
+	return reconcileCount(t, "fleet_reconciles_total", names...)
+}
+
+// reconcileCount sums the Propagation controller's series of family for
+// the named clusters ("" for the hub).
+func reconcileCount(t *testing.T, family string, names ...string) float64 {
 	t.Helper()
 	families, err := crmetrics.Registry.Gather()
 	if err != nil {
@@ -30,7 +50,7 @@ func memberReconciles(t *testing.T, names ...string) float64 {
 	}
 	total := 0.0
 	for _, mf := range families {
-		if mf.GetName() != "fleet_reconciles_total" {
+		if mf.GetName() != family {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -169,4 +189,116 @@ func TestHubCacheStopsWithTheNamespacesLastPropagation(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitCopy(0, "web", "removed with the Propagation", gone)
+}
+
+// conflicts makes every other patch of a Propagation, of its finalizer
+// or its status, fail with a conflict, as when the manager's cache is
+// behind a change of it, and counts them.
+type conflicts struct {
+	mu       sync.Mutex
+	patches  map[string]int
+	conflict int
+}
+
+func (c *conflicts) patch(what string, obj client.Object) error {
+	if _, ok := obj.(*fleetv1alpha1.Propagation); !ok {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.patches[what]++
+	if c.patches[what]%2 == 0 {
+		return nil
+	}
+	c.conflict++
+	return apierrors.NewConflict(schema.GroupResource{Group: fleetv1alpha1.GroupVersion.Group, Resource: "propagations"}, obj.GetName(), fmt.Errorf("the object has been modified"))
+}
+
+func (c *conflicts) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conflict
+}
+
+// startWithConflicts starts f's manager with a Propagation client whose
+// writes of Propagations conflict every other time.
+func (f *testFleet) startWithConflicts(c *conflicts) {
+	f.t.Helper()
+	mgr, err := fleet.New(f.hub.env.Config, fleet.Options{
+		Options: manager.Options{
+			Metrics:                metricsserver.Options{BindAddress: "0"},
+			HealthProbeBindAddress: "0",
+			Controller:             config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: 30 * time.Second},
+		},
+		Namespace: f.namespace,
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cached, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	hubClient := interceptor.NewClient(cached, interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if err := c.patch("object", obj); err != nil {
+				return err
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, cl client.Client, subResource string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if err := c.patch(subResource, obj); err != nil {
+				return err
+			}
+			return cl.SubResource(subResource).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	if f.journal, err = journal.Open(f.stateDir, journal.Options{}); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := propagation.Add(mgr, propagation.Options{Journal: f.journal, Client: hubClient}); err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.mgr, f.cancel, f.done = mgr, cancel, make(chan error, 1)
+	go func() { f.done <- mgr.Start(ctx) }()
+	f.t.Cleanup(f.stop)
+}
+
+// TestWriteConflictIsRetriedNotAnError makes the controller's finalizer
+// and status writes conflict: each is tried again, and none is a
+// reconcile error.
+func TestWriteConflictIsRetriedNotAnError(t *testing.T) {
+	if hub == nil {
+		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
+	}
+	n := counter.Add(1)
+	f := &testFleet{t: t, hub: hubServer{env: hub, client: hubClient}, namespace: fmt.Sprintf("fleet-%d", n), team: fmt.Sprintf("team-%d", n), stateDir: t.TempDir()}
+	createNamespace(t, f.hub.client, f.namespace)
+	createNamespace(t, f.hub.client, f.team)
+	c := &conflicts{patches: map[string]int{}}
+	f.startWithConflicts(c)
+	errorsBefore := reconcileCount(t, "fleet_reconcile_errors_total", cluster.HubName)
+
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"v": "0"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready", ready)
+	f.setData("web", "1")
+	f.waitCopy(0, "web", "holds the change", dataIs("v", "1"))
+	p := &fleetv1alpha1.Propagation{}
+	p.Namespace, p.Name = f.team, "web"
+	if err := f.hub.client.Delete(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the Propagation is gone", func() bool {
+		return apierrors.IsNotFound(f.hub.client.Get(t.Context(), client.ObjectKeyFromObject(p), p))
+	})
+	f.waitCopy(0, "web", "removed with the Propagation", gone)
+	if c.count() < 3 {
+		t.Fatalf("%d writes conflicted, want the finalizer's, the status's and the release's at least", c.count())
+	}
+	if errs := reconcileCount(t, "fleet_reconcile_errors_total", cluster.HubName) - errorsBefore; errs != 0 {
+		t.Errorf("%d of %d conflicting writes were reconcile errors, want none", int(errs), c.count())
+	}
 }
