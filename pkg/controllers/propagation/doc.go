@@ -83,7 +83,9 @@
 // member, which then asks it about every Propagation, and stops when it
 // leaves. A deleted Propagation keeps its finalizer until each member
 // removed its copies, or owes their removal: a member that is not Ready,
-// that failed to remove them, or that did not report within 30 s.
+// that failed to remove them (also one that may not list a kind the
+// Propagation copied: its copies cannot be proven gone), or that did not
+// report within 30 s.
 //
 // # Journal
 //
@@ -91,11 +93,22 @@
 // each copy is recorded before its first apply, and each owed removal
 // before the finalizer goes. A member's owed removals are carried out
 // before any other request of the member, once it is engaged and each time
-// it is Ready again, including after a restart; the journal forgets them
-// once the member confirms the copies gone, and forgets a member that
-// leaves the fleet, or that left it while no manager led, once the
-// registry has read every registration. An engaged member's copies found in its cache are
-// recorded again, so a journal that was lost or kept by another replica
-// catches up; then only removals owed for deleted Propagations whose kinds
-// no Propagation copies are lost with it.
+// it is Ready again, including after a restart: one request carries them
+// out, holding no lock, while the member's other requests wait for it; a
+// removal that fails is tried again. The journal forgets them once the
+// member confirms the copies gone. A member that leaves the fleet (its
+// registration deleted, or of a format not enabled on this run) is
+// remembered with the time it left, across restarts, and forgotten only
+// once gone for Options.ForgetAfter ([DefaultForgetAfter], 7 days): the
+// same name registered again within it gets what it owes. An engaged
+// member's copies found in its cache are recorded again, so a journal that
+// was lost catches up.
+//
+// Owed removals are mirrored on the hub, for the next leader, whose
+// journal is its own: in 16 ConfigMaps of the fleet namespace
+// ([OwedRemovalsConfigMaps], a member's by a hash of its name), labelled
+// with the fleet's identity, holding each member's owed removals and when
+// it left. They are written before the finalizer goes, merged into the
+// journal when the hub is engaged (only those with this fleet's identity),
+// and follow the journal within a second of a change and at every sweep.
 package propagation

@@ -68,8 +68,10 @@ func (r *reconciler) replayOwed(ctx context.Context, mc *memberCopies, id string
 				return ctx.Err()
 			}
 		}
+		succeeded := false
+		defer func() { r.owed.finish(mc, rp, succeeded) }() // also when it panics
 		err := r.carryOutOwed(ctx, mc, id)
-		r.owed.finish(mc, rp, err == nil)
+		succeeded = err == nil
 		return err
 	}
 }
