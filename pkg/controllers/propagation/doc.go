@@ -8,8 +8,10 @@
 // with server-side apply under the field manager "fleet-manager", server-set
 // fields stripped, and each copy no longer wanted is deleted (or, under
 // deletion: Orphan, stripped of what made it a copy). A hub request,
-// {"", Propagation}, writes the Propagation's status from the members'
-// results, at most once per [StatusInterval], and owns its finalizer.
+// {"", Propagation}, sums up and writes the Propagation's status from the
+// members' results, at most once per [StatusInterval] however many
+// members report, and owns its finalizer; a write that conflicts with a
+// newer version of the Propagation is retried.
 //
 // # Trust
 //
@@ -59,7 +61,11 @@
 // # Reads
 //
 // Hub objects are read through one cache per namespace that has
-// Propagations, so the manager needs read access only there. In each
+// Propagations, so the manager needs read access only there; it stops
+// with the namespace's last Propagation. A hub object's change asks again
+// only the Propagations whose resources select it, before or after the
+// change (a refused object is selected too): an object no Propagation
+// selects costs no member reconcile. In each
 // member a copy cache holds only objects labelled as copies of a fleet of
 // this namespace's name, one informer per kind Propagations copy; which
 // of them are this fleet's is decided by their identity (see Trust). A copy whose content
