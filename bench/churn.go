@@ -30,9 +30,10 @@ var churnNote = fmt.Sprintf("One Propagation, web, copies the ConfigMaps labelle
 	"no Propagation selects. Once web is Ready in every member and the fleet made no reconcile for a second, those %d are "+
 	"updated in turn, %d updates a second in all, for %s; the clock starts at the first update. Member reconciles caused: the "+
 	"Propagation controller's reconciles of the members (fleet_reconciles_total, every result) from the first update until "+
-	"the fleet made no reconcile for a second after the last, over the %s. Then web itself is updated and every member must "+
-	"reconcile it, and every server's copy hold it: a fleet that missed the churn because it saw no hub event fails the figure.",
-	churnMembers, churnObjects, churnObjects, churnRate, churnWindow, churnWindow)
+	"the fleet made no reconcile for a second after the last, over the time from the first update to one interval after the "+
+	"last. Then web itself is updated and every member must reconcile it, and every server's copy hold it: a fleet that "+
+	"missed the churn because it saw no hub event fails the figure.",
+	churnMembers, churnObjects, churnObjects, churnRate, churnWindow)
 
 // benchChurn measures the member reconciles that updates of hub objects
 // no Propagation selects cause.
