@@ -2,7 +2,10 @@ package propagation
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,20 +35,124 @@ import (
 // behind an admission webhook at its own longest timeout (30 s).
 const requestTimeout = 30 * time.Second
 
-// memberCopies are the copies in one member: a cache that holds only
-// objects labelled as copies of this fleet, and clients whose user agent
-// names the controller.
+// memberCopies are the copies in one member, cached per namespace that
+// has Propagations, or copies the journal holds: each cache holds only
+// objects of its namespace labelled as copies of this fleet, so the
+// manager needs rights only in those namespaces (as `register
+// --namespaces` grants). Its clients' user agent names the controller.
 type memberCopies struct {
-	*watchedKinds
 	name   string
 	client client.Client
 	reader client.Reader
+	// newCache builds the copy cache of a namespace, which runs until ctx,
+	// the member's engagement, ends, or the cache is dropped.
+	newCache func(namespace string) (*watchedKinds, error)
+	ctx      context.Context
 
-	// replayMu is held while the member's owed removals are carried out:
-	// its other requests wait. replayed is set once they were, and
-	// cleared when the member is Ready again.
+	mu         sync.Mutex
+	namespaces map[string]*namespaceCopies
+
+	// replayMu guards replayed, set once the member's owed removals were
+	// carried out, and cleared when the member is Ready again.
 	replayMu sync.Mutex
 	replayed bool
+}
+
+// namespaceCopies is the copy cache of one namespace of a member.
+type namespaceCopies struct {
+	*watchedKinds
+	ctx  context.Context
+	stop context.CancelFunc
+	// used is when a request last read it.
+	used time.Time
+}
+
+// inNamespace returns the copy cache of namespace, started if need be.
+func (mc *memberCopies) inNamespace(namespace string) (*namespaceCopies, error) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if nc, ok := mc.namespaces[namespace]; ok {
+		nc.used = time.Now()
+		return nc, nil
+	}
+	if mc.ctx.Err() != nil {
+		return nil, mc.ctx.Err()
+	}
+	w, err := mc.newCache(namespace)
+	if err != nil {
+		return nil, fmt.Errorf("building the copy cache of namespace %s in member %s: %w", namespace, mc.name, err)
+	}
+	ctx, stop := context.WithCancel(mc.ctx)
+	w.run(ctx)
+	nc := &namespaceCopies{watchedKinds: w, ctx: ctx, stop: stop, used: time.Now()}
+	mc.namespaces[namespace] = nc
+	return nc, nil
+}
+
+// watch makes sure the copy cache of namespace holds gvk.
+func (mc *memberCopies) watch(ctx context.Context, namespace string, gvk schema.GroupVersionKind) error {
+	nc, err := mc.inNamespace(namespace)
+	if err != nil {
+		return err
+	}
+	return nc.watch(ctx, gvk)
+}
+
+// list lists the copies of gvk in namespace that match selector.
+func (mc *memberCopies) list(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error) {
+	nc, err := mc.inNamespace(namespace)
+	if err != nil {
+		return nil, err
+	}
+	// A cache dropped meanwhile never syncs: do not wait for it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(nc.ctx, cancel)()
+	return nc.list(ctx, gvk, namespace, selector)
+}
+
+// watched lists the kinds whose informers have synced in any namespace.
+func (mc *memberCopies) watched() []schema.GroupVersionKind {
+	var kinds []schema.GroupVersionKind
+	for _, nc := range mc.caches() {
+		for _, gvk := range nc.watched() {
+			if !slices.Contains(kinds, gvk) {
+				kinds = append(kinds, gvk)
+			}
+		}
+	}
+	return kinds
+}
+
+// caches returns the namespaces' copy caches.
+func (mc *memberCopies) caches() map[string]*namespaceCopies {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	return maps.Clone(mc.namespaces)
+}
+
+// idle lists the namespaces whose copy caches no request read since.
+func (mc *memberCopies) idle(since time.Time) []string {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	var namespaces []string
+	for ns, nc := range mc.namespaces {
+		if nc.used.Before(since) {
+			namespaces = append(namespaces, ns)
+		}
+	}
+	return namespaces
+}
+
+// drop stops the copy cache of namespace unless a request read it since:
+// a later request builds it again.
+func (mc *memberCopies) drop(namespace string, since time.Time) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if nc, ok := mc.namespaces[namespace]; ok && nc.used.Before(since) {
+		nc.stop()
+		delete(mc.namespaces, namespace)
+	}
 }
 
 // replayAgain makes the member's next request carry out its owed removals
@@ -103,14 +210,6 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster
 		writerTimeout = min(writerTimeout, base.Timeout)
 	}
 	selector := c.selector()
-	ca, err := cache.New(cl.GetConfig(), cache.Options{
-		HTTPClient: httpClient, Scheme: c.scheme, Mapper: cl.GetRESTMapper(),
-		DefaultLabelSelector: selector, ReaderFailOnMissingInformer: true,
-		DefaultWatchErrorHandler: quietWatchErrors(c.log.WithValues("cluster", clusterName)),
-	})
-	if err != nil {
-		return nil, err
-	}
 	// The writer's timeout bounds its requests, in the client and, as
 	// ?timeout=, in the member.
 	writerHTTP := &http.Client{Transport: rt, Timeout: writerTimeout, Jar: base.Jar}
@@ -119,18 +218,28 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster
 		return nil, err
 	}
 	mc := &memberCopies{
-		name: clusterName, client: writer, reader: writer,
-		watchedKinds: &watchedKinds{
-			cluster: "member " + clusterName, cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector,
-			running: make(chan struct{}),
-			onEvent: func(_, obj client.Object) {
-				if name := obj.GetLabels()[fleetv1alpha1.PropagationLabel]; name != "" {
-					q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})
-				}
-			},
+		name: clusterName, client: writer, reader: writer, ctx: ctx, namespaces: map[string]*namespaceCopies{},
+		newCache: func(namespace string) (*watchedKinds, error) {
+			ca, err := cache.New(cl.GetConfig(), cache.Options{
+				HTTPClient: httpClient, Scheme: c.scheme, Mapper: cl.GetRESTMapper(),
+				DefaultNamespaces: map[string]cache.Config{namespace: {}}, DefaultLabelSelector: selector,
+				ReaderFailOnMissingInformer: true,
+				DefaultWatchErrorHandler:    quietWatchErrors(c.log.WithValues("cluster", clusterName)),
+			})
+			if err != nil {
+				return nil, err
+			}
+			return &watchedKinds{
+				cluster: "member " + clusterName, cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector, namespace: namespace,
+				running: make(chan struct{}),
+				onEvent: func(_, obj client.Object) {
+					if name := obj.GetLabels()[fleetv1alpha1.PropagationLabel]; name != "" {
+						q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})
+					}
+				},
+			}, nil
 		},
 	}
-	mc.run(ctx)
 	c.mu.Lock()
 	c.members[clusterName] = mc
 	c.mu.Unlock()
@@ -144,11 +253,20 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster
 	synced := make(chan struct{})
 	go func() {
 		defer close(synced)
-		for _, gvk := range c.kinds(ctx, clusterName) {
-			if err := mc.watch(ctx, gvk); err != nil && ctx.Err() == nil {
-				c.log.V(1).Info("Not watching copies of a kind", "cluster", clusterName, "kind", gvk.Kind, "reason", err.Error())
+		// The kinds are watched, at once, in every namespace that has
+		// Propagations or copies the journal holds.
+		kinds := c.kinds(ctx, clusterName)
+		var wg sync.WaitGroup
+		for _, namespace := range namespacesOf(c.propagations(ctx, clusterName)) {
+			for _, gvk := range kinds {
+				wg.Go(func() {
+					if err := mc.watch(ctx, namespace, gvk); err != nil && ctx.Err() == nil {
+						c.log.V(1).Info("Not watching copies of a kind", "cluster", clusterName, "namespace", namespace, "kind", gvk.Kind, "reason", err.Error())
+					}
+				})
 			}
 		}
+		wg.Wait()
 		c.engaged(ctx, mc)
 		// A member that is engaged, or comes back, is asked about every
 		// Propagation and what it owes: the requests made before it was
@@ -160,6 +278,17 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster
 	return synced, nil
 }
 
+// namespacesOf lists the namespaces of keys.
+func namespacesOf(keys []types.NamespacedName) []string {
+	var namespaces []string
+	for _, k := range keys {
+		if !slices.Contains(namespaces, k.Namespace) {
+			namespaces = append(namespaces, k.Namespace)
+		}
+	}
+	return namespaces
+}
+
 // get returns the copies of an engaged member, or nil.
 func (c *copyCaches) get(clusterName string) *memberCopies {
 	c.mu.Lock()
@@ -168,25 +297,29 @@ func (c *copyCaches) get(clusterName string) *memberCopies {
 }
 
 // memberEngaged records in the journal the copies of this fleet the
-// member's cache found, so that a journal that was lost, or kept by
+// member's caches found, so that a journal that was lost, or kept by
 // another replica, learns them again, and tells the member of a lost
 // journal. Only copies that carry the fleet's identity are recorded: the
-// journal proves the copies stamped without one.
+// journal proves the copies stamped without one. Then, while the member
+// is engaged, the copy caches nothing needs are dropped.
 func (r *reconciler) memberEngaged(ctx context.Context, mc *memberCopies) {
+	go r.dropUnneededCaches(ctx, mc)
 	id, err := r.m.FleetID(ctx)
 	if err != nil {
 		return // the member left, or the manager stops
 	}
 	var found []journal.Copy
-	for _, gvk := range mc.watched() {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if err := mc.cache.List(ctx, list, client.MatchingLabels{fleetv1alpha1.FleetIDLabel: id}); err != nil {
-			continue
-		}
-		for i := range list.Items {
-			if c := journalCopy(&list.Items[i]); c.Propagation != "" {
-				found = append(found, c)
+	for _, nc := range mc.caches() {
+		for _, gvk := range nc.watched() {
+			list := &unstructured.UnstructuredList{}
+			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+			if err := nc.cache.List(ctx, list, client.MatchingLabels{fleetv1alpha1.FleetIDLabel: id}); err != nil {
+				continue
+			}
+			for i := range list.Items {
+				if c := journalCopy(&list.Items[i]); c.Propagation != "" {
+					found = append(found, c)
+				}
 			}
 		}
 	}
@@ -201,4 +334,47 @@ func (r *reconciler) memberEngaged(ctx context.Context, mc *memberCopies) {
 				"the manager's journal could not be used (%v) and was moved to %s: the copies found in this member are recorded again; removals it owed for deleted Propagations are forgotten unless their copies are found", rec.Err, rec.MovedTo)
 		}
 	}
+}
+
+// cacheSweep is how often a member's copy caches are looked at: one that
+// no request read since the last look is dropped when no Propagation of
+// its namespace and nothing the journal holds of the member there needs
+// it.
+const cacheSweep = time.Minute
+
+// dropUnneededCaches drops mc's copy caches nothing needs until ctx ends.
+func (r *reconciler) dropUnneededCaches(ctx context.Context, mc *memberCopies) {
+	t := time.NewTicker(cacheSweep)
+	defer t.Stop()
+	since := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		for _, namespace := range mc.idle(since) {
+			if !r.needsCopies(ctx, mc.name, namespace) {
+				mc.drop(namespace, since)
+			}
+		}
+		since = now
+	}
+}
+
+// needsCopies reports whether member's copies of namespace must be read:
+// a Propagation of the namespace reads them, or the journal holds copies
+// or owed removals of the member there. When in doubt it says yes.
+func (r *reconciler) needsCopies(ctx context.Context, member, namespace string) bool {
+	props, err := r.propagations(ctx, client.InNamespace(namespace))
+	if err != nil || len(props) > 0 {
+		return true
+	}
+	copies, err := r.journal.Copies(member)
+	if err != nil || slices.ContainsFunc(copies, func(c journal.Copy) bool { return c.Namespace == namespace }) {
+		return true
+	}
+	owed, err := r.journal.Owed(member)
+	return err != nil || slices.ContainsFunc(owed, func(o journal.Owed) bool { return o.Namespace == namespace })
 }

@@ -65,12 +65,22 @@
 // with the namespace's last Propagation. A hub object's change asks again
 // only the Propagations whose resources select it, before or after the
 // change (a refused object is selected too): an object no Propagation
-// selects costs no member reconcile. In each
-// member a copy cache holds only objects labelled as copies of a fleet of
-// this namespace's name, one informer per kind Propagations copy; which
-// of them are this fleet's is decided by their identity (see Trust). A copy whose content
-// hash and fields match what would be applied costs no request: a resync
-// or a restart of an unchanged fleet writes nothing.
+// selects costs no member reconcile. A member's copies are read the same
+// way: one copy cache per namespace that has Propagations, or copies or
+// owed removals in the journal, holding only objects labelled as copies
+// of a fleet of this namespace's name, one informer per kind Propagations
+// copy; so a member registered with rights in some namespaces only
+// (register --namespaces) receives their Propagations. A copy cache
+// nothing needs is dropped within two minutes. Which copies are this
+// fleet's is decided by their identity (see Trust). A Propagation's
+// namespace is created in a member that lacks it; a manager that may
+// neither read nor create Namespaces goes on, and the apply tells. A copy
+// whose content hash and fields match what would be applied costs no
+// request: a resync or a restart of an unchanged fleet writes nothing.
+//
+// One member's trouble stays its own: each request to a member (not its
+// watches) and each wait for a kind's informer to sync takes at most
+// 30 s, and one member's requests hold at most a quarter of the workers.
 //
 // # Drift
 //
@@ -107,8 +117,8 @@
 // remembered with the time it left, across restarts, and forgotten only
 // once gone for Options.ForgetAfter ([DefaultForgetAfter], 7 days): the
 // same name registered again within it gets what it owes. An engaged
-// member's copies found in its cache are recorded again, so a journal that
-// was lost catches up.
+// member's copies found in its copy caches are recorded again, so a
+// journal that was lost catches up.
 //
 // Owed removals are mirrored on the hub, for the next leader, whose
 // journal is its own: in 16 ConfigMaps of the fleet namespace

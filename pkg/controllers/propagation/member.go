@@ -85,6 +85,9 @@ type memberRun struct {
 	copies     int
 	kinds      []schema.GroupVersionKind
 	namespaced bool
+	// namespaceUnknown is set when the manager may neither read nor create
+	// the member's namespace: a copy not found there says it is missing.
+	namespaceUnknown bool
 }
 
 type failure struct {
@@ -416,18 +419,25 @@ func containsAll(have, want []string) bool {
 
 // ensureNamespace creates the Propagation's namespace in the member when
 // it is missing, stamped with the fleet's identity. The manager never
-// deletes it.
+// deletes it. A manager that may neither read nor create Namespaces, as
+// one registered with `register --namespaces`, goes on: its rights in the
+// namespace may be all it needs, and the apply tells.
 func (run *memberRun) ensureNamespace(ctx context.Context) error {
 	ns := &corev1.Namespace{}
 	err := run.member.reader.Get(ctx, types.NamespacedName{Name: run.key.Namespace}, ns)
-	if !apierrors.IsNotFound(err) {
+	if err == nil || (!apierrors.IsNotFound(err) && !apierrors.IsForbidden(err)) {
 		return err
 	}
+	unread := apierrors.IsForbidden(err)
 	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: run.key.Namespace, Labels: map[string]string{
 		fleetv1alpha1.FleetLabel: run.r.fleet, fleetv1alpha1.FleetIDLabel: run.id,
 	}}}
 	err = run.member.client.Create(ctx, ns, client.FieldOwner(fleetv1alpha1.FieldManager))
-	if apierrors.IsAlreadyExists(err) {
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return nil
+	case unread && apierrors.IsForbidden(err):
+		run.namespaceUnknown = true
 		return nil
 	}
 	return err
@@ -475,6 +485,8 @@ func (run *memberRun) failed(err error, verb string, k copyKey) error {
 		run.fail(failure{reason: fleetv1alpha1.ReasonKindNotFound, message: fmt.Sprintf("the member has no kind %s (is its CRD installed?)", k.gvk.Kind)})
 	case apierrors.IsForbidden(err):
 		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s (%s) %s", verb, run.r.resourceOf(k.gvk), k, where)})
+	case apierrors.IsNotFound(err) && run.namespaceUnknown:
+		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member has no namespace %s, and forbids the manager to read or create namespaces", run.key.Namespace)})
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
 		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s %s: %s", k, where, describeStatus(err))})
 	default:

@@ -1,0 +1,67 @@
+package propagation_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/poll"
+)
+
+// TestNamespacedMemberReceivesPropagations registers a member as
+// `register --namespaces` does: its user's rights are bound by a
+// RoleBinding in the Propagation's namespace only, and it may not read
+// Namespaces. The Propagation is Applied there, and its deletion removes
+// the copy.
+func TestNamespacedMemberReceivesPropagations(t *testing.T) {
+	f := newFleet(t)
+	user := fmt.Sprintf("team-editor-%d", counter.Add(1))
+	createNamespace(t, memberCls[1], f.team)
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+	}}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := memberCls[1].Create(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = memberCls[1].Delete(context.Background(), obj) })
+	}
+	u, err := members[1].AddUser(envtest.User{Name: user}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.registerKubeconfig("west", kc, map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	p := f.waitStatus("web", "Applied in both members", func(p *fleetv1alpha1.Propagation) bool { return p.Status.Applied == 2 || p.Status.Failed > 0 })
+	if p.Status.Applied != 2 {
+		t.Fatalf("status = %+v, want both members Applied", p.Status)
+	}
+	f.waitCopy(1, "web", "created by the namespaced member's user", dataIs("color", "blue"))
+
+	if err := hubClient.Delete(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCopy(1, "web", "removed with its Propagation", gone)
+	poll.Until(t, "the Propagation gone", func() bool {
+		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
+	})
+}
