@@ -9,7 +9,7 @@ GO_TEST_FLAGS ?= -race -timeout 15m
 VERSION := $(shell cat VERSION)
 GO_LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build image push test fuzz envtest demo bench lint manifests
+.PHONY: all build image push test fuzz envtest promtool demo bench lint manifests chart
 
 all: build
 
@@ -37,9 +37,15 @@ envtest:
 
 ## test: unit and envtest suites, with the race detector. go test runs vet's
 ## high-confidence checks (`make lint` runs all of vet) and the fuzz seeds.
-test: envtest
+test: envtest promtool
 	go test $(GO_TEST_FLAGS) ./...
 	cd hack/image && go test $(GO_TEST_FLAGS) ./...
+	cd hack/manifests && go test $(GO_TEST_FLAGS) ./...
+
+## promtool: build Prometheus's promtool from the Go module proxy into bin/
+## (only when missing or changed), for the alerts' rule tests.
+promtool:
+	hack/promtool.sh
 
 ## fuzz: fuzz the kubeconfig parser for FUZZTIME inputs, without API servers
 ## (the fuzz workers need none). CI runs it after make test. A count, not a
@@ -63,6 +69,14 @@ demo: envtest build
 ## manifests: regenerate deepcopy functions and CRDs from api/ (controller-gen is built into bin/ when missing or changed).
 manifests:
 	hack/controller-gen.sh object crd paths=./api/... output:crd:dir=deploy/crd
+	$(MAKE) chart
+
+## chart: copy into charts/fleet-manager what it shares with deploy/: the CRDs
+## and the prometheus component's alerts and dashboard (hack/manifests tests
+## that the copies are current).
+chart:
+	cp deploy/crd/fleet.fleetkube.io_*.yaml charts/fleet-manager/crds/
+	cp deploy/components/prometheus/prometheusrule.yaml deploy/components/prometheus/fleet-manager-dashboard.json charts/fleet-manager/files/
 
 ## bench: the Go benchmarks and the end-to-end bench program (bench/, a
 ## module of its own) against local API servers; writes bench/results.md and
