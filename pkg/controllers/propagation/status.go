@@ -43,14 +43,8 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
-	var members []*registry.Cluster
-	for _, c := range r.m.Registry().List() {
-		if c.Accepted() {
-			members = append(members, c)
-		}
-	}
 	if !p.DeletionTimestamp.IsZero() {
-		return retryConflict(r.release(ctx, p, members))
+		return retryConflict(r.release(ctx, p, r.acceptedMembers()))
 	}
 	if !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) {
 		before := p.DeepCopy()
@@ -60,7 +54,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	if wait := r.statusWait(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	status := r.status(ctx, p, members)
+	status := r.status(ctx, p, r.acceptedMembers())
 	r.statusSummed(key)
 	r.setReadiness(key, string(conditionStatus(status.Conditions, fleetv1alpha1.PropagationReady)))
 	if equality.Semantic.DeepEqual(p.Status, status) {
@@ -69,6 +63,17 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	before := p.DeepCopy()
 	p.Status = status
 	return written(r.hub.Status().Patch(ctx, p, client.MergeFrom(before)))
+}
+
+// acceptedMembers lists the members the registry accepts.
+func (r *reconciler) acceptedMembers() []*registry.Cluster {
+	var members []*registry.Cluster
+	for _, c := range r.m.Registry().List() {
+		if c.Accepted() {
+			members = append(members, c)
+		}
+	}
+	return members
 }
 
 // conflictRetry is when a write that lost to a newer version of the
