@@ -3,6 +3,7 @@ package propagation_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -64,4 +65,43 @@ func TestNamespacedMemberReceivesPropagations(t *testing.T) {
 	poll.Until(t, "the Propagation gone", func() bool {
 		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
 	})
+}
+
+// TestMissingNamespaceTheManagerMayNotCreateFailsThatMember registers a
+// member whose user may write ConfigMaps everywhere but may neither read
+// nor create Namespaces, and lacks the Propagation's namespace: that
+// member fails Forbidden, saying the namespace is missing.
+func TestMissingNamespaceTheManagerMayNotCreateFailsThatMember(t *testing.T) {
+	f := newFleet(t)
+	user := fmt.Sprintf("configmap-writer-%d", counter.Add(1))
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+	}}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := memberCls[2].Create(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = memberCls[2].Delete(context.Background(), obj) })
+	}
+	u, err := members[2].AddUser(envtest.User{Name: user}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.registerKubeconfig("lab", kc, map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	p := f.waitStatus("web", "lab Failed", func(p *fleetv1alpha1.Propagation) bool { return p.Status.Applied == 1 && p.Status.Failed == 1 })
+	if m := p.Status.Members[0]; m.Reason != fleetv1alpha1.ReasonForbidden || !strings.Contains(m.Message, "has no namespace "+f.team) {
+		t.Errorf("lab: %s %q, want Forbidden, saying the namespace is missing", m.Reason, m.Message)
+	}
 }
