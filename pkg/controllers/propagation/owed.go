@@ -238,10 +238,19 @@ func (r *reconciler) countOwed(member string) {
 
 // release lets a deleted Propagation go once every member has removed its
 // copies or owes their removal: a member that is not Ready, that failed to
-// remove them, or that did not report within releaseTimeout.
+// remove them, or that did not report within releaseTimeout. members are
+// those the registry accepts, which it waits for to have read every
+// registration.
 func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation, members []*registry.Cluster) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) {
 		return reconcile.Result{}, nil
+	}
+	select {
+	case <-r.m.Registry().Synced():
+	default:
+		// A member whose registration is not read yet would owe
+		// nothing, and its copies would stay.
+		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	key := client.ObjectKeyFromObject(p)
 	results := r.results.of(key)
@@ -524,7 +533,9 @@ func (r *reconciler) updateShards(ctx context.Context, id string, members []stri
 			return r.writeShard(ctx, i, id, sh, mirrored)
 		}))
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(errs...); apierrors.IsForbidden(err) {
+		return fmt.Errorf("writing the owed removals' mirror in namespace %s (the manager needs get, update and delete on its ConfigMaps, deploy/role.yaml): %w", r.fleet, err)
+	} else if err != nil {
 		return fmt.Errorf("writing the owed removals' mirror in namespace %s: %w", r.fleet, err)
 	}
 	return nil
