@@ -25,6 +25,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -159,9 +160,13 @@ func (m *manager) output(t *testing.T) string {
 // TestKilledManagerConverges SIGKILLs the manager at seeded random points
 // while it propagates 100 objects to 3 members, as the hub changes and
 // deletes some, and while it deletes them all, with one member down for
-// part of it. After each phase a manager that runs to the end makes every
-// wanted copy exist with the hub's data and every unwanted one go, deletes
-// nothing else, and leaves no orphan. CRASH_SEED replays a run.
+// part of it. While deleting, each start takes one of two state
+// directories at random, as the two replicas of the default install do,
+// and the member that was down is brought back under a manager on a third,
+// new one: the removals it owes are known from the hub alone. After each
+// phase a manager that runs to the end makes every wanted copy exist with
+// the hub's data and every unwanted one go, deletes nothing else, and
+// leaves no orphan. CRASH_SEED replays a run.
 func TestKilledManagerConverges(t *testing.T) {
 	if hub == nil {
 		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
@@ -259,30 +264,35 @@ func TestKilledManagerConverges(t *testing.T) {
 	})
 	m.stop(t)
 
-	// Deleting, killed at random points, the first member down.
+	// Deleting, killed at random points, the first member down, each
+	// start on one of two replicas' state directories.
 	proxy.set(t, true)
 	if err := hubClient.Delete(ctx, prop); err != nil {
 		t.Fatal(err)
 	}
+	replicas := []string{stateDir, filepath.Join(dir, "state-2")}
 	for k := range deleteKills {
 		after := killPoint(rnd)
-		m := startManager(t, hubKubeconfig, stateDir)
+		replica := rnd.IntN(len(replicas))
+		m := startManager(t, hubKubeconfig, replicas[replica])
 		time.Sleep(after)
 		m.kill(t)
-		t.Logf("deleting: kill %d after %s; copies: %v; Propagation gone: %v", k, after.Round(time.Millisecond), copies(t), propagationGone(t))
+		t.Logf("deleting: kill %d after %s on replica %d; copies: %v; Propagation gone: %v", k, after.Round(time.Millisecond), replica, copies(t), propagationGone(t))
 	}
-	m = startManager(t, hubKubeconfig, stateDir)
+	m = startManager(t, hubKubeconfig, replicas[rnd.IntN(len(replicas))])
 	await(t, m, "the Propagation released with member-0 down", func() bool { return propagationGone(t) })
 	if n := copies(t); n[0] != objects-propagateKills {
 		t.Fatalf("member-0's copies went while it was down (%v): the test proves nothing", n)
 	}
 	m.kill(t)
-	m = startManager(t, hubKubeconfig, stateDir)
+	// A replica whose journal never knew member-0's copies.
+	m = startManager(t, hubKubeconfig, filepath.Join(dir, "state-new"))
 	proxy.set(t, false)
 	await(t, m, "no copy left in any member", func() bool {
 		n := copies(t)
 		return n[0] == 0 && n[1] == 0 && n[2] == 0
 	})
+	await(t, m, "nothing owed left in the hub's mirror", func() bool { return mirrored(t) == 0 })
 	m.stop(t)
 	for i := range memberCount {
 		if err := members[i].Get(ctx, client.ObjectKeyFromObject(bystander()), &corev1.ConfigMap{}); err != nil {
@@ -363,6 +373,22 @@ func copies(t *testing.T) []int {
 			t.Fatal(err)
 		}
 		n[i] = len(list.Items)
+	}
+	return n
+}
+
+// mirrored counts the ConfigMaps of the fleet namespace that mirror owed
+// removals.
+func mirrored(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for _, name := range propagation.OwedRemovalsConfigMaps() {
+		err := hubClient.Get(t.Context(), types.NamespacedName{Namespace: fleetNS, Name: name}, &corev1.ConfigMap{})
+		if err == nil {
+			n++
+		} else if !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
 	}
 	return n
 }
