@@ -37,6 +37,7 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/internal/syncbuffer"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -693,6 +694,17 @@ func (d *deployment) checkAccess(t *testing.T, allowed, denied []access) {
 		access{verb: "create", resource: "serviceaccounts", subresource: "token", name: deployServiceAccount, namespace: deployNamespace},
 		access{verb: "create", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: deployNamespace},
 		access{verb: "impersonate", resource: "users"},
+	)
+	// The owed removals' mirror, by name only.
+	for _, name := range propagation.OwedRemovalsConfigMaps() {
+		for _, verb := range []string{"get", "update", "delete"} {
+			allowed = append(allowed, access{verb: verb, resource: "configmaps", name: name, namespace: deployNamespace})
+		}
+	}
+	denied = append(denied,
+		access{verb: "update", resource: "configmaps", name: "another", namespace: deployNamespace},
+		access{verb: "delete", resource: "configmaps", name: "another", namespace: deployNamespace},
+		access{verb: "update", resource: "configmaps", name: "owed-removals-0", namespace: "default"},
 	)
 	for _, a := range allowed {
 		if !d.allowed(t, a) {
