@@ -164,9 +164,10 @@ func (mc *memberCopies) replayAgain() {
 }
 
 // copyCaches is the fleet controller's source in every member: started
-// as the controller engages a member, it builds the member's copy cache,
-// watches every kind Propagations copy, and turns each event of a copy
-// into a request for its Propagation in that member.
+// as the controller engages a member, it watches every kind Propagations
+// copy in the member's copy cache of each namespace that has
+// Propagations, and turns each event of a copy into a request for its
+// Propagation in that member.
 type copyCaches struct {
 	fleet     string
 	userAgent string
@@ -177,7 +178,7 @@ type copyCaches struct {
 	// and those whose copies it owes removing.
 	kinds        func(ctx context.Context, member string) []schema.GroupVersionKind
 	propagations func(ctx context.Context, member string) []types.NamespacedName
-	// engaged is told of a member whose copy cache watches its kinds.
+	// engaged is told of a member whose copy caches watch its kinds.
 	engaged func(ctx context.Context, mc *memberCopies)
 
 	mu      sync.Mutex
