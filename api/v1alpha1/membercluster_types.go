@@ -214,9 +214,9 @@ const MaxServerVersionLength = 64
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`,description="Where the member is in its life"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Status of the Ready condition"
 // +kubebuilder:printcolumn:name="Healthy",type=string,JSONPath=`.status.conditions[?(@.type=="Healthy")].status`,description="Status of the Healthy condition"
+// +kubebuilder:printcolumn:name="Last Probe",type=date,JSONPath=`.status.lastProbeTime`,description="When the last probe finished, which State, Ready and Healthy are as of: older than 18 probe intervals (72s at the default 4s), no manager probes the member and they are stale (fleet-manager get members shows it Unknown)"
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.serverVersion`,description="Kubernetes version of the member's API server"
 // +kubebuilder:printcolumn:name="Failures",type=integer,JSONPath=`.status.consecutiveFailures`,description="Failed probes in a row"
-// +kubebuilder:printcolumn:name="Last Probe",type=date,JSONPath=`.status.lastProbeTime`,description="When the last probe finished; older than 8 probe intervals means no manager probes the member"
 // +kubebuilder:printcolumn:name="Format",type=string,JSONPath=`.spec.secretRef.format`,priority=1,description="Format of the registration Secret"
 // +kubebuilder:printcolumn:name="Credentials Expire",type=date,JSONPath=`.status.credentials.expirationTime`,priority=1,description="When the member's credential expires"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
