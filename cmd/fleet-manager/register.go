@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -67,7 +68,9 @@ member and are never copied. Running it again changes nothing in the member
 and updates the Secret in place with a new token; when that Secret pointed at
 another server, it warns.
 
-Then it waits until the manager reports the member Ready.`,
+Then it waits until the manager reports the member Ready, by a probe newer
+than the command's start: a Ready recorded earlier may be one no manager
+probes any more.`,
 		Example: `  fleet-manager register eu-1 --member-context=eu-1 --permissions=view
   fleet-manager register eu-1 --permissions=edit --namespaces=shop,web --labels=env=prod
   fleet-manager register eu-1 --cluster-role=fleet-reader --server=https://10.0.0.7:6443
@@ -95,10 +98,12 @@ Then it waits until the manager reports the member Ready.`,
 					return err
 				}
 			}
+			var probedBefore *metav1.Time
 			if waiting {
 				if err := enroll.CheckCRD(cmd.Context(), hubClient); err != nil {
 					return crdError(err)
 				}
+				probedBefore = lastProbe(cmd.Context(), hubClient, o.HubNamespace, o.Name)
 			}
 			res, err := enroll.Register(cmd.Context(), memberCfg, hubClient, o)
 			if err != nil {
@@ -113,7 +118,7 @@ Then it waits until the manager reports the member Ready.`,
 			if !waiting {
 				return nil
 			}
-			mc, err := enroll.WaitReady(cmd.Context(), hubClient, o.HubNamespace, o.Name, wait, func(state string) {
+			mc, err := waitProbed(cmd.Context(), hubClient, o.HubNamespace, o.Name, probedBefore, wait, func(state string) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "Waiting for MemberCluster %s to be Ready: %s\n", o.Name, state)
 			})
 			if err != nil {
@@ -134,7 +139,7 @@ Then it waits until the manager reports the member Ready.`,
 	fs.StringVar(&o.Server, "server", "", "The member's URL as the hub reaches it. Default: the server of your member kubeconfig.")
 	fs.StringVar(&labels, "labels", "", "The cluster's labels, k=v,k2=v2, set on the registration Secret (others on it are kept).")
 	fs.StringVar(&o.HubNamespace, "namespace", enroll.MemberNamespace, "The fleet namespace on the hub, where the registration Secret goes.")
-	fs.DurationVar(&wait, "wait", 2*time.Minute, "How long to wait for the MemberCluster to be Ready; 0 does not wait.")
+	fs.DurationVar(&wait, "wait", 2*time.Minute, "How long to wait for the MemberCluster to be Ready, by a probe newer than the command's start; 0 does not wait.")
 	fs.StringVar(&dryRun, "dry-run", string(enroll.DryRunNone), `"none", "client" (send nothing) or "server" (send the writes with dryRun=All; no token is minted). --dry-run alone is client.`)
 	fs.Lookup("dry-run").NoOptDefVal = string(enroll.DryRunClient)
 	fs.StringVarP(&output, "output", "o", "", `"yaml": print the objects written (or that would be), member ones first, the token redacted.`)

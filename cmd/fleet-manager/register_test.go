@@ -204,6 +204,42 @@ func TestRegisterWaitsForReadyAndUnregisterCleansUp(t *testing.T) {
 	}
 }
 
+// TestRegisterWaitsForAProbeNewerThanItsStart: with the manager stopped,
+// the MemberCluster still records Ready, and register --wait does not
+// take that for a member a manager probes.
+func TestRegisterWaitsForAProbeNewerThanItsStart(t *testing.T) {
+	hub, _, ns, flags := enrollSetup(t)
+	t.Cleanup(func() {
+		mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "reg-probe"}}
+		if err := hub.Delete(context.Background(), mc); client.IgnoreNotFound(err) != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	f, err := parseRunFlags([]string{flags[0], "--namespace=" + ns, "--metrics-bind-address=0", "--health-probe-bind-address=0"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.skipNameValidation = true
+	stopped := make(chan error, 1)
+	go func() { stopped <- run(ctx, f, logr.Discard()) }()
+	res := runEnroll(t, append([]string{"register", "reg-probe", "--permissions=view", "--wait=1m"}, flags...)...)
+	cancel()
+	if err := <-stopped; err != nil {
+		t.Errorf("run: %v", err)
+	}
+	if res.code != 0 || !strings.Contains(res.stdout, "MemberCluster reg-probe is Ready (Kubernetes v") {
+		t.Fatalf("register with a manager: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+
+	res = runEnroll(t, append([]string{"register", "reg-probe", "--permissions=view", "--wait=2s"}, flags...)...)
+	want := "Waiting for MemberCluster reg-probe to be Ready: Ready as recorded, but not probed since register started\n" +
+		"fleet-manager register: MemberCluster reg-probe is not Ready: not probed since register started, within 2s (is a manager running for this fleet?): state Ready"
+	if res.code != 1 || strings.Contains(res.stdout, "is Ready") || !strings.Contains(res.stderr, want) {
+		t.Errorf("register without a manager: exit %d, want 1\nstdout:\n%s\nstderr:\n%s\nwant in stderr:\n%s", res.code, res.stdout, res.stderr, want)
+	}
+}
+
 func TestRegisterDryRun(t *testing.T) {
 	hub, member, ns, flags := enrollSetup(t)
 	for _, mode := range []string{"--dry-run", "--dry-run=server"} {

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/enroll"
+)
+
+// probePollInterval is how often register --wait reads a member recorded
+// Ready again, for a probe newer than its start.
+const probePollInterval = 250 * time.Millisecond
+
+// lastProbe is when the MemberCluster name of the fleet of namespace ns
+// was last probed, as it records it; nil if it records none.
+func lastProbe(ctx context.Context, hub client.Client, ns, name string) *metav1.Time {
+	var mc fleetv1alpha1.MemberCluster
+	if hub.Get(ctx, client.ObjectKey{Name: name}, &mc) != nil || mc.Labels[fleetv1alpha1.FleetLabel] != ns {
+		return nil
+	}
+	return mc.Status.LastProbeTime
+}
+
+// waitProbed waits up to timeout until the MemberCluster name of the fleet
+// of namespace ns is Ready by a probe newer than before, the last probe it
+// recorded when register started (nil if none): a Ready recorded earlier
+// may be one no manager probes any more. progress is called with its
+// state each time that changes.
+func waitProbed(ctx context.Context, hub client.Client, ns, name string, before *metav1.Time, timeout time.Duration, progress func(state string)) (*fleetv1alpha1.MemberCluster, error) {
+	deadline := time.Now().Add(timeout)
+	shown := ""
+	show := func(state string) {
+		if state != shown {
+			shown = state
+			progress(state)
+		}
+	}
+	for {
+		mc, err := enroll.WaitReady(ctx, hub, ns, name, time.Until(deadline), show)
+		if err != nil {
+			return nil, err
+		}
+		if p := mc.Status.LastProbeTime; p != nil && (before == nil || p.After(before.Time)) {
+			return mc, nil
+		}
+		show("Ready as recorded, but not probed since register started")
+		if !time.Now().Add(probePollInterval).Before(deadline) {
+			return nil, &enroll.NotReadyError{Name: name, Member: mc, Err: fmt.Errorf("not probed since register started, within %s (is a manager running for this fleet?)", timeout)}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(probePollInterval):
+		}
+	}
+}
