@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/enroll"
@@ -32,58 +27,93 @@ var errNoCRD = fmt.Errorf("%w: apply deploy/crd (kubectl apply -k deploy/)", enr
 // none stands for a field that is not set, as kubectl prints it.
 const none = "<none>"
 
-// newGetCommand returns "get", whose one resource is members.
+// newGetCommand returns "get", whose resources are members and
+// propagations.
 func newGetCommand(hub *hubFlags) *cobra.Command {
 	return getCommand(hub, clock.RealClock{})
 }
 
 // getCommand is newGetCommand with the clock that ages are measured by.
-func getCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
+func getCommand(hub *hubFlags, clk clock.WithTicker) *cobra.Command {
 	get := &cobra.Command{
 		Use:   "get",
-		Short: "Display the fleet's members",
+		Short: "Display the fleet's members and Propagations",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErrorf("%s wants a resource: members", cmd.CommandPath())
+			return usageErrorf("%s wants a resource: members or propagations", cmd.CommandPath())
 		},
 	}
-	var output, selector string
+	get.AddCommand(getMembersCommand(hub, clk), getPropagationsCommand(hub, clk))
+	return get
+}
+
+// getMembersCommand returns "get members".
+func getMembersCommand(hub *hubFlags, clk clock.WithTicker) *cobra.Command {
+	var (
+		selector   string
+		watch      bool
+		staleAfter time.Duration
+	)
 	members := &cobra.Command{
 		Use:     "members [NAME...]",
 		Aliases: []string{"member", "mc"},
-		Short:   "List the members registered on the hub, as a table, YAML or JSON",
+		Short:   "List the members registered on the hub, as kubectl get does",
+		Long: `List the members registered on the hub, as a table (-o wide adds columns), or
+as -o asks. A member no manager is probing shows the state Unknown: its last
+probe is older than --stale-after, or no manager holds its fleet's Lease
+(leader election); LAST PROBE says since when.`,
 		Example: `  fleet-manager get members
   fleet-manager get members -o wide -l env=prod
-  fleet-manager get member east -o yaml`,
-		RunE: func(cmd *cobra.Command, names []string) error {
-			if !slices.Contains([]string{"", "wide", "yaml", "json"}, output) {
-				return usageErrorf("--output must be wide, yaml or json, not %q", output)
-			}
-			sel, err := labels.Parse(selector)
-			if err != nil {
-				return usageErrorf("--selector: %v", err)
-			}
-			if len(names) > 0 && selector != "" {
-				return usageErrorf("NAME and --selector cannot be used together")
-			}
-			c, err := hub.client()
-			if err != nil {
-				return err
-			}
-			items, getErr := getMembers(cmd.Context(), c, names, sel)
-			if getErr != nil && len(items) == 0 {
-				return getErr
-			}
-			if err := printMembers(cmd, items, output, len(names) == 1, clk.Now()); err != nil {
-				return err
-			}
-			return getErr
-		},
+  fleet-manager get member east -o yaml
+  fleet-manager get members -o custom-columns=NAME:.metadata.name,VERSION:.status.serverVersion
+  fleet-manager get members -o jsonpath='{.items[*].metadata.name}'
+  fleet-manager get members --watch`,
+		ValidArgsFunction: completeMembers(hub),
 	}
-	members.Flags().StringVarP(&output, "output", "o", "", "Output format: wide, yaml or json. Default: a table.")
-	members.Flags().StringVarP(&selector, "selector", "l", "", "Label selector to filter members on, e.g. env=prod,tier!=edge.")
-	get.AddCommand(members)
-	return get
+	out := bindOutputFlags(members, true)
+	members.RunE = func(cmd *cobra.Command, names []string) error {
+		p, err := out.toPrinter(false)
+		if err != nil {
+			return err
+		}
+		sel, err := labels.Parse(selector)
+		if err != nil {
+			return usageErrorf("--selector: %v", err)
+		}
+		switch {
+		case len(names) > 0 && selector != "":
+			return usageErrorf("NAME and --selector cannot be used together")
+		case watch && len(names) > 1:
+			return usageErrorf("--watch takes one NAME at most")
+		case staleAfter <= 0:
+			return usageErrorf("--stale-after must be positive")
+		}
+		cfg, err := hub.restConfig()
+		if err != nil {
+			return err
+		}
+		c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return err
+		}
+		fresh := newFreshness(c, staleAfter)
+		if watch {
+			return watchMembers(cmd, c, names, sel, p, fresh, clk)
+		}
+		items, getErr := getMembers(cmd.Context(), c, names, sel)
+		if getErr != nil && len(items) == 0 {
+			return getErr
+		}
+		if err := printMembers(cmd, p, items, len(names) == 1, fresh, clk.Now()); err != nil {
+			return err
+		}
+		return getErr
+	}
+	fs := members.Flags()
+	fs.StringVarP(&selector, "selector", "l", "", "Label selector to filter members on, e.g. env=prod,tier!=edge.")
+	fs.BoolVarP(&watch, "watch", "w", false, "After listing the members, print each change (and each member whose state turns Unknown or back) until interrupted.")
+	fs.DurationVar(&staleAfter, "stale-after", defaultStaleAfter, "How old a member's last probe may be before its state is shown Unknown: 18 of the manager's --probe-interval.")
+	return members
 }
 
 // getMembers returns the members names, or every member sel matches, by
@@ -135,89 +165,75 @@ func joinLine(errs []error) error {
 	return errors.New(strings.Join(msgs, "; "))
 }
 
-// printMembers writes items to cmd's output in format output. A single
-// member asked for by name is printed as itself in YAML and JSON, as a
-// list otherwise, like kubectl does.
-func printMembers(cmd *cobra.Command, items []fleetv1alpha1.MemberCluster, output string, single bool, now time.Time) error {
-	w := cmd.OutOrStdout()
-	switch output {
-	case "yaml", "json":
-		return printObjects(w, items, output, single)
-	}
-	if len(items) == 0 {
+// printMembers writes items to cmd's output as p asks, their states as
+// fresh judges them at now. A single member asked for by name is printed
+// as itself by the object printers, as a list otherwise, like kubectl
+// does.
+func printMembers(cmd *cobra.Command, p *resourcePrinter, items []fleetv1alpha1.MemberCluster, single bool, fresh *freshness, now time.Time) error {
+	if len(items) == 0 && p.rows != nil {
 		fmt.Fprintln(cmd.ErrOrStderr(), "No members registered.")
 		return nil
 	}
-	return printTable(w, items, output == "wide", now)
-}
-
-// printTable writes items as kubectl's table, with the wide columns if
-// wide. Ages and relative times are measured at now.
-func printTable(w io.Writer, items []fleetv1alpha1.MemberCluster, wide bool, now time.Time) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	header := []string{"NAME", "STATE", "READY", "HEALTHY", "VERSION", "FAILURES", "LAST PROBE", "AGE"}
-	if wide {
-		header = append(header, "FORMAT", "SECRET", "CREDENTIALS", "EXPIRES", "ENGAGED")
-	}
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
-	for _, mc := range items {
-		st := mc.Status
-		row := []string{
-			mc.Name,
-			orNone(string(st.State)),
-			conditionStatus(st.Conditions, fleetv1alpha1.ConditionReady),
-			conditionStatus(st.Conditions, fleetv1alpha1.ConditionHealthy),
-			orNone(oneLine(st.ServerVersion)),
-			strconv.Itoa(int(st.ConsecutiveFailures)),
-			age(st.LastProbeTime, now),
-			age(&mc.CreationTimestamp, now),
+	if p.rows == nil || p.custom {
+		objs := make([]client.Object, len(items))
+		for i := range items {
+			objs[i] = &items[i]
 		}
-		if wide {
-			ref := mc.Spec.SecretRef
-			credType, expires := none, none
-			if c := st.Credentials; c != nil {
-				credType = orNone(string(c.Type))
-				expires = until(c.ExpirationTime, now)
-			}
-			row = append(row, string(ref.Format), ref.Namespace+"/"+ref.Name, credType, expires, strconv.Itoa(len(st.EngagedControllers)))
-		}
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
+		return p.printObjects(cmd.OutOrStdout(), objs, single)
 	}
-	return tw.Flush()
-}
-
-// printObjects writes items as YAML or JSON: a v1 List, or the one item
-// alone if single.
-func printObjects(w io.Writer, items []fleetv1alpha1.MemberCluster, output string, single bool) error {
-	objs := make([]any, len(items))
+	table := &metav1.Table{ColumnDefinitions: memberColumns}
 	for i := range items {
-		mc := items[i].DeepCopy()
-		mc.APIVersion, mc.Kind = fleetv1alpha1.GroupVersion.String(), "MemberCluster"
-		mc.ManagedFields = nil
-		objs[i] = mc
+		table.Rows = append(table.Rows, memberRow(cmd.Context(), &items[i], fresh, now))
 	}
-	var v any = map[string]any{
-		"apiVersion": "v1",
-		"kind":       "List",
-		"metadata":   map[string]any{"resourceVersion": ""},
-		"items":      objs,
+	return p.rows.PrintObj(table, cmd.OutOrStdout())
+}
+
+// memberColumns are the columns of get members; the wide ones have
+// priority 1.
+var memberColumns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name"},
+	{Name: "State", Type: "string", Description: "Where the member is in its life; Unknown when no manager is probing it"},
+	{Name: "Ready", Type: "string"},
+	{Name: "Healthy", Type: "string"},
+	{Name: "Version", Type: "string"},
+	{Name: "Failures", Type: "integer", Description: "Failed probes in a row"},
+	{Name: "Last Probe", Type: "string"},
+	{Name: "Age", Type: "string"},
+	{Name: "Format", Type: "string", Priority: 1},
+	{Name: "Secret", Type: "string", Priority: 1},
+	{Name: "Credentials", Type: "string", Priority: 1},
+	{Name: "Expires", Type: "string", Priority: 1},
+	{Name: "Controllers", Type: "string", Priority: 1, Description: "Fleet controllers engaged with the member, of those that work with members"},
+}
+
+// memberRow is mc's row of memberColumns at now: a member fresh judges
+// stale is Unknown, Ready and Healthy included.
+func memberRow(ctx context.Context, mc *fleetv1alpha1.MemberCluster, fresh *freshness, now time.Time) metav1.TableRow {
+	st := mc.Status
+	state := orNone(string(st.State))
+	ready := conditionStatus(st.Conditions, fleetv1alpha1.ConditionReady)
+	healthy := conditionStatus(st.Conditions, fleetv1alpha1.ConditionHealthy)
+	if fresh.stale(ctx, mc, now) != "" {
+		state, ready, healthy = stateUnknown, stateUnknown, stateUnknown
 	}
-	if single && len(objs) == 1 {
-		v = objs[0]
+	ref := mc.Spec.SecretRef
+	credType, expires := none, none
+	if c := st.Credentials; c != nil {
+		credType = orNone(string(c.Type))
+		expires = until(c.ExpirationTime, now)
 	}
-	var data []byte
-	var err error
-	if output == "yaml" {
-		data, err = yaml.Marshal(v)
-	} else {
-		data, err = json.MarshalIndent(v, "", "    ")
-		data = append(data, '\n')
-	}
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(data)
-	return err
+	return tableRow(mc,
+		mc.Name, state, ready, healthy, orNone(oneLine(st.ServerVersion)), int64(st.ConsecutiveFailures),
+		age(st.LastProbeTime, now), age(&mc.CreationTimestamp, now),
+		string(ref.Format), ref.Namespace+"/"+ref.Name, credType, expires, engaged(st),
+	)
+}
+
+// engaged says how many fleet controllers are engaged with a member, of
+// those that work with it: "2/3 engaged".
+func engaged(st fleetv1alpha1.MemberClusterStatus) string {
+	n := len(st.EngagedControllers)
+	return fmt.Sprintf("%d/%d engaged", n, max(n, len(st.ControllerConditions)))
 }
 
 // conditionStatus is the status of the condition typ, or <none>.

@@ -46,17 +46,23 @@ type cliResult struct {
 // holds the get, status and check-kubeconfig commands with clk as their
 // clock and stdin as its input, and returns what it printed and its exit
 // code.
-func runCLI(t *testing.T, stdin io.Reader, clk clock.PassiveClock, args ...string) cliResult {
+func runCLI(t *testing.T, stdin io.Reader, clk clock.WithTicker, args ...string) cliResult {
 	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := runCLIContext(t.Context(), stdin, clk, &stdout, &stderr, args...)
+	return cliResult{stdout.String(), stderr.String(), code}
+}
+
+// runCLIContext is runCLI under ctx, writing to stdout and stderr.
+func runCLIContext(ctx context.Context, stdin io.Reader, clk clock.WithTicker, stdout, stderr io.Writer, args ...string) int {
 	var hub hubFlags
 	root := &cobra.Command{Use: "fleet-manager", SilenceErrors: true, SilenceUsage: true}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	hub.bindFlags(root.PersistentFlags())
 	root.AddCommand(getCommand(&hub, clk), statusCommand(&hub, clk), newCheckKubeconfigCommand())
 	root.SetIn(stdin)
-	var stdout, stderr bytes.Buffer
-	code := executeRoot(root, args, &stdout, &stderr)
-	return cliResult{stdout.String(), stderr.String(), code}
+	root.SetContext(ctx)
+	return executeRoot(root, args, stdout, stderr)
 }
 
 // checkGolden compares got with testdata/get/name, or rewrites it with
@@ -150,13 +156,14 @@ func TestGetMembers(t *testing.T) {
 		newMember("get-east", "get", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "get-east", Format: fleetv1alpha1.FormatNative}),
 		newMember("get-west", "get", fleetv1alpha1.SecretReference{Namespace: "default", Name: "get-west-kubeconfig", Format: fleetv1alpha1.FormatClusterAPI}),
 		newMember("get-new", "get", fleetv1alpha1.SecretReference{Namespace: "argocd", Name: "cluster-get-new", Format: fleetv1alpha1.FormatArgoCD}),
+		newMember("get-stale", "get", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "get-stale", Format: fleetv1alpha1.FormatNative}),
 	}
 	for _, mc := range members {
 		createMember(t, c, mc)
 	}
 	// Every member is 30 days old at now, whenever the test runs.
 	now := members[len(members)-1].CreationTimestamp.Add(30*24*time.Hour + time.Hour)
-	clk := clocktesting.NewFakePassiveClock(now)
+	clk := clocktesting.NewFakeClock(now)
 
 	setStatus(t, c, members[0], fleetv1alpha1.MemberClusterStatus{
 		State:      fleetv1alpha1.MemberStateReady,
@@ -169,6 +176,11 @@ func TestGetMembers(t *testing.T) {
 		LastProbeTime:      ptrTime(now.Add(-7 * time.Second)),
 		LastProbeResult:    fleetv1alpha1.ProbeResultSuccess,
 		EngagedControllers: []string{"configmaps", "deployments"},
+		ControllerConditions: []fleetv1alpha1.ControllerCondition{
+			{Name: "configmaps", Status: metav1.ConditionTrue, Reason: fleetv1alpha1.ReasonEngaged, LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Hour))},
+			{Name: "deployments", Status: metav1.ConditionTrue, Reason: fleetv1alpha1.ReasonEngaged, LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Hour))},
+			{Name: "widgets", Status: metav1.ConditionFalse, Reason: fleetv1alpha1.ReasonKindNotFound, LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Hour))},
+		},
 		Credentials: &fleetv1alpha1.CredentialStatus{
 			Type: fleetv1alpha1.CredentialTypeToken, ExpirationTime: ptrTime(now.Add(23*time.Hour + 10*time.Minute)), Renewable: true,
 		},
@@ -181,12 +193,24 @@ func TestGetMembers(t *testing.T) {
 			condition(fleetv1alpha1.ConditionHealthy, metav1.ConditionFalse, fleetv1alpha1.ReasonProbeFailed, "probes fail", now.Add(-3*time.Minute)),
 		},
 		ServerVersion:       "v1.36.4",
-		LastProbeTime:       ptrTime(now.Add(-75 * time.Second)),
+		LastProbeTime:       ptrTime(now.Add(-15 * time.Second)),
 		LastProbeResult:     fleetv1alpha1.ProbeResultFailure,
 		ConsecutiveFailures: 5,
 		Credentials: &fleetv1alpha1.CredentialStatus{
 			Type: fleetv1alpha1.CredentialTypeClientCertificate, ExpirationTime: ptrTime(now.Add(-time.Hour)),
 		},
+	})
+	// Recorded Ready, and probed by no manager for 80 s: Unknown.
+	setStatus(t, c, members[3], fleetv1alpha1.MemberClusterStatus{
+		State:      fleetv1alpha1.MemberStateReady,
+		StateSince: ptrTime(now.Add(-time.Hour)),
+		Conditions: []metav1.Condition{
+			condition(fleetv1alpha1.ConditionReady, metav1.ConditionTrue, fleetv1alpha1.ReasonEngaged, "", now.Add(-time.Hour)),
+			condition(fleetv1alpha1.ConditionHealthy, metav1.ConditionTrue, fleetv1alpha1.ReasonProbeSucceeded, "", now.Add(-time.Hour)),
+		},
+		ServerVersion:   "v1.37.1",
+		LastProbeTime:   ptrTime(now.Add(-80 * time.Second)),
+		LastProbeResult: fleetv1alpha1.ProbeResultSuccess,
 	})
 	// An object the get tests did not create, which -l leaves out.
 	createMember(t, c, newMember("get-other", "other", fleetv1alpha1.SecretReference{Namespace: "x", Name: "y", Format: fleetv1alpha1.FormatNative}))
@@ -195,6 +219,11 @@ func TestGetMembers(t *testing.T) {
 		{"members.golden", "get members -l " + getTestLabel + "=get"},
 		{"members-wide.golden", "get mc -o wide -l " + getTestLabel + "=get"},
 		{"members-named.golden", "get member get-west get-east"},
+		{"members-name.golden", "get members -o name -l " + getTestLabel + "=get"},
+		{"members-no-headers.golden", "get members -o wide --no-headers -l " + getTestLabel + "=get"},
+		{"members-custom-columns.golden", "get members -o custom-columns=NAME:.metadata.name,SECRET:.spec.secretRef.name,RECORDED:.status.state,CONTROLLERS:.status.engagedControllers[*] -l " + getTestLabel + "=get"},
+		{"members-jsonpath.golden", "get members -o jsonpath={.items[*].metadata.name} -l " + getTestLabel + "=get"},
+		{"members-label-columns.golden", "get members get-east get-west -L " + getTestLabel + " --show-labels"},
 	} {
 		res := runCLI(t, nil, clk, append(strings.Fields(tc.args), hubFlag)...)
 		if res.code != 0 || res.stderr != "" {
@@ -223,7 +252,7 @@ func TestGetMembers(t *testing.T) {
 			if list.APIVersion != "v1" || list.Kind != "List" || len(list.Items) != len(members) {
 				t.Fatalf("-o %s: got %s %s with %d items, want a v1 List of %d", output, list.APIVersion, list.Kind, len(list.Items), len(members))
 			}
-			for i, want := range []*fleetv1alpha1.MemberCluster{members[0], members[2], members[1]} {
+			for i, want := range []*fleetv1alpha1.MemberCluster{members[0], members[2], members[3], members[1]} {
 				got := list.Items[i]
 				if got.APIVersion != "fleet.fleetkube.io/v1alpha1" || got.Kind != "MemberCluster" {
 					t.Errorf("-o %s: item %d is %s %s", output, i, got.APIVersion, got.Kind)
@@ -280,6 +309,10 @@ func TestGetMembers(t *testing.T) {
 	t.Run("bad usage", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"get", "members", "-o", "table"},
+			{"get", "members", "-o", "custom-columns=NAME"},
+			{"get", "members", "-o", "jsonpath={.items["},
+			{"get", "members", "--stale-after=0"},
+			{"get", "members", "a", "b", "--watch"},
 			{"get", "members", "-l", "a in (", hubFlag},
 			{"get", "members", "get-east", "-l", "a=b"},
 			{"get", "members", "--no-such-flag"},
@@ -296,7 +329,7 @@ func TestStatus(t *testing.T) {
 	needAPIServers(t)
 	c, hubFlag := hubClient(t)
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	clk := clocktesting.NewFakePassiveClock(now)
+	clk := clocktesting.NewFakeClock(now)
 
 	full := newMember("status-east", "status", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "status-east", Format: fleetv1alpha1.FormatNative})
 	full.Labels["env"] = "prod"
@@ -344,8 +377,19 @@ func TestStatus(t *testing.T) {
 	expired := newMember("status-expired", "status", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "status-expired", Format: fleetv1alpha1.FormatNative})
 	expired.Status.Credentials = &fleetv1alpha1.CredentialStatus{Type: fleetv1alpha1.CredentialTypeClientCertificate, ExpirationTime: ptrTime(now.Add(-73 * time.Hour))}
 	createMember(t, c, expired)
+	stale := newMember("status-stale", "status", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "status-stale", Format: fleetv1alpha1.FormatNative})
+	stale.Status = fleetv1alpha1.MemberClusterStatus{
+		State:      fleetv1alpha1.MemberStateReady,
+		StateSince: ptrTime(now.Add(-time.Hour)),
+		Conditions: []metav1.Condition{
+			condition(fleetv1alpha1.ConditionReady, metav1.ConditionTrue, fleetv1alpha1.ReasonEngaged, "", now.Add(-time.Hour)),
+		},
+		LastProbeTime:   ptrTime(now.Add(-80 * time.Second)),
+		LastProbeResult: fleetv1alpha1.ProbeResultSuccess,
+	}
+	createMember(t, c, stale)
 
-	for _, name := range []string{"status-east", "status-new", "status-expired"} {
+	for _, name := range []string{"status-east", "status-new", "status-expired", "status-stale"} {
 		res := runCLI(t, nil, clk, "status", name, hubFlag)
 		if res.code != 0 || res.stderr != "" {
 			t.Fatalf("status %s: exit %d, stderr %q", name, res.code, res.stderr)
@@ -353,11 +397,20 @@ func TestStatus(t *testing.T) {
 		checkGolden(t, name+".golden", res.stdout)
 	}
 
-	res := runCLI(t, nil, clk, "status", "nope", hubFlag)
+	// "status member NAME" is "status NAME", for a member named like a
+	// subcommand.
+	if res, want := runCLI(t, nil, clk, "status", "member", "status-east", hubFlag), runCLI(t, nil, clk, "status", "status-east", hubFlag); res != want {
+		t.Errorf("status member status-east: got %+v, want %+v", res, want)
+	}
+	res := runCLI(t, nil, clk, "status", "status-east", "-o", "jsonpath={.status.state} {.spec.secretRef.format}", hubFlag)
+	if want := (cliResult{stdout: "Ready native"}); res != want {
+		t.Errorf("status -o jsonpath: got %+v, want %+v", res, want)
+	}
+	res = runCLI(t, nil, clk, "status", "nope", hubFlag)
 	if want := (cliResult{stderr: "fleet-manager status: memberclusters.fleet.fleetkube.io \"nope\" not found\n", code: 1}); res != want {
 		t.Errorf("unknown name: got %+v, want %+v", res, want)
 	}
-	for _, args := range [][]string{{"status"}, {"status", "a", "b"}} {
+	for _, args := range [][]string{{"status"}, {"status", "a", "b"}, {"status", "a", "-o", "wide"}, {"status", "a", "--stale-after=-1s"}} {
 		if res := runCLI(t, nil, clk, args...); res.code != 2 {
 			t.Errorf("%q: got %+v, want exit 2", args, res)
 		}

@@ -18,7 +18,8 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
 
-// newStatusCommand returns "status NAME".
+// newStatusCommand returns "status NAME", of a member, with the
+// subcommands "member NAME" and "propagation NAME".
 func newStatusCommand(hub *hubFlags) *cobra.Command {
 	return statusCommand(hub, clock.RealClock{})
 }
@@ -26,26 +27,64 @@ func newStatusCommand(hub *hubFlags) *cobra.Command {
 // statusCommand is newStatusCommand with the clock that relative times
 // are measured by.
 func statusCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
-	return &cobra.Command{
-		Use:   "status NAME",
-		Short: "Show how the manager sees one member: state, conditions, transitions, controllers, owed removals, credentials",
-		Args:  exactArgs(1, "a member NAME"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := hub.client()
-			if err != nil {
-				return err
-			}
-			var mc fleetv1alpha1.MemberCluster
-			if err := c.Get(cmd.Context(), client.ObjectKey{Name: args[0]}, &mc); err != nil {
-				return hubReadError(err)
-			}
-			return printStatus(cmd.OutOrStdout(), &mc, clk.Now())
-		},
-	}
+	status := memberStatusCommand(hub, clk, "status NAME")
+	status.Short = "Show how the manager sees a member (status NAME) or where a Propagation stands (status propagation NAME)"
+	status.Long = `Show how the manager sees one member: its state, conditions, transitions,
+controllers, owed removals and credentials. A member no manager is probing is
+Unknown: its last probe is older than --stale-after, or no manager holds its
+fleet's Lease (leader election); the state it records is shown beside.
+"status member NAME" is the same, for a member named like a subcommand;
+"status propagation NAME" shows a Propagation.`
+	status.Example = `  fleet-manager status eu-1
+  fleet-manager status eu-1 -o yaml
+  fleet-manager status propagation web -n team-a`
+	status.AddCommand(memberStatusCommand(hub, clk, "member NAME"), propagationStatusCommand(hub, clk))
+	return status
 }
 
-// printStatus writes mc's summary to w, with times relative to now.
-func printStatus(w io.Writer, mc *fleetv1alpha1.MemberCluster, now time.Time) error {
+// memberStatusCommand returns the command use names, which shows a
+// member's status.
+func memberStatusCommand(hub *hubFlags, clk clock.PassiveClock, use string) *cobra.Command {
+	staleAfter := defaultStaleAfter
+	cmd := &cobra.Command{
+		Use:               use,
+		Short:             "Show how the manager sees one member: state, conditions, transitions, controllers, owed removals, credentials",
+		Args:              exactArgs(1, "a member NAME"),
+		ValidArgsFunction: completeMember(hub),
+	}
+	if use != "status NAME" {
+		cmd.Aliases = []string{"members", "mc"}
+	}
+	out := bindOutputFlags(cmd, false)
+	cmd.Flags().DurationVar(&staleAfter, "stale-after", defaultStaleAfter, "How old the member's last probe may be before its state is Unknown: 18 of the manager's --probe-interval.")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		p, err := out.toPrinter(false)
+		if err != nil {
+			return err
+		}
+		if staleAfter <= 0 {
+			return usageErrorf("--stale-after must be positive")
+		}
+		c, err := hub.client()
+		if err != nil {
+			return err
+		}
+		var mc fleetv1alpha1.MemberCluster
+		if err := c.Get(cmd.Context(), client.ObjectKey{Name: args[0]}, &mc); err != nil {
+			return hubReadError(err)
+		}
+		if !p.view {
+			return p.printObjects(cmd.OutOrStdout(), []client.Object{&mc}, true)
+		}
+		now := clk.Now()
+		return printStatus(cmd.OutOrStdout(), &mc, newFreshness(c, staleAfter).stale(cmd.Context(), &mc, now), now)
+	}
+	return cmd
+}
+
+// printStatus writes mc's summary to w, with times relative to now; stale
+// says why its recorded state is not current, if it is not.
+func printStatus(w io.Writer, mc *fleetv1alpha1.MemberCluster, stale string, now time.Time) error {
 	st := mc.Status
 	ref := mc.Spec.SecretRef
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
@@ -57,7 +96,12 @@ func printStatus(w io.Writer, mc *fleetv1alpha1.MemberCluster, now time.Time) er
 	if st.StateSince != nil {
 		state += " since " + when(st.StateSince, now)
 	}
-	field("State", state)
+	if stale != "" {
+		field("State", stateUnknown+": "+stale)
+		field("Recorded state", state)
+	} else {
+		field("State", state)
+	}
 	field("Format", string(ref.Format))
 	field("Secret", ref.Namespace+"/"+ref.Name)
 	field("Server version", orNone(oneLine(st.ServerVersion)))

@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+)
+
+// shownMembers is how many members not applied a wide row of get
+// propagations names; the others are counted.
+const shownMembers = 3
+
+// namespaceFlags say which namespace, or all, a command reads.
+type namespaceFlags struct {
+	namespace     string
+	allNamespaces bool
+}
+
+func (n *namespaceFlags) bindFlags(cmd *cobra.Command, hub *hubFlags, all bool) {
+	fs := cmd.Flags()
+	fs.StringVarP(&n.namespace, "namespace", "n", "", "Namespace of the Propagations. Default: the namespace of the hub kubeconfig's context, else default.")
+	if all {
+		fs.BoolVarP(&n.allNamespaces, "all-namespaces", "A", false, "List the Propagations of every namespace.")
+	}
+	_ = cmd.RegisterFlagCompletionFunc("namespace", completeNamespaces(hub))
+}
+
+// hubNamespace is ns, else the namespace of the hub kubeconfig's context,
+// else default, as kubectl picks it.
+func hubNamespace(hub *hubFlags, ns string) (string, error) {
+	if ns != "" {
+		return ns, nil
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = hub.kubeconfig
+	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: hub.context}).Namespace()
+	if err != nil {
+		return "", fmt.Errorf("loading the hub kubeconfig: %w", err)
+	}
+	return ns, nil
+}
+
+// getPropagationsCommand returns "get propagations".
+func getPropagationsCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
+	var (
+		ns       namespaceFlags
+		selector string
+	)
+	cmd := &cobra.Command{
+		Use:     "propagations [NAME...]",
+		Aliases: []string{"propagation", "prop"},
+		Short:   "List the Propagations of a namespace, or of all, as kubectl get does",
+		Long: `List the Propagations of a namespace (-n), or of all (-A), as a table of their
+member counts, or as -o asks. -o wide adds the members that owe deletions and
+those not applied, with their result and reason.`,
+		Example: `  fleet-manager get propagations -n team-a
+  fleet-manager get prop -A -o wide
+  fleet-manager get propagation web -n team-a -o yaml`,
+		ValidArgsFunction: completePropagations(hub, &ns.namespace),
+	}
+	out := bindOutputFlags(cmd, true)
+	ns.bindFlags(cmd, hub, true)
+	cmd.Flags().StringVarP(&selector, "selector", "l", "", "Label selector to filter Propagations on.")
+	cmd.RunE = func(cmd *cobra.Command, names []string) error {
+		p, err := out.toPrinter(ns.allNamespaces)
+		if err != nil {
+			return err
+		}
+		sel, err := labels.Parse(selector)
+		switch {
+		case err != nil:
+			return usageErrorf("--selector: %v", err)
+		case len(names) > 0 && selector != "":
+			return usageErrorf("NAME and --selector cannot be used together")
+		case len(names) > 0 && ns.allNamespaces:
+			return usageErrorf("NAME and --all-namespaces cannot be used together: name the namespace with -n")
+		}
+		namespace := ""
+		if !ns.allNamespaces {
+			if namespace, err = hubNamespace(hub, ns.namespace); err != nil {
+				return err
+			}
+		}
+		c, err := hub.client()
+		if err != nil {
+			return err
+		}
+		items, getErr := getPropagations(cmd.Context(), c, namespace, names, sel)
+		if getErr != nil && len(items) == 0 {
+			return getErr
+		}
+		if err := printPropagations(cmd, p, items, namespace, len(names) == 1, clk.Now()); err != nil {
+			return err
+		}
+		return getErr
+	}
+	return cmd
+}
+
+// getPropagations returns the Propagations names, or every one sel
+// matches, of namespace ("" for all), sorted by namespace and name. With
+// names, it returns those it found and an error naming the others.
+func getPropagations(ctx context.Context, c client.Client, namespace string, names []string, sel labels.Selector) ([]fleetv1alpha1.Propagation, error) {
+	if len(names) == 0 {
+		var list fleetv1alpha1.PropagationList
+		if err := c.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return nil, propagationReadError(err)
+		}
+		slices.SortFunc(list.Items, func(a, b fleetv1alpha1.Propagation) int {
+			return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+		})
+		return list.Items, nil
+	}
+	var items []fleetv1alpha1.Propagation
+	var errs []error
+	for _, name := range names {
+		var p fleetv1alpha1.Propagation
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &p); err != nil {
+			if err = propagationReadError(err); errors.Is(err, errNoPropagationCRD) {
+				return nil, err
+			}
+			errs = append(errs, err)
+			continue
+		}
+		items = append(items, p)
+	}
+	return items, joinLine(errs)
+}
+
+// errNoPropagationCRD: the hub serves no Propagations.
+var errNoPropagationCRD = errors.New("the hub has no Propagation CRD: apply deploy/crd (kubectl apply -k deploy/)")
+
+// propagationReadError turns the hub's answer that it serves no
+// Propagations into errNoPropagationCRD.
+func propagationReadError(err error) error {
+	if errors.Is(hubReadError(err), errNoCRD) {
+		return errNoPropagationCRD
+	}
+	return err
+}
+
+// printPropagations writes items of namespace ("" for all) as p asks.
+func printPropagations(cmd *cobra.Command, p *resourcePrinter, items []fleetv1alpha1.Propagation, namespace string, single bool, now time.Time) error {
+	if len(items) == 0 && p.rows != nil {
+		if namespace == "" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "No Propagations found.")
+		} else {
+			fmt.Fprintf(cmd.ErrOrStderr(), "No Propagations found in namespace %s.\n", namespace)
+		}
+		return nil
+	}
+	if p.rows == nil || p.custom {
+		objs := make([]client.Object, len(items))
+		for i := range items {
+			objs[i] = &items[i]
+		}
+		return p.printObjects(cmd.OutOrStdout(), objs, single)
+	}
+	table := &metav1.Table{ColumnDefinitions: propagationColumns}
+	for i := range items {
+		table.Rows = append(table.Rows, propagationRow(&items[i], now))
+	}
+	return p.rows.PrintObj(table, cmd.OutOrStdout())
+}
+
+// propagationColumns are kubectl get prop's columns, then the wide ones.
+var propagationColumns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name"},
+	{Name: "Selected", Type: "integer"},
+	{Name: "Applied", Type: "integer"},
+	{Name: "Drifted", Type: "integer"},
+	{Name: "Failed", Type: "integer"},
+	{Name: "Ready", Type: "string"},
+	{Name: "Age", Type: "string"},
+	{Name: "Deletions Owed", Type: "integer", Priority: 1, Description: "Members that owe the removal of copies"},
+	{Name: "Not Applied", Type: "string", Priority: 1, Description: "Members not applied, with their result and reason"},
+}
+
+func propagationRow(prop *fleetv1alpha1.Propagation, now time.Time) metav1.TableRow {
+	st := prop.Status
+	return tableRow(prop,
+		prop.Name, int64(st.Selected), int64(st.Applied), int64(st.Drifted), int64(st.Failed),
+		conditionStatus(st.Conditions, fleetv1alpha1.PropagationReady), age(&prop.CreationTimestamp, now),
+		int64(st.PendingDeletions), notApplied(st.Members),
+	)
+}
+
+// notApplied names the first members, "east:Failed(Forbidden)", and
+// counts the others, as kubectl's endpoints column does.
+func notApplied(members []fleetv1alpha1.MemberPropagationStatus) string {
+	var shown []string
+	for _, m := range members[:min(len(members), shownMembers)] {
+		s := m.Name + ":" + string(m.Result)
+		if m.Reason != "" {
+			s += "(" + m.Reason + ")"
+		}
+		shown = append(shown, s)
+	}
+	s := orNone(strings.Join(shown, ","))
+	if more := len(members) - shownMembers; more > 0 {
+		s += fmt.Sprintf(" + %d more...", more)
+	}
+	return s
+}
+
+// propagationStatusCommand returns "status propagation NAME".
+func propagationStatusCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
+	var ns namespaceFlags
+	cmd := &cobra.Command{
+		Use:               "propagation NAME",
+		Aliases:           []string{"propagations", "prop"},
+		Short:             "Show where a Propagation stands: its spec, counts, conditions, and each member not applied",
+		Args:              exactArgs(1, "a Propagation NAME"),
+		ValidArgsFunction: completeOnlyFirst(completePropagations(hub, &ns.namespace)),
+	}
+	out := bindOutputFlags(cmd, false)
+	ns.bindFlags(cmd, hub, false)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		p, err := out.toPrinter(false)
+		if err != nil {
+			return err
+		}
+		namespace, err := hubNamespace(hub, ns.namespace)
+		if err != nil {
+			return err
+		}
+		c, err := hub.client()
+		if err != nil {
+			return err
+		}
+		var prop fleetv1alpha1.Propagation
+		if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: namespace, Name: args[0]}, &prop); err != nil {
+			return propagationReadError(err)
+		}
+		if !p.view {
+			return p.printObjects(cmd.OutOrStdout(), []client.Object{&prop}, true)
+		}
+		return printPropagationStatus(cmd.OutOrStdout(), &prop, clk.Now())
+	}
+	return cmd
+}
+
+// printPropagationStatus writes prop's summary to w, with times relative
+// to now.
+func printPropagationStatus(w io.Writer, prop *fleetv1alpha1.Propagation, now time.Time) error {
+	spec, st := prop.Spec, prop.Status
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	field := func(name, value string) { fmt.Fprintf(tw, "%s:\t%s\n", name, value) }
+
+	field("Name", prop.Name)
+	field("Namespace", prop.Namespace)
+	field("Labels", orNone(labels.FormatLabels(prop.Labels)))
+	generation := strconv.FormatInt(prop.Generation, 10)
+	switch st.ObservedGeneration {
+	case prop.Generation:
+	case 0:
+		generation += " (no status yet)"
+	default:
+		generation += fmt.Sprintf(" (the status is of generation %d)", st.ObservedGeneration)
+	}
+	field("Generation", generation)
+	for i, r := range spec.Resources {
+		if i == 0 {
+			field("Resources", resourceSelector(r))
+		} else {
+			fmt.Fprintf(tw, "\t%s\n", resourceSelector(r))
+		}
+	}
+	field("Members", memberSelector(spec.Members))
+	field("Drift", string(spec.Drift))
+	field("Deletion", string(spec.Deletion))
+	field("Adopt", strconv.FormatBool(spec.Adopt))
+	field("Suspend", strconv.FormatBool(spec.Suspend))
+	field("Selected", fmt.Sprintf("%d: %d applied, %d drifted, %d failed, %d owe deletions", st.Selected, st.Applied, st.Drifted, st.Failed, st.PendingDeletions))
+	kinds := make([]string, len(st.Kinds))
+	for i, k := range st.Kinds {
+		kinds[i] = k.APIVersion + " " + k.Kind
+	}
+	field("Kinds copied", orNone(strings.Join(kinds, ", ")))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	conds := make([][]string, len(st.Conditions))
+	for i, c := range st.Conditions {
+		conds[i] = []string{c.Type, string(c.Status), c.Reason, age(&c.LastTransitionTime, now), orNone(oneLine(c.Message))}
+	}
+	if err := section(w, "Conditions", []string{"TYPE", "STATUS", "REASON", "AGE", "MESSAGE"}, conds); err != nil {
+		return err
+	}
+	members := make([][]string, len(st.Members))
+	var drifted [][]string
+	for i, m := range st.Members {
+		members[i] = []string{m.Name, string(m.Result), orNone(m.Reason), age(&m.LastTransitionTime, now), orNone(oneLine(m.Message))}
+		for _, f := range m.DriftedFields {
+			drifted = append(drifted, []string{m.Name, oneLine(f)})
+		}
+	}
+	if err := section(w, "Members not applied", []string{"NAME", "RESULT", "REASON", "AGE", "MESSAGE"}, members); err != nil {
+		return err
+	}
+	if len(drifted) == 0 {
+		return nil
+	}
+	return section(w, "Drifted fields", []string{"MEMBER", "FIELD"}, drifted)
+}
+
+// resourceSelector says what r selects: "apps/v1 Deployment web" or
+// "v1 ConfigMap app=web".
+func resourceSelector(r fleetv1alpha1.ResourceSelector) string {
+	s := r.APIVersion + " " + r.Kind + " "
+	if r.Selector != nil {
+		return s + selectorString(r.Selector)
+	}
+	return s + r.Name
+}
+
+// memberSelector says which members s selects.
+func memberSelector(s fleetv1alpha1.MemberSelector) string {
+	var parts []string
+	if s.Selector != nil {
+		parts = append(parts, "labels "+selectorString(s.Selector))
+	}
+	if len(s.Names) > 0 {
+		parts = append(parts, "names "+strings.Join(s.Names, ", "))
+	}
+	if len(parts) == 0 {
+		return "every member"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// selectorString is s as kubectl -l writes it, or its error.
+func selectorString(s *metav1.LabelSelector) string {
+	sel, err := metav1.LabelSelectorAsSelector(s)
+	if err != nil {
+		return "invalid: " + err.Error()
+	}
+	if sel.Empty() {
+		return "(everything)"
+	}
+	return sel.String()
+}
