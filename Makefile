@@ -13,9 +13,13 @@ GO_LDFLAGS := -X main.version=$(VERSION)
 
 all: build
 
-## build: bin/fleet-manager, stamped with VERSION and the commit.
+## build: bin/fleet-manager, stamped with VERSION and the commit, and the
+## kubectl plugin: bin/kubectl-fleet ("kubectl fleet") and
+## bin/kubectl_complete-fleet (its completion), links to the same binary.
 build:
 	go build -buildvcs=auto -ldflags '$(GO_LDFLAGS)' -o $(BIN)/fleet-manager ./cmd/fleet-manager
+	ln -sf fleet-manager $(BIN)/kubectl-fleet
+	ln -sf fleet-manager $(BIN)/kubectl_complete-fleet
 
 ## image: the linux/amd64 and linux/arm64 image, without a Docker engine, as an
 ## OCI layout in bin/image (hack/image, a module of its own).

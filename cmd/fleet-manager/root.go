@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -30,17 +31,60 @@ func init() {
 	utilruntime.Must(fleetv1alpha1.AddToScheme(scheme))
 }
 
+// The names the binary answers to as a kubectl plugin: "kubectl fleet
+// ARGS" runs kubectl-fleet ARGS, and kubectl completes "kubectl fleet"
+// by running kubectl_complete-fleet ARGS.
+const (
+	pluginName           = "kubectl-fleet"
+	pluginCompletionName = "kubectl_complete-fleet"
+)
+
 // execute runs the command args name, run if args name none, and returns
-// the exit code.
+// the exit code. Named as a kubectl plugin (os.Args[0]), it presents
+// itself as "kubectl fleet" and runs no command by default.
 func execute(args []string, stdout, stderr io.Writer) int {
-	return executeRoot(newRootCommand(startManager), args, stdout, stderr)
+	root := newRootCommand(startManager)
+	switch filepath.Base(os.Args[0]) {
+	case pluginCompletionName:
+		args = append([]string{cobra.ShellCompRequestCmd}, args...)
+		fallthrough
+	case pluginName:
+		asPlugin(root)
+		root.SetArgs(args)
+		return executeArgs(root, stdout, stderr)
+	}
+	return executeRoot(root, args, stdout, stderr)
 }
 
-// executeRoot runs root with args and returns the exit code.
+// asPlugin makes root present itself as the kubectl plugin "kubectl
+// fleet", in its usage and examples, with no default command.
+func asPlugin(root *cobra.Command) {
+	root.Use = pluginName
+	root.Annotations[cobra.CommandDisplayNameAnnotation] = "kubectl fleet"
+	root.Long = strings.Replace(root.Long, "Without a command, it runs the\nmanager (\"fleet-manager run\").", "As \"kubectl fleet\", it runs\nthe manager only when told to (\"kubectl fleet run\").", 1)
+	var rename func(*cobra.Command)
+	rename = func(c *cobra.Command) {
+		c.Short = strings.TrimSuffix(c.Short, " (the default command)")
+		c.Example = strings.ReplaceAll(c.Example, "fleet-manager ", "kubectl fleet ")
+		for _, sub := range c.Commands() {
+			rename(sub)
+		}
+	}
+	rename(root)
+}
+
+// executeRoot runs root with args, run if args name no command, and
+// returns the exit code.
 func executeRoot(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
+	root.SetArgs(defaultToRun(root, args))
+	return executeArgs(root, stdout, stderr)
+}
+
+// executeArgs runs root with the arguments it was given and returns the
+// exit code.
+func executeArgs(root *cobra.Command, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetArgs(defaultToRun(root, args))
 	cmd, err := root.ExecuteC()
 	exit, exitCode := errors.AsType[*exitCodeError](err)
 	switch {
