@@ -241,7 +241,7 @@ func (r *reconciler) countOwed(member string) {
 // remove them, or that did not report within releaseTimeout. members are
 // those the registry accepts, which it waits for to have read every
 // registration.
-func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation, members []*registry.Cluster) (reconcile.Result, error) {
+func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) {
 		return reconcile.Result{}, nil
 	}
@@ -256,7 +256,7 @@ func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation, 
 	results := r.results.of(key)
 	timedOut := time.Since(p.DeletionTimestamp.Time) > releaseTimeout
 	var waiting, owed []string
-	for _, c := range members {
+	for _, c := range r.acceptedMembers() {
 		res, has := results[c.Name]
 		switch {
 		case has && res.removing && res.copies == 0 && res.result != fleetv1alpha1.ResultFailed:

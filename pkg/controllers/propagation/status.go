@@ -44,7 +44,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 		return reconcile.Result{}, err
 	}
 	if !p.DeletionTimestamp.IsZero() {
-		return retryConflict(r.release(ctx, p, r.acceptedMembers()))
+		return retryConflict(r.release(ctx, p))
 	}
 	if !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) {
 		before := p.DeepCopy()
