@@ -6,8 +6,9 @@
 //	fleet-manager [run] [flags]           run the manager against a hub (the default)
 //	fleet-manager register NAME [flags]   give the manager least-privilege, self-renewing access to a member
 //	fleet-manager unregister NAME         remove a member's registration (--cleanup: and its access)
-//	fleet-manager get members             list the members, kubectl-style
+//	fleet-manager get members|propagations  list members or Propagations, kubectl-style
 //	fleet-manager status NAME             one member's state, conditions, transitions and credentials
+//	fleet-manager status propagation NAME one Propagation's counts, conditions and members not applied
 //	fleet-manager check-kubeconfig FILE   say whether the manager's policy accepts a kubeconfig
 //	fleet-manager demo                    run fleet-demo, a local hub and two members
 //	fleet-manager version                 print the version (also --version)
@@ -23,6 +24,9 @@
 // account tokens, and serves metrics and health probes. It logs with
 // controller-runtime's zap logger (see the --zap-* flags); klog, used by
 // client-go, goes to the same logger.
+//
+// Named kubectl-fleet, the binary is the kubectl plugin `kubectl fleet`;
+// named kubectl_complete-fleet, it completes that plugin's arguments.
 //
 // The exit code is 0 on success, 1 on an error, which is printed as one
 // line, and 2 on bad usage.
