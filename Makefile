@@ -41,6 +41,8 @@ envtest:
 
 ## test: unit and envtest suites, with the race detector. go test runs vet's
 ## high-confidence checks (`make lint` runs all of vet) and the fuzz seeds.
+## hack/manifests compares the Helm chart with deploy/ and runs the alerts'
+## promtool rule tests.
 test: envtest promtool
 	go test $(GO_TEST_FLAGS) ./...
 	cd hack/image && go test $(GO_TEST_FLAGS) ./...
