@@ -62,8 +62,9 @@ const (
 	MaxTokenTTL = fleetv1alpha1.MaxTokenLifetime
 )
 
-// Presets are the built-in ClusterRoles Options.Preset may name.
-var Presets = []string{"cluster-admin", "edit", "view"}
+// Presets are what Options.Preset may name: the built-in ClusterRoles,
+// and FleetPreset.
+var Presets = []string{"cluster-admin", "edit", "view", FleetPreset}
 
 // redacted stands for the token in what Register returns.
 const redacted = "<redacted>"
@@ -85,14 +86,15 @@ type Options struct {
 	// Name is the cluster name, and the hub Secret's name: a DNS-1123
 	// subdomain. Required.
 	Name string
-	// Preset is cluster-admin, edit or view: the built-in ClusterRole the
-	// ServiceAccount is bound to. Exactly one of Preset and ClusterRole.
+	// Preset is cluster-admin, edit or view, the built-in ClusterRole the
+	// ServiceAccount is bound to, or FleetPreset, rules computed from the
+	// hub's Propagations. Exactly one of Preset and ClusterRole.
 	Preset string
 	// ClusterRole names an existing ClusterRole to bind instead.
 	ClusterRole string
 	// Namespaces, when set, bind the ClusterRole with a RoleBinding in
-	// each of these existing namespaces instead of cluster-wide. Not with
-	// Preset cluster-admin.
+	// each of these existing namespaces instead of cluster-wide (for
+	// FleetPreset, a Role of its rules). Not with Preset cluster-admin.
 	Namespaces []string
 	// TokenTTL is the lifetime asked of the TokenRequest API; the API
 	// server may shorten it. Default DefaultTokenTTL, at least MinTokenTTL
@@ -127,13 +129,13 @@ func (o *Options) Validate() error {
 	}
 	switch {
 	case o.Preset == "" && o.ClusterRole == "":
-		errs = append(errs, errors.New("name the permissions: a preset (cluster-admin, edit or view) or a ClusterRole"))
+		errs = append(errs, errors.New("name the permissions: a preset (cluster-admin, edit, view or fleet) or a ClusterRole"))
 	case o.Preset != "" && o.ClusterRole != "":
 		errs = append(errs, errors.New("a preset and a ClusterRole exclude each other"))
 	case o.Preset != "" && !slices.Contains(Presets, o.Preset):
-		errs = append(errs, fmt.Errorf("unknown permissions preset %q: want cluster-admin, edit or view", o.Preset))
+		errs = append(errs, fmt.Errorf("unknown permissions preset %q: want cluster-admin, edit, view or fleet", o.Preset))
 	case o.Preset == "cluster-admin" && len(o.Namespaces) > 0:
-		errs = append(errs, errors.New("cluster-admin is cluster-wide: use edit or view with namespaces"))
+		errs = append(errs, errors.New("cluster-admin is cluster-wide: use fleet, edit or view with namespaces"))
 	}
 	for _, ns := range o.Namespaces {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
@@ -246,8 +248,11 @@ type Result struct {
 	// PreviousServer is the server the hub Secret registered before,
 	// when Register pointed it at another one; empty otherwise.
 	PreviousServer string
-	// Warnings say what Register could not do that the person should know.
+	// Warnings say what Register could not do, or what the rights allow,
+	// that the person should know.
 	Warnings []string
+	// Rights are FleetPreset's rules; nil for other permissions.
+	Rights *FleetRights
 }
 
 // Objects returns the objects of r, member ones first, for printing.
@@ -265,7 +270,8 @@ func (r *Result) Objects() []client.Object {
 // reaches, with the fleet on hub, as o says. The person's credentials in
 // member are used to write the member's objects and mint the token, and
 // are never copied. hub may be nil for DryRunClient, whose objects then
-// carry no fleet identity.
+// carry no fleet identity, except with FleetPreset, which reads the hub's
+// Propagations and the member's kinds even then.
 //
 // Register reads the fleet's identity on the hub, creating it if missing
 // (registry.FleetID; in a server dry run it is not kept), and touches in
@@ -282,12 +288,25 @@ func Register(ctx context.Context, member *rest.Config, hub client.Client, o Opt
 		return nil, err
 	}
 	res := &Result{}
+	if w := PresetWarning(o); w != "" {
+		res.Warnings = append(res.Warnings, w)
+	}
+	mc, err := NewClient(member)
+	if err != nil {
+		return nil, err
+	}
+	if o.Preset == FleetPreset {
+		if res.Rights, err = fleetRights(ctx, hub, mc.RESTMapper(), o.Namespaces); err != nil {
+			return nil, err
+		}
+		res.Warnings = append(res.Warnings, res.Rights.Skipped...)
+	}
 	if o.DryRun == DryRunClient {
 		secret, err := registrationSecret(o, conn, redacted)
 		if err != nil {
 			return nil, err
 		}
-		for _, obj := range memberObjects(o, "") {
+		for _, obj := range memberObjects(o, "", res.Rights) {
 			res.Member = append(res.Member, Change{Object: obj, Op: "created"})
 		}
 		res.Secret = Change{Object: printable(secret), Op: "created"}
@@ -316,15 +335,11 @@ func Register(ctx context.Context, member *rest.Config, hub client.Client, o Opt
 			o.HubNamespace, o.Name, o.Name, previous, server))
 	}
 
-	mc, err := NewClient(member)
-	if err != nil {
-		return nil, err
-	}
 	m := &memberWriter{
 		c: mc, name: o.Name, id: id, hubSecret: o.HubNamespace + "/" + o.Name, server: conn.personServer,
 		dryRun: o.DryRun == DryRunServer, proven: previous != "" && previous == server,
 	}
-	want := memberObjects(o, id)
+	want := memberObjects(o, id, res.Rights)
 	if err := m.check(ctx, o, want); err != nil {
 		return nil, err
 	}
@@ -428,8 +443,8 @@ func labels(name, id string) map[string]string {
 }
 
 // memberObjects are the member objects o wants in the fleet of identity
-// id, in the order they are written.
-func memberObjects(o Options, id string) []client.Object {
+// id, in the order they are written; rights are FleetPreset's.
+func memberObjects(o Options, id string, rights *FleetRights) []client.Object {
 	meta := func(namespace, name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels(o.Name, id)}
 	}
@@ -451,6 +466,9 @@ func memberObjects(o Options, id string) []client.Object {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: TokenRoleName},
 			Subjects:   sa,
 		},
+	}
+	if rights != nil {
+		return append(objs, fleetObjects(o, meta, sa, rights)...)
 	}
 	role := o.Preset
 	if role == "" {

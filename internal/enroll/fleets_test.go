@@ -202,13 +202,13 @@ func TestAnEarlierRegistersObjects(t *testing.T) {
 
 func TestRegisterWarnsWhenItRepointsTheSecret(t *testing.T) {
 	hub, _, ns := clients(t)
-	register(t, hub, enroll.Options{Name: "eu-1", Preset: "view", HubNamespace: ns, Server: "https://10.0.0.7:6443"})
-	res := register(t, hub, enroll.Options{Name: "eu-1", Preset: "view", HubNamespace: ns})
+	register(t, hub, enroll.Options{Name: "eu-1", ClusterRole: "view", HubNamespace: ns, Server: "https://10.0.0.7:6443"})
+	res := register(t, hub, enroll.Options{Name: "eu-1", ClusterRole: "view", HubNamespace: ns})
 	if res.PreviousServer != "https://10.0.0.7:6443" || len(res.Warnings) != 1 ||
 		!strings.Contains(res.Warnings[0], "https://10.0.0.7:6443") || !strings.Contains(res.Warnings[0], memberEnv.Config.Host) {
 		t.Errorf("re-pointing: previous server %q, warnings %q", res.PreviousServer, res.Warnings)
 	}
-	if res := register(t, hub, enroll.Options{Name: "eu-1", Preset: "view", HubNamespace: ns}); res.PreviousServer != "" || len(res.Warnings) > 0 {
+	if res := register(t, hub, enroll.Options{Name: "eu-1", ClusterRole: "view", HubNamespace: ns}); res.PreviousServer != "" || len(res.Warnings) > 0 {
 		t.Errorf("the same server again: previous server %q, warnings %q", res.PreviousServer, res.Warnings)
 	}
 }

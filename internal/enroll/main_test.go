@@ -95,7 +95,9 @@ func resetMember(t *testing.T) {
 	lists := map[client.ObjectList]client.ListOption{
 		&rbacv1.ClusterRoleBindingList{}: client.HasLabels{enroll.ManagedByLabel},
 		&rbacv1.RoleBindingList{}:        client.HasLabels{enroll.ManagedByLabel},
+		&rbacv1.ClusterRoleList{}:        client.HasLabels{enroll.ManagedByLabel},
 		&rbacv1.RoleList{}:               inFleetSystem,
+		new(rbacv1.RoleList):             client.HasLabels{enroll.ManagedByLabel},
 		&corev1.ServiceAccountList{}:     inFleetSystem,
 		&corev1.ConfigMapList{}:          inFleetSystem,
 		&corev1.SecretList{}:             inFleetSystem,

@@ -97,7 +97,7 @@ func (m *memberWriter) check(ctx context.Context, o Options, want []client.Objec
 	if role == "" {
 		role = o.ClusterRole
 	}
-	if err := m.c.Get(ctx, client.ObjectKey{Name: role}, &rbacv1.ClusterRole{}); err != nil {
+	if err := m.c.Get(ctx, client.ObjectKey{Name: role}, &rbacv1.ClusterRole{}); err != nil && role != FleetPreset {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("the member has no ClusterRole %q", role)
 		}
@@ -246,19 +246,20 @@ func (m *memberWriter) owned(obj client.Object) error {
 	return nil
 }
 
-// prune deletes the bindings of this cluster that want no longer holds,
-// such as a changed preset's. Without the rights to list bindings it
-// returns a warning instead.
+// prune deletes the bindings and roles of this cluster that want no
+// longer holds, such as a changed preset's. Without the rights to list
+// them it returns a warning instead.
 func (m *memberWriter) prune(ctx context.Context, want []client.Object) ([]Change, string, error) {
 	wanted := map[string]bool{}
 	for _, obj := range want {
 		wanted[Describe(obj)] = true
 	}
 	var changes []Change
-	for _, list := range []client.ObjectList{&rbacv1.ClusterRoleBindingList{}, &rbacv1.RoleBindingList{}} {
+	lists := []client.ObjectList{&rbacv1.ClusterRoleBindingList{}, &rbacv1.RoleBindingList{}, &rbacv1.ClusterRoleList{}, &rbacv1.RoleList{}}
+	for _, list := range lists {
 		objs, _, err := m.list(ctx, list)
 		if apierrors.IsForbidden(err) {
-			return changes, "could not look for bindings of an earlier register to remove: " + err.Error(), nil
+			return changes, "could not look for bindings and roles of an earlier register to remove: " + err.Error(), nil
 		}
 		if err != nil {
 			return changes, "", err
@@ -358,7 +359,7 @@ func Cleanup(ctx context.Context, cfg *rest.Config, name, fleetID string, regist
 	// Bindings first, so the identity loses its rights before it is gone;
 	// the namespace last.
 	lists := []client.ObjectList{
-		&rbacv1.ClusterRoleBindingList{}, &rbacv1.RoleBindingList{}, &rbacv1.RoleList{},
+		&rbacv1.ClusterRoleBindingList{}, &rbacv1.RoleBindingList{}, &rbacv1.ClusterRoleList{}, &rbacv1.RoleList{},
 		&corev1.ServiceAccountList{}, &corev1.NamespaceList{},
 	}
 	var namespace client.Object
@@ -480,6 +481,8 @@ func equal(cur, want client.Object) bool {
 	switch w := want.(type) {
 	case *rbacv1.Role:
 		return equality.Semantic.DeepEqual(cur.(*rbacv1.Role).Rules, w.Rules)
+	case *rbacv1.ClusterRole:
+		return equality.Semantic.DeepEqual(cur.(*rbacv1.ClusterRole).Rules, w.Rules)
 	case *rbacv1.RoleBinding:
 		return equality.Semantic.DeepEqual(cur.(*rbacv1.RoleBinding).Subjects, w.Subjects)
 	case *rbacv1.ClusterRoleBinding:
@@ -512,6 +515,8 @@ func copyContent(cur, want client.Object) {
 	switch w := want.(type) {
 	case *rbacv1.Role:
 		cur.(*rbacv1.Role).Rules = w.Rules
+	case *rbacv1.ClusterRole:
+		cur.(*rbacv1.ClusterRole).Rules = w.Rules
 	case *rbacv1.RoleBinding:
 		cur.(*rbacv1.RoleBinding).Subjects = w.Subjects
 	case *rbacv1.ClusterRoleBinding:
