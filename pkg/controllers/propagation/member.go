@@ -29,9 +29,18 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
 
-// failureRetry is when a member whose failure no event will end (a
-// missing kind, a refusal) is tried again.
-const failureRetry = time.Minute
+// A failed member run is tried again after a second, then after twice as
+// long at each failure for the same reason, up to failureRetry: what
+// cures it (a right granted, a namespace or a CRD created in the member)
+// is no event the manager sees.
+const (
+	firstFailureRetry = time.Second
+	failureRetry      = time.Minute
+)
+
+// failureLogInterval is how often a failure that stays is logged again,
+// per Propagation, member and reason.
+const failureLogInterval = 10 * time.Minute
 
 // identityWait bounds how long a member request waits for the fleet's
 // identity, which the manager reads from the hub as it starts: until it
@@ -188,7 +197,7 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 			return reconcile.Result{}, fmt.Errorf("recording removed copies in the journal: %w", err)
 		}
 	}
-	return run.record(removing, len(want))
+	return run.record(ctx, removing, len(want))
 }
 
 // wanted returns the hub objects that the member should hold copies of,
@@ -539,14 +548,14 @@ func (run *memberRun) hold(gvk schema.GroupVersionKind) {
 }
 
 // record stores the run's result, asks for a status write when it
-// changed, and retries failures no event will end.
-func (run *memberRun) record(removing bool, wanted int) (reconcile.Result, error) {
+// changed, tells a failure or a recovery (see tell), and retries a
+// failure with back-off (see retryAfter).
+func (run *memberRun) record(ctx context.Context, removing bool, wanted int) (reconcile.Result, error) {
 	gen := int64(0)
 	if run.p != nil {
 		gen = run.p.Generation
 	}
 	res := memberResult{result: fleetv1alpha1.ResultApplied, reason: fleetv1alpha1.ReasonApplied, generation: gen, since: metav1.Now(), copies: run.copies, kinds: run.kinds, removing: removing}
-	var after time.Duration
 	switch {
 	case len(run.failures) > 0:
 		f := run.failures[0]
@@ -554,7 +563,6 @@ func (run *memberRun) record(removing bool, wanted int) (reconcile.Result, error
 		if n := len(run.failures); n > 1 {
 			res.message = fmt.Sprintf("%s (and %d more)", f.message, n-1)
 		}
-		after = failureRetry
 	case len(run.drifted) > 0:
 		res.result, res.reason, res.drifted = fleetv1alpha1.ResultDrifted, fleetv1alpha1.ReasonDrifted, run.drifted
 		res.message = "copies were changed in the member: " + strings.Join(run.drifted, "; ")
@@ -576,11 +584,56 @@ func (run *memberRun) record(removing bool, wanted int) (reconcile.Result, error
 		// Gone, with copies left: they stay owed.
 		res.result, res.reason = fleetv1alpha1.ResultDeletionOwed, fleetv1alpha1.ReasonDeletionOwed
 	}
-	if run.r.results.set(run.key, run.member.name, res) {
+	old, now := run.r.results.set(run.key, run.member.name, res)
+	if !old.same(now) {
 		run.r.countOwed(run.member.name)
 		run.r.enqueue(fleet.Request{NamespacedName: run.key})
 	}
-	return reconcile.Result{RequeueAfter: after}, nil
+	run.tell(ctx, old, now)
+	if now.result != fleetv1alpha1.ResultFailed {
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{RequeueAfter: retryAfter(now.failedRuns)}, nil
+}
+
+// retryAfter is when a member run that failed runs times in a row for
+// the same reason is tried again: after a second, doubled at each
+// failure, up to failureRetry.
+func retryAfter(runs int) time.Duration {
+	after := firstFailureRetry
+	for i := 1; i < runs && after < failureRetry; i++ {
+		after *= 2
+	}
+	return min(after, failureRetry)
+}
+
+// tell tells a failure (now) of another reason than the last result
+// (old) as a Warning Event on the Propagation, and the first run that
+// applies again as a Normal one; each names the member, and relates to its
+// MemberCluster. A failure is logged too, at most once per
+// failureLogInterval while its reason stays. What is told is the
+// result's message: the manager's words, never the member's.
+func (run *memberRun) tell(ctx context.Context, old, now memberResult) {
+	member := run.member.name
+	log := logf.FromContext(ctx)
+	failed := now.result == fleetv1alpha1.ResultFailed
+	recovered := old.result == fleetv1alpha1.ResultFailed && now.result == fleetv1alpha1.ResultApplied
+	switch {
+	case failed && run.r.results.logFailure(run.key, member, failureLogInterval):
+		log.Info("Propagation failed in the member", "reason", now.reason, "message", now.message, "failedRuns", now.failedRuns, "retryAfter", retryAfter(now.failedRuns))
+	case recovered:
+		log.Info("Propagation applied in the member again", "failedReason", old.reason)
+	}
+	if run.p == nil {
+		return // gone: nothing to tell it on
+	}
+	mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: member}}
+	switch {
+	case failed && (old.result != now.result || old.reason != now.reason):
+		run.r.recorder.Eventf(run.p, mc, corev1.EventTypeWarning, now.reason, "Propagate", "member %s: %s", member, now.message)
+	case recovered:
+		run.r.recorder.Eventf(run.p, mc, corev1.EventTypeNormal, now.reason, "Propagate", "member %s: %s, after %s", member, now.message, old.reason)
+	}
 }
 
 // managersOf names the field managers of obj, for AlreadyExists.

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -29,6 +30,10 @@ type memberResult struct {
 	// none are wanted: the Propagation is gone or deleted, or the member
 	// is not selected.
 	removing bool
+	// failedRuns counts the runs in a row that failed for reason, and
+	// logged is when the failure was last logged.
+	failedRuns int
+	logged     time.Time
 }
 
 func (a memberResult) same(b memberResult) bool {
@@ -45,9 +50,11 @@ type results struct {
 
 func newResults() *results { return &results{byProp: map[propagationKey]map[string]memberResult{}} }
 
-// set records member's result for key, keeping since while the result
-// and reason stay, and reports whether anything changed.
-func (rs *results) set(key propagationKey, member string, r memberResult) bool {
+// set records member's result for key, keeping since, failedRuns and
+// logged while the result and reason stay, and counting a failed run. It
+// returns the result replaced (zero if none) and the one recorded: the
+// two are not same when anything changed.
+func (rs *results) set(key propagationKey, member string, r memberResult) (old, now memberResult) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	m := rs.byProp[key]
@@ -55,12 +62,29 @@ func (rs *results) set(key propagationKey, member string, r memberResult) bool {
 		m = map[string]memberResult{}
 		rs.byProp[key] = m
 	}
-	old, ok := m[member]
-	if ok && old.result == r.result && old.reason == r.reason {
-		r.since = old.since
+	old = m[member]
+	if old.result == r.result && old.reason == r.reason {
+		r.since, r.failedRuns, r.logged = old.since, old.failedRuns, old.logged
+	}
+	if r.result == fleetv1alpha1.ResultFailed {
+		r.failedRuns++
 	}
 	m[member] = r
-	return !ok || !old.same(r)
+	return old, r
+}
+
+// logFailure reports whether member's failure for key is to be logged:
+// not if it was within every, for the same reason. It records the time.
+func (rs *results) logFailure(key propagationKey, member string, every time.Duration) bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r, ok := rs.byProp[key][member]
+	if !ok || r.result != fleetv1alpha1.ResultFailed || time.Since(r.logged) < every {
+		return false
+	}
+	r.logged = time.Now()
+	rs.byProp[key][member] = r
+	return true
 }
 
 func (rs *results) get(key propagationKey, member string) (memberResult, bool) {
