@@ -12,11 +12,13 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // soon is how long a cured failure may take to show: well under the
@@ -150,5 +152,54 @@ func TestMemberFailureIsOneEventAndItsCureShowsSoon(t *testing.T) {
 		if len(events) > 1 || e.Series != nil {
 			t.Errorf("the failure retried was told again: %d Events, one with series %+v", len(events), e.Series)
 		}
+	}
+}
+
+// A member's new credential, which may have the rights a failure lacked,
+// asks again at once, however long the failure was backed off.
+func TestNewCredentialRetriesTheMembersFailures(t *testing.T) {
+	f := newFleet(t)
+	user, kc := configMapReader(t, 1)
+	start := time.Now()
+	f.registerKubeconfig("west", kc, map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	f.waitStatus("web", "west Forbidden", memberFailed("west", fleetv1alpha1.ReasonForbidden))
+	// Five failures in a row: the next retry is 16 s away.
+	poll.Until(t, "west's patch refused 5 times", func() bool { return forbiddenPatches(t, 1, start) >= 5 })
+
+	writer := user + "-writer"
+	grantConfigMaps(t, 1, f.team, writer)
+	u, err := members[1].AddUser(envtest.User{Name: writer}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readerBinding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: writer},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: writer}},
+	}
+	if err := memberCls[1].Create(t.Context(), readerBinding); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = memberCls[1].Delete(context.Background(), readerBinding) })
+	newKC, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &corev1.Secret{}
+	if err := f.hub.client.Get(t.Context(), types.NamespacedName{Namespace: f.namespace, Name: "west"}, s); err != nil {
+		t.Fatal(err)
+	}
+	s.Data[registry.KubeconfigKey] = newKC
+	changed := time.Now()
+	if err := f.hub.client.Update(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	f.waitStatus("web", "west Applied", ready)
+	took := time.Since(changed)
+	t.Logf("west Applied %s after its new credential", took.Round(time.Millisecond))
+	if took > 8*time.Second {
+		t.Errorf("west was Applied %s after its new credential, want within 8s", took.Round(time.Second))
 	}
 }

@@ -12,13 +12,20 @@ import (
 )
 
 // memberChanged asks every Propagation again about a member whose
-// registration, acceptance, labels or state changed, and records in the
+// registration, acceptance, labels or state changed, and the Propagations
+// that failed there about one whose kubeconfig changed; it records in the
 // journal when a member left and that it is back: what a member owes is
 // kept until it has been gone longer than forgetAfter (keepOwed forgets
 // it), so a registration deleted and created again keeps it.
 func (r *reconciler) memberChanged(ctx context.Context, e registry.Event) {
 	if !e.Registered() && !e.Removed() && !e.LabelsChanged() && !e.StateChanged() && e.Old.Accepted() == e.New.Accepted() {
-		return // a probe, or a new credential: nothing a Propagation reads
+		if newKubeconfig(e) {
+			// A new credential may have the rights a failure lacked.
+			for _, key := range r.results.retryFailed(e.Name) {
+				r.enqueue(fleet.Request{ClusterName: e.Name, NamespacedName: key})
+			}
+		}
+		return // a probe, or a new credential: nothing else a Propagation reads
 	}
 	if e.Removed() || !e.New.Accepted() {
 		r.results.forgetMember(e.Name)
@@ -47,6 +54,14 @@ func (r *reconciler) memberChanged(ctx context.Context, e registry.Event) {
 		key := client.ObjectKeyFromObject(&props[i])
 		r.enqueue(fleet.Request{NamespacedName: key}, fleet.Request{ClusterName: e.Name, NamespacedName: key})
 	}
+}
+
+// newKubeconfig reports whether e is an accepted member's new kubeconfig,
+// as a rotated credential.
+func newKubeconfig(e registry.Event) bool {
+	_, old, ok := e.Old.Registration()
+	_, now, accepted := e.New.Registration()
+	return ok && accepted && old != now
 }
 
 // forgetMember forgets what the journal holds of a member that left the

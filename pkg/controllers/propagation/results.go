@@ -87,6 +87,22 @@ func (rs *results) logFailure(key propagationKey, member string, every time.Dura
 	return true
 }
 
+// retryFailed starts the back-off of member's failures over, from a
+// second, and returns the Propagations that failed there.
+func (rs *results) retryFailed(member string) []propagationKey {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	var keys []propagationKey
+	for key, m := range rs.byProp {
+		if r, ok := m[member]; ok && r.result == fleetv1alpha1.ResultFailed {
+			r.failedRuns = 0
+			m[member] = r
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
 func (rs *results) get(key propagationKey, member string) (memberResult, bool) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
