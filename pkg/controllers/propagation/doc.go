@@ -90,6 +90,22 @@
 // purpose (by server-side apply, or through a subresource, as an autoscaler
 // writes replicas through scale) is theirs: neither drift nor applied.
 //
+// # Failures
+//
+// A member's failure (Forbidden, a missing namespace or kind, Invalid,
+// AlreadyExists, Refused...) is in the Propagation's status, and each new
+// reason is a Warning Event on the Propagation, with the failure's reason,
+// naming the member and related to its MemberCluster; the first run that
+// applies again is a Normal Event Applied. A failure is logged at info
+// level, at most once per Propagation, member and reason every 10 minutes.
+// A failure that stays tells nothing new, and is tried again after a
+// second, then twice as long each time, up to a minute: what cures it (a
+// right granted, a namespace or CRD created in the member) is no event
+// the manager sees, and shows within seconds. A member's new kubeconfig
+// (a rotated or replaced credential) starts its failures' back-off over
+// and tries them at once. Results are kept in memory: a restarted manager
+// tells a failure that stays once more.
+//
 // # Lifecycle
 //
 // [Add] adds the controller to a fleet.Manager before it starts; it runs on
