@@ -559,7 +559,7 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int) (re
 	switch {
 	case len(run.failures) > 0:
 		f := run.failures[0]
-		res.result, res.reason, res.message = fleetv1alpha1.ResultFailed, f.reason, f.message
+		res.result, res.reason, res.message, res.failedRuns = fleetv1alpha1.ResultFailed, f.reason, f.message, 1
 		if n := len(run.failures); n > 1 {
 			res.message = fmt.Sprintf("%s (and %d more)", f.message, n-1)
 		}
@@ -590,7 +590,7 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int) (re
 		run.r.enqueue(fleet.Request{NamespacedName: run.key})
 	}
 	run.tell(ctx, old, now)
-	if now.result != fleetv1alpha1.ResultFailed {
+	if now.failedRuns == 0 {
 		return reconcile.Result{}, nil
 	}
 	return reconcile.Result{RequeueAfter: retryAfter(now.failedRuns)}, nil
@@ -619,7 +619,7 @@ func (run *memberRun) tell(ctx context.Context, old, now memberResult) {
 	failed := now.result == fleetv1alpha1.ResultFailed
 	recovered := old.result == fleetv1alpha1.ResultFailed && now.result == fleetv1alpha1.ResultApplied
 	switch {
-	case failed && run.r.results.logFailure(run.key, member, failureLogInterval):
+	case now.failedRuns > 0 && run.r.results.logFailure(run.key, member, failureLogInterval):
 		log.Info("Propagation failed in the member", "reason", now.reason, "message", now.message, "failedRuns", now.failedRuns, "retryAfter", retryAfter(now.failedRuns))
 	case recovered:
 		log.Info("Propagation applied in the member again", "failedReason", old.reason)

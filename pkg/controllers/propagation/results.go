@@ -30,7 +30,8 @@ type memberResult struct {
 	// none are wanted: the Propagation is gone or deleted, or the member
 	// is not selected.
 	removing bool
-	// failedRuns counts the runs in a row that failed for reason, and
+	// failedRuns counts the runs in a row that failed with this result
+	// and reason (a removal owed by a Propagation gone fails too), and
 	// logged is when the failure was last logged.
 	failedRuns int
 	logged     time.Time
@@ -50,8 +51,8 @@ type results struct {
 
 func newResults() *results { return &results{byProp: map[propagationKey]map[string]memberResult{}} }
 
-// set records member's result for key, keeping since, failedRuns and
-// logged while the result and reason stay, and counting a failed run. It
+// set records member's result for key, keeping since and logged while
+// the result and reason stay, and adding up failedRuns then. It
 // returns the result replaced (zero if none) and the one recorded: the
 // two are not same when anything changed.
 func (rs *results) set(key propagationKey, member string, r memberResult) (old, now memberResult) {
@@ -64,10 +65,10 @@ func (rs *results) set(key propagationKey, member string, r memberResult) (old, 
 	}
 	old = m[member]
 	if old.result == r.result && old.reason == r.reason {
-		r.since, r.failedRuns, r.logged = old.since, old.failedRuns, old.logged
-	}
-	if r.result == fleetv1alpha1.ResultFailed {
-		r.failedRuns++
+		r.since, r.logged = old.since, old.logged
+		if r.failedRuns > 0 {
+			r.failedRuns += old.failedRuns
+		}
 	}
 	m[member] = r
 	return old, r
@@ -79,7 +80,7 @@ func (rs *results) logFailure(key propagationKey, member string, every time.Dura
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	r, ok := rs.byProp[key][member]
-	if !ok || r.result != fleetv1alpha1.ResultFailed || time.Since(r.logged) < every {
+	if !ok || r.failedRuns == 0 || time.Since(r.logged) < every {
 		return false
 	}
 	r.logged = time.Now()
@@ -94,7 +95,7 @@ func (rs *results) retryFailed(member string) []propagationKey {
 	defer rs.mu.Unlock()
 	var keys []propagationKey
 	for key, m := range rs.byProp {
-		if r, ok := m[member]; ok && r.result == fleetv1alpha1.ResultFailed {
+		if r, ok := m[member]; ok && r.failedRuns > 0 {
 			r.failedRuns = 0
 			m[member] = r
 			keys = append(keys, key)
