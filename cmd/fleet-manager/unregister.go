@@ -15,10 +15,11 @@ import (
 // newUnregisterCommand returns "unregister NAME".
 func newUnregisterCommand(hub *hubFlags) *cobra.Command {
 	var (
-		member    memberFlags
-		namespace string
-		wait      time.Duration
-		cleanup   bool
+		member     memberFlags
+		namespace  string
+		wait       time.Duration
+		cleanup    bool
+		keepCopies bool
 	)
 	cmd := &cobra.Command{
 		Use:   "unregister NAME",
@@ -32,10 +33,19 @@ created there for this fleet: the objects labelled app.kubernetes.io/managed-by=
 fleet.fleetkube.io/cluster-name=NAME and fleet.fleetkube.io/fleet-id with the
 fleet's identity, and nothing else; objects an earlier register made without a
 fleet identity only when the deleted Secret pointed at this member. The namespace
-fleet-system goes only when it is the fleet's and holds nothing else. What it
-keeps, it names with the reason. Without --cleanup, the member is left untouched.`,
+fleet-system goes only when it is the fleet's and holds nothing else.
+
+First it deletes the copies the fleet's Propagations made in the member: the
+objects, of the kinds the hub's Propagations copy (their resources and the
+kinds their status lists), labelled fleet.fleetkube.io/propagation and
+fleet.fleetkube.io/fleet-id with the fleet's identity, in every namespace (in
+the Propagations' namespaces if you may not list cluster-wide). Namespaces the
+manager created for them are left. With --keep-copies, it leaves the copies,
+still labelled as copies, and names them. What it keeps, it names with the
+reason. Without --cleanup, the member is left untouched.`,
 		Example: `  fleet-manager unregister eu-1
-  fleet-manager unregister eu-1 --cleanup --member-context=eu-1`,
+  fleet-manager unregister eu-1 --cleanup --member-context=eu-1
+  fleet-manager unregister eu-1 --cleanup --keep-copies`,
 		Args: exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -48,8 +58,8 @@ keeps, it names with the reason. Without --cleanup, the member is left untouched
 				if memberCfg, err = member.restConfig(); err != nil {
 					return err
 				}
-			} else if cmd.Flags().Changed("member-kubeconfig") || cmd.Flags().Changed("member-context") {
-				return usageErrorf("--member-kubeconfig and --member-context only matter with --cleanup")
+			} else if cmd.Flags().Changed("member-kubeconfig") || cmd.Flags().Changed("member-context") || keepCopies {
+				return usageErrorf("--member-kubeconfig, --member-context and --keep-copies only matter with --cleanup")
 			}
 			hubClient, err := hub.client()
 			if err != nil {
@@ -81,6 +91,19 @@ keeps, it names with the reason. Without --cleanup, the member is left untouched
 			if !cleanup {
 				return nil
 			}
+			copies, warnings, err := enroll.RemoveCopies(cmd.Context(), memberCfg, hubClient, fleetID, keepCopies)
+			for _, w := range warnings {
+				fmt.Fprintf(cmd.ErrOrStderr(), "Warning: %s\n", w)
+			}
+			for _, c := range copies {
+				fmt.Fprintf(out, "member: %s %s: %s\n", enroll.Describe(c.Object), c.Op, c.Reason)
+			}
+			if err != nil {
+				return memberError(err)
+			}
+			if len(copies) == 0 && len(warnings) == 0 {
+				fmt.Fprintln(out, "member: no copy of this fleet's Propagations found")
+			}
 			changes, err := enroll.Cleanup(cmd.Context(), memberCfg, name, fleetID, s)
 			for _, c := range changes {
 				if c.Op == "kept" {
@@ -102,6 +125,7 @@ keeps, it names with the reason. Without --cleanup, the member is left untouched
 	member.bindFlags(fs)
 	fs.StringVar(&namespace, "namespace", enroll.MemberNamespace, "The fleet namespace on the hub, where the registration Secret is.")
 	fs.DurationVar(&wait, "wait", 2*time.Minute, "How long to wait for the MemberCluster to go; 0 does not wait.")
-	fs.BoolVar(&cleanup, "cleanup", false, "Also delete, in the member, what register created there (needs --member-kubeconfig/--member-context, or the default kubeconfig, to reach it).")
+	fs.BoolVar(&cleanup, "cleanup", false, "Also delete, in the member, what register created there and the fleet's propagated copies (needs --member-kubeconfig/--member-context, or the default kubeconfig, to reach it).")
+	fs.BoolVar(&keepCopies, "keep-copies", false, "With --cleanup, leave the fleet's propagated copies in the member, still labelled as copies, and name them.")
 	return cmd
 }
