@@ -276,7 +276,7 @@ current-context: m
 		"bad name":                       {args: []string{"register", "Bad_Name", "--permissions=view"}, code: 1, want: "DNS-1123"},
 		"no permissions":                 {args: []string{"register", "reg-x"}, code: 2, want: "there is no default"},
 		"both":                           {args: []string{"register", "reg-x", "--permissions=view", "--cluster-role=view"}, code: 2, want: "exclude each other"},
-		"bad preset":                     {args: []string{"register", "reg-x", "--permissions=admin"}, code: 2, want: "cluster-admin, edit or view"},
+		"bad preset":                     {args: []string{"register", "reg-x", "--permissions=admin"}, code: 2, want: "fleet, view, edit or cluster-admin"},
 		"no NAME":                        {args: []string{"register", "--permissions=view"}, code: 2, want: "NAME"},
 		"bad label":                      {args: []string{"register", "reg-x", "--permissions=view", "--labels=a"}, code: 2, want: "key=value"},
 		"short ttl":                      {args: []string{"register", "reg-x", "--permissions=view", "--token-ttl=1m"}, code: 2, want: "at least 10m"},
