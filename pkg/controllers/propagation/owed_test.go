@@ -234,8 +234,8 @@ func TestUnlistableKindAtDeletionIsOwedAndRetried(t *testing.T) {
 	}
 
 	setVerbs(append([]string{"list", "watch"}, write...))
-	// Tried again a minute (failureRetry) after it failed: waited for
-	// twice poll's time at most.
+	// Tried again after a back-off of at most a minute (failureRetry):
+	// waited for twice poll's time at most.
 	for deadline := time.Now().Add(2 * poll.Timeout); f.copyIn(1, "web") != nil; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("west's copy not removed within %s of the member letting the manager list ConfigMaps again", 2*poll.Timeout)
