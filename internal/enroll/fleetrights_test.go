@@ -192,3 +192,24 @@ func TestFleetPresetFollowsThePropagations(t *testing.T) {
 		t.Errorf("ClusterRole labels %v", cr.Labels)
 	}
 }
+
+func TestAnotherPresetRemovesTheFleetRoles(t *testing.T) {
+	hub, member, ns := clients(t)
+	memberNamespaces(t, member, "a")
+	o := enroll.Options{Name: "eu-1", Preset: enroll.FleetPreset, HubNamespace: ns, Namespaces: []string{"a"}}
+	register(t, hub, o)
+	roleInA := client.ObjectKey{Namespace: "a", Name: enroll.FleetRoleName}
+	if err := member.Get(t.Context(), roleInA, &rbacv1.Role{}); err != nil {
+		t.Fatal(err)
+	}
+	o.Namespaces = nil
+	register(t, hub, o)
+	if err := member.Get(t.Context(), roleInA, &rbacv1.Role{}); err == nil {
+		t.Error("the Role of namespace a is still there after register without --namespaces")
+	}
+	o.Preset = "view"
+	register(t, hub, o)
+	if err := member.Get(t.Context(), client.ObjectKey{Name: enroll.FleetRoleName}, &rbacv1.ClusterRole{}); err == nil {
+		t.Error("the fleet ClusterRole is still there after register with view")
+	}
+}
