@@ -78,7 +78,7 @@ func RemoveCopies(ctx context.Context, cfg *rest.Config, hub client.Client, flee
 // propagated returns the kinds the hub's Propagations copy, and the
 // namespaces they copy to.
 func propagated(ctx context.Context, hub client.Client) ([]schema.GroupVersionKind, []string, error) {
-	kinds, _, err := copiedKinds(ctx, hub, nil)
+	kinds, _, _, err := copiedKinds(ctx, hub, nil)
 	if err != nil || len(kinds) == 0 {
 		return nil, nil, err
 	}

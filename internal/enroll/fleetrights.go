@@ -2,6 +2,7 @@ package enroll
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -46,29 +47,30 @@ type FleetRights struct {
 
 // copiedKinds returns the kinds the hub's Propagations copy, in
 // namespaces when given, from their resources and the kinds their status
-// says they copied, and how many Propagations it read.
-func copiedKinds(ctx context.Context, hub client.Client, namespaces []string) ([]schema.GroupVersionKind, int, error) {
+// says they copied, and the names of the Propagations it followed and of
+// those outside namespaces.
+func copiedKinds(ctx context.Context, hub client.Client, namespaces []string) (kinds []schema.GroupVersionKind, followed, outside []string, err error) {
 	var props fleetv1alpha1.PropagationList
-	err := hub.List(ctx, &props)
+	err = hub.List(ctx, &props)
 	if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
-		return nil, 0, nil // a hub without the CRD has no Propagations
+		return nil, nil, nil, nil // a hub without the CRD has no Propagations
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("listing Propagations on the hub: %w", err)
+		return nil, nil, nil, fmt.Errorf("listing Propagations on the hub: %w", err)
 	}
-	var kinds []schema.GroupVersionKind
 	add := func(apiVersion, kind string) {
 		gv, err := schema.ParseGroupVersion(apiVersion)
 		if gvk := gv.WithKind(kind); err == nil && !slices.Contains(kinds, gvk) {
 			kinds = append(kinds, gvk)
 		}
 	}
-	n := 0
 	for _, p := range props.Items {
+		name := p.Namespace + "/" + p.Name
 		if len(namespaces) > 0 && !slices.Contains(namespaces, p.Namespace) {
+			outside = append(outside, name)
 			continue
 		}
-		n++
+		followed = append(followed, name)
 		for _, r := range p.Spec.Resources {
 			add(r.APIVersion, r.Kind)
 		}
@@ -76,17 +78,23 @@ func copiedKinds(ctx context.Context, hub client.Client, namespaces []string) ([
 			add(k.APIVersion, k.Kind)
 		}
 	}
-	return kinds, n, nil
+	return kinds, followed, outside, nil
 }
 
 // fleetRights computes FleetPreset's rules from the hub's Propagations,
 // mapping their kinds to the member's resources with mapper.
 func fleetRights(ctx context.Context, hub client.Client, mapper meta.RESTMapper, namespaces []string) (*FleetRights, error) {
-	kinds, n, err := copiedKinds(ctx, hub, namespaces)
+	if hub == nil {
+		return nil, errors.New("the fleet preset reads the hub's Propagations: it needs the hub")
+	}
+	kinds, followed, outside, err := copiedKinds(ctx, hub, namespaces)
 	if err != nil {
 		return nil, err
 	}
-	r := &FleetRights{Propagations: n}
+	r := &FleetRights{Propagations: len(followed)}
+	if len(outside) > 0 {
+		r.Skipped = append(r.Skipped, fmt.Sprintf("Propagations outside --namespaces get no rights, and will fail Forbidden in this member: %s", strings.Join(outside, ", ")))
+	}
 	byGroup := map[string][]string{}
 	for _, gvk := range kinds {
 		what := gvk.Kind + " (" + gvk.GroupVersion().String() + ")"

@@ -213,3 +213,13 @@ func TestAnotherPresetRemovesTheFleetRoles(t *testing.T) {
 		t.Error("the fleet ClusterRole is still there after register with view")
 	}
 }
+
+func TestFleetPresetNamesThePropagationsOutsideItsNamespaces(t *testing.T) {
+	hub, member, ns := clients(t)
+	memberNamespaces(t, member, "a")
+	propagate(t, hub, "b", "elsewhere", "v1", "ConfigMap")
+	res := register(t, hub, enroll.Options{Name: "eu-1", Preset: enroll.FleetPreset, HubNamespace: ns, Namespaces: []string{"a"}})
+	if res.Rights.Propagations != 0 || !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.HasSuffix(w, "will fail Forbidden in this member: b/elsewhere") }) {
+		t.Errorf("Propagations %d, warnings %q", res.Rights.Propagations, res.Warnings)
+	}
+}
