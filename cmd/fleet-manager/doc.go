@@ -5,7 +5,7 @@
 //
 //	fleet-manager [run] [flags]           run the manager against a hub (the default)
 //	fleet-manager register NAME [flags]   give the manager least-privilege, self-renewing access to a member
-//	fleet-manager unregister NAME         remove a member's registration (--cleanup: and its access)
+//	fleet-manager unregister NAME         remove a member's registration (--cleanup: and its access and copies)
 //	fleet-manager get members|propagations  list members or Propagations, kubectl-style
 //	fleet-manager status NAME             one member's state, conditions, transitions and credentials
 //	fleet-manager status propagation NAME one Propagation's counts, conditions and members not applied
