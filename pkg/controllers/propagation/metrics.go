@@ -27,6 +27,7 @@ type propagationMetrics struct {
 	driftCorrected memberSeries[prometheus.Counter]
 	owedDeletions  memberSeries[prometheus.Gauge]
 	propagationsBy *prometheus.GaugeVec
+	journalLost    prometheus.Gauge
 	perClusterVecs []interface{ DeletePartialMatch(prometheus.Labels) int }
 
 	// live reports whether the registry accepts a member. mu is held
@@ -88,12 +89,17 @@ func newMetrics(reg prometheus.Registerer, live func(cluster string) bool) (*pro
 			Name: "fleet_propagations",
 			Help: "Propagations, by the status of their Ready condition.",
 		}, []string{"ready"}),
+		journalLost: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fleet_propagation_journal_lost_timestamp_seconds",
+			Help: "When this manager's journal, unusable at start, was moved aside and started afresh (Unix seconds; 0: it was not). Removals owed to members that are down are lost unless the hub's mirror holds them.",
+		}),
 		live: live,
 	}
 	if err := errors.Join(
 		metrics.Register(reg, &applies), metrics.Register(reg, &applyDuration),
 		metrics.Register(reg, &driftDetected), metrics.Register(reg, &driftCorrected),
 		metrics.Register(reg, &owedDeletions), metrics.Register(reg, &m.propagationsBy),
+		metrics.Register(reg, &m.journalLost),
 	); err != nil {
 		return nil, err
 	}

@@ -136,6 +136,9 @@ func Add(m *fleet.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if rec := opts.Journal.Recovered(); rec != nil && rec.MovedTo != "" {
+		pm.journalLost.SetToCurrentTime()
+	}
 	log := m.GetLogger().WithValues("controller", ControllerName)
 	r := &reconciler{
 		m: m, fleet: m.Namespace(), hub: opts.Client, log: log, journal: opts.Journal,

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
@@ -330,6 +331,22 @@ func (f *testFleet) reconciledAgain(name string) {
 	f.waitStatus(name, "every member reported the new generation", func(p *fleetv1alpha1.Propagation) bool {
 		return p.Status.Selected > 0 && p.Status.Selected == p.Status.Applied+p.Status.Drifted+p.Status.Failed
 	})
+}
+
+// gaugeValue is the value of the gauge family without labels on
+// controller-runtime's registry, 0 if it is not there.
+func gaugeValue(t *testing.T, family string) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() == family && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
 }
 
 func ready(p *fleetv1alpha1.Propagation) bool {
@@ -856,9 +873,13 @@ func TestLostJournalIsRebuiltFromTheMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	spoiled := time.Now().Truncate(time.Second)
 	f.start(nil)
 	if rec := f.journal.Recovered(); rec == nil || rec.MovedTo == "" {
 		t.Fatalf("the spoiled journal was not moved aside: %+v", rec)
+	}
+	if lost := gaugeValue(t, "fleet_propagation_journal_lost_timestamp_seconds"); lost < float64(spoiled.Unix()) {
+		t.Errorf("fleet_propagation_journal_lost_timestamp_seconds = %v, want the time of this start, after %v", lost, spoiled.Unix())
 	}
 	for _, member := range []string{"east", "west"} {
 		poll.Until(t, "the journal knows the 5 copies in "+member+" again", func() bool {
