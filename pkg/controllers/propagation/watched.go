@@ -59,8 +59,9 @@ type watchedKinds struct {
 	onEvent func(old, obj client.Object)
 
 	// running closes once the cache has started: until then it reads
-	// nothing.
+	// nothing. stopped closes when it stops.
 	running chan struct{}
+	stopped <-chan struct{}
 
 	// mu guards handlers, the event handlers of the kinds whose informers
 	// were started, and refused; both are made when first written. It is
@@ -72,6 +73,7 @@ type watchedKinds struct {
 
 // run starts the cache until ctx ends, and closes running once it has.
 func (w *watchedKinds) run(ctx context.Context) {
+	w.stopped = ctx.Done()
 	go w.cache.Start(ctx) //nolint:errcheck // it fails only when started twice
 	go func() {
 		if w.cache.WaitForCacheSync(ctx) {
@@ -133,6 +135,13 @@ func (w *watchedKinds) start(ctx context.Context, gvk schema.GroupVersionKind) (
 			w.mu.Unlock()
 		}
 		return nil, err
+	}
+	// A stopped cache still adds an informer, which never starts: its
+	// cache of named namespaces would wait for it to list forever.
+	select {
+	case <-w.stopped:
+		return nil, fmt.Errorf("the cache of %s has stopped", w.cluster)
+	default:
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(gvk)
