@@ -199,23 +199,26 @@ func TestMemberWithBusyWatchStaysReady(t *testing.T) {
 	watchConfigMaps(t, f, "chatty", "chatty", fleet.Members, r)
 	f.register(t, "chatty", kubeconfigs[1])
 	f.waitState(t, "chatty", cluster.StateReady)
-	createConfigMap(t, memberClients[1], "chatty", "ticker")
 	t.Cleanup(func() { deleteConfigMaps(t, memberClients[1], "chatty") })
 
-	// Patches go out on a ticker through several writers, so that a slow
-	// API server on a loaded machine still sees the rate.
+	// Patches go out on a ticker through several writers, each to a
+	// ConfigMap of its own, so that a slow API server on a loaded machine
+	// still sees the rate: patches of one object wait for each other.
 	const perMinute, lasting, writers = 10000, 15 * time.Second, 8
+	for w := range writers {
+		createConfigMap(t, memberClients[1], "chatty", fmt.Sprintf("ticker-%d", w))
+	}
 	tick := time.NewTicker(time.Minute / perMinute)
 	defer tick.Stop()
 	var sent atomic.Int64
 	var wg sync.WaitGroup
 	end := time.Now().Add(lasting)
-	for range writers {
+	for w := range writers {
 		wg.Go(func() {
 			for time.Now().Before(end) {
 				<-tick.C
 				n := sent.Add(1)
-				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "chatty", Name: "ticker"}}
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "chatty", Name: fmt.Sprintf("ticker-%d", w)}}
 				patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"data":{"n":"%d"}}`, n))
 				if err := memberClients[1].Patch(t.Context(), cm, patch); err != nil {
 					t.Error(err)
