@@ -1,17 +1,13 @@
 package propagation_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/poll"
@@ -26,28 +22,9 @@ func TestNamespacedMemberReceivesPropagations(t *testing.T) {
 	f := newFleet(t)
 	user := fmt.Sprintf("team-editor-%d", counter.Add(1))
 	createNamespace(t, memberCls[1], f.team)
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-	}}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: user},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
-	}
-	for _, obj := range []client.Object{role, binding} {
-		if err := memberCls[1].Create(t.Context(), obj); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = memberCls[1].Delete(context.Background(), obj) })
-	}
-	u, err := members[1].AddUser(envtest.User{Name: user}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := u.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc := memberUser(t, 1, user, f.team,
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+	)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	f.registerKubeconfig("west", kc, map[string]string{"env": "prod"})
 	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
@@ -74,28 +51,9 @@ func TestNamespacedMemberReceivesPropagations(t *testing.T) {
 func TestMissingNamespaceTheManagerMayNotCreateFailsThatMember(t *testing.T) {
 	f := newFleet(t)
 	user := fmt.Sprintf("configmap-writer-%d", counter.Add(1))
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-	}}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: user},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
-	}
-	for _, obj := range []client.Object{role, binding} {
-		if err := memberCls[2].Create(t.Context(), obj); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = memberCls[2].Delete(context.Background(), obj) })
-	}
-	u, err := members[2].AddUser(envtest.User{Name: user}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := u.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc := memberUser(t, 2, user, "",
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+	)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	f.registerKubeconfig("lab", kc, map[string]string{"env": "prod"})
 	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})

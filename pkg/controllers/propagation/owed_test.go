@@ -1,7 +1,6 @@
 package propagation_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,8 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
@@ -175,29 +172,10 @@ func TestUnlistableKindAtDeletionIsOwedAndRetried(t *testing.T) {
 	f := newFleet(t)
 	user := fmt.Sprintf("unlisting-%d", counter.Add(1))
 	write := []string{"get", "create", "patch", "update", "delete"}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: append([]string{"list", "watch"}, write...)},
-		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create"}},
-	}}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: user},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
-	}
-	for _, obj := range []client.Object{role, binding} {
-		if err := memberCls[1].Create(t.Context(), obj); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = memberCls[1].Delete(context.Background(), obj) })
-	}
-	u, err := members[1].AddUser(envtest.User{Name: user}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := u.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc := memberUser(t, 1, user, "",
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: append([]string{"list", "watch"}, write...)},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create"}},
+	)
 	f.registerKubeconfig("west", kc, map[string]string{"env": "prod"})
 	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
 	f.propagation("web", nil)

@@ -399,6 +399,34 @@ func memberWrites(t *testing.T, i int, since time.Time) []controlplane.Write {
 	return writes
 }
 
+// memberUser makes user a user of member i with rules, bound cluster-wide,
+// or in namespace only when it is not "", and returns its kubeconfig.
+func memberUser(t *testing.T, i int, user, namespace string, rules ...rbacv1.PolicyRule) []byte {
+	t.Helper()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: rules}
+	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user}
+	subjects := []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}}
+	var binding client.Object = &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user}, RoleRef: ref, Subjects: subjects}
+	if namespace != "" {
+		binding = &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user}, RoleRef: ref, Subjects: subjects}
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := memberCls[i].Create(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = memberCls[i].Delete(context.Background(), obj) })
+	}
+	u, err := members[i].AddUser(envtest.User{Name: user}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
 func createNamespace(t *testing.T, cl client.Client, name string) {
 	t.Helper()
 	if err := cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -1026,30 +1054,10 @@ func TestClusterScopedKindIsRefused(t *testing.T) {
 func TestForbiddenWriteFailsOnlyThatMember(t *testing.T) {
 	f := newFleet(t)
 	user := fmt.Sprintf("reader-%d", counter.Add(1))
-	rules := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create"}},
-	}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: rules}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: user},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
-	}
-	for _, obj := range []client.Object{role, binding} {
-		if err := memberCls[1].Create(t.Context(), obj); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = memberCls[1].Delete(context.Background(), obj) })
-	}
-	u, err := members[1].AddUser(envtest.User{Name: user}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := u.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc := memberUser(t, 1, user, "",
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create"}},
+	)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	f.registerKubeconfig("west", kc, map[string]string{"env": "prod"})
 	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
