@@ -175,11 +175,7 @@ func printMembers(cmd *cobra.Command, p *resourcePrinter, items []fleetv1alpha1.
 		return nil
 	}
 	if p.rows == nil || p.custom {
-		objs := make([]client.Object, len(items))
-		for i := range items {
-			objs[i] = &items[i]
-		}
-		return p.printObjects(cmd.OutOrStdout(), objs, single)
+		return p.printObjects(cmd.OutOrStdout(), asObjects(items), single)
 	}
 	table := &metav1.Table{ColumnDefinitions: memberColumns}
 	for i := range items {
@@ -270,4 +266,16 @@ func orNone(s string) string {
 		return none
 	}
 	return s
+}
+
+// asObjects lists items as the objects the object printers take.
+func asObjects[T any, PT interface {
+	*T
+	client.Object
+}](items []T) []client.Object {
+	objs := make([]client.Object, len(items))
+	for i := range items {
+		objs[i] = PT(&items[i])
+	}
+	return objs
 }

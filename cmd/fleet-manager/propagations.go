@@ -165,11 +165,7 @@ func printPropagations(cmd *cobra.Command, p *resourcePrinter, items []fleetv1al
 		return nil
 	}
 	if p.rows == nil || p.custom {
-		objs := make([]client.Object, len(items))
-		for i := range items {
-			objs[i] = &items[i]
-		}
-		return p.printObjects(cmd.OutOrStdout(), objs, single)
+		return p.printObjects(cmd.OutOrStdout(), asObjects(items), single)
 	}
 	table := &metav1.Table{ColumnDefinitions: propagationColumns}
 	for i := range items {
@@ -296,11 +292,7 @@ func printPropagationStatus(w io.Writer, prop *fleetv1alpha1.Propagation, now ti
 		return err
 	}
 
-	conds := make([][]string, len(st.Conditions))
-	for i, c := range st.Conditions {
-		conds[i] = []string{c.Type, string(c.Status), c.Reason, age(&c.LastTransitionTime, now), orNone(oneLine(c.Message))}
-	}
-	if err := section(w, "Conditions", []string{"TYPE", "STATUS", "REASON", "AGE", "MESSAGE"}, conds); err != nil {
+	if err := conditionsSection(w, st.Conditions, now); err != nil {
 		return err
 	}
 	members := make([][]string, len(st.Members))

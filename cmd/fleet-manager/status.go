@@ -116,11 +116,7 @@ func printStatus(w io.Writer, mc *fleetv1alpha1.MemberCluster, stale string, now
 		return err
 	}
 
-	conds := make([][]string, len(st.Conditions))
-	for i, c := range st.Conditions {
-		conds[i] = []string{c.Type, string(c.Status), c.Reason, age(&c.LastTransitionTime, now), orNone(oneLine(c.Message))}
-	}
-	if err := section(w, "Conditions", []string{"TYPE", "STATUS", "REASON", "AGE", "MESSAGE"}, conds); err != nil {
+	if err := conditionsSection(w, st.Conditions, now); err != nil {
 		return err
 	}
 	transitions := make([][]string, len(st.RecentTransitions))
@@ -211,4 +207,13 @@ func oneLine(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// conditionsSection prints conditions as status's Conditions section.
+func conditionsSection(w io.Writer, conditions []metav1.Condition, now time.Time) error {
+	rows := make([][]string, len(conditions))
+	for i, c := range conditions {
+		rows[i] = []string{c.Type, string(c.Status), c.Reason, age(&c.LastTransitionTime, now), orNone(oneLine(c.Message))}
+	}
+	return section(w, "Conditions", []string{"TYPE", "STATUS", "REASON", "AGE", "MESSAGE"}, rows)
 }
