@@ -508,7 +508,7 @@ func TestClusterProfileCredentialsRenew(t *testing.T) {
 		data, _ := os.ReadFile(calls)
 		return strings.Count(string(data), "\n") >= 3
 	})
-	if state, _ := f.mgr.MemberState(name); state != cluster.StateReady || f.wasUnhealthy(name) {
+	if state, _ := f.mgr.MemberState(name); state != cluster.StateReady || f.unhealthy(name) != "" {
 		t.Fatalf("member %s while its tokens renewed, or was Unhealthy meanwhile", state)
 	}
 	if engaged := f.logs.count(`"cluster"="`+name+`"`, `"msg"="Engaging member"`); engaged != 1 {

@@ -290,10 +290,16 @@ func (l *logLines) holding(secrets []string) string {
 	return ""
 }
 
+// find reports whether a line holds every one of parts.
 func (l *logLines) find(parts ...string) bool {
+	return l.first(parts...) != ""
+}
+
+// first returns the first line that holds every one of parts, or "".
+func (l *logLines) first(parts ...string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return slices.ContainsFunc(l.lines, func(line string) bool {
+	i := slices.IndexFunc(l.lines, func(line string) bool {
 		for _, p := range parts {
 			if !strings.Contains(line, p) {
 				return false
@@ -301,6 +307,10 @@ func (l *logLines) find(parts ...string) bool {
 		}
 		return true
 	})
+	if i < 0 {
+		return ""
+	}
+	return l.lines[i]
 }
 
 func TestRequestsCarryTheirClusterName(t *testing.T) {

@@ -108,13 +108,13 @@ func (r *runningFleet) stop(t *testing.T) {
 }
 
 // mclLeaderElection has the managers of one fleet namespace elect a leader,
-// quickly enough for a test.
+// quickly enough for a test: a leader that stops releases the lease, and
+// the next takes it at its next retry. The lease and the renew deadline
+// are the defaults', so that a loaded hub does not end a lead mid-test.
 func mclLeaderElection(o *fleet.Options) {
 	o.LeaderElection = true
 	o.LeaderElectionID = "fleet-manager-" + o.Namespace
 	o.LeaderElectionNamespace = o.Namespace
-	o.LeaseDuration = ptr.To(2 * time.Second)
-	o.RenewDeadline = ptr.To(time.Second)
 	o.RetryPeriod = ptr.To(200 * time.Millisecond)
 	o.LeaderElectionReleaseOnCancel = true
 }

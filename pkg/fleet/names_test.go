@@ -77,7 +77,7 @@ func TestTenantSecretClaimingAMembersNameChangesNothing(t *testing.T) {
 	})
 
 	for _, name := range []string{"eu-1", tenantNS + ".db"} {
-		if state, _ := f.mgr.MemberState(name); state != cluster.StateReady || f.wasUnhealthy(name) {
+		if state, _ := f.mgr.MemberState(name); state != cluster.StateReady || f.unhealthy(name) != "" {
 			t.Errorf("%s is %s, or was Unhealthy, once a tenant claimed its name", name, state)
 		}
 		f.wantHost(t, name, members[0])
