@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
@@ -205,14 +205,14 @@ func childBare(ctx context.Context, kubeconfigs []string, watch string, members 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	started := time.Now()
-	clusters := make([]crcluster.Cluster, members)
+	clusters := make([]cluster.Cluster, members)
 	for i := range clusters {
 		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigs[i%len(kubeconfigs)])
 		if err != nil {
 			return err
 		}
 		cfg.Dial = (&net.Dialer{}).DialContext // a transport of its own
-		if clusters[i], err = crcluster.New(cfg, func(o *crcluster.Options) {
+		if clusters[i], err = cluster.New(cfg, func(o *cluster.Options) {
 			cacheOnly(&o.Cache, watch, true)
 			o.Cache.DefaultTransform = cache.TransformStripManagedFields()
 		}); err != nil {

@@ -15,15 +15,15 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // fleetConfig is what a bench fleet differs in.
@@ -43,7 +43,7 @@ type fleetConfig struct {
 	// options adjust the fleet controller's options, such as its queue.
 	options func(*fleet.ControllerOptions)
 	// health overrides the member health options.
-	health cluster.HealthOptions
+	health member.HealthOptions
 	// trackRequests makes the recorder remember each request's first
 	// reconcile; without it, it counts reconciles per cluster, so that a
 	// memory measurement carries no map of every object.
@@ -93,7 +93,7 @@ func managerOptions(ns string) fleet.Options {
 func startFleet(hub *rest.Config, cfg fleetConfig) (*benchFleet, error) {
 	mgrOpts := managerOptions(cfg.namespace)
 	mgrOpts.MemberHealth = cfg.health
-	mgrOpts.ConfigureMember = func(_ string, o *crcluster.Options) {
+	mgrOpts.ConfigureMember = func(_ string, o *cluster.Options) {
 		cacheOnly(&o.Cache, cfg.watch, cfg.clusterWide)
 	}
 	mgr, err := fleet.New(hub, mgrOpts)

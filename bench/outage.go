@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 const (
@@ -106,14 +106,14 @@ func (b *bench) benchOutage(ctx context.Context) error {
 
 // outage stops the member's server, waits until the member is Unhealthy,
 // restores the server, which returns when it did, and creates a ConfigMap.
-func (b *bench) outage(ctx context.Context, f *benchFleet, member, object string, stop func() error, restore func() (time.Time, error)) (detected, recovered time.Duration, err error) {
+func (b *bench) outage(ctx context.Context, f *benchFleet, name, object string, stop func() error, restore func() (time.Time, error)) (detected, recovered time.Duration, err error) {
 	down := time.Now()
 	if err := stop(); err != nil {
 		return 0, 0, err
 	}
-	if err := await(member+" Unhealthy", 2*time.Minute, func() bool {
-		state, _ := f.mgr.MemberState(member)
-		return state == cluster.StateUnhealthy
+	if err := await(name+" Unhealthy", 2*time.Minute, func() bool {
+		state, _ := f.mgr.MemberState(name)
+		return state == member.StateUnhealthy
 	}); err != nil {
 		_, restoreErr := restore()
 		return 0, 0, errors.Join(err, restoreErr)
@@ -126,7 +126,7 @@ func (b *bench) outage(ctx context.Context, f *benchFleet, member, object string
 	if err := b.lab.clients[outageServer].Create(ctx, configMap(engageNamespace, object, 16)); err != nil {
 		return 0, 0, err
 	}
-	reconciled, err := f.awaitReconciled(fleet.Request{ClusterName: member, NamespacedName: types.NamespacedName{Namespace: engageNamespace, Name: object}}, 2*time.Minute)
+	reconciled, err := f.awaitReconciled(fleet.Request{ClusterName: name, NamespacedName: types.NamespacedName{Namespace: engageNamespace, Name: object}}, 2*time.Minute)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -32,7 +32,7 @@ const (
 // process of the same fleet with no member.
 func (b *bench) benchThousand(ctx context.Context) error {
 	n := thousandMembers
-	health := cluster.DefaultHealthOptions()
+	health := member.DefaultHealthOptions()
 	t := b.res.table(thousandTable, fmt.Sprintf("A fleet-manager process (ConfigMap controller, 2 workers, default probe settings, %s) of %d members registered before it starts, many names over %d member API servers, each member with a client certificate of its own and caching %d ConfigMaps of 256 bytes. Settled: from the moment the manager leads and runs its controllers, a few hundred milliseconds after the process starts, until every member's objects were reconciled. RSS: %s after that, no collection forced. Idle CPU: the process's CPU time over %s after that, in one core; probes are the members over the probe interval (%s), of which reviews are the members over the review interval (%s) and the rest HTTP/2 PINGs, and the CPU per probe is the idle CPU over them, an upper bound. Removed: all %d registration Secrets are deleted at once; once the process serves no member, and its goroutines and open sockets have not changed for a second, they are compared with those of a process of the same fleet namespace with no member, read %s after its start.",
 		gogcLabel(""), n, len(b.lab.servers), thousandObjects, childIdle, idleCPUWindow, health.Interval, health.ReviewInterval, n, childIdle))
 	ns, err := b.lab.newNamespace(ctx)

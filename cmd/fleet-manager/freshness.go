@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // staleProbeIntervals is how many probe intervals old a member's
@@ -23,7 +23,7 @@ const staleProbeIntervals = 2*membercluster.ProbeTimeRefreshIntervals + 2
 
 // defaultStaleAfter is how old a last probe is stale at the manager's
 // default --probe-interval: 72s.
-var defaultStaleAfter = staleProbeIntervals * cluster.DefaultHealthOptions().Interval
+var defaultStaleAfter = staleProbeIntervals * member.DefaultHealthOptions().Interval
 
 // stateUnknown is the state shown for a member no manager is probing.
 const stateUnknown = "Unknown"

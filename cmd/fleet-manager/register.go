@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fleetkube/fleet-manager/internal/enroll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // memberFlags say how a person's own kubeconfig reaches a member.
@@ -40,7 +40,7 @@ func (m *memberFlags) restConfig() (*rest.Config, error) {
 // newRegisterCommand returns "register NAME".
 func newRegisterCommand(hub *hubFlags) *cobra.Command {
 	var (
-		member                 memberFlags
+		memberFlags            memberFlags
 		o                      enroll.Options
 		labels, dryRun, output string
 		wait                   time.Duration
@@ -98,13 +98,13 @@ probes any more.`,
 				return err
 			}
 			o.Name = args[0]
-			if err := cluster.ValidateName(o.Name); err != nil {
+			if err := member.ValidateName(o.Name); err != nil {
 				return err
 			}
 			if err := o.Validate(); err != nil {
 				return usageErrorf("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
 			}
-			memberCfg, err := member.restConfig()
+			memberCfg, err := memberFlags.restConfig()
 			if err != nil {
 				return err
 			}
@@ -153,7 +153,7 @@ probes any more.`,
 		},
 	}
 	fs := cmd.Flags()
-	member.bindFlags(fs)
+	memberFlags.bindFlags(fs)
 	fs.StringVar(&o.Preset, "permissions", "", "What the fleet may do in the member: fleet (what the hub's Propagations need, computed when it runs), or the built-in ClusterRoles view (Propagations fail Forbidden), edit or cluster-admin. Required unless --cluster-role is given; there is no default.")
 	fs.StringVar(&o.ClusterRole, "cluster-role", "", "Bind this existing ClusterRole of the member instead of a --permissions preset.")
 	fs.StringSliceVar(&o.Namespaces, "namespaces", nil, "Grant the permissions only in these existing namespaces (RoleBindings; with fleet, Roles of its rules), not cluster-wide. Not with cluster-admin.")

@@ -28,12 +28,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/fleetkube/fleet-manager/internal/cli"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/clusterprofile"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -64,7 +64,7 @@ type runFlags struct {
 	stateDir         string
 	controllers      []string
 	concurrency      map[string]*int
-	health           cluster.HealthOptions
+	health           member.HealthOptions
 	policy           kubeconfig.Policy
 	mcrSecrets       bool
 	capiSecrets      bool
@@ -219,7 +219,7 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&f.memberQPS, "member-qps", 50, "Queries per second each member's client may make.")
 	fs.IntVar(&f.memberBurst, "member-burst", 100, "Burst of queries each member's client may make.")
 	fs.DurationVar(&f.cacheSyncTimeout, "cache-sync-timeout", 2*time.Minute, "How long a controller waits for a cluster's informers to sync.")
-	health := cluster.DefaultHealthOptions()
+	health := member.DefaultHealthOptions()
 	fs.DurationVar(&f.health.Interval, "probe-interval", health.Interval, "How often each member is probed: an HTTP/2 PING on its connection, or an authenticated SelfSubjectReview.")
 	fs.DurationVar(&f.health.ReviewInterval, "probe-review-interval", health.ReviewInterval, "The longest time between two SelfSubjectReviews of a Ready member, which prove its credentials accepted; its probes in between are HTTP/2 PINGs.")
 	fs.DurationVar(&f.health.RetryInterval, "probe-retry-interval", health.RetryInterval, "How soon a member is probed again after a failed probe, so that an outage is confirmed, and a return noticed, quickly.")

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/fleetkube/fleet-manager/internal/cli"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -187,7 +187,7 @@ func TestRunHealthFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parseRunFlags: %v\n%s", err, stderr.String())
 	}
-	want := cluster.HealthOptions{Interval: 2 * time.Second, ReviewInterval: 20 * time.Second, RetryInterval: 250 * time.Millisecond, Timeout: time.Second, FailureThreshold: 4, DisconnectAfter: 30 * time.Second}
+	want := member.HealthOptions{Interval: 2 * time.Second, ReviewInterval: 20 * time.Second, RetryInterval: 250 * time.Millisecond, Timeout: time.Second, FailureThreshold: 4, DisconnectAfter: 30 * time.Second}
 	if f.health != want {
 		t.Fatalf("health = %+v, want %+v", f.health, want)
 	}

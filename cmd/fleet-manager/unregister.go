@@ -9,17 +9,17 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetkube/fleet-manager/internal/enroll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // newUnregisterCommand returns "unregister NAME".
 func newUnregisterCommand(hub *hubFlags) *cobra.Command {
 	var (
-		member     memberFlags
-		namespace  string
-		wait       time.Duration
-		cleanup    bool
-		keepCopies bool
+		memberFlags memberFlags
+		namespace   string
+		wait        time.Duration
+		cleanup     bool
+		keepCopies  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "unregister NAME",
@@ -49,13 +49,13 @@ reason. Without --cleanup, the member is left untouched.`,
 		Args: exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			if err := cluster.ValidateName(name); err != nil {
+			if err := member.ValidateName(name); err != nil {
 				return err
 			}
 			var memberCfg *rest.Config
 			if cleanup {
 				var err error
-				if memberCfg, err = member.restConfig(); err != nil {
+				if memberCfg, err = memberFlags.restConfig(); err != nil {
 					return err
 				}
 			} else if cmd.Flags().Changed("member-kubeconfig") || cmd.Flags().Changed("member-context") || keepCopies {
@@ -122,7 +122,7 @@ reason. Without --cleanup, the member is left untouched.`,
 		},
 	}
 	fs := cmd.Flags()
-	member.bindFlags(fs)
+	memberFlags.bindFlags(fs)
 	fs.StringVar(&namespace, "namespace", enroll.MemberNamespace, "The fleet namespace on the hub, where the registration Secret is.")
 	fs.DurationVar(&wait, "wait", 2*time.Minute, "How long to wait for the MemberCluster to go; 0 does not wait.")
 	fs.BoolVar(&cleanup, "cleanup", false, "Also delete, in the member, what register created there and the fleet's propagated copies (needs --member-kubeconfig/--member-context, or the default kubeconfig, to reach it).")

@@ -25,8 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -124,7 +124,7 @@ func (o *Options) Validate() error {
 		o.DryRun = DryRunNone
 	}
 	var errs []error
-	if err := cluster.ValidateName(o.Name); err != nil {
+	if err := member.ValidateName(o.Name); err != nil {
 		errs = append(errs, err)
 	}
 	switch {

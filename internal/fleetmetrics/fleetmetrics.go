@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetkube/fleet-manager/internal/metrics"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -27,12 +27,12 @@ const (
 )
 
 // memberStates are the values of fleet_member_state's state label.
-var memberStates = []cluster.State{
-	cluster.StatePending,
-	cluster.StateConnecting,
-	cluster.StateReady,
-	cluster.StateUnhealthy,
-	cluster.StateDisconnected,
+var memberStates = []member.State{
+	member.StatePending,
+	member.StateConnecting,
+	member.StateReady,
+	member.StateUnhealthy,
+	member.StateDisconnected,
 }
 
 // Fleet are the per-cluster series of a fleet, registered once.
@@ -168,7 +168,7 @@ func (m *Fleet) Follow(clusterName string, c *registry.Cluster) {
 		return
 	}
 	m.live[clusterName] = true
-	m.memberReady.WithLabelValues(clusterName).Set(boolValue(c.State == cluster.StateReady))
+	m.memberReady.WithLabelValues(clusterName).Set(boolValue(c.State == member.StateReady))
 	for _, s := range memberStates {
 		m.memberState.WithLabelValues(clusterName, string(s)).Set(boolValue(c.State == s))
 	}
@@ -185,7 +185,7 @@ func (m *Fleet) Follow(clusterName string, c *registry.Cluster) {
 }
 
 // ObserveProbe records one health probe of a live cluster.
-func (m *Fleet) ObserveProbe(clusterName string, result cluster.ProbeResult) {
+func (m *Fleet) ObserveProbe(clusterName string, result member.ProbeResult) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if !m.live[clusterName] {
@@ -200,7 +200,7 @@ func (m *Fleet) ObserveProbe(clusterName string, result cluster.ProbeResult) {
 func (m *Fleet) ObserveEngage(clusterName, controller string, took time.Duration, err error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if !m.live[clusterName] && clusterName != cluster.HubName {
+	if !m.live[clusterName] && clusterName != member.HubName {
 		return
 	}
 	m.engageDuration.WithLabelValues(clusterName, controller).Observe(took.Seconds())
@@ -238,7 +238,7 @@ func (m *Fleet) reconcileSeriesOf(controller, clusterName string) *reconcileSeri
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.live[clusterName] && clusterName != cluster.HubName {
+	if !m.live[clusterName] && clusterName != member.HubName {
 		return nil
 	}
 	if s = m.reconcileSeries[key]; s == nil {

@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -32,10 +32,10 @@ func newTestMetrics(t *testing.T) (*Fleet, *prometheus.Registry) {
 // "b" is Ready; each has one failed and one good engagement and
 // reconcile.
 func feedMetrics(m *Fleet) {
-	ok := cluster.ProbeResult{Duration: 20 * time.Millisecond}
-	failed := cluster.ProbeResult{Duration: 3 * time.Second, Err: errMetricsTest, ConsecutiveFailures: 1}
-	m.Follow("a", registered("a", cluster.StateUnhealthy, &failed))
-	m.Follow("b", registered("b", cluster.StateReady, &ok))
+	ok := member.ProbeResult{Duration: 20 * time.Millisecond}
+	failed := member.ProbeResult{Duration: 3 * time.Second, Err: errMetricsTest, ConsecutiveFailures: 1}
+	m.Follow("a", registered("a", member.StateUnhealthy, &failed))
+	m.Follow("b", registered("b", member.StateReady, &ok))
 	m.ObserveProbe("a", ok)
 	m.ObserveProbe("a", failed)
 	m.ObserveProbe("b", ok)
@@ -49,7 +49,7 @@ func feedMetrics(m *Fleet) {
 }
 
 // registered returns an accepted cluster in state, after probe.
-func registered(name string, state cluster.State, probe *cluster.ProbeResult) *registry.Cluster {
+func registered(name string, state member.State, probe *member.ProbeResult) *registry.Cluster {
 	return &registry.Cluster{Name: name, Claims: []registry.Claim{{}}, State: state, Probe: probe}
 }
 
@@ -157,7 +157,7 @@ func TestFleetMetricsFollowRegistration(t *testing.T) {
 	if n := seriesByCluster(t, reg)["a"]; n != 0 {
 		t.Fatalf("%d series of a cluster never registered, want 0", n)
 	}
-	m.Follow("a", registered("a", cluster.StateReady, nil))
+	m.Follow("a", registered("a", member.StateReady, nil))
 	m.ObserveReconcile("widgets", "a", time.Millisecond, errMetricsTest)
 	if got := testutil.ToFloat64(m.memberReady.WithLabelValues("a")); got != 1 {
 		t.Fatalf("fleet_member_ready{cluster=a} = %v, want 1", got)
@@ -165,13 +165,13 @@ func TestFleetMetricsFollowRegistration(t *testing.T) {
 	refused := registered("a", "", nil)
 	refused.Refusal = &kubeconfig.RefusedError{Reason: "ExecPluginNotAllowed"}
 	m.Follow("a", refused)
-	m.ObserveProbe("a", cluster.ProbeResult{})
+	m.ObserveProbe("a", member.ProbeResult{})
 	m.ObserveEngage("a", "widgets", time.Millisecond, nil)
 	m.ObserveReconcile("widgets", "a", time.Millisecond, nil)
 	if n := seriesByCluster(t, reg)["a"]; n != 0 {
 		t.Fatalf("%d series of a refused cluster, want 0", n)
 	}
-	m.Follow("a", registered("a", cluster.StateReady, nil))
+	m.Follow("a", registered("a", member.StateReady, nil))
 	m.ObserveReconcile("widgets", "a", time.Millisecond, nil)
 	want := `
 # HELP fleet_reconcile_errors_total Reconciles per controller and cluster that returned an error.
@@ -190,7 +190,7 @@ fleet_reconciles_total{cluster="a",controller="widgets",result="success"} 1
 
 func TestFleetMetricsReconcileDoesNotAllocate(t *testing.T) {
 	m, _ := newTestMetrics(t)
-	m.Follow("a", registered("a", cluster.StateReady, nil))
+	m.Follow("a", registered("a", member.StateReady, nil))
 	m.ObserveReconcile("widgets", "a", time.Millisecond, nil)
 	if n := testing.AllocsPerRun(100, func() {
 		m.ObserveReconcile("widgets", "a", time.Millisecond, nil)
@@ -229,7 +229,7 @@ func TestFleetMetricsRegisterTwice(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second NewFleet: %v", err)
 	}
-	second.Follow("a", registered("a", cluster.StateReady, nil))
+	second.Follow("a", registered("a", member.StateReady, nil))
 	if got := testutil.ToFloat64(first.memberReady.WithLabelValues("a")); got != 1 {
 		t.Errorf("fleet_member_ready{cluster=a} through the first = %v, want 1: the collectors are not shared", got)
 	}

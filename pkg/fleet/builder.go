@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
-	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -141,14 +141,14 @@ func (b *Builder) For(obj client.Object, opts ...WatchOption) *Builder {
 		return b
 	}
 	b.forObj = obj
-	return b.tagged(obj, func(crcluster.Cluster) handler.EventHandler { return &handler.EnqueueRequestForObject{} }, opts)
+	return b.tagged(obj, func(cluster.Cluster) handler.EventHandler { return &handler.EnqueueRequestForObject{} }, opts)
 }
 
 // Owns reconciles the controlling owner, of the For object's kind, of each
 // obj that changes. The owner is looked up in the same cluster, with that
 // cluster's REST mapper.
 func (b *Builder) Owns(obj client.Object, opts ...WatchOption) *Builder {
-	return b.tagged(obj, func(cl crcluster.Cluster) handler.EventHandler {
+	return b.tagged(obj, func(cl cluster.Cluster) handler.EventHandler {
 		return handler.EnqueueRequestForOwner(cl.GetScheme(), cl.GetRESTMapper(), b.forObj, handler.OnlyControllerOwner())
 	}, opts)
 }
@@ -156,7 +156,7 @@ func (b *Builder) Owns(obj client.Object, opts ...WatchOption) *Builder {
 // Watches sends each event of obj to h, in every watched cluster. The
 // requests h makes are tagged with the cluster's name.
 func (b *Builder) Watches(obj client.Object, h handler.EventHandler, opts ...WatchOption) *Builder {
-	return b.tagged(obj, func(crcluster.Cluster) handler.EventHandler { return h }, opts)
+	return b.tagged(obj, func(cluster.Cluster) handler.EventHandler { return h }, opts)
 }
 
 // WatchesMetadata is Watches for the metadata of obj's kind only: the

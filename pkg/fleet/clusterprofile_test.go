@@ -27,9 +27,9 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/clusterprofile"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -188,7 +188,7 @@ func TestClusterProfileIsAMember(t *testing.T) {
 	watchConfigMaps(t, f, "profiles", ns, fleet.Members, r)
 	createProfile(t, ns, "east", "secretreader", 0, "member-0", map[string]string{"region": "east"})
 	const name = ns + ".east"
-	f.waitState(t, name, cluster.StateReady)
+	f.waitState(t, name, member.StateReady)
 	createConfigMap(t, memberClients[0], ns, "hello")
 	r.waitFor(t, request(name, ns, "hello"))
 	poll.Until(t, "a MemberCluster with the profile's labels and format", func() bool {
@@ -446,7 +446,7 @@ func TestClusterProfileCannotChooseItsCredentials(t *testing.T) {
 	// The attacker's server is member 1, where the victim's token of
 	// member 0 is worthless and its own works.
 	createProfile(t, ns, "attacker", "secretreader", 1, "victim", nil)
-	f.waitState(t, ns+".attacker", cluster.StateReady)
+	f.waitState(t, ns+".attacker", member.StateReady)
 }
 
 // ClusterProfiles are read from the namespaces named, none by default:
@@ -503,12 +503,12 @@ func TestClusterProfileCredentialsRenew(t *testing.T) {
 	createNamespace(t, hubClient, ns)
 	createProfile(t, ns, "renewing", "expiring", 0, "renewing", nil)
 	const name = ns + ".renewing"
-	f.waitState(t, name, cluster.StateReady)
+	f.waitState(t, name, member.StateReady)
 	poll.Until(t, "three tokens from the plugin", func() bool {
 		data, _ := os.ReadFile(calls)
 		return strings.Count(string(data), "\n") >= 3
 	})
-	if state, _ := f.mgr.MemberState(name); state != cluster.StateReady || f.unhealthy(name) != "" {
+	if state, _ := f.mgr.MemberState(name); state != member.StateReady || f.unhealthy(name) != "" {
 		t.Fatalf("member %s while its tokens renewed, or was Unhealthy meanwhile", state)
 	}
 	if engaged := f.logs.count(`"cluster"="`+name+`"`, `"msg"="Engaging member"`); engaged != 1 {

@@ -17,13 +17,13 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/poll"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // quickHealth makes members fail and recover within seconds.
 func quickHealth(o *fleet.Options) {
-	o.MemberHealth = cluster.HealthOptions{
+	o.MemberHealth = member.HealthOptions{
 		Interval:         200 * time.Millisecond,
 		Timeout:          500 * time.Millisecond,
 		FailureThreshold: 2,
@@ -43,7 +43,7 @@ func viaProxy(t *testing.T, kubeconfig []byte) ([]byte, *controlplane.Proxy) {
 	return out, proxy
 }
 
-func (f *fleetEnv) waitState(t *testing.T, name string, want cluster.State) {
+func (f *fleetEnv) waitState(t *testing.T, name string, want member.State) {
 	t.Helper()
 	poll.Until(t, name+" "+string(want), func() bool {
 		got, _ := f.mgr.MemberState(name)
@@ -57,14 +57,14 @@ func TestMemberGoesDownAndComesBack(t *testing.T) {
 	watchConfigMaps(t, f, "flaky", "flaky", fleet.Members, r)
 	kc, proxy := viaProxy(t, kubeconfigs[0])
 	f.register(t, "flaky", kc)
-	f.waitState(t, "flaky", cluster.StateReady)
+	f.waitState(t, "flaky", member.StateReady)
 	createConfigMap(t, memberClients[0], "flaky", "before")
 	r.waitFor(t, request("flaky", "flaky", "before"))
 
 	proxy.Down()
-	f.waitState(t, "flaky", cluster.StateUnhealthy)
+	f.waitState(t, "flaky", member.StateUnhealthy)
 	reconciledWhileUp := r.count()
-	f.waitState(t, "flaky", cluster.StateDisconnected)
+	f.waitState(t, "flaky", member.StateDisconnected)
 	createConfigMap(t, memberClients[0], "flaky", "while-down")
 	if _, err := f.mgr.GetCluster(t.Context(), "flaky"); err == nil {
 		t.Fatal("a Disconnected member still has a cluster")
@@ -76,7 +76,7 @@ func TestMemberGoesDownAndComesBack(t *testing.T) {
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
 	}
-	f.waitState(t, "flaky", cluster.StateReady)
+	f.waitState(t, "flaky", member.StateReady)
 	r.waitFor(t, request("flaky", "flaky", "while-down"))
 	createConfigMap(t, memberClients[0], "flaky", "after")
 	r.waitFor(t, request("flaky", "flaky", "after"))
@@ -87,7 +87,7 @@ func TestMemberGoesDownAndComesBack(t *testing.T) {
 // was away is reconciled.
 func TestMemberBackFromUnhealthyListsAgain(t *testing.T) {
 	f := startFleetWith(t, func(o *fleet.Options) {
-		o.MemberHealth = cluster.HealthOptions{
+		o.MemberHealth = member.HealthOptions{
 			Interval:         200 * time.Millisecond,
 			RetryInterval:    100 * time.Millisecond,
 			Timeout:          500 * time.Millisecond,
@@ -103,7 +103,7 @@ func TestMemberBackFromUnhealthyListsAgain(t *testing.T) {
 	r.waitFor(t, request("away", "away", "before"))
 
 	proxy.Down()
-	f.waitState(t, "away", cluster.StateUnhealthy)
+	f.waitState(t, "away", member.StateUnhealthy)
 	createConfigMap(t, memberClients[0], "away", "while-away")
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func TestHungMemberDelaysOnlyItself(t *testing.T) {
 
 	createConfigMap(t, memberClients[0], "hung", "works")
 	r.waitFor(t, request("responsive", "hung", "works"))
-	if state, _ := f.mgr.MemberState("hung"); state == cluster.StateReady {
+	if state, _ := f.mgr.MemberState("hung"); state == member.StateReady {
 		t.Fatal("a member that never answers is Ready")
 	}
 	// From the log: quickHealth disconnects it 2 seconds after its first
@@ -170,7 +170,7 @@ func TestFloodedMemberStaysReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.register(t, "flooded", kubeconfigs[1])
-	f.waitState(t, "flooded", cluster.StateReady)
+	f.waitState(t, "flooded", member.StateReady)
 	createNamespace(t, memberClients[1], "flooded")
 	t.Cleanup(func() { deleteConfigMaps(t, memberClients[1], "flooded") })
 
@@ -203,7 +203,7 @@ func TestMemberWithBusyWatchStaysReady(t *testing.T) {
 	r := &busyReconciler{}
 	watchConfigMaps(t, f, "chatty", "chatty", fleet.Members, r)
 	f.register(t, "chatty", kubeconfigs[1])
-	f.waitState(t, "chatty", cluster.StateReady)
+	f.waitState(t, "chatty", member.StateReady)
 	t.Cleanup(func() { deleteConfigMaps(t, memberClients[1], "chatty") })
 
 	// Patches go out on a ticker through several writers, each to a

@@ -18,15 +18,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -152,13 +152,13 @@ func TestMemberThatReconnectsGetsHubObjects(t *testing.T) {
 	kc, proxy := viaProxy(t, kubeconfigs[0])
 	lcRegister(t, f, "lc-returner", kc, nil)
 	lcRegister(t, f, "lc-reconnect-witness", kubeconfigs[1], nil)
-	f.waitState(t, "lc-returner", cluster.StateReady)
+	f.waitState(t, "lc-returner", member.StateReady)
 	f.waitEngaged(t, "lc-returner", "lc-reconnect-witness")
 	lcConfigMap(t, hubClient, ns, "before")
 	r.waitFor(t, request("lc-returner", ns, "before"), request("lc-reconnect-witness", ns, "before"))
 
 	proxy.Down()
-	f.waitState(t, "lc-returner", cluster.StateDisconnected)
+	f.waitState(t, "lc-returner", member.StateDisconnected)
 	poll.Until(t, "lc-returner no longer engaged", func() bool { return !slices.Contains(f.mgr.ClusterNames(), "lc-returner") })
 	lcConfigMap(t, hubClient, ns, "while-away")
 	before := &corev1.ConfigMap{}
@@ -179,12 +179,12 @@ func TestMemberThatReconnectsGetsHubObjects(t *testing.T) {
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
 	}
-	f.waitState(t, "lc-returner", cluster.StateReady)
+	f.waitState(t, "lc-returner", member.StateReady)
 	r.waitFor(t, request("lc-returner", ns, "while-away"))
 }
 
 func TestLabelChangeReachesClusterFilter(t *testing.T) {
-	const ns, member = "lc-gold", "lc-gold-member"
+	const ns, memberName = "lc-gold", "lc-gold-member"
 	f := lcStartFleet(t, nil)
 	gold, witness := &recorder{}, &recorder{}
 	err := fleet.NewControllerManagedBy(f.mgr).
@@ -198,11 +198,11 @@ func TestLabelChangeReachesClusterFilter(t *testing.T) {
 	// The witness, with no filter, sees each ConfigMap as soon as the
 	// filtered controller would have.
 	watchConfigMaps(t, f.fleetEnv, "lc-gold-witness", ns, fleet.Members, witness)
-	s := lcRegister(t, f, member, kubeconfigs[1], nil)
-	f.waitEngaged(t, member)
+	s := lcRegister(t, f, memberName, kubeconfigs[1], nil)
+	f.waitEngaged(t, memberName)
 	lcConfigMap(t, memberClients[1], ns, "existing")
-	witness.waitFor(t, request(member, ns, "existing"))
-	if engagedBy(f, member, "lc-gold-only") || gold.has(request(member, ns, "existing")) {
+	witness.waitFor(t, request(memberName, ns, "existing"))
+	if engagedBy(f, memberName, "lc-gold-only") || gold.has(request(memberName, ns, "existing")) {
 		t.Fatal("a member without the label was engaged by the filtered controller")
 	}
 
@@ -215,28 +215,28 @@ func TestLabelChangeReachesClusterFilter(t *testing.T) {
 		}
 	}
 	setLabels(map[string]string{registry.KubeconfigLabel: "true", "tier": "gold"})
-	gold.waitFor(t, request(member, ns, "existing"))
-	poll.Until(t, "lc-gold-only engaged with "+member, func() bool { return engagedBy(f, member, "lc-gold-only") })
+	gold.waitFor(t, request(memberName, ns, "existing"))
+	poll.Until(t, "lc-gold-only engaged with "+memberName, func() bool { return engagedBy(f, memberName, "lc-gold-only") })
 	lcConfigMap(t, memberClients[1], ns, "while-gold")
-	gold.waitFor(t, request(member, ns, "while-gold"))
+	gold.waitFor(t, request(memberName, ns, "while-gold"))
 
 	setLabels(map[string]string{registry.KubeconfigLabel: "true"})
-	poll.Until(t, "lc-gold-only disengaged from "+member, func() bool { return !engagedBy(f, member, "lc-gold-only") })
-	if !slices.Contains(f.mgr.ClusterNames(), member) || !engagedBy(f, member, "lc-gold-witness") {
+	poll.Until(t, "lc-gold-only disengaged from "+memberName, func() bool { return !engagedBy(f, memberName, "lc-gold-only") })
+	if !slices.Contains(f.mgr.ClusterNames(), memberName) || !engagedBy(f, memberName, "lc-gold-witness") {
 		t.Fatal("a label change disengaged the member from every controller")
 	}
 	lcConfigMap(t, memberClients[1], ns, "after-gold")
-	witness.waitFor(t, request(member, ns, "after-gold"))
+	witness.waitFor(t, request(memberName, ns, "after-gold"))
 	time.Sleep(500 * time.Millisecond)
-	if gold.has(request(member, ns, "after-gold")) {
+	if gold.has(request(memberName, ns, "after-gold")) {
 		t.Fatal("a member that lost the label was still reconciled by the filtered controller")
 	}
 }
 
 func TestHoldWiredEndToEnd(t *testing.T) {
-	const ns, member, ctrl = "lc-hold", "lc-holder", "lc-hold"
+	const ns, memberName, ctrl = "lc-hold", "lc-holder", "lc-hold"
 	f := lcStartFleet(t, func(o *fleet.Options) {
-		o.MemberHealth = cluster.HealthOptions{
+		o.MemberHealth = member.HealthOptions{
 			Interval:         200 * time.Millisecond,
 			RetryInterval:    100 * time.Millisecond,
 			Timeout:          500 * time.Millisecond,
@@ -269,9 +269,9 @@ func TestHoldWiredEndToEnd(t *testing.T) {
 	release := func() { releaseOnce.Do(func() { close(gate) }) }
 	t.Cleanup(release)
 	kc, proxy := viaProxy(t, kubeconfigs[0])
-	lcRegister(t, f, member, kc, nil)
-	f.waitState(t, member, cluster.StateReady)
-	f.waitEngaged(t, member)
+	lcRegister(t, f, memberName, kc, nil)
+	f.waitState(t, memberName, member.StateReady)
+	f.waitEngaged(t, memberName)
 
 	lcConfigMap(t, memberClients[0], ns, "first")
 	select {
@@ -283,19 +283,19 @@ func TestHoldWiredEndToEnd(t *testing.T) {
 	for i := range 5 {
 		name := fmt.Sprintf("queued-%d", i)
 		lcConfigMap(t, memberClients[0], ns, name)
-		queued = append(queued, request(member, ns, name))
+		queued = append(queued, request(memberName, ns, name))
 	}
-	poll.Until(t, "the member's requests queued", func() bool { return queueDepth(t, ctrl, member) >= float64(len(queued)) })
+	poll.Until(t, "the member's requests queued", func() bool { return queueDepth(t, ctrl, memberName) >= float64(len(queued)) })
 
 	proxy.Down()
-	f.waitState(t, member, cluster.StateUnhealthy)
+	f.waitState(t, memberName, member.StateUnhealthy)
 	// The hold follows the registry's event; give it a moment.
 	time.Sleep(300 * time.Millisecond)
 	release()
-	r.waitFor(t, request(member, ns, "first"))
+	r.waitFor(t, request(memberName, ns, "first"))
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
-		if state, _ := f.mgr.MemberState(member); state != cluster.StateUnhealthy {
+		if state, _ := f.mgr.MemberState(memberName); state != member.StateUnhealthy {
 			t.Fatalf("the member turned %s while the test needed it Unhealthy", state)
 		}
 		for _, req := range queued {
@@ -309,7 +309,7 @@ func TestHoldWiredEndToEnd(t *testing.T) {
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
 	}
-	f.waitState(t, member, cluster.StateReady)
+	f.waitState(t, memberName, member.StateReady)
 	r.waitFor(t, queued...)
 }
 
@@ -333,7 +333,7 @@ func TestFiftyMembers(t *testing.T) {
 	// Each member caches only the test's namespace, so that 50 members
 	// do not each hold the member API servers' every ConfigMap.
 	f := lcStartFleet(t, func(o *fleet.Options) {
-		o.ConfigureMember = func(_ string, co *crcluster.Options) {
+		o.ConfigureMember = func(_ string, co *cluster.Options) {
 			co.Cache.DefaultNamespaces = map[string]cache.Config{ns: {}}
 		}
 	})

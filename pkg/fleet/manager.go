@@ -16,17 +16,17 @@ import (
 	"k8s.io/client-go/tools/events"
 	inventoryv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/fleetmetrics"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -82,17 +82,17 @@ type Options struct {
 	MemberBurst int
 
 	// MemberHealth sets how members are probed and when they turn
-	// Unhealthy and Disconnected; see cluster.HealthOptions for defaults.
-	MemberHealth cluster.HealthOptions
+	// Unhealthy and Disconnected; see member.HealthOptions for defaults.
+	MemberHealth member.HealthOptions
 
 	// CredentialRenewal sets how members' tokens are renewed; see
 	// RenewalOptions for defaults.
 	CredentialRenewal RenewalOptions
 
-	// ConfigureMember, if set, adjusts each member's cluster.Options, for
+	// ConfigureMember, if set, adjusts each member's member.Options, for
 	// example its cache transforms, namespaces or selectors. It is called
 	// once per member with fresh options.
-	ConfigureMember func(clusterName string, o *crcluster.Options)
+	ConfigureMember func(clusterName string, o *cluster.Options)
 
 	// ClusterProfiles, if set, registers clusters from the ClusterProfiles
 	// of SIG-Multicluster's Cluster Inventory API it selects, besides the
@@ -120,7 +120,7 @@ type Manager struct {
 	namespace string
 	identity  *identity
 	registry  *registry.Registry
-	pool      *cluster.Pool
+	pool      *member.Pool
 	engager   *engage.Engager
 	metrics   *fleetmetrics.Fleet
 	// queueMetrics are the workqueue series of the fleet controllers.
@@ -187,7 +187,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.metrics.ObserveEngage})
-	m.pool, err = cluster.NewPool(cluster.Options{
+	m.pool, err = member.NewPool(member.Options{
 		Engage:    m.engager.Engage,
 		Scheme:    hub.GetScheme(),
 		Logger:    log.WithName("member"),
@@ -207,7 +207,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		// The hub is engaged like a member, under the name "", for as
 		// long as this replica leads.
 		manager.RunnableFunc(func(ctx context.Context) error {
-			m.engager.Serve(ctx, cluster.HubName, hub)
+			m.engager.Serve(ctx, member.HubName, hub)
 			return nil
 		}),
 		&memberSync{m: m, log: log.WithName("members"), recorder: hub.GetEventRecorder("fleet-manager")},
@@ -237,7 +237,7 @@ func setGCPercent(percent int, log logr.Logger) {
 
 // observeMember takes every state and probe of every member: the registry
 // publishes the state, and the metrics count the probe.
-func (m *Manager) observeMember(clusterName string, state cluster.State, probe *cluster.ProbeResult) {
+func (m *Manager) observeMember(clusterName string, state member.State, probe *member.ProbeResult) {
 	m.registry.ObserveState(clusterName, state, probe)
 	if probe != nil {
 		m.metrics.ObserveProbe(clusterName, *probe)
@@ -253,9 +253,9 @@ func (m *Manager) addController(c *controller) {
 }
 
 // GetCluster returns the cluster named clusterName: the hub for "", else
-// the member, or an error wrapping cluster.ErrClusterNotFound.
-func (m *Manager) GetCluster(_ context.Context, clusterName string) (crcluster.Cluster, error) {
-	if clusterName == cluster.HubName {
+// the member, or an error wrapping member.ErrClusterNotFound.
+func (m *Manager) GetCluster(_ context.Context, clusterName string) (cluster.Cluster, error) {
+	if clusterName == member.HubName {
 		return m.Manager, nil
 	}
 	return m.pool.Get(clusterName)
@@ -274,7 +274,7 @@ func (m *Manager) GetClusterEventRecorder(ctx context.Context, clusterName, name
 
 // MemberState returns the state of member clusterName, and false if no
 // such member is registered.
-func (m *Manager) MemberState(clusterName string) (cluster.State, bool) {
+func (m *Manager) MemberState(clusterName string) (member.State, bool) {
 	c, ok := m.registry.Get(clusterName)
 	if !ok || !c.Accepted() {
 		return "", false
@@ -290,7 +290,7 @@ func (m *Manager) Registry() *registry.Registry { return m.registry }
 func (m *Manager) Namespace() string { return m.namespace }
 
 // MemberHealth returns how members are probed, defaults filled in.
-func (m *Manager) MemberHealth() cluster.HealthOptions { return m.pool.HealthOptions() }
+func (m *Manager) MemberHealth() member.HealthOptions { return m.pool.HealthOptions() }
 
 // Engagements returns where each fleet controller stands with cluster
 // clusterName.
@@ -300,7 +300,7 @@ func (m *Manager) Engagements(clusterName string) []engage.Engagement {
 
 // ClusterNames returns the names of the engaged members, sorted.
 func (m *Manager) ClusterNames() []string {
-	return slices.DeleteFunc(m.engager.Clusters(), func(name string) bool { return name == cluster.HubName })
+	return slices.DeleteFunc(m.engager.Clusters(), func(name string) bool { return name == member.HubName })
 }
 
 // GetFieldIndexer returns an indexer that adds each index to the hub and

@@ -24,9 +24,9 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -348,7 +348,7 @@ func mclIsElected(m *fleet.Manager) bool {
 func slowArgoCD(namespace string, delay time.Duration) registry.Format {
 	f := registry.ArgoCDFormat(namespace)
 	read := f.Read
-	f.Read = func(s *corev1.Secret) (cluster.Registration, error) {
+	f.Read = func(s *corev1.Secret) (member.Registration, error) {
 		time.Sleep(delay)
 		return read(s)
 	}

@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -80,7 +80,7 @@ func (s *memberSync) settle(ctx context.Context, e registry.Event) {
 func accepted(c *registry.Cluster) bool { return c != nil && c.Accepted() }
 
 // held reports whether c's work is held: it is accepted and Unhealthy.
-func held(c *registry.Cluster) bool { return c.Accepted() && c.State == cluster.StateUnhealthy }
+func held(c *registry.Cluster) bool { return c.Accepted() && c.State == member.StateUnhealthy }
 
 var errRefused = errors.New("registration refused")
 

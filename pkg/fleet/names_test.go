@@ -10,8 +10,8 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -41,7 +41,7 @@ func TestTenantSecretClaimingAMembersNameChangesNothing(t *testing.T) {
 	}
 	f.waitEngaged(t, "eu-1", tenantNS+".db")
 	for _, name := range []string{"eu-1", tenantNS + ".db"} {
-		f.waitState(t, name, cluster.StateReady)
+		f.waitState(t, name, member.StateReady)
 	}
 
 	tenant := func(secretName string, annotations map[string]string) *corev1.Secret {
@@ -77,7 +77,7 @@ func TestTenantSecretClaimingAMembersNameChangesNothing(t *testing.T) {
 	})
 
 	for _, name := range []string{"eu-1", tenantNS + ".db"} {
-		if state, _ := f.mgr.MemberState(name); state != cluster.StateReady || f.unhealthy(name) != "" {
+		if state, _ := f.mgr.MemberState(name); state != member.StateReady || f.unhealthy(name) != "" {
 			t.Errorf("%s is %s, or was Unhealthy, once a tenant claimed its name", name, state)
 		}
 		f.wantHost(t, name, members[0])

@@ -19,8 +19,8 @@ import (
 	"k8s.io/utils/clock"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -200,7 +200,7 @@ func (r *credentialRenewal) evaluate(ctx context.Context, queue workqueue.TypedD
 		return
 	}
 	err = r.renew(ctx, name, t, reg.Kubeconfig)
-	if errors.Is(err, cluster.ErrOtherKubeconfig) {
+	if errors.Is(err, member.ErrOtherKubeconfig) {
 		// The pool has yet to run this kubeconfig: not a failure.
 		r.log.V(1).Info("Renewal waits for the member to run the kubeconfig it renews", "cluster", name)
 		queue.AddAfter(name, time.Second)
@@ -237,16 +237,16 @@ func (r *credentialRenewal) evaluate(ctx context.Context, queue workqueue.TypedD
 	r.requeue(queue, name, t, now)
 }
 
-func registration(c *registry.Cluster, ok bool) (cluster.Registration, int64, bool) {
+func registration(c *registry.Cluster, ok bool) (member.Registration, int64, bool) {
 	if !ok {
-		return cluster.Registration{}, 0, false
+		return member.Registration{}, 0, false
 	}
 	return c.Registration()
 }
 
 // track returns what is kept of name's kubeconfig of generation,
 // describing it first if it is new.
-func (r *credentialRenewal) track(name string, c *registry.Cluster, reg cluster.Registration, generation int64) (*tracked, error) {
+func (r *credentialRenewal) track(name string, c *registry.Cluster, reg member.Registration, generation int64) (*tracked, error) {
 	r.mu.Lock()
 	t := r.tracked[name]
 	r.mu.Unlock()
@@ -309,8 +309,8 @@ var errSecretChanged = errors.New("the registration Secret changed meanwhile")
 // the service account of t and writes it into t's Secret, whose
 // kubeconfig must still be kubeconfigData.
 func (r *credentialRenewal) renew(ctx context.Context, name string, t *tracked, kubeconfigData []byte) error {
-	member, err := r.m.pool.GetRunning(name, kubeconfigData)
-	if errors.Is(err, cluster.ErrOtherKubeconfig) {
+	running, err := r.m.pool.GetRunning(name, kubeconfigData)
+	if errors.Is(err, member.ErrOtherKubeconfig) {
 		return err
 	}
 	if err != nil {
@@ -320,8 +320,8 @@ func (r *credentialRenewal) renew(ctx context.Context, name string, t *tracked, 
 	seconds := int64(min(t.credential.Lifetime(), fleetv1alpha1.MaxTokenLifetime) / time.Second)
 	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}
 	account := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: sa.Namespace, Name: sa.Name}}
-	if err := member.GetClient().SubResource("token").Create(ctx, account, request); err != nil {
-		return fmt.Errorf("requesting a token for service account %s from the member: %s", sa, cluster.SafeError(err))
+	if err := running.GetClient().SubResource("token").Create(ctx, account, request); err != nil {
+		return fmt.Errorf("requesting a token for service account %s from the member: %s", sa, member.SafeError(err))
 	}
 	secret := &corev1.Secret{}
 	if err := r.m.GetAPIReader().Get(ctx, t.secret.NamespacedName, secret); err != nil {

@@ -17,8 +17,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -582,7 +582,7 @@ func checkReads(t *testing.T, f registry.Format, cases map[string]readCase) {
 			if err != nil {
 				t.Fatalf("Read() error = %v", err)
 			}
-			want := cluster.Registration{ClusterName: tc.wantName, Kubeconfig: testKubeconfig}
+			want := member.Registration{ClusterName: tc.wantName, Kubeconfig: testKubeconfig}
 			if !reflect.DeepEqual(reg, want) {
 				t.Errorf("Read() = %+v, want %+v", reg, want)
 			}

@@ -11,8 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // ReasonClusterNameConflict refuses a name that two or more Secrets, or
@@ -67,9 +67,9 @@ type Cluster struct {
 	// policy or the member pool refused. Nil when the name is accepted.
 	Refusal *kubeconfig.RefusedError
 	// State is the member's state; empty while refused.
-	State cluster.State
+	State member.State
 	// Probe is the member's last probe, nil before the first.
-	Probe *cluster.ProbeResult
+	Probe *member.ProbeResult
 	// Credentials describe the accepted kubeconfig's credential and its
 	// renewals; nil until observed, and while refused.
 	Credentials *Credentials
@@ -91,11 +91,11 @@ func (c *Cluster) Accepted() bool { return c.Refusal == nil && len(c.Claims) > 0
 
 // Registration returns the accepted claim's registration and its
 // generation, for Refuse; false when the cluster is refused.
-func (c *Cluster) Registration() (cluster.Registration, int64, bool) {
+func (c *Cluster) Registration() (member.Registration, int64, bool) {
 	if !c.Accepted() {
-		return cluster.Registration{}, 0, false
+		return member.Registration{}, 0, false
 	}
-	return cluster.Registration{ClusterName: c.Name, Kubeconfig: c.Claims[0].kubeconfig}, c.generation, true
+	return member.Registration{ClusterName: c.Name, Kubeconfig: c.Claims[0].kubeconfig}, c.generation, true
 }
 
 // Registry owns every registered cluster name: its claims, its refusal,
@@ -322,7 +322,7 @@ func (r *Registry) ObserveCredentials(name string, generation int64, creds Crede
 // event: subscribers would otherwise be woken for every member every
 // probe interval, for nothing but its time. Its signature suits the
 // member pool's Options.Observe.
-func (r *Registry) ObserveState(name string, state cluster.State, probe *cluster.ProbeResult) {
+func (r *Registry) ObserveState(name string, state member.State, probe *member.ProbeResult) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.clusters[name]
@@ -382,7 +382,7 @@ func (r *Registry) lockedSet(cur, next *Cluster) {
 	case !wasAccepted || !slices.Equal(cur.Claims[0].kubeconfig, first.kubeconfig):
 		next.generation++
 		if !wasAccepted {
-			next.State, next.Probe = cluster.StatePending, nil
+			next.State, next.Probe = member.StatePending, nil
 		}
 	}
 	r.lockedPublish(next.Name, next)

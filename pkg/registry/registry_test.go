@@ -10,8 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 func secret(format, name string) Source {
@@ -45,18 +45,18 @@ func TestLateSubscriberGetsTheCurrentState(t *testing.T) {
 	r := New("native")
 	r.claim("a", claimOf(secret("native", "a"), "kc-a", map[string]string{"env": "prod"}))
 	r.claim("b", claimOf(secret("native", "b"), "kc-b", nil))
-	r.ObserveState("a", cluster.StateReady, nil)
+	r.ObserveState("a", member.StateReady, nil)
 	r.withdraw(secret("native", "b"))
 
 	s := r.Subscribe(t.Context())
 	e := next(t, s)
-	if e.Name != "a" || !e.Registered() || e.New.State != cluster.StateReady || e.New.Labels["env"] != "prod" {
+	if e.Name != "a" || !e.Registered() || e.New.State != member.StateReady || e.New.Labels["env"] != "prod" {
 		t.Fatalf("first event = %+v, want a registered, Ready, labelled env=prod", e)
 	}
 	r.claim("a", claimOf(secret("native", "a"), "kc-a", map[string]string{"env": "dev"}))
-	r.ObserveState("a", cluster.StateUnhealthy, nil)
+	r.ObserveState("a", member.StateUnhealthy, nil)
 	e = next(t, s)
-	if !e.LabelsChanged() || !e.StateChanged() || e.New.State != cluster.StateUnhealthy {
+	if !e.LabelsChanged() || !e.StateChanged() || e.New.State != member.StateUnhealthy {
 		t.Fatalf("event after a label and a state change = %+v, want both folded into one", e)
 	}
 	r.withdraw(secret("native", "a"))
@@ -70,14 +70,14 @@ func TestOneClusterIsHandedOutOnceAtATime(t *testing.T) {
 	s := r.Subscribe(t.Context())
 	r.claim("a", claimOf(secret("native", "a"), "kc", nil))
 	first, _ := s.Next()
-	r.ObserveState("a", cluster.StateConnecting, nil)
+	r.ObserveState("a", member.StateConnecting, nil)
 	r.claim("b", claimOf(secret("native", "b"), "kc", nil))
 	// a changed while its first event is being handled: b comes next.
 	if e, _ := s.Next(); e.Name != "b" {
 		t.Fatalf("while a is being handled, got %q, want b", e.Name)
 	}
 	s.Done(first)
-	if e := next(t, s); e.Name != "a" || e.New.State != cluster.StateConnecting {
+	if e := next(t, s); e.Name != "a" || e.New.State != member.StateConnecting {
 		t.Fatalf("after Done(a): %+v, want a Connecting", e)
 	}
 }
@@ -126,7 +126,7 @@ func TestClaims(t *testing.T) {
 			if !c.Accepted() || c.Claims[0].Source != tc.wantFrom {
 				t.Fatalf("accepted = %v from %v, want accepted from %v", c.Accepted(), c.Claims[0].Source, tc.wantFrom)
 			}
-			if c.State != cluster.StatePending {
+			if c.State != member.StatePending {
 				t.Errorf("state = %q, want Pending", c.State)
 			}
 		})
@@ -152,13 +152,13 @@ func TestRefuseAppliesOnlyToItsRegistration(t *testing.T) {
 		t.Fatal("the refusal of the current kubeconfig was ignored")
 	}
 	// A member reporting as it stops changes nothing.
-	r.ObserveState("a", cluster.StateReady, nil)
+	r.ObserveState("a", member.StateReady, nil)
 	if c, _ = r.Get("a"); c.State != "" {
 		t.Fatalf("a refused cluster took state %q", c.State)
 	}
 	// A new kubeconfig lifts the refusal.
 	r.claim("a", claimOf(secret("native", "a"), "fixed", nil))
-	if c, _ = r.Get("a"); !c.Accepted() || c.State != cluster.StatePending {
+	if c, _ = r.Get("a"); !c.Accepted() || c.State != member.StatePending {
 		t.Fatalf("after a new kubeconfig: accepted %v, state %q; want accepted, Pending", c.Accepted(), c.State)
 	}
 }
@@ -229,21 +229,21 @@ func TestRepeatedSuccessfulProbesSendNoEvent(t *testing.T) {
 	r.claim("a", claimOf(secret("native", "a"), "kc-a", nil))
 	s := r.Subscribe(t.Context())
 	next(t, s)
-	first := &cluster.ProbeResult{Time: time.Unix(1, 0)}
-	r.ObserveState("a", cluster.StateReady, first)
+	first := &member.ProbeResult{Time: time.Unix(1, 0)}
+	r.ObserveState("a", member.StateReady, first)
 	if e := next(t, s); e.New.Probe != first {
 		t.Fatalf("event after the first probe = %+v, want its probe", e)
 	}
-	again := &cluster.ProbeResult{Time: time.Unix(2, 0)}
-	r.ObserveState("a", cluster.StateReady, again)
+	again := &member.ProbeResult{Time: time.Unix(2, 0)}
+	r.ObserveState("a", member.StateReady, again)
 	if c, _ := r.Get("a"); c.Probe != again {
 		t.Fatal("the snapshot does not hold the last probe")
 	}
 	if s.queue.Len() != 0 {
 		t.Fatal("a probe that succeeded like the one before sent an event")
 	}
-	failed := &cluster.ProbeResult{Time: time.Unix(3, 0), Err: context.DeadlineExceeded, ConsecutiveFailures: 1}
-	r.ObserveState("a", cluster.StateReady, failed)
+	failed := &member.ProbeResult{Time: time.Unix(3, 0), Err: context.DeadlineExceeded, ConsecutiveFailures: 1}
+	r.ObserveState("a", member.StateReady, failed)
 	if e := next(t, s); e.New.Probe != failed {
 		t.Fatalf("the event after a failed probe = %+v, want its probe", e)
 	}
@@ -282,7 +282,7 @@ func TestClaimFromElsewhereChangesNothingOfAFleetName(t *testing.T) {
 	if r.claim("eu-1", claimOf(secret("native", "eu-1"), "kc-fleet", map[string]string{"env": "prod"})) {
 		t.Fatal("the fleet namespace's claim is reported taken")
 	}
-	r.ObserveState("eu-1", cluster.StateReady, nil)
+	r.ObserveState("eu-1", member.StateReady, nil)
 	before, _ := r.Get("eu-1")
 	s := r.Subscribe(t.Context())
 	next(t, s)
@@ -294,7 +294,7 @@ func TestClaimFromElsewhereChangesNothingOfAFleetName(t *testing.T) {
 		}
 	}
 	after, _ := r.Get("eu-1")
-	if !after.Accepted() || after.State != cluster.StateReady || after.Labels["env"] != "prod" || after.generation != before.generation ||
+	if !after.Accepted() || after.State != member.StateReady || after.Labels["env"] != "prod" || after.generation != before.generation ||
 		len(after.Claims) != 1 || after.Claims[0].Source != secret("native", "eu-1") {
 		t.Fatalf("after claims from elsewhere, eu-1 = %+v, want it as before: %+v", after, before)
 	}

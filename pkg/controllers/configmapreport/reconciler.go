@@ -6,13 +6,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -20,7 +20,7 @@ const ControllerName = "configmap-report"
 
 // Clusters gives a request's cluster by name. *fleet.Manager is one.
 type Clusters interface {
-	GetCluster(ctx context.Context, clusterName string) (crcluster.Cluster, error)
+	GetCluster(ctx context.Context, clusterName string) (cluster.Cluster, error)
 }
 
 // Reconciler reports every ConfigMap it is asked about: it logs it and
@@ -50,7 +50,7 @@ func (r *Reconciler) SetupWithManager(mgr *fleet.Manager, predicates ...predicat
 func (r *Reconciler) Reconcile(ctx context.Context, req fleet.Request) (reconcile.Result, error) {
 	log := logf.FromContext(ctx)
 	cl, err := r.Fleet.GetCluster(ctx, req.ClusterName)
-	if errors.Is(err, cluster.ErrClusterNotFound) {
+	if errors.Is(err, member.ErrClusterNotFound) {
 		// The cluster left the fleet; its requests die with it.
 		return reconcile.Result{}, nil
 	}

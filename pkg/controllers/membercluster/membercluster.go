@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -142,7 +142,7 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 		mc.recorder.Eventf(obj, nil, corev1.EventTypeNormal, fleetv1alpha1.ReasonDeregistered, "Deregister", "the cluster's registration is gone")
 		return reconcile.Result{}, nil
 	}
-	if !c.Accepted() || c.State != cluster.StateReady {
+	if !c.Accepted() || c.State != member.StateReady {
 		mc.forget(name) // a member that comes back may run another version
 	}
 
@@ -281,7 +281,7 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 			healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionTrue, fleetv1alpha1.ReasonProbeSucceeded, "the last probe succeeded"
 		} else {
 			status.LastProbeResult = fleetv1alpha1.ProbeResultFailure
-			status.LastError = truncate(cluster.SafeError(probe.Err), fleetv1alpha1.MaxLastErrorLength)
+			status.LastError = truncate(member.SafeError(probe.Err), fleetv1alpha1.MaxLastErrorLength)
 			healthy.Status, healthy.Reason = metav1.ConditionFalse, fleetv1alpha1.ReasonProbeFailed
 			healthy.Message = fmt.Sprintf("%d probes in a row failed", probe.ConsecutiveFailures)
 		}
@@ -298,7 +298,7 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 	meta.SetStatusCondition(&status.Conditions, expiringCondition(c.Credentials))
 	status.OwedRemovals, status.OwedRemovalCount = owedRemovals(c.Owed), int32(len(c.Owed))
 
-	status.ServerVersion = mc.serverVersion(ctx, c.Name, c.Accepted() && c.State == cluster.StateReady)
+	status.ServerVersion = mc.serverVersion(ctx, c.Name, c.Accepted() && c.State == member.StateReady)
 	status.EngagedControllers, status.ControllerConditions = nil, mc.controllerConditions(c.Name, status.ControllerConditions, now)
 	for _, c := range status.ControllerConditions {
 		if c.Status == metav1.ConditionTrue {
@@ -375,7 +375,7 @@ func (mc *memberClusters) controllerConditions(name string, old []fleetv1alpha1.
 		if !e.Engaged {
 			c.Status, c.Reason, c.Message = metav1.ConditionFalse, fleetv1alpha1.ReasonEngageFailed, "not engaged yet"
 			if e.Err != nil {
-				c.Message = truncate(cluster.SafeError(e.Err), fleetv1alpha1.MaxLastErrorLength)
+				c.Message = truncate(member.SafeError(e.Err), fleetv1alpha1.MaxLastErrorLength)
 				if meta.IsNoMatchError(e.Err) {
 					c.Reason = fleetv1alpha1.ReasonKindNotFound
 				}

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/transport"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
@@ -202,7 +202,7 @@ func (c *copyCaches) selector() labels.Selector {
 	return labels.NewSelector().Add(*fleetReq, *propReq)
 }
 
-func (c *copyCaches) Start(ctx context.Context, clusterName string, cl crcluster.Cluster, q engage.Queue) (<-chan struct{}, error) {
+func (c *copyCaches) Start(ctx context.Context, clusterName string, cl cluster.Cluster, q engage.Queue) (<-chan struct{}, error) {
 	base := cl.GetHTTPClient()
 	rt := transport.NewUserAgentRoundTripper(c.userAgent, base.Transport)
 	httpClient := &http.Client{Transport: rt, Timeout: base.Timeout, Jar: base.Jar}

@@ -12,8 +12,8 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // TestFrozenMemberStallsNoOther freezes one member's API server (SIGSTOP)
@@ -49,7 +49,7 @@ func TestFrozenMemberStallsNoOther(t *testing.T) {
 	frozen := fmt.Sprintf("frozen-%d", counter.Add(1))
 	f := newFleet(t)
 	f.stop()
-	f.start(&cluster.HealthOptions{Interval: 10 * time.Minute, ReviewInterval: 10 * time.Minute})
+	f.start(&member.HealthOptions{Interval: 10 * time.Minute, ReviewInterval: 10 * time.Minute})
 	f.registerKubeconfig(frozen, frozenKubeconfig, map[string]string{"env": "prod"})
 	for i := range others {
 		f.register(i%memberCount, fmt.Sprintf("member-%02d", i), map[string]string{"env": "prod"})

@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // A failed member run is tried again after a second, then after twice as
@@ -54,7 +54,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req fleet.Request) (_ reconc
 			retErr = nil // the manager is stopping or the member left: no failure
 		}
 	}()
-	if req.ClusterName == cluster.HubName {
+	if req.ClusterName == member.HubName {
 		return r.reconcileStatus(ctx, req.NamespacedName)
 	}
 	return r.reconcileMember(ctx, req.ClusterName, req.NamespacedName)

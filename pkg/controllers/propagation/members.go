@@ -6,8 +6,8 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -41,7 +41,7 @@ func (r *reconciler) memberChanged(ctx context.Context, e registry.Event) {
 	if err != nil {
 		r.log.Error(err, "Recording in the journal whether a member left", "cluster", e.Name)
 	}
-	if e.StateChanged() && e.New.State == cluster.StateReady {
+	if e.StateChanged() && e.New.State == member.StateReady {
 		if mc := r.copies.get(e.Name); mc != nil {
 			r.owed.again(mc)
 		}

@@ -15,8 +15,8 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // newFleetOwingServiceAccounts returns a fleet whose members are east,
@@ -29,7 +29,7 @@ func newFleetOwingServiceAccounts(t *testing.T) (*testFleet, *controlplane.Proxy
 	t.Helper()
 	f := newFleet(t)
 	f.stop()
-	f.start(&cluster.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: time.Hour})
+	f.start(&member.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: time.Hour})
 	proxied, proxy, err := controlplane.ViaProxy(kubeconfigs[0])
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func (f *testFleet) serviceAccountIn(i int) bool {
 func (f *testFleet) deleteWhileEastIsDown(proxy *controlplane.Proxy) {
 	f.t.Helper()
 	proxy.Down()
-	poll.Until(f.t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == cluster.StateUnhealthy })
+	poll.Until(f.t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == member.StateUnhealthy })
 	if err := hubClient.Delete(f.t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
 		f.t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestUnlistableKindAtDeletionIsOwedAndRetried(t *testing.T) {
 	}
 	setVerbs(write)
 	f.start(nil)
-	poll.Until(t, "west Ready", func() bool { s, _ := f.mgr.MemberState("west"); return s == cluster.StateReady })
+	poll.Until(t, "west Ready", func() bool { s, _ := f.mgr.MemberState("west"); return s == member.StateReady })
 	if err := hubClient.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
 		t.Fatal(err)
 	}

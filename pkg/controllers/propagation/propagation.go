@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -184,7 +184,7 @@ type hubEngagement struct{ r *reconciler }
 
 func (h hubEngagement) String() string { return "propagated hub objects" }
 
-func (h hubEngagement) Start(ctx context.Context, _ string, _ crcluster.Cluster, q engage.Queue) (<-chan struct{}, error) {
+func (h hubEngagement) Start(ctx context.Context, _ string, _ cluster.Cluster, q engage.Queue) (<-chan struct{}, error) {
 	r := h.r
 	r.mu.Lock()
 	r.queue = q

@@ -39,10 +39,10 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -158,7 +158,7 @@ type testFleet struct {
 	team      string // the propagated objects'
 	stateDir  string // the journal's
 	journal   *journal.Journal
-	health    *cluster.HealthOptions // how members are probed, if set
+	health    *member.HealthOptions // how members are probed, if set
 	// forgetAfter, if set, is how long a member that left is remembered.
 	forgetAfter time.Duration
 	cancel      context.CancelFunc
@@ -187,7 +187,7 @@ func newFleetOn(t *testing.T, h hubServer, namespace, team string) *testFleet {
 
 // start starts the fleet's manager; health, if set, sets how members are
 // probed.
-func (f *testFleet) start(health *cluster.HealthOptions) {
+func (f *testFleet) start(health *member.HealthOptions) {
 	f.t.Helper()
 	opts := fleet.Options{
 		Options: manager.Options{
@@ -731,7 +731,7 @@ func newFleetBehindProxy(t *testing.T, disconnectAfter time.Duration) (*testFlee
 	t.Helper()
 	f := newFleet(t)
 	f.stop()
-	f.start(&cluster.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: disconnectAfter})
+	f.start(&member.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: disconnectAfter})
 	proxied, proxy, err := controlplane.ViaProxy(kubeconfigs[0])
 	if err != nil {
 		t.Fatal(err)
@@ -750,10 +750,10 @@ func newFleetBehindProxy(t *testing.T, disconnectAfter time.Duration) (*testFlee
 // Disconnected (its caches torn down, its queued work dropped): neither
 // holds the Propagation, and each removes its copy when it is back.
 func TestUnreachableMemberOwesTheDeletion(t *testing.T) {
-	for _, state := range []cluster.State{cluster.StateUnhealthy, cluster.StateDisconnected} {
+	for _, state := range []member.State{member.StateUnhealthy, member.StateDisconnected} {
 		t.Run(string(state), func(t *testing.T) {
 			disconnectAfter := time.Hour
-			if state == cluster.StateDisconnected {
+			if state == member.StateDisconnected {
 				disconnectAfter = time.Second
 			}
 			f, proxy := newFleetBehindProxy(t, disconnectAfter)
@@ -796,7 +796,7 @@ func TestOwedRemovalSurvivesARestart(t *testing.T) {
 	f, proxy := newFleetBehindProxy(t, time.Hour)
 
 	proxy.Down()
-	poll.Until(t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == cluster.StateUnhealthy })
+	poll.Until(t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == member.StateUnhealthy })
 	if err := hubClient.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
 		t.Fatal(err)
 	}

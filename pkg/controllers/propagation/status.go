@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -129,7 +129,7 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 			selectorErr = err
 		}
 		res, has := results[c.Name]
-		ready := c.State == cluster.StateReady
+		ready := c.State == member.StateReady
 		entry := fleetv1alpha1.MemberPropagationStatus{Name: c.Name, ObservedGeneration: p.Generation}
 		switch {
 		case selected && !ready:

@@ -1,4 +1,4 @@
-// Package cluster owns member clusters: from a registration (a name and a
+// Package member owns member clusters: from a registration (a name and a
 // kubeconfig) to a running controller-runtime cluster.Cluster, and the pool
 // that holds them by name.
 //
@@ -45,4 +45,4 @@
 // closed. Nothing a member
 // started outlives it. The pool never holds its lock during network I/O
 // or while a member stops.
-package cluster
+package member

@@ -1,4 +1,4 @@
-package cluster_test
+package member_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // A reconciler may ignore its context and keep the client of a member
@@ -26,10 +26,10 @@ func TestRemovedMemberNeverDialsAgain(t *testing.T) {
 
 	w := newWatcher()
 	defer w.queue.ShutDown()
-	pool := startPool(t, cluster.Options{Engage: w.engage})
+	pool := startPool(t, member.Options{Engage: w.engage})
 	baseline, sockets := goleak.IgnoreCurrent(), poll.OpenSockets(t)
 
-	if err := pool.Set(cluster.Registration{ClusterName: "removed", Kubeconfig: viaProxy}); err != nil {
+	if err := pool.Set(member.Registration{ClusterName: "removed", Kubeconfig: viaProxy}); err != nil {
 		t.Fatal(err)
 	}
 	<-w.engaged

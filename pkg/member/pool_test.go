@@ -1,4 +1,4 @@
-package cluster_test
+package member_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -21,8 +21,8 @@ import (
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 var (
@@ -86,7 +86,7 @@ type watcher struct {
 
 type engagement struct {
 	name string
-	cl   crcluster.Cluster
+	cl   cluster.Cluster
 }
 
 func newWatcher() *watcher {
@@ -96,8 +96,8 @@ func newWatcher() *watcher {
 	}
 }
 
-func (w *watcher) engage(ctx context.Context, name string, cl crcluster.Cluster) <-chan struct{} {
-	src := engage.NewKind(&corev1.ConfigMap{}, func(crcluster.Cluster) handler.EventHandler {
+func (w *watcher) engage(ctx context.Context, name string, cl cluster.Cluster) <-chan struct{} {
+	src := engage.NewKind(&corev1.ConfigMap{}, func(cluster.Cluster) handler.EventHandler {
 		return &handler.EnqueueRequestForObject{}
 	})
 	if _, err := src.Start(ctx, name, cl, w.queue); err != nil {
@@ -125,9 +125,9 @@ func (w *watcher) next(t *testing.T) engage.Request {
 	}
 }
 
-func startPool(t *testing.T, opts cluster.Options) *cluster.Pool {
+func startPool(t *testing.T, opts member.Options) *member.Pool {
 	t.Helper()
-	pool, err := cluster.NewPool(opts)
+	pool, err := member.NewPool(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,10 +160,10 @@ func TestPoolRemoveLeavesNothingBehind(t *testing.T) {
 	kc := kubeconfig(t, members[0])
 	w := newWatcher()
 	defer w.queue.ShutDown()
-	pool := startPool(t, cluster.Options{Engage: w.engage})
+	pool := startPool(t, member.Options{Engage: w.engage})
 	baseline, sockets := goleak.IgnoreCurrent(), poll.OpenSockets(t)
 
-	if err := pool.Set(cluster.Registration{ClusterName: "leak-check", Kubeconfig: kc}); err != nil {
+	if err := pool.Set(member.Registration{ClusterName: "leak-check", Kubeconfig: kc}); err != nil {
 		t.Fatal(err)
 	}
 	<-w.engaged
@@ -202,16 +202,16 @@ func TestPoolSetReplacesOnlyOnChange(t *testing.T) {
 	kcA, kcB := kubeconfig(t, members[0]), kubeconfig(t, members[1])
 	w := newWatcher()
 	defer w.queue.ShutDown()
-	pool := startPool(t, cluster.Options{Engage: w.engage})
+	pool := startPool(t, member.Options{Engage: w.engage})
 
-	if err := pool.Set(cluster.Registration{ClusterName: "moving", Kubeconfig: kcA}); err != nil {
+	if err := pool.Set(member.Registration{ClusterName: "moving", Kubeconfig: kcA}); err != nil {
 		t.Fatal(err)
 	}
 	first := <-w.engaged
-	if err := pool.Set(cluster.Registration{ClusterName: "moving", Kubeconfig: kcA}); err != nil {
+	if err := pool.Set(member.Registration{ClusterName: "moving", Kubeconfig: kcA}); err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.Set(cluster.Registration{ClusterName: "moving", Kubeconfig: kcB}); err != nil {
+	if err := pool.Set(member.Registration{ClusterName: "moving", Kubeconfig: kcB}); err != nil {
 		t.Fatal(err)
 	}
 	second := <-w.engaged
@@ -239,13 +239,13 @@ func TestPoolIndexesReachLaterMembers(t *testing.T) {
 	kc := kubeconfig(t, members[1])
 	w := newWatcher()
 	defer w.queue.ShutDown()
-	pool := startPool(t, cluster.Options{Engage: w.engage})
+	pool := startPool(t, member.Options{Engage: w.engage})
 
 	byLabel := func(o client.Object) []string { return []string{o.GetLabels()["team"]} }
 	if err := pool.IndexField(t.Context(), &corev1.ConfigMap{}, "team", byLabel); err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.Set(cluster.Registration{ClusterName: "indexed", Kubeconfig: kc}); err != nil {
+	if err := pool.Set(member.Registration{ClusterName: "indexed", Kubeconfig: kc}); err != nil {
 		t.Fatal(err)
 	}
 	e := <-w.engaged
@@ -263,11 +263,11 @@ func TestPoolIndexesReachLaterMembers(t *testing.T) {
 }
 
 func TestPoolRefusesBadRegistrations(t *testing.T) {
-	pool, err := cluster.NewPool(cluster.Options{Engage: engageNothing})
+	pool, err := member.NewPool(member.Options{Engage: engageNothing})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, reg := range map[string]cluster.Registration{
+	for name, reg := range map[string]member.Registration{
 		"invalid name":       {ClusterName: "Not_A_Name", Kubeconfig: []byte("apiVersion: v1")},
 		"hub name":           {ClusterName: "", Kubeconfig: []byte("apiVersion: v1")},
 		"garbage kubeconfig": {ClusterName: "garbage", Kubeconfig: []byte("{{{{")},
@@ -288,11 +288,11 @@ func TestPoolChurnReturnsToBaseline(t *testing.T) {
 	kc := kubeconfig(t, members[0])
 	w := newWatcher()
 	defer w.queue.ShutDown()
-	pool := startPool(t, cluster.Options{Engage: w.engage})
+	pool := startPool(t, member.Options{Engage: w.engage})
 	baseline, sockets := goleak.IgnoreCurrent(), poll.OpenSockets(t)
 
 	for range 50 {
-		if err := pool.Set(cluster.Registration{ClusterName: "churn", Kubeconfig: kc}); err != nil {
+		if err := pool.Set(member.Registration{ClusterName: "churn", Kubeconfig: kc}); err != nil {
 			t.Fatal(err)
 		}
 		<-w.engaged
@@ -304,6 +304,6 @@ func TestPoolChurnReturnsToBaseline(t *testing.T) {
 }
 
 // engageNothing engages a member with nothing.
-func engageNothing(ctx context.Context, _ string, _ crcluster.Cluster) <-chan struct{} {
+func engageNothing(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} {
 	return ctx.Done()
 }

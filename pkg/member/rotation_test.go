@@ -1,4 +1,4 @@
-package cluster_test
+package member_test
 
 import (
 	"context"
@@ -23,12 +23,12 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 const (
@@ -88,7 +88,7 @@ func TestPoolSetRotatesOnlyCredentials(t *testing.T) {
 				})
 			}
 			logs := &messages{}
-			pool, err := cluster.NewPool(cluster.Options{
+			pool, err := member.NewPool(member.Options{
 				Engage: engageNothing,
 				Logger: logs.logger(),
 				Policy: kubeconfigtest.Permissive,
@@ -102,7 +102,7 @@ func TestPoolSetRotatesOnlyCredentials(t *testing.T) {
 				build(tc.from, tc.to),
 				build(tc.from, tc.to), // the same bytes again: nothing to do
 			} {
-				if err := pool.Set(cluster.Registration{ClusterName: "member", Kubeconfig: kc}); err != nil {
+				if err := pool.Set(member.Registration{ClusterName: "member", Kubeconfig: kc}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -167,15 +167,15 @@ func TestPoolRotatesServiceAccountToken(t *testing.T) {
 	logs := &messages{}
 	var probesOK, leftReady atomic.Int64
 	var ready atomic.Bool
-	pool := startPool(t, cluster.Options{
+	pool := startPool(t, member.Options{
 		Engage: w.engage,
 		Logger: logs.logger(),
-		Health: cluster.HealthOptions{Interval: 200 * time.Millisecond, Timeout: time.Second},
-		Observe: func(_ string, s cluster.State, r *cluster.ProbeResult) {
+		Health: member.HealthOptions{Interval: 200 * time.Millisecond, Timeout: time.Second},
+		Observe: func(_ string, s member.State, r *member.ProbeResult) {
 			if r != nil && r.Err == nil {
 				probesOK.Add(1)
 			}
-			if s == cluster.StateReady {
+			if s == member.StateReady {
 				ready.Store(true)
 			} else if ready.Load() {
 				leftReady.Add(1)
@@ -185,7 +185,7 @@ func TestPoolRotatesServiceAccountToken(t *testing.T) {
 	set := func(token string) {
 		t.Helper()
 		raw.AuthInfos[kctx.AuthInfo] = &clientcmdapi.AuthInfo{Token: token}
-		if err := pool.Set(cluster.Registration{ClusterName: "rotating", Kubeconfig: kubeconfigtest.Write(t, raw)}); err != nil {
+		if err := pool.Set(member.Registration{ClusterName: "rotating", Kubeconfig: kubeconfigtest.Write(t, raw)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -238,16 +238,16 @@ func TestPoolRotatesClientCertificate(t *testing.T) {
 	w := newWatcher()
 	defer w.queue.ShutDown()
 	logs := &messages{}
-	pool := startPool(t, cluster.Options{Engage: w.engage, Logger: logs.logger()})
+	pool := startPool(t, member.Options{Engage: w.engage, Logger: logs.logger()})
 
-	if err := pool.Set(cluster.Registration{ClusterName: "rotating", Kubeconfig: one}); err != nil {
+	if err := pool.Set(member.Registration{ClusterName: "rotating", Kubeconfig: one}); err != nil {
 		t.Fatal(err)
 	}
 	first := <-w.engaged
 	if user, err := whoAmI(ctx, first.cl); err != nil || user != "rotation-one" {
 		t.Fatalf("the member authenticated as %q, %v; want rotation-one", user, err)
 	}
-	if err := pool.Set(cluster.Registration{ClusterName: "rotating", Kubeconfig: two}); err != nil {
+	if err := pool.Set(member.Registration{ClusterName: "rotating", Kubeconfig: two}); err != nil {
 		t.Fatal(err)
 	}
 	// Rotation closed every connection made with the old certificate, so
@@ -267,7 +267,7 @@ func TestPoolRotatesClientCertificate(t *testing.T) {
 
 // assertRotatedInPlace fails unless member name still runs cl, was
 // engaged only once, and had its credentials rotated once.
-func assertRotatedInPlace(t *testing.T, pool *cluster.Pool, w *watcher, logs *messages, name string, cl crcluster.Cluster) {
+func assertRotatedInPlace(t *testing.T, pool *member.Pool, w *watcher, logs *messages, name string, cl cluster.Cluster) {
 	t.Helper()
 	select {
 	case e := <-w.engaged:
@@ -280,7 +280,7 @@ func assertRotatedInPlace(t *testing.T, pool *cluster.Pool, w *watcher, logs *me
 	if rotated, replaced := logs.count(rotatedMessage), logs.count(replacedMessage); rotated != 1 || replaced != 0 {
 		t.Fatalf("logged %d rotations and %d replacements, want 1 and 0", rotated, replaced)
 	}
-	if s, _ := pool.State(name); s != cluster.StateReady {
+	if s, _ := pool.State(name); s != member.StateReady {
 		t.Fatalf("member is %s, want Ready", s)
 	}
 }
@@ -301,7 +301,7 @@ func review(ctx context.Context, cfg *rest.Config, token string) error {
 }
 
 // whoAmI returns the user cl's client authenticates as.
-func whoAmI(ctx context.Context, cl crcluster.Cluster) (string, error) {
+func whoAmI(ctx context.Context, cl cluster.Cluster) (string, error) {
 	r := &authenticationv1.SelfSubjectReview{}
 	if err := cl.GetClient().Create(ctx, r); err != nil {
 		return "", err

@@ -1,4 +1,4 @@
-package cluster_test
+package member_test
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // TestReadyMemberIsPingedBetweenReviews probes a Ready member every
@@ -22,14 +22,14 @@ import (
 func TestReadyMemberIsPingedBetweenReviews(t *testing.T) {
 	needEnvtest(t)
 	const window = 3 * time.Second
-	opts := cluster.HealthOptions{Interval: 100 * time.Millisecond, ReviewInterval: time.Second, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, DisconnectAfter: time.Hour}
+	opts := member.HealthOptions{Interval: 100 * time.Millisecond, ReviewInterval: time.Second, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, DisconnectAfter: time.Hour}
 	var probes, failures atomic.Int64
 	w := newWatcher()
 	defer w.queue.ShutDown()
-	pool := startPool(t, cluster.Options{
+	pool := startPool(t, member.Options{
 		Engage: w.engage,
 		Health: opts,
-		Observe: func(_ string, _ cluster.State, probe *cluster.ProbeResult) {
+		Observe: func(_ string, _ member.State, probe *member.ProbeResult) {
 			if probe != nil {
 				probes.Add(1)
 				if probe.Err != nil {
@@ -38,11 +38,11 @@ func TestReadyMemberIsPingedBetweenReviews(t *testing.T) {
 			}
 		},
 	})
-	if err := pool.Set(cluster.Registration{ClusterName: "pinged", Kubeconfig: kubeconfig(t, members[0])}); err != nil {
+	if err := pool.Set(member.Registration{ClusterName: "pinged", Kubeconfig: kubeconfig(t, members[0])}); err != nil {
 		t.Fatal(err)
 	}
 	<-w.engaged
-	poll.Until(t, "pinged Ready", func() bool { s, _ := pool.State("pinged"); return s == cluster.StateReady })
+	poll.Until(t, "pinged Ready", func() bool { s, _ := pool.State("pinged"); return s == member.StateReady })
 
 	reviewsBefore, probesBefore := selfSubjectReviews(t), probes.Load()
 	time.Sleep(window)
@@ -57,7 +57,7 @@ func TestReadyMemberIsPingedBetweenReviews(t *testing.T) {
 	if failures.Load() != 0 {
 		t.Errorf("%d probes failed", failures.Load())
 	}
-	if s, _ := pool.State("pinged"); s != cluster.StateReady {
+	if s, _ := pool.State("pinged"); s != member.StateReady {
 		t.Errorf("pinged is %s, want Ready", s)
 	}
 }

@@ -1,4 +1,4 @@
-package cluster_test
+package member_test
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/cluster"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // TestThawedMemberIsReadyAsSoonAsItAnswers freezes a member's API server
@@ -23,16 +23,16 @@ func TestThawedMemberIsReadyAsSoonAsItAnswers(t *testing.T) {
 	}
 	w := newWatcher()
 	defer w.queue.ShutDown()
-	pool := startPool(t, cluster.Options{
+	pool := startPool(t, member.Options{
 		Engage: w.engage,
-		Health: cluster.HealthOptions{Interval: 500 * time.Millisecond, RetryInterval: 30 * time.Second, Timeout: time.Second, FailureThreshold: 1, DisconnectAfter: time.Hour},
+		Health: member.HealthOptions{Interval: 500 * time.Millisecond, RetryInterval: 30 * time.Second, Timeout: time.Second, FailureThreshold: 1, DisconnectAfter: time.Hour},
 	})
-	if err := pool.Set(cluster.Registration{ClusterName: "frozen", Kubeconfig: kubeconfig(t, members[1])}); err != nil {
+	if err := pool.Set(member.Registration{ClusterName: "frozen", Kubeconfig: kubeconfig(t, members[1])}); err != nil {
 		t.Fatal(err)
 	}
 	<-w.engaged
-	state := func() cluster.State { s, _ := pool.State("frozen"); return s }
-	poll.Until(t, "frozen Ready", func() bool { return state() == cluster.StateReady })
+	state := func() member.State { s, _ := pool.State("frozen"); return s }
+	poll.Until(t, "frozen Ready", func() bool { return state() == member.StateReady })
 
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func TestThawedMemberIsReadyAsSoonAsItAnswers(t *testing.T) {
 		}
 	}
 	defer thaw()
-	poll.Until(t, "frozen Unhealthy", func() bool { return state() == cluster.StateUnhealthy })
+	poll.Until(t, "frozen Unhealthy", func() bool { return state() == member.StateUnhealthy })
 
 	thaw()
 	start := time.Now()
@@ -57,7 +57,7 @@ func TestThawedMemberIsReadyAsSoonAsItAnswers(t *testing.T) {
 	for r := w.next(t); r.Name != name; r = w.next(t) {
 	}
 	t.Logf("created %s, its event %s after the thaw", created, time.Since(start))
-	poll.Until(t, "frozen Ready again", func() bool { return state() == cluster.StateReady })
+	poll.Until(t, "frozen Ready again", func() bool { return state() == member.StateReady })
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("Ready %s after the thaw and the member's first answer, want well before the next scheduled probe", took)
 	}
