@@ -330,50 +330,6 @@ var (
 	errRefreshed    = errors.New("member back after losing its connections")
 )
 
-// heard is told of every read of bytes from the member, on a connection
-// opened at opened. An Unhealthy member that answers anything, a watch
-// event, a list, a late probe, is probed at once: its return is noticed
-// without waiting for the next probe.
-func (m *member) heard(opened time.Time) {
-	if now := m.pool.opts.Clock.Now(); now.Sub(opened) > m.pool.opts.Health.Timeout {
-		m.heardAt.Store(now.UnixNano())
-	}
-	if m.State() == StateUnhealthy {
-		m.wake()
-	}
-}
-
-// connClosed is told of the close of c. Without HTTP/2, an established
-// connection, one open for more than a probe timeout, is lost when it
-// closes; with HTTP/2, the connection pool tells which are lost: one
-// closed during its dial or handshake, say by a probe's timeout, carried
-// no watch.
-func (m *member) connClosed(c *notifyingConn) {
-	m.connsMu.Lock()
-	delete(m.conns, c)
-	m.connsMu.Unlock()
-	if m.h2 == nil && m.pool.opts.Clock.Since(c.opened) > m.pool.opts.Health.Timeout {
-		m.connLost()
-	}
-}
-
-// connLost records that an established connection of m was lost.
-func (m *member) connLost() { m.connLostAt.Store(m.pool.opts.Clock.Now().UnixNano()) }
-
-// establishedAt reports whether m had a network connection at t opened
-// more than a probe timeout before, and still open.
-func (m *member) establishedAt(t time.Time) bool {
-	before := t.Add(-m.pool.opts.Health.Timeout)
-	m.connsMu.Lock()
-	defer m.connsMu.Unlock()
-	for c := range m.conns {
-		if !c.opened.After(before) {
-			return true
-		}
-	}
-	return false
-}
-
 // wake asks the prober for a probe at once.
 func (m *member) wake() {
 	if p := m.prober.Load(); p != nil {
@@ -457,60 +413,6 @@ func (m *member) stop() {
 	}
 	<-m.done
 	m.closeConnections()
-}
-
-// refusing reports whether m's dials fail: while a connection is torn
-// down, and for ever once m is stopped.
-func (m *member) refusing() bool { return m.closing.Load() || m.stopped.Load() }
-
-func (m *member) closeConnections() {
-	m.dialer.CloseAll()
-	m.httpClient.CloseIdleConnections()
-}
-
-// errClosing fails the dials of a member whose connection is torn down,
-// or that is stopped.
-var errClosing = errors.New("member connection closing")
-
-// notifyingConn is a network connection that tells when it is read and
-// when it is closed.
-// Once its member's connection is closing, or its member is stopped, it
-// fails reads and writes with errClosing: client-go takes the error of a
-// closed connection for a dropped one and retries a GET after a second,
-// without heeding cancellation, which would hold up the teardown of a hung
-// member.
-type notifyingConn struct {
-	net.Conn
-	opened  time.Time
-	read    func(opened time.Time)
-	closed  func(*notifyingConn)
-	closing func() bool
-}
-
-func (c *notifyingConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if n > 0 {
-		c.read(c.opened)
-	}
-	return n, c.describe(err)
-}
-
-func (c *notifyingConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	return n, c.describe(err)
-}
-
-// describe returns errClosing for an error of a closing connection.
-func (c *notifyingConn) describe(err error) error {
-	if err != nil && c.closing() {
-		return errClosing
-	}
-	return err
-}
-
-func (c *notifyingConn) Close() error {
-	c.closed(c)
-	return c.Conn.Close()
 }
 
 func signal(ch chan struct{}) {

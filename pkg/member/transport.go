@@ -1,0 +1,227 @@
+package member
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
+)
+
+// newTransport builds m's round tripper from cfg, which it leaves alone.
+// The transport dials through m's dialer. For a rotatable cfg, the token
+// and client certificate are left out of the transport's config and read
+// from m.creds instead: the token by a token source at every request, the
+// certificate at every TLS handshake.
+//
+// The member builds its http.Transport itself rather than through
+// client-go's TLS transport cache: that cache would key it by m's dialer
+// and certificate callback, which reach the transport again, and such an
+// entry's cleanup keeps the member, and its whole fleet, from ever being
+// collected.
+func (m *member) newTransport(cfg *rest.Config) (http.RoundTripper, error) {
+	cfg = rest.CopyConfig(cfg)
+	var cert *transport.GetCertHolder
+	if rotatable(cfg) {
+		if cfg.BearerToken != "" {
+			cfg.BearerToken = ""
+			cfg.Wrap(transport.TokenSourceWrapTransport(tokenSource{&m.creds}))
+		}
+		if len(cfg.CertData) > 0 {
+			cfg.CertData, cfg.KeyData = nil, nil
+			cert = &transport.GetCertHolder{GetCert: func() (*tls.Certificate, error) { return m.creds.Load().cert, nil }}
+		}
+	}
+	tc, err := cfg.TransportConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cert != nil {
+		tc.TLS.GetCertHolder = cert
+	}
+	tlsOnly := *tc // the TLS config reads it at every handshake
+	tlsConfig, err := transport.TLSConfigFor(&tlsOnly)
+	if err != nil {
+		return nil, err
+	}
+	proxy := http.ProxyFromEnvironment
+	if tc.Proxy != nil {
+		proxy = tc.Proxy
+	}
+	// As client-go's cache would build it.
+	t := utilnet.SetOldTransportDefaults(&http.Transport{
+		Proxy:               proxy,
+		TLSHandshakeTimeout: 10 * time.Second,
+		TLSClientConfig:     tlsConfig,
+		MaxIdleConnsPerHost: 25,
+		DialContext:         m.dialer.DialContext,
+		DisableCompression:  tc.DisableCompression,
+	})
+	if err := m.configureHTTP2(t); err != nil {
+		return nil, err
+	}
+	tc.Transport = t
+	tc.TLS, tc.Proxy = transport.TLSConfig{}, nil
+	return transport.New(tc)
+}
+
+// configureHTTP2 enables HTTP/2 on t as client-go does, with its
+// connection health check, unless DISABLE_HTTP2 is set, and keeps track
+// of the HTTP/2 connection m's requests use, for m's probes to PING.
+func (m *member) configureHTTP2(t *http.Transport) error {
+	if os.Getenv("DISABLE_HTTP2") != "" {
+		return nil
+	}
+	t2, err := http2.ConfigureTransports(t)
+	if err != nil {
+		return err
+	}
+	t2.ReadIdleTimeout, t2.PingTimeout = 30*time.Second, 15*time.Second
+	if t2.ConnPool != nil {
+		m.h2 = &trackingPool{ClientConnPool: t2.ConnPool, lost: m.connLost}
+		t2.ConnPool = m.h2
+	}
+	return nil
+}
+
+// trackingPool is an HTTP/2 connection pool that remembers the
+// connection it last handed out, until that connection dies, and tells
+// lost of each connection that dies or is going away.
+type trackingPool struct {
+	http2.ClientConnPool
+	last atomic.Pointer[http2.ClientConn]
+	lost func()
+}
+
+func (p *trackingPool) GetClientConn(req *http.Request, addr string) (*http2.ClientConn, error) {
+	cc, err := p.ClientConnPool.GetClientConn(req, addr)
+	if err == nil && p.last.Load() != cc {
+		p.last.Store(cc)
+	}
+	return cc, err
+}
+
+func (p *trackingPool) MarkDead(cc *http2.ClientConn) {
+	p.last.CompareAndSwap(cc, nil)
+	p.lost()
+	p.ClientConnPool.MarkDead(cc)
+}
+
+// ping sends a PING on the connection p last handed out, and waits for
+// its answer. It fails with errNoConnection at once if there is none.
+func (p *trackingPool) ping(ctx context.Context) error {
+	cc := p.last.Load()
+	if cc == nil || cc.State().Closed {
+		return errNoConnection
+	}
+	return cc.Ping(ctx)
+}
+
+// errNoConnection fails the PING of a member with no HTTP/2 connection.
+var errNoConnection = errors.New("no HTTP/2 connection to ping")
+
+// heard is told of every read of bytes from the member, on a connection
+// opened at opened. An Unhealthy member that answers anything, a watch
+// event, a list, a late probe, is probed at once: its return is noticed
+// without waiting for the next probe.
+func (m *member) heard(opened time.Time) {
+	if now := m.pool.opts.Clock.Now(); now.Sub(opened) > m.pool.opts.Health.Timeout {
+		m.heardAt.Store(now.UnixNano())
+	}
+	if m.State() == StateUnhealthy {
+		m.wake()
+	}
+}
+
+// connClosed is told of the close of c. Without HTTP/2, an established
+// connection, one open for more than a probe timeout, is lost when it
+// closes; with HTTP/2, the connection pool tells which are lost: one
+// closed during its dial or handshake, say by a probe's timeout, carried
+// no watch.
+func (m *member) connClosed(c *notifyingConn) {
+	m.connsMu.Lock()
+	delete(m.conns, c)
+	m.connsMu.Unlock()
+	if m.h2 == nil && m.pool.opts.Clock.Since(c.opened) > m.pool.opts.Health.Timeout {
+		m.connLost()
+	}
+}
+
+// connLost records that an established connection of m was lost.
+func (m *member) connLost() { m.connLostAt.Store(m.pool.opts.Clock.Now().UnixNano()) }
+
+// establishedAt reports whether m had a network connection at t opened
+// more than a probe timeout before, and still open.
+func (m *member) establishedAt(t time.Time) bool {
+	before := t.Add(-m.pool.opts.Health.Timeout)
+	m.connsMu.Lock()
+	defer m.connsMu.Unlock()
+	for c := range m.conns {
+		if !c.opened.After(before) {
+			return true
+		}
+	}
+	return false
+}
+
+// refusing reports whether m's dials fail: while a connection is torn
+// down, and for ever once m is stopped.
+func (m *member) refusing() bool { return m.closing.Load() || m.stopped.Load() }
+
+func (m *member) closeConnections() {
+	m.dialer.CloseAll()
+	m.httpClient.CloseIdleConnections()
+}
+
+// errClosing fails the dials of a member whose connection is torn down,
+// or that is stopped.
+var errClosing = errors.New("member connection closing")
+
+// notifyingConn is a network connection that tells when it is read and
+// when it is closed.
+// Once its member's connection is closing, or its member is stopped, it
+// fails reads and writes with errClosing: client-go takes the error of a
+// closed connection for a dropped one and retries a GET after a second,
+// without heeding cancellation, which would hold up the teardown of a hung
+// member.
+type notifyingConn struct {
+	net.Conn
+	opened  time.Time
+	read    func(opened time.Time)
+	closed  func(*notifyingConn)
+	closing func() bool
+}
+
+func (c *notifyingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.read(c.opened)
+	}
+	return n, c.describe(err)
+}
+
+func (c *notifyingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	return n, c.describe(err)
+}
+
+// describe returns errClosing for an error of a closing connection.
+func (c *notifyingConn) describe(err error) error {
+	if err != nil && c.closing() {
+		return errClosing
+	}
+	return err
+}
+
+func (c *notifyingConn) Close() error {
+	c.closed(c)
+	return c.Conn.Close()
+}
