@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -113,37 +111,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	}
 	m.creds.Store(creds)
 	m.state.Store(StatePending)
-	// A transport and dialer of its own keep connections from being shared
-	// between members, let the member close every connection, and check
-	// each resolved address against the policy.
-	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: p.opts.Policy.DialControl}).DialContext
-	m.dialer = connrotation.NewDialer(func(ctx context.Context, network, address string) (net.Conn, error) {
-		if m.refusing() {
-			return nil, errClosing
-		}
-		c, err := dial(ctx, network, address)
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			// Without its errno: on ECONNREFUSED client-go's streaming list
-			// sleeps out its retry backoff (up to 30 s) without heeding
-			// cancellation, holding up the teardown of a member that went
-			// away; other errors take paths that stop at once.
-			return nil, fmt.Errorf("dial %s %s: connection refused", network, address)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if m.stopped.Load() {
-			// stop may have closed every connection while this one was
-			// dialled.
-			_ = c.Close()
-			return nil, errClosing
-		}
-		nc := &notifyingConn{Conn: c, opened: m.pool.opts.Clock.Now(), read: m.heard, closed: m.connClosed, closing: m.refusing}
-		m.connsMu.Lock()
-		m.conns[nc] = struct{}{}
-		m.connsMu.Unlock()
-		return nc, nil
-	})
+	m.dialer = m.newDialer(p.opts.Policy.DialControl)
 	rt, err := m.newTransport(creds.config)
 	if err != nil {
 		return nil, kubeconfig.Refuse("KubeconfigInvalid", "cannot build a transport: %s", kubeconfig.Scrub(err))

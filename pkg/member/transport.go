@@ -4,17 +4,54 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http2"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
+	"k8s.io/client-go/util/connrotation"
 )
+
+// newDialer returns m's dialer. A dialer of its own keeps m's connections
+// from being shared with other members and lets m close every one; control
+// checks each resolved address against the policy.
+func (m *member) newDialer(control func(network, address string, c syscall.RawConn) error) *connrotation.Dialer {
+	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: control}).DialContext
+	return connrotation.NewDialer(func(ctx context.Context, network, address string) (net.Conn, error) {
+		if m.refusing() {
+			return nil, errClosing
+		}
+		c, err := dial(ctx, network, address)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			// Without its errno: on ECONNREFUSED client-go's streaming list
+			// sleeps out its retry backoff (up to 30 s) without heeding
+			// cancellation, holding up the teardown of a member that went
+			// away; other errors take paths that stop at once.
+			return nil, fmt.Errorf("dial %s %s: connection refused", network, address)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m.stopped.Load() {
+			// stop may have closed every connection while this one was
+			// dialled.
+			_ = c.Close()
+			return nil, errClosing
+		}
+		nc := &notifyingConn{Conn: c, opened: m.pool.opts.Clock.Now(), read: m.heard, closed: m.connClosed, closing: m.refusing}
+		m.connsMu.Lock()
+		m.conns[nc] = struct{}{}
+		m.connsMu.Unlock()
+		return nc, nil
+	})
+}
 
 // newTransport builds m's round tripper from cfg, which it leaves alone.
 // The transport dials through m's dialer. For a rotatable cfg, the token
