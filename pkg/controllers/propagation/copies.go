@@ -2,380 +2,461 @@ package propagation
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
-	"net/http"
+	"regexp"
 	"slices"
-	"sync"
+	"strconv"
+	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/transport"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/engage"
-	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
 
-// requestTimeout bounds each request of the manager to a member, not its
-// watches: a member that stops answering (frozen, cut off) holds a worker
-// no longer; the request fails and is tried again. A member answers a
-// request for one object within a second, and within 30 s even loaded or
-// behind an admission webhook at its own longest timeout (30 s).
-const requestTimeout = 30 * time.Second
-
-// memberCopies are the copies in one member, cached per namespace that
-// has Propagations, or copies the journal holds: each cache holds only
-// objects of its namespace labelled as copies of this fleet, so the
-// manager needs rights only in those namespaces (as `register
-// --namespaces` grants). Its clients' user agent names the controller.
-type memberCopies struct {
-	name   string
-	client client.Client
-	reader client.Reader
-	// newCache builds the copy cache of a namespace, which runs until ctx,
-	// the member's engagement, ends, or the cache is dropped.
-	newCache func(namespace string) (*watchedKinds, error)
-	ctx      context.Context
-
-	mu         sync.Mutex
-	namespaces map[string]*namespaceCopies
-
-	// replayMu guards replayed, set once the member's owed removals were
-	// carried out, and cleared when the member is Ready again.
-	replayMu sync.Mutex
-	replayed bool
+// copyKey names one copy in a member.
+type copyKey struct {
+	gvk  schema.GroupVersionKind
+	name string
 }
 
-// namespaceCopies is the copy cache of one namespace of a member.
-type namespaceCopies struct {
-	*watchedKinds
-	ctx  context.Context
-	stop context.CancelFunc
-	// used is when a request last read it.
-	used time.Time
+func (k copyKey) String() string { return k.gvk.Kind + " " + k.name }
+
+// serverFields are fields that a hub API server or a hub controller
+// filled in, per kind, which must not reach a member: a member fills in
+// its own. Each is a path of map keys under the object.
+var serverFields = map[schema.GroupKind][][]string{
+	{Kind: "Service"}:               {{"spec", "clusterIP"}, {"spec", "clusterIPs"}, {"spec", "healthCheckNodePort"}},
+	{Kind: "ServiceAccount"}:        {{"secrets"}},
+	{Kind: "PersistentVolumeClaim"}: {{"spec", "volumeName"}},
+	{Kind: "Pod"}:                   {{"spec", "nodeName"}},
+	{Group: "batch", Kind: "Job"}: {
+		{"spec", "selector"},
+		{"spec", "template", "metadata", "labels", "controller-uid"},
+		{"spec", "template", "metadata", "labels", "batch.kubernetes.io/controller-uid"},
+		{"spec", "template", "metadata", "labels", "job-name"},
+		{"spec", "template", "metadata", "labels", "batch.kubernetes.io/job-name"},
+	},
 }
 
-// inNamespace returns the copy cache of namespace, started if need be.
-func (mc *memberCopies) inNamespace(namespace string) (*namespaceCopies, error) {
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
-	if nc, ok := mc.namespaces[namespace]; ok {
-		nc.used = time.Now()
-		return nc, nil
+// hubOnlyAnnotations are annotations of the hub object that are not
+// copied.
+var hubOnlyAnnotations = []string{
+	"kubectl.kubernetes.io/last-applied-configuration",
+	"deployment.kubernetes.io/revision",
+}
+
+// desiredCopy is what a member should hold for a hub object: the object
+// as the hub's author wrote it (no status, no server-set metadata or
+// fields), carrying the labels and annotations that make it a copy of
+// Propagation p in the fleet of namespace fleet and identity fleetID. Its
+// content hash covers all of that.
+func desiredCopy(hub *unstructured.Unstructured, p *fleetv1alpha1.Propagation, fleet, fleetID string) *unstructured.Unstructured {
+	src := hub.Object
+	obj := map[string]any{"apiVersion": hub.GetAPIVersion(), "kind": hub.GetKind()}
+	for k, v := range src {
+		switch k {
+		case "apiVersion", "kind", "metadata", "status":
+		default:
+			obj[k] = runtime.DeepCopyJSONValue(v)
+		}
 	}
-	if mc.ctx.Err() != nil {
-		return nil, mc.ctx.Err()
+	c := &unstructured.Unstructured{Object: obj}
+	removeServerFields(obj, hub.GroupVersionKind().GroupKind())
+	c.SetName(hub.GetName())
+	c.SetNamespace(hub.GetNamespace())
+	labels := maps.Clone(hub.GetLabels())
+	if labels == nil {
+		labels = map[string]string{}
 	}
-	w, err := mc.newCache(namespace)
+	labels[fleetv1alpha1.FleetLabel] = fleet
+	labels[fleetv1alpha1.FleetIDLabel] = fleetID
+	labels[fleetv1alpha1.PropagationLabel] = p.Name
+	c.SetLabels(labels)
+	annotations := maps.Clone(hub.GetAnnotations())
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	for _, a := range hubOnlyAnnotations {
+		delete(annotations, a)
+	}
+	delete(annotations, fleetv1alpha1.ContentHashAnnotation)
+	annotations[fleetv1alpha1.SourceAnnotation] = sourceOf(hub)
+	annotations[fleetv1alpha1.SourceUIDAnnotation] = string(hub.GetUID())
+	annotations[fleetv1alpha1.DeletionAnnotation] = string(deletionPolicy(p))
+	c.SetAnnotations(annotations)
+	annotations[fleetv1alpha1.ContentHashAnnotation] = contentHash(c)
+	c.SetAnnotations(annotations)
+	return c
+}
+
+// removeServerFields removes serverFields from obj, a hub object of kind
+// gk, but keeps what its author chose: a headless Service's clusterIP
+// None, and a Job's manual selector. A Service's node ports go too: the
+// hub allocates them from its own range, where a member may have them
+// taken.
+func removeServerFields(obj map[string]any, gk schema.GroupKind) {
+	if gk == (schema.GroupKind{Kind: "Service"}) {
+		removeNodePorts(obj)
+	}
+	if ip, _, _ := unstructured.NestedString(obj, "spec", "clusterIP"); gk.Kind == "Service" && ip == "None" {
+		return
+	}
+	if manual, _, _ := unstructured.NestedBool(obj, "spec", "manualSelector"); gk.Kind == "Job" && manual {
+		return
+	}
+	for _, path := range serverFields[gk] {
+		unstructured.RemoveNestedField(obj, path...)
+	}
+}
+
+// removeNodePorts removes nodePort from each of a Service's ports.
+func removeNodePorts(obj map[string]any) {
+	ports, _, _ := unstructured.NestedSlice(obj, "spec", "ports")
+	for _, port := range ports {
+		if p, ok := port.(map[string]any); ok {
+			delete(p, "nodePort")
+		}
+	}
+	if ports != nil {
+		_ = unstructured.SetNestedSlice(obj, ports, "spec", "ports")
+	}
+}
+
+// contentHash hashes an object's JSON, whose map keys encoding/json sorts.
+func contentHash(obj *unstructured.Unstructured) string {
+	b, err := json.Marshal(obj.Object)
 	if err != nil {
-		return nil, fmt.Errorf("building the copy cache of namespace %s in member %s: %w", namespace, mc.name, err)
+		// Unstructured content came from JSON; it encodes.
+		panic(fmt.Sprintf("encoding a copy: %v", err))
 	}
-	ctx, stop := context.WithCancel(mc.ctx)
-	w.run(ctx)
-	nc := &namespaceCopies{watchedKinds: w, ctx: ctx, stop: stop, used: time.Now()}
-	mc.namespaces[namespace] = nc
-	return nc, nil
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:16])
 }
 
-// watch makes sure the copy cache of namespace holds gvk.
-func (mc *memberCopies) watch(ctx context.Context, namespace string, gvk schema.GroupVersionKind) error {
-	nc, err := mc.inNamespace(namespace)
+// sourceOf names a hub object as SourceAnnotation does.
+func sourceOf(obj *unstructured.Unstructured) string {
+	return obj.GetAPIVersion() + "/" + obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
+}
+
+func deletionPolicy(p *fleetv1alpha1.Propagation) fleetv1alpha1.DeletionPolicy {
+	if p.Spec.Deletion == "" {
+		return fleetv1alpha1.DeletionDelete
+	}
+	return p.Spec.Deletion
+}
+
+// owner is whose a member object is, as a member run sees it.
+type owner int
+
+const (
+	// notACopy: no fleet's copy, or a copy of another Propagation of this
+	// fleet; adopt may take it.
+	notACopy owner = iota
+	// ours: this fleet's copy of the run's Propagation.
+	ours
+	// otherFleet: another fleet's copy, which is never applied over,
+	// deleted or orphaned.
+	otherFleet
+	// unproven: a copy stamped without an identity (before fleets had
+	// one) by a fleet of this namespace's name, which cannot be proven
+	// this fleet's: left alone as another fleet's.
+	unproven
+)
+
+// ownerOf says whose member object obj is to the run of Propagation
+// propagation in the fleet of namespace fleet and identity fleetID. A copy
+// is the fleet's when it carries its identity. A copy stamped without one
+// is the fleet's when proven says so (see memberRun.proven).
+func ownerOf(obj metav1.Object, fleet, fleetID, propagation string, proven func() bool) owner {
+	l := obj.GetLabels()
+	name, isCopy := l[fleetv1alpha1.PropagationLabel]
+	id, stamped := l[fleetv1alpha1.FleetIDLabel]
+	switch {
+	case stamped && id != fleetID:
+		return otherFleet
+	case stamped && name == propagation:
+		return ours
+	case stamped, !isCopy:
+		return notACopy
+	case l[fleetv1alpha1.FleetLabel] != fleet:
+		return otherFleet
+	case !proven():
+		return unproven
+	case name == propagation:
+		return ours
+	}
+	return notACopy
+}
+
+// ownerOf says whose member object obj is; hub is the hub object the run
+// applies in its place, or nil.
+func (run *memberRun) ownerOf(obj, hub *unstructured.Unstructured) owner {
+	return ownerOf(obj, run.r.fleet, run.id, run.key.Name, func() bool { return run.proven(obj, hub) })
+}
+
+// proven reports whether obj, a copy stamped without an identity by a
+// fleet of this namespace's name, is this fleet's: it copies hub, the
+// object the run applies in its place, or the journal holds it with its
+// content hash, which covers the UID of the object it copies.
+func (run *memberRun) proven(obj, hub *unstructured.Unstructured) bool {
+	a := obj.GetAnnotations()
+	if uid := a[fleetv1alpha1.SourceUIDAnnotation]; hub != nil && uid != "" && uid == string(hub.GetUID()) {
+		return true
+	}
+	c := journalCopy(obj)
+	if c.Hash == "" {
+		return false
+	}
+	copies, ok := run.journaled[c.Propagation]
+	if !ok {
+		var err error
+		if copies, err = run.r.journal.CopiesOf(run.member.name, c.Namespace, c.Propagation); err != nil {
+			return false
+		}
+		run.journaled[c.Propagation] = copies
+	}
+	return slices.ContainsFunc(copies, func(j journal.Copy) bool { return j.Object == c.Object && j.Hash == c.Hash })
+}
+
+// apply makes the member's copy what desired, a copy of hub, says, with no
+// request when it already is. live is this fleet's copy, if the member
+// holds one. Another fleet's copy is left alone, and an object that is no
+// copy taken over only under adopt.
+func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *unstructured.Unstructured) error {
+	if run.skipRemoval[k.gvk] {
+		return nil // the member cannot list the kind: existing reported it
+	}
+	p, name := run.p, run.member.name
+	adopted := false
+	if live == nil {
+		if !run.namespaced {
+			if err := run.ensureNamespace(ctx); err != nil {
+				return run.failed(err, "create", namespaceKey(run.key.Namespace))
+			}
+			run.namespaced = true
+		}
+		found := run.others[k]
+		if found == nil {
+			found = &unstructured.Unstructured{}
+			found.SetGroupVersionKind(k.gvk)
+			err := run.member.reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: k.name}, found)
+			if apierrors.IsNotFound(err) {
+				found = nil
+			} else if err != nil {
+				return run.failed(err, "get", k)
+			}
+		}
+		if found != nil {
+			switch run.ownerOf(found, hub) {
+			case ours:
+				live = found
+			case otherFleet:
+				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is another fleet's copy: it is left alone (adopt does not take it)", k)})
+				return nil
+			case unproven:
+				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member as a copy without a fleet identity that is not provably this fleet's: it is left alone (adopt does not take it)", k)})
+				return nil
+			case notACopy:
+				if !p.Spec.Adopt {
+					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is not a copy (managers: %s); set adopt to take it over", k, managersOf(found))})
+					return nil
+				}
+				live, adopted = found, true
+			}
+		}
+	}
+	if live != nil && !adopted {
+		changedFields := drift(desired, live)
+		sameHub := live.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation] == desired.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
+		switch {
+		case sameHub && len(changedFields) == 0:
+			run.hold(k.gvk)
+			return nil
+		case sameHub && p.Spec.Drift == fleetv1alpha1.DriftReport:
+			run.hold(k.gvk)
+			run.reportDrift(k, changedFields)
+			return nil
+		case sameHub:
+			run.r.metrics.driftDetected.WithLabelValues(name).Inc()
+			defer func() { run.r.metrics.driftCorrected.WithLabelValues(name).Inc() }()
+			logf.FromContext(ctx).Info("Correcting drift", "kind", k.gvk.Kind, "object", k.name, "fields", changedFields)
+		}
+	}
+	if live != nil {
+		withoutClaims(desired, claimedByOthers(live))
+	}
+	start := time.Now()
+	err := run.member.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(fleetv1alpha1.FieldManager), client.ForceOwnership)
+	run.r.metrics.applyDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	if err != nil {
+		run.r.metrics.applies.WithLabelValues(name, applyFailed).Inc()
+		return run.failed(err, "patch", k)
+	}
+	run.r.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
+	run.hold(k.gvk)
+	return nil
+}
+
+// reportDrift records drifted fields of a copy, and tells of drift that
+// was not known before as an Event and in the metric.
+func (run *memberRun) reportDrift(k copyKey, fields []string) {
+	for _, f := range fields {
+		run.drifted = append(run.drifted, k.String()+": "+f)
+	}
+	if prev, ok := run.r.results.get(run.key, run.member.name); ok && prev.result == fleetv1alpha1.ResultDrifted && containsAll(prev.drifted, run.drifted) {
+		return
+	}
+	run.r.metrics.driftDetected.WithLabelValues(run.member.name).Inc()
+	run.r.recorder.Eventf(run.p, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDrifted, "DetectDrift",
+		"member %s: %s changed %s", run.member.name, k, strings.Join(fields, ", "))
+}
+
+func containsAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// ensureNamespace creates the Propagation's namespace in the member when
+// it is missing, stamped with the fleet's identity. The manager never
+// deletes it. A manager that may neither read nor create Namespaces, as
+// one registered with `register --namespaces`, goes on: its rights in the
+// namespace may be all it needs, and the apply tells.
+func (run *memberRun) ensureNamespace(ctx context.Context) error {
+	ns := &corev1.Namespace{}
+	err := run.member.reader.Get(ctx, types.NamespacedName{Name: run.key.Namespace}, ns)
+	if err == nil || (!apierrors.IsNotFound(err) && !apierrors.IsForbidden(err)) {
 		return err
 	}
-	return nc.watch(ctx, gvk)
+	unread := apierrors.IsForbidden(err)
+	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: run.key.Namespace, Labels: map[string]string{
+		fleetv1alpha1.FleetLabel: run.r.fleet, fleetv1alpha1.FleetIDLabel: run.id,
+	}}}
+	err = run.member.client.Create(ctx, ns, client.FieldOwner(fleetv1alpha1.FieldManager))
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return nil
+	case unread && apierrors.IsForbidden(err):
+		run.namespaceUnknown = true
+		return nil
+	}
+	return err
 }
 
-// list lists the copies of gvk in namespace that match selector.
-func (mc *memberCopies) list(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error) {
-	nc, err := mc.inNamespace(namespace)
+// remove deletes a copy that is no longer wanted, or, under deletion
+// Orphan, lets it go: it keeps the object and drops what made it a copy.
+func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructured) error {
+	policy := fleetv1alpha1.DeletionPolicy(live.GetAnnotations()[fleetv1alpha1.DeletionAnnotation])
+	if run.p != nil {
+		policy = deletionPolicy(run.p)
+	}
+	k := copyKey{gvk: live.GroupVersionKind(), name: live.GetName()}
+	if policy == fleetv1alpha1.DeletionOrphan {
+		patch := map[string]any{"metadata": map[string]any{
+			"labels":      map[string]any{fleetv1alpha1.FleetLabel: nil, fleetv1alpha1.FleetIDLabel: nil, fleetv1alpha1.PropagationLabel: nil},
+			"annotations": map[string]any{fleetv1alpha1.SourceAnnotation: nil, fleetv1alpha1.SourceUIDAnnotation: nil, fleetv1alpha1.ContentHashAnnotation: nil, fleetv1alpha1.DeletionAnnotation: nil},
+		}}
+		raw, err := json.Marshal(patch)
+		if err != nil {
+			return err
+		}
+		if err := run.member.client.Patch(ctx, live, client.RawPatch(types.MergePatchType, raw)); err != nil && !apierrors.IsNotFound(err) {
+			return run.failed(err, "patch", k)
+		}
+		return nil
+	}
+	uid := live.GetUID()
+	if err := run.member.client.Delete(ctx, live, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		run.hold(k.gvk)
+		return run.failed(err, "delete", k)
+	}
+	logf.FromContext(ctx).V(1).Info("Copy removed", "kind", k.gvk.Kind, "object", k.name)
+	return nil
+}
+
+// failed turns an error of a request to the member into the member's
+// failure, if it is one that retrying soon will not cure, and returns
+// the rest. The failure is told in the manager's words: a member's
+// message never reaches the hub.
+func (run *memberRun) failed(err error, verb string, k copyKey) error {
+	where := "in namespace " + run.key.Namespace
+	switch {
+	case meta.IsNoMatchError(err):
+		run.fail(failure{reason: fleetv1alpha1.ReasonKindNotFound, message: fmt.Sprintf("the member has no kind %s (is its CRD installed?)", k.gvk.Kind)})
+	case apierrors.IsForbidden(err):
+		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s (%s) %s", verb, run.r.resourceOf(k.gvk), k, where)})
+	case apierrors.IsNotFound(err) && run.namespaceUnknown:
+		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member has no namespace %s, and forbids the manager to read or create namespaces", run.key.Namespace)})
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s %s: %s", k, where, describeStatus(err))})
+	default:
+		return fmt.Errorf("%s %s %s: %w", verb, k, where, err)
+	}
+	return nil
+}
+
+// namespaceKey names namespace as a copyKey, for failed.
+func namespaceKey(namespace string) copyKey {
+	return copyKey{gvk: corev1.SchemeGroupVersion.WithKind("Namespace"), name: namespace}
+}
+
+// resourceOf names gvk's resource as the hub's REST mapper does, or by
+// its kind.
+func (r *reconciler) resourceOf(gvk schema.GroupVersionKind) string {
+	mapping, err := r.m.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		return nil, err
+		return gvk.Kind
 	}
-	// A cache dropped meanwhile never syncs: do not wait for it.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(nc.ctx, cancel)()
-	return nc.list(ctx, gvk, namespace, selector)
+	return mapping.Resource.GroupResource().String()
 }
 
-// watched lists the kinds whose informers have synced in any namespace.
-func (mc *memberCopies) watched() []schema.GroupVersionKind {
-	var kinds []schema.GroupVersionKind
-	for _, nc := range mc.caches() {
-		for _, gvk := range nc.watched() {
-			if !slices.Contains(kinds, gvk) {
-				kinds = append(kinds, gvk)
-			}
+// describeStatus describes the API status of err, an error of a member,
+// by its code and reason, as "422 Invalid": a reason that is not one
+// CamelCase word is left out, and the member's message always is.
+func describeStatus(err error) string {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return "no status"
+	}
+	s := status.Status()
+	if reason := string(s.Reason); camelCase.MatchString(reason) {
+		return fmt.Sprintf("%d %s", s.Code, reason)
+	}
+	return strconv.Itoa(int(s.Code))
+}
+
+// camelCase matches a reason of an API status.
+var camelCase = regexp.MustCompile(`^[A-Z][A-Za-z]{0,63}$`)
+
+// managersOf names the field managers of obj, for AlreadyExists.
+func managersOf(obj *unstructured.Unstructured) string {
+	var names []string
+	for _, e := range obj.GetManagedFields() {
+		if !slices.Contains(names, e.Manager) {
+			names = append(names, e.Manager)
 		}
 	}
-	return kinds
-}
-
-// caches returns the namespaces' copy caches.
-func (mc *memberCopies) caches() map[string]*namespaceCopies {
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
-	return maps.Clone(mc.namespaces)
-}
-
-// idle lists the namespaces whose copy caches no request read since.
-func (mc *memberCopies) idle(since time.Time) []string {
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
-	var namespaces []string
-	for ns, nc := range mc.namespaces {
-		if nc.used.Before(since) {
-			namespaces = append(namespaces, ns)
-		}
+	if len(names) == 0 {
+		return "none recorded"
 	}
-	return namespaces
-}
-
-// drop stops the copy cache of namespace unless a request read it since:
-// a later request builds it again.
-func (mc *memberCopies) drop(namespace string, since time.Time) {
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
-	if nc, ok := mc.namespaces[namespace]; ok && nc.used.Before(since) {
-		nc.stop()
-		delete(mc.namespaces, namespace)
-	}
-}
-
-// replayAgain makes the member's next request carry out its owed removals
-// first.
-func (mc *memberCopies) replayAgain() {
-	mc.replayMu.Lock()
-	defer mc.replayMu.Unlock()
-	mc.replayed = false
-}
-
-// copyCaches is the fleet controller's source in every member: started
-// as the controller engages a member, it watches every kind Propagations
-// copy in the member's copy cache of each namespace that has
-// Propagations, and turns each event of a copy into a request for its
-// Propagation in that member.
-type copyCaches struct {
-	fleet     string
-	userAgent string
-	scheme    *runtime.Scheme
-	log       logr.Logger
-	// kinds lists the kinds Propagations copy now, and those of the
-	// copies a member owes removing; propagations lists the Propagations
-	// and those whose copies it owes removing.
-	kinds        func(ctx context.Context, member string) []schema.GroupVersionKind
-	propagations func(ctx context.Context, member string) []types.NamespacedName
-	// engaged is told of a member whose copy caches watch its kinds.
-	engaged func(ctx context.Context, mc *memberCopies)
-
-	mu      sync.Mutex
-	members map[string]*memberCopies
-}
-
-var _ engage.Source = (*copyCaches)(nil)
-
-func (c *copyCaches) String() string { return "propagated copies" }
-
-// selector selects the copies of the fleet.
-func (c *copyCaches) selector() labels.Selector {
-	fleetReq, err := labels.NewRequirement(fleetv1alpha1.FleetLabel, selection.Equals, []string{c.fleet})
-	if err != nil {
-		panic(err) // the fleet's namespace is a valid label value
-	}
-	propReq, err := labels.NewRequirement(fleetv1alpha1.PropagationLabel, selection.Exists, nil)
-	if err != nil {
-		panic(err)
-	}
-	return labels.NewSelector().Add(*fleetReq, *propReq)
-}
-
-func (c *copyCaches) Start(ctx context.Context, clusterName string, cl cluster.Cluster, q engage.Queue) (<-chan struct{}, error) {
-	base := cl.GetHTTPClient()
-	rt := transport.NewUserAgentRoundTripper(c.userAgent, base.Transport)
-	httpClient := &http.Client{Transport: rt, Timeout: base.Timeout, Jar: base.Jar}
-	writerTimeout := requestTimeout
-	if base.Timeout > 0 {
-		writerTimeout = min(writerTimeout, base.Timeout)
-	}
-	selector := c.selector()
-	// The writer's timeout bounds its requests, in the client and, as
-	// ?timeout=, in the member.
-	writerHTTP := &http.Client{Transport: rt, Timeout: writerTimeout, Jar: base.Jar}
-	writer, err := client.New(cl.GetConfig(), client.Options{HTTPClient: writerHTTP, Scheme: c.scheme, Mapper: cl.GetRESTMapper()})
-	if err != nil {
-		return nil, err
-	}
-	mc := &memberCopies{
-		name: clusterName, client: writer, reader: writer, ctx: ctx, namespaces: map[string]*namespaceCopies{},
-		newCache: func(namespace string) (*watchedKinds, error) {
-			ca, err := cache.New(cl.GetConfig(), cache.Options{
-				HTTPClient: httpClient, Scheme: c.scheme, Mapper: cl.GetRESTMapper(),
-				DefaultNamespaces: map[string]cache.Config{namespace: {}}, DefaultLabelSelector: selector,
-				ReaderFailOnMissingInformer: true,
-				DefaultWatchErrorHandler:    quietWatchErrors(c.log.WithValues("cluster", clusterName)),
-			})
-			if err != nil {
-				return nil, err
-			}
-			return &watchedKinds{
-				cluster: "member " + clusterName, cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector, namespace: namespace,
-				running: make(chan struct{}),
-				onEvent: func(_, obj client.Object) {
-					if name := obj.GetLabels()[fleetv1alpha1.PropagationLabel]; name != "" {
-						q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})
-					}
-				},
-			}, nil
-		},
-	}
-	c.mu.Lock()
-	c.members[clusterName] = mc
-	c.mu.Unlock()
-	context.AfterFunc(ctx, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.members[clusterName] == mc {
-			delete(c.members, clusterName)
-		}
-	})
-	synced := make(chan struct{})
-	go func() {
-		defer close(synced)
-		// The kinds are watched, at once, in every namespace that has
-		// Propagations or copies the journal holds.
-		kinds := c.kinds(ctx, clusterName)
-		var wg sync.WaitGroup
-		for _, namespace := range namespacesOf(c.propagations(ctx, clusterName)) {
-			for _, gvk := range kinds {
-				wg.Go(func() {
-					if err := mc.watch(ctx, namespace, gvk); err != nil && ctx.Err() == nil {
-						c.log.V(1).Info("Not watching copies of a kind", "cluster", clusterName, "namespace", namespace, "kind", gvk.Kind, "reason", err.Error())
-					}
-				})
-			}
-		}
-		wg.Wait()
-		c.engaged(ctx, mc)
-		// A member that is engaged, or comes back, is asked about every
-		// Propagation and what it owes: the requests made before it was
-		// engaged, or queued when it left, were dropped.
-		for _, key := range c.propagations(ctx, clusterName) {
-			q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: key})
-		}
-	}()
-	return synced, nil
-}
-
-// namespacesOf lists the namespaces of keys.
-func namespacesOf(keys []types.NamespacedName) []string {
-	var namespaces []string
-	for _, k := range keys {
-		if !slices.Contains(namespaces, k.Namespace) {
-			namespaces = append(namespaces, k.Namespace)
-		}
-	}
-	return namespaces
-}
-
-// get returns the copies of an engaged member, or nil.
-func (c *copyCaches) get(clusterName string) *memberCopies {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.members[clusterName]
-}
-
-// memberEngaged records in the journal the copies of this fleet the
-// member's caches found, so that a journal that was lost, or kept by
-// another replica, learns them again, and tells the member of a lost
-// journal. Only copies that carry the fleet's identity are recorded: the
-// journal proves the copies stamped without one. Then, while the member
-// is engaged, the copy caches nothing needs are dropped.
-func (r *reconciler) memberEngaged(ctx context.Context, mc *memberCopies) {
-	go r.dropUnneededCaches(ctx, mc)
-	id, err := r.m.FleetID(ctx)
-	if err != nil {
-		return // the member left, or the manager stops
-	}
-	var found []journal.Copy
-	for _, nc := range mc.caches() {
-		for _, gvk := range nc.watched() {
-			list := &unstructured.UnstructuredList{}
-			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-			if err := nc.cache.List(ctx, list, client.MatchingLabels{fleetv1alpha1.FleetIDLabel: id}); err != nil {
-				continue
-			}
-			for i := range list.Items {
-				if c := journalCopy(&list.Items[i]); c.Propagation != "" {
-					found = append(found, c)
-				}
-			}
-		}
-	}
-	if err := r.journal.Record(mc.name, found); err != nil && ctx.Err() == nil {
-		r.log.Error(err, "Recording the copies found in a member in the journal", "cluster", mc.name)
-	}
-	r.countOwed(mc.name)
-	if rec := r.journal.Recovered(); rec != nil && rec.MovedTo != "" {
-		obj := &fleetv1alpha1.MemberCluster{}
-		if _, told := r.recoveryTold.LoadOrStore(mc.name, true); !told && r.hub.Get(ctx, types.NamespacedName{Name: mc.name}, obj) == nil {
-			r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonJournalLost, "Recover",
-				"the manager's journal could not be used (%v) and was moved to %s: the copies found in this member are recorded again; removals it owed for deleted Propagations are forgotten unless their copies are found", rec.Err, rec.MovedTo)
-		}
-	}
-}
-
-// cacheSweep is how often a member's copy caches are looked at: one that
-// no request read since the last look is dropped when no Propagation of
-// its namespace and nothing the journal holds of the member there needs
-// it.
-const cacheSweep = time.Minute
-
-// dropUnneededCaches drops mc's copy caches nothing needs until ctx ends.
-func (r *reconciler) dropUnneededCaches(ctx context.Context, mc *memberCopies) {
-	t := time.NewTicker(cacheSweep)
-	defer t.Stop()
-	since := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		now := time.Now()
-		for _, namespace := range mc.idle(since) {
-			if !r.needsCopies(ctx, mc.name, namespace) {
-				mc.drop(namespace, since)
-			}
-		}
-		since = now
-	}
-}
-
-// needsCopies reports whether member's copies of namespace must be read:
-// a Propagation of the namespace reads them, or the journal holds copies
-// or owed removals of the member there. When in doubt it says yes.
-func (r *reconciler) needsCopies(ctx context.Context, member, namespace string) bool {
-	props, err := r.propagations(ctx, client.InNamespace(namespace))
-	if err != nil || len(props) > 0 {
-		return true
-	}
-	copies, err := r.journal.Copies(member)
-	if err != nil || slices.ContainsFunc(copies, func(c journal.Copy) bool { return c.Namespace == namespace }) {
-		return true
-	}
-	owed, err := r.journal.Owed(member)
-	return err != nil || slices.ContainsFunc(owed, func(o journal.Owed) bool { return o.Namespace == namespace })
+	return strings.Join(names, ", ")
 }

@@ -2,24 +2,18 @@ package propagation
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -59,14 +53,6 @@ func (r *reconciler) Reconcile(ctx context.Context, req fleet.Request) (_ reconc
 	}
 	return r.reconcileMember(ctx, req.ClusterName, req.NamespacedName)
 }
-
-// copyKey names one copy in a member.
-type copyKey struct {
-	gvk  schema.GroupVersionKind
-	name string
-}
-
-func (k copyKey) String() string { return k.gvk.Kind + " " + k.name }
 
 // memberRun is one member reconcile: what is wanted, what is there, and
 // what happened.
@@ -294,249 +280,6 @@ func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructur
 	return have, nil
 }
 
-// ownerOf says whose member object obj is; hub is the hub object the run
-// applies in its place, or nil.
-func (run *memberRun) ownerOf(obj, hub *unstructured.Unstructured) owner {
-	return ownerOf(obj, run.r.fleet, run.id, run.key.Name, func() bool { return run.proven(obj, hub) })
-}
-
-// proven reports whether obj, a copy stamped without an identity by a
-// fleet of this namespace's name, is this fleet's: it copies hub, the
-// object the run applies in its place, or the journal holds it with its
-// content hash, which covers the UID of the object it copies.
-func (run *memberRun) proven(obj, hub *unstructured.Unstructured) bool {
-	a := obj.GetAnnotations()
-	if uid := a[fleetv1alpha1.SourceUIDAnnotation]; hub != nil && uid != "" && uid == string(hub.GetUID()) {
-		return true
-	}
-	c := journalCopy(obj)
-	if c.Hash == "" {
-		return false
-	}
-	copies, ok := run.journaled[c.Propagation]
-	if !ok {
-		var err error
-		if copies, err = run.r.journal.CopiesOf(run.member.name, c.Namespace, c.Propagation); err != nil {
-			return false
-		}
-		run.journaled[c.Propagation] = copies
-	}
-	return slices.ContainsFunc(copies, func(j journal.Copy) bool { return j.Object == c.Object && j.Hash == c.Hash })
-}
-
-// apply makes the member's copy what desired, a copy of hub, says, with no
-// request when it already is. live is this fleet's copy, if the member
-// holds one. Another fleet's copy is left alone, and an object that is no
-// copy taken over only under adopt.
-func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *unstructured.Unstructured) error {
-	if run.skipRemoval[k.gvk] {
-		return nil // the member cannot list the kind: existing reported it
-	}
-	p, name := run.p, run.member.name
-	adopted := false
-	if live == nil {
-		if !run.namespaced {
-			if err := run.ensureNamespace(ctx); err != nil {
-				return run.failed(err, "create", namespaceKey(run.key.Namespace))
-			}
-			run.namespaced = true
-		}
-		found := run.others[k]
-		if found == nil {
-			found = &unstructured.Unstructured{}
-			found.SetGroupVersionKind(k.gvk)
-			err := run.member.reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: k.name}, found)
-			if apierrors.IsNotFound(err) {
-				found = nil
-			} else if err != nil {
-				return run.failed(err, "get", k)
-			}
-		}
-		if found != nil {
-			switch run.ownerOf(found, hub) {
-			case ours:
-				live = found
-			case otherFleet:
-				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is another fleet's copy: it is left alone (adopt does not take it)", k)})
-				return nil
-			case unproven:
-				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member as a copy without a fleet identity that is not provably this fleet's: it is left alone (adopt does not take it)", k)})
-				return nil
-			case notACopy:
-				if !p.Spec.Adopt {
-					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is not a copy (managers: %s); set adopt to take it over", k, managersOf(found))})
-					return nil
-				}
-				live, adopted = found, true
-			}
-		}
-	}
-	if live != nil && !adopted {
-		changedFields := drift(desired, live)
-		sameHub := live.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation] == desired.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
-		switch {
-		case sameHub && len(changedFields) == 0:
-			run.hold(k.gvk)
-			return nil
-		case sameHub && p.Spec.Drift == fleetv1alpha1.DriftReport:
-			run.hold(k.gvk)
-			run.reportDrift(k, changedFields)
-			return nil
-		case sameHub:
-			run.r.metrics.driftDetected.WithLabelValues(name).Inc()
-			defer func() { run.r.metrics.driftCorrected.WithLabelValues(name).Inc() }()
-			logf.FromContext(ctx).Info("Correcting drift", "kind", k.gvk.Kind, "object", k.name, "fields", changedFields)
-		}
-	}
-	if live != nil {
-		withoutClaims(desired, claimedByOthers(live))
-	}
-	start := time.Now()
-	err := run.member.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(fleetv1alpha1.FieldManager), client.ForceOwnership)
-	run.r.metrics.applyDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
-	if err != nil {
-		run.r.metrics.applies.WithLabelValues(name, applyFailed).Inc()
-		return run.failed(err, "patch", k)
-	}
-	run.r.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
-	run.hold(k.gvk)
-	return nil
-}
-
-// reportDrift records drifted fields of a copy, and tells of drift that
-// was not known before as an Event and in the metric.
-func (run *memberRun) reportDrift(k copyKey, fields []string) {
-	for _, f := range fields {
-		run.drifted = append(run.drifted, k.String()+": "+f)
-	}
-	if prev, ok := run.r.results.get(run.key, run.member.name); ok && prev.result == fleetv1alpha1.ResultDrifted && containsAll(prev.drifted, run.drifted) {
-		return
-	}
-	run.r.metrics.driftDetected.WithLabelValues(run.member.name).Inc()
-	run.r.recorder.Eventf(run.p, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDrifted, "DetectDrift",
-		"member %s: %s changed %s", run.member.name, k, strings.Join(fields, ", "))
-}
-
-func containsAll(have, want []string) bool {
-	for _, w := range want {
-		if !slices.Contains(have, w) {
-			return false
-		}
-	}
-	return true
-}
-
-// ensureNamespace creates the Propagation's namespace in the member when
-// it is missing, stamped with the fleet's identity. The manager never
-// deletes it. A manager that may neither read nor create Namespaces, as
-// one registered with `register --namespaces`, goes on: its rights in the
-// namespace may be all it needs, and the apply tells.
-func (run *memberRun) ensureNamespace(ctx context.Context) error {
-	ns := &corev1.Namespace{}
-	err := run.member.reader.Get(ctx, types.NamespacedName{Name: run.key.Namespace}, ns)
-	if err == nil || (!apierrors.IsNotFound(err) && !apierrors.IsForbidden(err)) {
-		return err
-	}
-	unread := apierrors.IsForbidden(err)
-	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: run.key.Namespace, Labels: map[string]string{
-		fleetv1alpha1.FleetLabel: run.r.fleet, fleetv1alpha1.FleetIDLabel: run.id,
-	}}}
-	err = run.member.client.Create(ctx, ns, client.FieldOwner(fleetv1alpha1.FieldManager))
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		return nil
-	case unread && apierrors.IsForbidden(err):
-		run.namespaceUnknown = true
-		return nil
-	}
-	return err
-}
-
-// remove deletes a copy that is no longer wanted, or, under deletion
-// Orphan, lets it go: it keeps the object and drops what made it a copy.
-func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructured) error {
-	policy := fleetv1alpha1.DeletionPolicy(live.GetAnnotations()[fleetv1alpha1.DeletionAnnotation])
-	if run.p != nil {
-		policy = deletionPolicy(run.p)
-	}
-	k := copyKey{gvk: live.GroupVersionKind(), name: live.GetName()}
-	if policy == fleetv1alpha1.DeletionOrphan {
-		patch := map[string]any{"metadata": map[string]any{
-			"labels":      map[string]any{fleetv1alpha1.FleetLabel: nil, fleetv1alpha1.FleetIDLabel: nil, fleetv1alpha1.PropagationLabel: nil},
-			"annotations": map[string]any{fleetv1alpha1.SourceAnnotation: nil, fleetv1alpha1.SourceUIDAnnotation: nil, fleetv1alpha1.ContentHashAnnotation: nil, fleetv1alpha1.DeletionAnnotation: nil},
-		}}
-		raw, err := json.Marshal(patch)
-		if err != nil {
-			return err
-		}
-		if err := run.member.client.Patch(ctx, live, client.RawPatch(types.MergePatchType, raw)); err != nil && !apierrors.IsNotFound(err) {
-			return run.failed(err, "patch", k)
-		}
-		return nil
-	}
-	uid := live.GetUID()
-	if err := run.member.client.Delete(ctx, live, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		run.hold(k.gvk)
-		return run.failed(err, "delete", k)
-	}
-	logf.FromContext(ctx).V(1).Info("Copy removed", "kind", k.gvk.Kind, "object", k.name)
-	return nil
-}
-
-// failed turns an error of a request to the member into the member's
-// failure, if it is one that retrying soon will not cure, and returns
-// the rest. The failure is told in the manager's words: a member's
-// message never reaches the hub.
-func (run *memberRun) failed(err error, verb string, k copyKey) error {
-	where := "in namespace " + run.key.Namespace
-	switch {
-	case meta.IsNoMatchError(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonKindNotFound, message: fmt.Sprintf("the member has no kind %s (is its CRD installed?)", k.gvk.Kind)})
-	case apierrors.IsForbidden(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s (%s) %s", verb, run.r.resourceOf(k.gvk), k, where)})
-	case apierrors.IsNotFound(err) && run.namespaceUnknown:
-		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member has no namespace %s, and forbids the manager to read or create namespaces", run.key.Namespace)})
-	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s %s: %s", k, where, describeStatus(err))})
-	default:
-		return fmt.Errorf("%s %s %s: %w", verb, k, where, err)
-	}
-	return nil
-}
-
-// namespaceKey names namespace as a copyKey, for failed.
-func namespaceKey(namespace string) copyKey {
-	return copyKey{gvk: corev1.SchemeGroupVersion.WithKind("Namespace"), name: namespace}
-}
-
-// resourceOf names gvk's resource as the hub's REST mapper does, or by
-// its kind.
-func (r *reconciler) resourceOf(gvk schema.GroupVersionKind) string {
-	mapping, err := r.m.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return gvk.Kind
-	}
-	return mapping.Resource.GroupResource().String()
-}
-
-// describeStatus describes the API status of err, an error of a member,
-// by its code and reason, as "422 Invalid": a reason that is not one
-// CamelCase word is left out, and the member's message always is.
-func describeStatus(err error) string {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return "no status"
-	}
-	s := status.Status()
-	if reason := string(s.Reason); camelCase.MatchString(reason) {
-		return fmt.Sprintf("%d %s", s.Code, reason)
-	}
-	return strconv.Itoa(int(s.Code))
-}
-
-// camelCase matches a reason of an API status.
-var camelCase = regexp.MustCompile(`^[A-Z][A-Za-z]{0,63}$`)
-
 func (run *memberRun) fail(f failure) { run.failures = append(run.failures, f) }
 
 // hold counts a copy of kind gvk that the member holds after the run.
@@ -634,25 +377,4 @@ func (run *memberRun) tell(ctx context.Context, old, now memberResult) {
 	case recovered:
 		run.r.recorder.Eventf(run.p, mc, corev1.EventTypeNormal, now.reason, "Propagate", "member %s: %s, after %s", member, now.message, old.reason)
 	}
-}
-
-// managersOf names the field managers of obj, for AlreadyExists.
-func managersOf(obj *unstructured.Unstructured) string {
-	var names []string
-	for _, e := range obj.GetManagedFields() {
-		if !slices.Contains(names, e.Manager) {
-			names = append(names, e.Manager)
-		}
-	}
-	if len(names) == 0 {
-		return "none recorded"
-	}
-	return strings.Join(names, ", ")
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n-3], "") + "..."
 }

@@ -12,10 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +26,8 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
+	"github.com/fleetkube/fleet-manager/pkg/member"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // ControllerName names the controller in --controllers, logs and metrics.
@@ -45,6 +44,12 @@ func workersPerMember(workers int) int { return max(1, workers/4) }
 // StatusInterval is the least time between two summings up, and so
 // writes, of one Propagation's status, however many members report.
 const StatusInterval = time.Second
+
+// DefaultForgetAfter is how long a member may be gone from the fleet (its
+// registration deleted, or of a format not enabled) before the journal
+// forgets what it owes: a registration deleted and created again, under
+// the same name, within it gets its owed removals.
+const DefaultForgetAfter = 7 * 24 * time.Hour
 
 // Options configure the Propagation controller.
 type Options struct {
@@ -210,6 +215,17 @@ func (r *reconciler) enqueue(reqs ...fleet.Request) {
 	}
 }
 
+// enqueueAfter adds req to the controller's queue after d, once there is
+// one.
+func (r *reconciler) enqueueAfter(req fleet.Request, d time.Duration) {
+	r.mu.Lock()
+	q := r.queue
+	r.mu.Unlock()
+	if q != nil {
+		q.AddAfter(req, d)
+	}
+}
+
 // notStatusOnly drops the update events of a Propagation's own status
 // writes, each of which would otherwise ask every member again.
 var notStatusOnly = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
@@ -264,177 +280,55 @@ func (r *reconciler) hubObjectChanged(namespace string, old, obj client.Object) 
 	}
 }
 
-// selectsObject reports whether a resource selector of p selects obj,
-// a hub object of p's namespace; never when obj is nil.
-func selectsObject(p *fleetv1alpha1.Propagation, obj client.Object) bool {
-	if obj == nil {
-		return false
-	}
-	gvk := obj.GetObjectKind().GroupVersionKind()
-	for _, sel := range p.Spec.Resources {
-		if kind, err := resourceKind(sel); err != nil || kind != gvk || (sel.Name != "" && sel.Name != obj.GetName()) {
-			continue
+// memberChanged asks every Propagation again about a member whose
+// registration, acceptance, labels or state changed, and the Propagations
+// that failed there about one whose kubeconfig changed; it records in the
+// journal when a member left and that it is back: what a member owes is
+// kept until it has been gone longer than forgetAfter (keepOwed forgets
+// it), so a registration deleted and created again keeps it.
+func (r *reconciler) memberChanged(ctx context.Context, e registry.Event) {
+	if !e.Registered() && !e.Removed() && !e.LabelsChanged() && !e.StateChanged() && e.Old.Accepted() == e.New.Accepted() {
+		if newKubeconfig(e) {
+			// A new credential may have the rights a failure lacked.
+			for _, key := range r.results.retryFailed(e.Name) {
+				r.enqueue(fleet.Request{ClusterName: e.Name, NamespacedName: key})
+			}
 		}
-		if sel.Selector == nil {
-			return true
-		}
-		if s, err := metaLabelSelector(sel); err == nil && s.Matches(labels.Set(obj.GetLabels())) {
-			return true
-		}
+		return // a probe, or a new credential: nothing else a Propagation reads
 	}
-	return false
-}
-
-// propagations lists the Propagations once the manager's cache has
-// started: a list before that fails, and what asked for it would be lost.
-func (r *reconciler) propagations(ctx context.Context, opts ...client.ListOption) ([]fleetv1alpha1.Propagation, error) {
-	if !r.m.GetCache().WaitForCacheSync(ctx) {
-		return nil, ctx.Err()
+	if e.Removed() || !e.New.Accepted() {
+		r.results.forgetMember(e.Name)
+		r.metrics.forget(e.Name)
 	}
-	props := &fleetv1alpha1.PropagationList{}
-	err := r.hub.List(ctx, props, opts...)
-	return props.Items, err
-}
-
-// copiedKinds lists every kind a Propagation copies or has copied.
-func (r *reconciler) copiedKinds(ctx context.Context) []schema.GroupVersionKind {
-	props, err := r.propagations(ctx)
+	var err error
+	switch {
+	case e.Removed():
+		err = r.journal.Depart(e.Name, time.Now())
+	case e.Registered():
+		err = r.journal.Return(e.Name)
+	}
 	if err != nil {
-		return nil
+		r.log.Error(err, "Recording in the journal whether a member left", "cluster", e.Name)
 	}
-	var kinds []schema.GroupVersionKind
-	for i := range props {
-		for _, k := range kindsOf(&props[i]) {
-			if !slices.Contains(kinds, k) {
-				kinds = append(kinds, k)
-			}
+	if e.StateChanged() && e.New.State == member.StateReady {
+		if mc := r.copies.get(e.Name); mc != nil {
+			r.owed.again(mc)
 		}
-	}
-	return kinds
-}
-
-// memberKinds lists the kinds of copies member may hold: those
-// Propagations copy, and those of the copies and owed removals the
-// journal holds for it.
-func (r *reconciler) memberKinds(ctx context.Context, member string) []schema.GroupVersionKind {
-	kinds := r.copiedKinds(ctx)
-	for _, k := range r.journalKinds(member, nil) {
-		if !slices.Contains(kinds, k) {
-			kinds = append(kinds, k)
-		}
-	}
-	return kinds
-}
-
-// journalKinds lists the kinds of the copies and owed removals the journal
-// holds for member: all, or those of the Propagation key.
-func (r *reconciler) journalKinds(member string, key *propagationKey) []schema.GroupVersionKind {
-	var kinds []schema.GroupVersionKind
-	add := func(gvk schema.GroupVersionKind) {
-		if !slices.Contains(kinds, gvk) {
-			kinds = append(kinds, gvk)
-		}
-	}
-	owed, _ := r.journal.Owed(member)
-	for _, o := range owed {
-		if key == nil || (o.Namespace == key.Namespace && o.Propagation == key.Name) {
-			for _, gvk := range o.Kinds {
-				add(gvk)
-			}
-		}
-	}
-	var copies []journal.Copy
-	if key == nil {
-		copies, _ = r.journal.Copies(member)
-	} else {
-		copies, _ = r.journal.CopiesOf(member, key.Namespace, key.Name)
-	}
-	for _, c := range copies {
-		add(c.GVK)
-	}
-	return kinds
-}
-
-// memberPropagations lists the Propagations whose removals member owes,
-// then every Propagation and those the journal knows copies of there.
-func (r *reconciler) memberPropagations(ctx context.Context, member string) []propagationKey {
-	var keys []propagationKey
-	add := func(key propagationKey) {
-		if !slices.Contains(keys, key) {
-			keys = append(keys, key)
-		}
-	}
-	owed, _ := r.journal.Owed(member)
-	for _, o := range owed {
-		add(propagationKey{Namespace: o.Namespace, Name: o.Propagation})
-	}
-	copies, _ := r.journal.Copies(member)
-	for _, c := range copies {
-		add(propagationKey{Namespace: c.Namespace, Name: c.Propagation})
 	}
 	props, err := r.propagations(ctx)
 	if err != nil {
-		return keys
+		return
 	}
 	for i := range props {
-		add(client.ObjectKeyFromObject(&props[i]))
+		key := client.ObjectKeyFromObject(&props[i])
+		r.enqueue(fleet.Request{NamespacedName: key}, fleet.Request{ClusterName: e.Name, NamespacedName: key})
 	}
-	return keys
 }
 
-// kindsOf lists the kinds p copies now and those it copied before.
-func kindsOf(p *fleetv1alpha1.Propagation) []schema.GroupVersionKind {
-	var kinds []schema.GroupVersionKind
-	add := func(apiVersion, kind string) {
-		gv, err := schema.ParseGroupVersion(apiVersion)
-		if err != nil {
-			return
-		}
-		if gvk := gv.WithKind(kind); !slices.Contains(kinds, gvk) {
-			kinds = append(kinds, gvk)
-		}
-	}
-	for _, res := range p.Spec.Resources {
-		add(res.APIVersion, res.Kind)
-	}
-	for _, k := range p.Status.Kinds {
-		add(k.APIVersion, k.Kind)
-	}
-	return kinds
+// newKubeconfig reports whether e is an accepted member's new kubeconfig,
+// as a rotated credential.
+func newKubeconfig(e registry.Event) bool {
+	_, old, ok := e.Old.Registration()
+	_, now, accepted := e.New.Registration()
+	return ok && accepted && old != now
 }
-
-// resourceKind is the kind sel selects.
-func resourceKind(sel fleetv1alpha1.ResourceSelector) (schema.GroupVersionKind, error) {
-	gv, err := schema.ParseGroupVersion(sel.APIVersion)
-	if err != nil {
-		return schema.GroupVersionKind{}, &kindError{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("apiVersion %q: %v", sel.APIVersion, err)}
-	}
-	return gv.WithKind(sel.Kind), nil
-}
-
-// metaLabelSelector is sel's label selector.
-func metaLabelSelector(sel fleetv1alpha1.ResourceSelector) (labels.Selector, error) {
-	s, err := metav1.LabelSelectorAsSelector(sel.Selector)
-	if err != nil {
-		return nil, &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the selector of %s: %v", sel.Kind, err)}
-	}
-	return s, nil
-}
-
-// selects reports whether p selects the member named name, labelled l.
-func selects(p *fleetv1alpha1.Propagation, name string, l map[string]string) (bool, error) {
-	if len(p.Spec.Members.Names) > 0 && !slices.Contains(p.Spec.Members.Names, name) {
-		return false, nil
-	}
-	if p.Spec.Members.Selector == nil {
-		return true, nil
-	}
-	s, err := metav1.LabelSelectorAsSelector(p.Spec.Members.Selector)
-	if err != nil {
-		return false, &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the members selector: %v", err)}
-	}
-	return s.Matches(labels.Set(l)), nil
-}
-
-// propagationKey names a Propagation.
-type propagationKey = types.NamespacedName

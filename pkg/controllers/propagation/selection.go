@@ -1,0 +1,191 @@
+package propagation
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/journal"
+)
+
+// selectsObject reports whether a resource selector of p selects obj,
+// a hub object of p's namespace; never when obj is nil.
+func selectsObject(p *fleetv1alpha1.Propagation, obj client.Object) bool {
+	if obj == nil {
+		return false
+	}
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	for _, sel := range p.Spec.Resources {
+		if kind, err := resourceKind(sel); err != nil || kind != gvk || (sel.Name != "" && sel.Name != obj.GetName()) {
+			continue
+		}
+		if sel.Selector == nil {
+			return true
+		}
+		if s, err := metaLabelSelector(sel); err == nil && s.Matches(labels.Set(obj.GetLabels())) {
+			return true
+		}
+	}
+	return false
+}
+
+// propagations lists the Propagations once the manager's cache has
+// started: a list before that fails, and what asked for it would be lost.
+func (r *reconciler) propagations(ctx context.Context, opts ...client.ListOption) ([]fleetv1alpha1.Propagation, error) {
+	if !r.m.GetCache().WaitForCacheSync(ctx) {
+		return nil, ctx.Err()
+	}
+	props := &fleetv1alpha1.PropagationList{}
+	err := r.hub.List(ctx, props, opts...)
+	return props.Items, err
+}
+
+// copiedKinds lists every kind a Propagation copies or has copied.
+func (r *reconciler) copiedKinds(ctx context.Context) []schema.GroupVersionKind {
+	props, err := r.propagations(ctx)
+	if err != nil {
+		return nil
+	}
+	var kinds []schema.GroupVersionKind
+	for i := range props {
+		for _, k := range kindsOf(&props[i]) {
+			if !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	return kinds
+}
+
+// memberKinds lists the kinds of copies member may hold: those
+// Propagations copy, and those of the copies and owed removals the
+// journal holds for it.
+func (r *reconciler) memberKinds(ctx context.Context, member string) []schema.GroupVersionKind {
+	kinds := r.copiedKinds(ctx)
+	for _, k := range r.journalKinds(member, nil) {
+		if !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds
+}
+
+// journalKinds lists the kinds of the copies and owed removals the journal
+// holds for member: all, or those of the Propagation key.
+func (r *reconciler) journalKinds(member string, key *propagationKey) []schema.GroupVersionKind {
+	var kinds []schema.GroupVersionKind
+	add := func(gvk schema.GroupVersionKind) {
+		if !slices.Contains(kinds, gvk) {
+			kinds = append(kinds, gvk)
+		}
+	}
+	owed, _ := r.journal.Owed(member)
+	for _, o := range owed {
+		if key == nil || (o.Namespace == key.Namespace && o.Propagation == key.Name) {
+			for _, gvk := range o.Kinds {
+				add(gvk)
+			}
+		}
+	}
+	var copies []journal.Copy
+	if key == nil {
+		copies, _ = r.journal.Copies(member)
+	} else {
+		copies, _ = r.journal.CopiesOf(member, key.Namespace, key.Name)
+	}
+	for _, c := range copies {
+		add(c.GVK)
+	}
+	return kinds
+}
+
+// memberPropagations lists the Propagations whose removals member owes,
+// then every Propagation and those the journal knows copies of there.
+func (r *reconciler) memberPropagations(ctx context.Context, member string) []propagationKey {
+	var keys []propagationKey
+	add := func(key propagationKey) {
+		if !slices.Contains(keys, key) {
+			keys = append(keys, key)
+		}
+	}
+	owed, _ := r.journal.Owed(member)
+	for _, o := range owed {
+		add(propagationKey{Namespace: o.Namespace, Name: o.Propagation})
+	}
+	copies, _ := r.journal.Copies(member)
+	for _, c := range copies {
+		add(propagationKey{Namespace: c.Namespace, Name: c.Propagation})
+	}
+	props, err := r.propagations(ctx)
+	if err != nil {
+		return keys
+	}
+	for i := range props {
+		add(client.ObjectKeyFromObject(&props[i]))
+	}
+	return keys
+}
+
+// kindsOf lists the kinds p copies now and those it copied before.
+func kindsOf(p *fleetv1alpha1.Propagation) []schema.GroupVersionKind {
+	var kinds []schema.GroupVersionKind
+	add := func(apiVersion, kind string) {
+		gv, err := schema.ParseGroupVersion(apiVersion)
+		if err != nil {
+			return
+		}
+		if gvk := gv.WithKind(kind); !slices.Contains(kinds, gvk) {
+			kinds = append(kinds, gvk)
+		}
+	}
+	for _, res := range p.Spec.Resources {
+		add(res.APIVersion, res.Kind)
+	}
+	for _, k := range p.Status.Kinds {
+		add(k.APIVersion, k.Kind)
+	}
+	return kinds
+}
+
+// resourceKind is the kind sel selects.
+func resourceKind(sel fleetv1alpha1.ResourceSelector) (schema.GroupVersionKind, error) {
+	gv, err := schema.ParseGroupVersion(sel.APIVersion)
+	if err != nil {
+		return schema.GroupVersionKind{}, &kindError{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("apiVersion %q: %v", sel.APIVersion, err)}
+	}
+	return gv.WithKind(sel.Kind), nil
+}
+
+// metaLabelSelector is sel's label selector.
+func metaLabelSelector(sel fleetv1alpha1.ResourceSelector) (labels.Selector, error) {
+	s, err := metav1.LabelSelectorAsSelector(sel.Selector)
+	if err != nil {
+		return nil, &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the selector of %s: %v", sel.Kind, err)}
+	}
+	return s, nil
+}
+
+// selects reports whether p selects the member named name, labelled l.
+func selects(p *fleetv1alpha1.Propagation, name string, l map[string]string) (bool, error) {
+	if len(p.Spec.Members.Names) > 0 && !slices.Contains(p.Spec.Members.Names, name) {
+		return false, nil
+	}
+	if p.Spec.Members.Selector == nil {
+		return true, nil
+	}
+	s, err := metav1.LabelSelectorAsSelector(p.Spec.Members.Selector)
+	if err != nil {
+		return false, &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the members selector: %v", err)}
+	}
+	return s.Matches(labels.Set(l)), nil
+}
+
+// propagationKey names a Propagation.
+type propagationKey = types.NamespacedName
