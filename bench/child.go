@@ -43,6 +43,9 @@ type childReport struct {
 	SettledSeconds float64 `json:"settledSeconds,omitempty"`
 	Throughput     float64 `json:"throughput,omitempty"`
 	CPUSeconds     float64 `json:"cpuSeconds,omitempty"`
+	// UnhealthyTransitions counts the members' changes to Unhealthy
+	// until they settled ("settled", fleet).
+	UnhealthyTransitions int64 `json:"unhealthyTransitions,omitempty"`
 	RSSBytes       int64   `json:"rssBytes,omitempty"`
 	SteadyRSSBytes int64   `json:"steadyRSSBytes,omitempty"`
 	HeapBytes      uint64  `json:"heapBytes,omitempty"`
@@ -111,7 +114,7 @@ func childFleet(ctx context.Context, hubKubeconfig, namespace, watch string, mem
 		return n >= members || time.Now().After(deadline)
 	})
 	if err == nil {
-		r := childReport{Event: "settled", Members: n, SettledSeconds: last.Sub(started).Seconds(), CPUSeconds: cpuSeconds()}
+		r := childReport{Event: "settled", Members: n, SettledSeconds: last.Sub(started).Seconds(), CPUSeconds: cpuSeconds(), UnhealthyTransitions: unhealthyTransitions.Load()}
 		if n >= members && members > 0 {
 			r.Throughput = float64(members*objects) / last.Sub(first).Seconds()
 		}

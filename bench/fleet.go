@@ -100,7 +100,7 @@ func startFleet(hub *rest.Config, cfg fleetConfig) (*benchFleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := membercluster.Add(mgr); err != nil {
+	if err := membercluster.Add(mgr, membercluster.Options{}); err != nil {
 		return nil, err
 	}
 	name := fmt.Sprintf("bench-%d", controllerIDs.Add(1))
@@ -136,13 +136,70 @@ func startFleet(hub *rest.Config, cfg fleetConfig) (*benchFleet, error) {
 
 // fleetLogger discards the fleet's logs, unless $BENCH_LOG is set: then
 // they go to stderr with times, to see where a scenario's time goes.
+// Either way it counts the members' changes to Unhealthy
+// (unhealthyTransitions).
 func fleetLogger() logr.Logger {
-	if os.Getenv("BENCH_LOG") == "" {
-		return logr.Discard()
+	sink := &transitionCounter{}
+	if os.Getenv("BENCH_LOG") != "" {
+		sink.next = funcr.New(func(prefix, args string) {
+			fmt.Fprintln(os.Stderr, time.Now().Format("15:04:05.000"), prefix, args)
+		}, funcr.Options{}).GetSink()
 	}
-	return funcr.New(func(prefix, args string) {
-		fmt.Fprintln(os.Stderr, time.Now().Format("15:04:05.000"), prefix, args)
-	}, funcr.Options{})
+	return logr.New(sink)
+}
+
+// unhealthyTransitions counts the changes of any member of any fleet in
+// the process to Unhealthy, from the members' "Member state changed" log
+// lines: every change is logged, however short the state lasts.
+var unhealthyTransitions atomic.Int64
+
+// transitionCounter is a log sink that counts members' changes to
+// Unhealthy, and passes everything on to next, if not nil.
+type transitionCounter struct {
+	next logr.LogSink
+}
+
+func (c *transitionCounter) Init(info logr.RuntimeInfo) {
+	if c.next != nil {
+		c.next.Init(info)
+	}
+}
+
+func (c *transitionCounter) Enabled(level int) bool {
+	return level == 0 || (c.next != nil && c.next.Enabled(level))
+}
+
+func (c *transitionCounter) Info(level int, msg string, kv ...any) {
+	if level == 0 && msg == "Member state changed" {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i] == "to" && kv[i+1] == any(member.StateUnhealthy) {
+				unhealthyTransitions.Add(1)
+			}
+		}
+	}
+	if c.next != nil && c.next.Enabled(level) {
+		c.next.Info(level, msg, kv...)
+	}
+}
+
+func (c *transitionCounter) Error(err error, msg string, kv ...any) {
+	if c.next != nil {
+		c.next.Error(err, msg, kv...)
+	}
+}
+
+func (c *transitionCounter) WithValues(kv ...any) logr.LogSink {
+	if c.next == nil {
+		return c
+	}
+	return &transitionCounter{next: c.next.WithValues(kv...)}
+}
+
+func (c *transitionCounter) WithName(name string) logr.LogSink {
+	if c.next == nil {
+		return c
+	}
+	return &transitionCounter{next: c.next.WithName(name)}
 }
 
 // stop stops the manager and waits until it has returned.

@@ -342,7 +342,7 @@ func (b *bench) benchStartup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := membercluster.Add(mgr); err != nil {
+	if err := membercluster.Add(mgr, membercluster.Options{}); err != nil {
 		return err
 	}
 	mctx, cancel := context.WithCancel(ctx)

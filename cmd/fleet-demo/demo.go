@@ -409,7 +409,7 @@ func (d *demo) newManager(hubCfg *rest.Config, j *journal.Journal) (*fleet.Manag
 	if err != nil {
 		return nil, fmt.Errorf("creating the fleet manager: %w", err)
 	}
-	if err := membercluster.Add(mgr); err != nil {
+	if err := membercluster.Add(mgr, membercluster.Options{}); err != nil {
 		return nil, fmt.Errorf("adding the MemberCluster controller: %w", err)
 	}
 	if err := propagation.Add(mgr, propagation.Options{Journal: j}); err != nil {

@@ -177,13 +177,9 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 		return err
 	}
 	defer j.close()
-	if err := controllers.Start(mgr, j.Journal, controllers.Initializers(), f.controllers, concurrency); err != nil {
+	settings := controllers.Settings{Selection: f.controllers, Concurrency: concurrency, Journal: j.Journal, ClusterProfileNamespace: f.exportNamespace}
+	if err := controllers.Start(mgr, controllers.Initializers(), settings); err != nil {
 		return err
-	}
-	if f.exportProfiles {
-		if err := clusterprofile.Add(mgr, f.exportNamespace); err != nil {
-			return fmt.Errorf("publishing ClusterProfiles: %w", err)
-		}
 	}
 	// Only the process, its hub and its journal are checked: a member
 	// being down must never make this replica unready.
@@ -252,8 +248,8 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.argoCDNamespace, "argocd-namespace", "argocd", "With --argocd-secrets, the namespace to read Argo CD cluster Secrets from.")
 	fs.BoolVar(&f.clusterProfiles, "cluster-profiles", false, "Also register the ClusterProfiles (multicluster.x-k8s.io/v1alpha1) that list an access provider of --clusterprofile-provider-file, as <namespace>.<name>. Default: off.")
 	fs.StringSliceVar(&f.profileNamespaces, "cluster-profile-namespaces", nil, "With --cluster-profiles, the comma-separated namespaces to read ClusterProfiles from, or '*' for every namespace. Whoever may write a ClusterProfile's status there chooses the server its cluster's credentials are sent to: name only namespaces whose writers you trust as you trust the fleet namespace's. Default: none, so no ClusterProfile is read.")
-	fs.BoolVar(&f.exportProfiles, "export-cluster-profiles", false, "Publish a ClusterProfile (multicluster.x-k8s.io/v1alpha1) per member in --cluster-profile-namespace: its health, version, labels as properties, and its server and CA as the access provider fleet-manager, never a credential. Default: off.")
-	fs.StringVar(&f.exportNamespace, "cluster-profile-namespace", "", "With --export-cluster-profiles, the namespace the ClusterProfiles are published in. Default: the fleet namespace.")
+	fs.BoolVar(&f.exportProfiles, "export-cluster-profiles", false, "Publish a ClusterProfile (multicluster.x-k8s.io/v1alpha1) per member in --cluster-profile-namespace: its health, version, labels as properties, and its server and CA as the access provider fleet-manager, never a credential. The same as --controllers=*,clusterprofile. Default: off.")
+	fs.StringVar(&f.exportNamespace, "cluster-profile-namespace", "", "With the clusterprofile controller, the namespace the ClusterProfiles are published in. Default: the fleet namespace.")
 	fs.StringVar(&f.providerFile, "clusterprofile-provider-file", "", "With --cluster-profiles, the access provider file (the Cluster Inventory API's format): each provider's exec plugin, which --allow-exec-plugin must allow.")
 	cli.BindZapFlags(fs, &f.zap)
 }
@@ -270,8 +266,17 @@ func (f *runFlags) check(cmd *cobra.Command) error {
 	if (fs.Changed("cluster-profile-namespaces") || fs.Changed("clusterprofile-provider-file")) && !f.clusterProfiles {
 		return usageErrorf("--cluster-profile-namespaces and --clusterprofile-provider-file need --cluster-profiles, which enables the format they configure")
 	}
-	if fs.Changed("cluster-profile-namespace") && !f.exportProfiles {
-		return usageErrorf("--cluster-profile-namespace needs --export-cluster-profiles, which it configures")
+	if err := controllers.Validate(f.controllers, controllers.Initializers()); err != nil {
+		return usageErrorf("--controllers: %v", err)
+	}
+	if f.exportProfiles {
+		if slices.Contains(f.controllers, "-"+clusterprofile.ControllerName) {
+			return usageErrorf("--export-cluster-profiles runs the %s controller, which --controllers stops", clusterprofile.ControllerName)
+		}
+		f.controllers = append(f.controllers, clusterprofile.ControllerName)
+	}
+	if fs.Changed("cluster-profile-namespace") && !controllers.Enabled(f.controllers, clusterprofile.ControllerName, false) {
+		return usageErrorf("--cluster-profile-namespace needs --export-cluster-profiles (or --controllers=*,%s), which it configures", clusterprofile.ControllerName)
 	}
 	if f.clusterProfiles && f.providerFile == "" {
 		return usageErrorf("--cluster-profiles needs --clusterprofile-provider-file: a ClusterProfile is read only with one of its access providers")
@@ -300,9 +305,6 @@ func (f *runFlags) check(cmd *cobra.Command) error {
 	}
 	if err := checkPolicyFlags(f.policy); err != nil {
 		return err
-	}
-	if err := controllers.Validate(f.controllers, controllers.Initializers()); err != nil {
-		return usageErrorf("--controllers: %v", err)
 	}
 	for name, n := range f.concurrency {
 		if *n <= 0 {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/fleetkube/fleet-manager/internal/cli"
+	"github.com/fleetkube/fleet-manager/pkg/controllers"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/clusterprofile"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
@@ -113,6 +115,7 @@ func TestRunUsageErrors(t *testing.T) {
 		"nonpositive cache sync time": {args: []string{"--cache-sync-timeout=0s"}, want: "--cache-sync-timeout must be positive"},
 		"unknown controller":          {args: []string{"--controllers=*,-nonesuch"}, want: `--controllers: "-nonesuch" is not a controller: the controllers are membercluster`},
 		"nonpositive concurrency":     {args: []string{"--concurrent-membercluster-syncs=0"}, want: "--concurrent-membercluster-syncs must be positive"},
+		"export, its controller off":  {args: []string{"--export-cluster-profiles", "--controllers=*,-clusterprofile"}, want: "--export-cluster-profiles runs the clusterprofile controller, which --controllers stops"},
 		"nonpositive probe threshold": {args: []string{"--probe-failure-threshold=0"}, want: "--probe-failure-threshold and --disconnect-after must be positive"},
 	}
 	for name, tc := range cases {
@@ -178,6 +181,23 @@ func TestRunControllerFlags(t *testing.T) {
 	}
 	if !reflect.DeepEqual(f.controllers, []string{"*", "-membercluster"}) || *f.concurrency["membercluster"] != 3 {
 		t.Errorf("controllers %q, membercluster concurrency %d", f.controllers, *f.concurrency["membercluster"])
+	}
+	// --export-cluster-profiles is the clusterprofile controller's switch,
+	// as --controllers naming it is; either takes its namespace.
+	for _, args := range [][]string{
+		{"--export-cluster-profiles", "--cluster-profile-namespace=inventory"},
+		{"--controllers=*,clusterprofile", "--cluster-profile-namespace=inventory"},
+	} {
+		f, err = parseRunFlags(args, &stderr)
+		if err != nil {
+			t.Fatalf("parseRunFlags %q: %v\n%s", args, err, stderr.String())
+		}
+		if !controllers.Enabled(f.controllers, clusterprofile.ControllerName, false) || f.exportNamespace != "inventory" {
+			t.Errorf("%q: controllers %q, namespace %q; want clusterprofile on, in inventory", args, f.controllers, f.exportNamespace)
+		}
+	}
+	if f, err = parseRunFlags(nil, &stderr); err != nil || controllers.Enabled(f.controllers, clusterprofile.ControllerName, false) {
+		t.Errorf("by default: controllers %q (%v), want clusterprofile off", f.controllers, err)
 	}
 }
 

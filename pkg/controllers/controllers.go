@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/fleetkube/fleet-manager/pkg/controllers/clusterprofile"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
@@ -27,6 +28,9 @@ type Context struct {
 	Config *rest.Config
 	// Journal is the manager's record of what it owes its members.
 	Journal *journal.Journal
+	// ClusterProfileNamespace is where the clusterprofile controller
+	// publishes. Default: the fleet namespace.
+	ClusterProfileNamespace string
 }
 
 // Initializer adds one built-in controller to a manager.
@@ -48,13 +52,19 @@ func Initializers() []Initializer {
 		{
 			Name: "membercluster", OnByDefault: true, Concurrency: membercluster.DefaultWorkers,
 			Add: func(c Context) error {
-				return membercluster.AddWithOptions(c.Manager, membercluster.Options{Workers: c.Concurrency, Client: c.Client})
+				return membercluster.Add(c.Manager, membercluster.Options{Workers: c.Concurrency, Client: c.Client})
 			},
 		},
 		{
 			Name: propagation.ControllerName, OnByDefault: true, Concurrency: propagation.DefaultWorkers,
 			Add: func(c Context) error {
 				return propagation.Add(c.Manager, propagation.Options{Workers: c.Concurrency, Client: c.Client, Config: c.Config, Journal: c.Journal})
+			},
+		},
+		{
+			Name: clusterprofile.ControllerName, OnByDefault: false, Concurrency: clusterprofile.DefaultWorkers,
+			Add: func(c Context) error {
+				return clusterprofile.Add(c.Manager, clusterprofile.Options{Namespace: c.ClusterProfileNamespace, Workers: c.Concurrency, Client: c.Client})
 			},
 		},
 	}
@@ -99,13 +109,25 @@ func Validate(selection []string, initializers []Initializer) error {
 	return nil
 }
 
-// Start adds to m each of initializers that selection enables, with the
-// concurrency concurrency holds for its name, else its default, and the
-// journal j.
-func Start(m *fleet.Manager, j *journal.Journal, initializers []Initializer, selection []string, concurrency map[string]int) error {
+// Settings configure the controllers Start adds.
+type Settings struct {
+	// Selection is the --controllers list.
+	Selection []string
+	// Concurrency is each controller's concurrency by name; a controller
+	// not in it has its default.
+	Concurrency map[string]int
+	// Journal is the manager's record of what it owes its members.
+	Journal *journal.Journal
+	// ClusterProfileNamespace is where the clusterprofile controller
+	// publishes. Default: the fleet namespace.
+	ClusterProfileNamespace string
+}
+
+// Start adds to m each of initializers that s.Selection enables.
+func Start(m *fleet.Manager, initializers []Initializer, s Settings) error {
 	log := m.GetLogger().WithName("controllers")
 	for _, i := range initializers {
-		if !Enabled(selection, i.Name, i.OnByDefault) {
+		if !Enabled(s.Selection, i.Name, i.OnByDefault) {
 			log.Info("Controller disabled", "controller", i.Name)
 			continue
 		}
@@ -118,8 +140,8 @@ func Start(m *fleet.Manager, j *journal.Journal, initializers []Initializer, sel
 		if err != nil {
 			return fmt.Errorf("building the %s controller's client: %w", i.Name, err)
 		}
-		c := Context{Manager: m, Concurrency: i.Concurrency, Client: cl, Config: cfg, Journal: j}
-		if n, ok := concurrency[i.Name]; ok && n > 0 {
+		c := Context{Manager: m, Concurrency: i.Concurrency, Client: cl, Config: cfg, Journal: s.Journal, ClusterProfileNamespace: s.ClusterProfileNamespace}
+		if n, ok := s.Concurrency[i.Name]; ok && n > 0 {
 			c.Concurrency = n
 		}
 		if err := i.Add(c); err != nil {

@@ -95,7 +95,7 @@ func TestStartGivesEachControllerItsClient(t *testing.T) {
 		{Name: "first", OnByDefault: true, Concurrency: 3, Add: add},
 		{Name: "second", OnByDefault: true, Concurrency: 3, Add: add},
 	}
-	if err := controllers.Start(m, nil, table, []string{"*", "-second"}, map[string]int{"first": 7}); err != nil {
+	if err := controllers.Start(m, table, controllers.Settings{Selection: []string{"*", "-second"}, Concurrency: map[string]int{"first": 7}}); err != nil {
 		t.Fatal(err)
 	}
 	if len(added) != 1 || added[0].Concurrency != 7 {

@@ -3,6 +3,10 @@
 // kube-controller-manager's NewControllerInitializers and --controllers
 // do.
 //
+// The rows: membercluster and propagation, on by default, and
+// clusterprofile (ClusterProfile export), off by default. Every row's
+// package adds its controller with one shape, Add(*fleet.Manager, Options).
+//
 // Each [Initializer] names a controller, says whether "*" turns it on,
 // and adds it to a fleet.Manager with its own concurrency and a hub
 // client of its own whose user agent names it, so that the hub's audit

@@ -260,7 +260,7 @@ func TestClusterProfilesArePublished(t *testing.T) {
 	before := getProfile(t, ns, foreign)
 
 	f := newFleetOn(t, mclNamespace(t), quickHealth)
-	if err := clusterprofile.Add(f.mgr, ns); err != nil {
+	if err := clusterprofile.Add(f.mgr, clusterprofile.Options{Namespace: ns}); err != nil {
 		t.Fatal(err)
 	}
 	f.start(t)
@@ -353,7 +353,7 @@ func TestRefusedMemberKeepsItsClusterProfile(t *testing.T) {
 	const ns = "inventory-refused"
 	createNamespace(t, hubClient, ns)
 	f := newFleetOn(t, mclNamespace(t), nil)
-	if err := clusterprofile.Add(f.mgr, ns); err != nil {
+	if err := clusterprofile.Add(f.mgr, clusterprofile.Options{Namespace: ns}); err != nil {
 		t.Fatal(err)
 	}
 	f.start(t)
@@ -404,7 +404,7 @@ func TestPublishedClusterProfilesAreNotRead(t *testing.T) {
 	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
 
 	publisher := newFleetOn(t, mclNamespace(t), nil)
-	if err := clusterprofile.Add(publisher.mgr, ns); err != nil {
+	if err := clusterprofile.Add(publisher.mgr, clusterprofile.Options{Namespace: ns}); err != nil {
 		t.Fatal(err)
 	}
 	publisher.start(t)

@@ -26,7 +26,7 @@ func Example() {
 		os.Exit(1)
 	}
 	// Optional: keep a MemberCluster per member on the hub, as fleet-manager run does.
-	if err := membercluster.Add(mgr); err != nil {
+	if err := membercluster.Add(mgr, membercluster.Options{}); err != nil {
 		log.Error(err, "Adding the MemberCluster controller")
 		os.Exit(1)
 	}

@@ -65,7 +65,7 @@ func newFleetOn(t *testing.T, ns string, configure func(o *fleet.Options)) *runn
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := membercluster.Add(mgr); err != nil {
+	if err := membercluster.Add(mgr, membercluster.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	r := &runningFleet{fleetEnv: &fleetEnv{mgr: mgr, namespace: ns, logs: logs}}

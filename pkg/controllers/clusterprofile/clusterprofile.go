@@ -18,6 +18,7 @@ import (
 	inventoryv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -57,13 +58,42 @@ type profiles struct {
 	namespace string
 }
 
-// Add adds the controller to m: it publishes a ClusterProfile per member
-// in namespace, which must exist, as must the ClusterProfile CRD.
-func Add(m *fleet.Manager, namespace string) error {
+// ControllerName is the controller's name in the --controllers table.
+const ControllerName = "clusterprofile"
+
+// DefaultWorkers is how many ClusterProfiles are written at once by
+// default.
+const DefaultWorkers = 1
+
+// Options configure the ClusterProfile controller.
+type Options struct {
+	// Namespace is where the ClusterProfiles are published; it must
+	// exist. Default: the fleet namespace.
+	Namespace string
+	// Workers is how many ClusterProfiles are written at once. Default:
+	// DefaultWorkers.
+	Workers int
+	// Client writes ClusterProfiles. Default: the manager's client.
+	Client client.Client
+}
+
+// Add adds the controller to m, configured by opts: it publishes a
+// ClusterProfile per member. The ClusterProfile CRD must exist.
+func Add(m *fleet.Manager, opts Options) error {
 	if err := inventoryv1alpha1.AddToScheme(m.GetScheme()); err != nil {
 		return err
 	}
-	p := &profiles{m: m, client: m.GetClient(), namespace: namespace}
+	if opts.Namespace == "" {
+		opts.Namespace = m.Namespace()
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = DefaultWorkers
+	}
+	if opts.Client == nil {
+		opts.Client = m.GetClient()
+	}
+	namespace := opts.Namespace
+	p := &profiles{m: m, client: opts.Client, namespace: namespace}
 	byName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
 	})
@@ -77,6 +107,7 @@ func Add(m *fleet.Manager, namespace string) error {
 			}
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
 		})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 		Complete(p)
 }
 

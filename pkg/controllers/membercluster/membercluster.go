@@ -72,14 +72,9 @@ type Options struct {
 	Client client.Client
 }
 
-// Add adds the MemberCluster controller to mgr with the default options.
-// A hub without the MemberCluster CRD gets none: Add logs that and
-// returns nil.
-func Add(m *fleet.Manager) error { return AddWithOptions(m, Options{}) }
-
-// AddWithOptions adds the MemberCluster controller to mgr, configured by
-// opts, as Add does.
-func AddWithOptions(m *fleet.Manager, opts Options) error {
+// Add adds the MemberCluster controller to m, configured by opts. A hub
+// without the MemberCluster CRD gets none: Add logs that and returns nil.
+func Add(m *fleet.Manager, opts Options) error {
 	if _, err := m.GetRESTMapper().RESTMapping(fleetv1alpha1.GroupVersion.WithKind("MemberCluster").GroupKind(), fleetv1alpha1.GroupVersion.Version); meta.IsNoMatchError(err) {
 		m.GetLogger().Info("The hub has no MemberCluster CRD: member status is not written (install deploy/crd)")
 		return nil
