@@ -113,11 +113,16 @@
 // and registry events ask every Propagation again about the member that
 // changed. A member's copy cache starts when the controller engages the
 // member, which then asks it about every Propagation, and stops when it
-// leaves. A deleted Propagation keeps its finalizer until each member
-// removed its copies, or owes their removal: a member that is not Ready,
-// that failed to remove them (also one that may not list a kind the
-// Propagation copied: its copies cannot be proven gone), or that did not
-// report within 30 s.
+// leaves. Besides its watches of Propagations, the controller has two
+// sources: on the hub, its engagement, which starts the hub caches and
+// hands the controller's queue on to the requests the controller makes
+// itself (a hub object or a member that changed, a status to sum up, an
+// owed removal to retry), which are dropped until then; in each member, its
+// copy caches, whose events ask for their Propagation there. A deleted
+// Propagation keeps its finalizer until each member removed its copies, or
+// owes their removal: a member that is not Ready, that failed to remove
+// them (also one that may not list a kind the Propagation copied: its
+// copies cannot be proven gone), or that did not report within 30 s.
 //
 // # Journal
 //

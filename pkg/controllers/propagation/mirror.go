@@ -277,7 +277,7 @@ func (r *reconciler) mergeMirror(ctx context.Context, id string) error {
 				r.owed.again(mc)
 			}
 			for _, key := range added {
-				r.enqueue(fleet.Request{ClusterName: member, NamespacedName: key})
+				r.queue.add(fleet.Request{ClusterName: member, NamespacedName: key})
 			}
 		}
 	}

@@ -82,7 +82,7 @@ func (r *reconciler) carryOutOwed(ctx context.Context, mc *memberCopies, id stri
 			return fmt.Errorf("removing the copies of Propagation %s the member owes: %w", key, err)
 		}
 		if res.RequeueAfter > 0 {
-			r.enqueueAfter(fleet.Request{ClusterName: mc.name, NamespacedName: key}, res.RequeueAfter)
+			r.queue.addAfter(fleet.Request{ClusterName: mc.name, NamespacedName: key}, res.RequeueAfter)
 		}
 	}
 	if len(owed) > 0 {

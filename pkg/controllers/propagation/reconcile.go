@@ -330,7 +330,7 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int) (re
 	old, now := run.r.results.set(run.key, run.member.name, res)
 	if !old.same(now) {
 		run.r.countOwed(run.member.name)
-		run.r.enqueue(fleet.Request{NamespacedName: run.key})
+		run.r.queue.add(fleet.Request{NamespacedName: run.key})
 	}
 	run.tell(ctx, old, now)
 	if now.failedRuns == 0 {

@@ -87,12 +87,13 @@ type reconciler struct {
 	results  *results
 	metrics  *propagationMetrics
 	owed     *owedKeeper
+	// queue takes the requests the controller makes itself.
+	queue controllerQueue
 
-	// mu guards queue, the controller's queue once the hub is engaged;
-	// lastStatus, when each Propagation's status was last summed up; and
-	// readiness, each Propagation's Ready status, for fleet_propagations.
+	// mu guards lastStatus, when each Propagation's status was last
+	// summed up, and readiness, each Propagation's Ready status, for
+	// fleet_propagations.
 	mu         sync.Mutex
-	queue      engage.Queue
 	lastStatus map[propagationKey]time.Time
 	readiness  map[propagationKey]string
 	// recoveryTold holds the members told that the journal was lost.
@@ -183,17 +184,15 @@ func mayListPropagations(reader client.Reader) error {
 
 // hubEngagement is the controller's source on the hub: while the hub is
 // engaged (while this replica leads), the hub object caches live, the
-// controller's queue is known, and every registry event asks the
-// Propagations again about that member.
+// controller's queue is handed to r.queue (see controllerQueue), and
+// every registry event asks the Propagations again about that member.
 type hubEngagement struct{ r *reconciler }
 
 func (h hubEngagement) String() string { return "propagated hub objects" }
 
 func (h hubEngagement) Start(ctx context.Context, _ string, _ cluster.Cluster, q engage.Queue) (<-chan struct{}, error) {
 	r := h.r
-	r.mu.Lock()
-	r.queue = q
-	r.mu.Unlock()
+	r.queue.set(q)
 	r.objects.start(ctx)
 	go r.keepOwed(ctx)
 	go r.m.Registry().Subscribe(ctx).Run(ctx, 1, r.memberChanged)
@@ -202,11 +201,37 @@ func (h hubEngagement) Start(ctx context.Context, _ string, _ cluster.Cluster, q
 	return synced, nil
 }
 
-// enqueue adds requests to the controller's queue, once there is one.
-func (r *reconciler) enqueue(reqs ...fleet.Request) {
-	r.mu.Lock()
-	q := r.queue
-	r.mu.Unlock()
+// controllerQueue is the one way the controller's queue reaches what
+// asks for requests outside a source's events: a hub object or a member
+// that changed, a member result that asks for its Propagation's status,
+// a failed owed removal's retry, an owed removal found on the hub. The
+// fleet controller hands its queue, the same for every cluster, to each
+// source it starts; hubEngagement hands it on here with set, as the hub
+// is engaged. Until then add and addAfter drop their requests: the hub's
+// engagement asks about every Propagation again. (copyCaches adds the
+// requests of the member it is started in, its copies' events and the
+// member's first round, to the queue its Start is given.)
+type controllerQueue struct {
+	mu sync.Mutex
+	q  engage.Queue
+}
+
+// set makes q the controller's queue.
+func (cq *controllerQueue) set(q engage.Queue) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	cq.q = q
+}
+
+func (cq *controllerQueue) get() engage.Queue {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.q
+}
+
+// add adds reqs to the controller's queue, once there is one.
+func (cq *controllerQueue) add(reqs ...fleet.Request) {
+	q := cq.get()
 	if q == nil {
 		return
 	}
@@ -215,13 +240,9 @@ func (r *reconciler) enqueue(reqs ...fleet.Request) {
 	}
 }
 
-// enqueueAfter adds req to the controller's queue after d, once there is
-// one.
-func (r *reconciler) enqueueAfter(req fleet.Request, d time.Duration) {
-	r.mu.Lock()
-	q := r.queue
-	r.mu.Unlock()
-	if q != nil {
+// addAfter adds req to the controller's queue after d, once there is one.
+func (cq *controllerQueue) addAfter(req fleet.Request, d time.Duration) {
+	if q := cq.get(); q != nil {
 		q.AddAfter(req, d)
 	}
 }
@@ -275,7 +296,7 @@ func (r *reconciler) hubObjectChanged(namespace string, old, obj client.Object) 
 	for i := range props {
 		p := &props[i]
 		if selectsObject(p, old) || selectsObject(p, obj) {
-			r.enqueue(r.everyCluster(context.Background(), "", p)...)
+			r.queue.add(r.everyCluster(context.Background(), "", p)...)
 		}
 	}
 }
@@ -291,7 +312,7 @@ func (r *reconciler) memberChanged(ctx context.Context, e registry.Event) {
 		if newKubeconfig(e) {
 			// A new credential may have the rights a failure lacked.
 			for _, key := range r.results.retryFailed(e.Name) {
-				r.enqueue(fleet.Request{ClusterName: e.Name, NamespacedName: key})
+				r.queue.add(fleet.Request{ClusterName: e.Name, NamespacedName: key})
 			}
 		}
 		return // a probe, or a new credential: nothing else a Propagation reads
@@ -321,7 +342,7 @@ func (r *reconciler) memberChanged(ctx context.Context, e registry.Event) {
 	}
 	for i := range props {
 		key := client.ObjectKeyFromObject(&props[i])
-		r.enqueue(fleet.Request{NamespacedName: key}, fleet.Request{ClusterName: e.Name, NamespacedName: key})
+		r.queue.add(fleet.Request{NamespacedName: key}, fleet.Request{ClusterName: e.Name, NamespacedName: key})
 	}
 }
 
