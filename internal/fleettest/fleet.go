@@ -1,0 +1,293 @@
+package fleettest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/member"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+)
+
+// FleetOptions are the differences between the fleets of the tests. The
+// zero value is a fleet on the suite's hub, in a fleet namespace of its
+// own, started at once, with no controller.
+type FleetOptions struct {
+	// Namespace is the fleet namespace; default a new one
+	// (Suite.FleetNamespace). Several fleets of one test may share one, as
+	// replicas of a fleet do.
+	Namespace string
+	// Config is how the manager reaches the hub; default as the suite's
+	// admin, directly.
+	Config *rest.Config
+	// LeaderElection has the managers of the fleet namespace elect a
+	// leader, quickly enough for a test: a leader that stops releases the
+	// lease, and the next takes it at its next retry (200 ms). The lease
+	// and the renew deadline are the defaults', so that a loaded hub does
+	// not end a lead mid-test.
+	LeaderElection bool
+	// Configure, if set, adjusts the manager's options last.
+	Configure func(o *fleet.Options)
+	// Setup, if set, adds controllers to the manager before it starts.
+	Setup func(m *fleet.Manager) error
+	// Deferred leaves the manager not started: the test starts it with
+	// Fleet.Start, after adding what must be there from the start.
+	Deferred bool
+}
+
+// Fleet is a test's fleet manager, on a fleet namespace, and what it
+// logged. It is stopped when its test ends.
+type Fleet struct {
+	// Manager is the fleet's manager.
+	Manager *fleet.Manager
+	// Namespace is the fleet namespace.
+	Namespace string
+	// Logs holds the lines the manager logged.
+	Logs *Logs
+
+	suite  *Suite
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+
+	mu      sync.Mutex
+	secrets []*corev1.Secret
+}
+
+// StartFleet builds a fleet manager with opts and, unless opts.Deferred,
+// starts it. When the test ends, the manager is stopped and waited for,
+// then the Secrets Register created and their MemberClusters deleted.
+func (s *Suite) StartFleet(t testing.TB, opts FleetOptions) *Fleet {
+	t.Helper()
+	s.Need(t)
+	ns := opts.Namespace
+	if ns == "" {
+		ns = s.FleetNamespace(t)
+	} else {
+		CreateNamespace(t, s.HubClient, ns)
+	}
+	cfg := opts.Config
+	if cfg == nil {
+		cfg = s.Hub.Config
+	}
+	logs := s.Logs.Sub()
+	o := fleet.Options{
+		Options: manager.Options{
+			Logger:                 logs.Logger(),
+			Metrics:                metricsserver.Options{BindAddress: "0"},
+			HealthProbeBindAddress: "0",
+			Controller:             config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: 30 * time.Second},
+		},
+		Namespace: ns,
+	}
+	if opts.LeaderElection {
+		o.LeaderElection = true
+		o.LeaderElectionID = "fleet-manager-" + ns
+		o.LeaderElectionNamespace = ns
+		o.RetryPeriod = ptr.To(200 * time.Millisecond)
+		o.LeaderElectionReleaseOnCancel = true
+	}
+	if opts.Configure != nil {
+		opts.Configure(&o)
+	}
+	mgr, err := fleet.New(cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Setup != nil {
+		if err := opts.Setup(mgr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &Fleet{Manager: mgr, Namespace: ns, Logs: logs, suite: s}
+	t.Cleanup(func() {
+		f.Stop(t)
+		f.forget(t)
+	})
+	if !opts.Deferred {
+		f.Start(t)
+	}
+	return f
+}
+
+// Start starts the manager of a Deferred fleet.
+func (f *Fleet) Start(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	f.cancel, f.done = cancel, make(chan error, 1)
+	go func() { f.done <- f.Manager.Start(ctx) }()
+}
+
+// Stop stops the manager, if it was started, and waits until it has.
+// It is called when the test ends; a test may stop it earlier.
+func (f *Fleet) Stop(t testing.TB) {
+	t.Helper()
+	f.once.Do(func() {
+		if f.cancel == nil {
+			return
+		}
+		f.cancel()
+		select {
+		case err := <-f.done:
+			if err != nil {
+				t.Errorf("manager on %s: %v", f.Namespace, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("manager on %s did not stop", f.Namespace)
+		}
+	})
+}
+
+// forget deletes the Secrets Register created and the MemberClusters of
+// their names, which a stopped manager may leave behind.
+func (f *Fleet) forget(t testing.TB) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ctx := context.Background()
+	for _, s := range f.secrets {
+		if err := client.IgnoreNotFound(f.suite.HubClient.Delete(ctx, s)); err != nil {
+			t.Errorf("deleting Secret %s/%s: %v", s.Namespace, s.Name, err)
+		}
+		mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: clusterName(s)}}
+		if err := client.IgnoreNotFound(f.suite.HubClient.Delete(ctx, mc)); err != nil {
+			t.Errorf("deleting MemberCluster %s: %v", mc.Name, err)
+		}
+	}
+}
+
+// clusterName is the name of the cluster Secret s registers natively.
+func clusterName(s *corev1.Secret) string {
+	if name := s.Annotations[registry.ClusterNameAnnotation]; name != "" {
+		return name
+	}
+	return s.Name
+}
+
+// Register registers cluster name in the fleet with a native Secret of
+// kubeconfig, carrying the labels given beside the kubeconfig label, and
+// returns the Secret.
+func (f *Fleet) Register(t testing.TB, name string, kubeconfig []byte, labels ...map[string]string) *corev1.Secret {
+	t.Helper()
+	l := map[string]string{registry.KubeconfigLabel: "true"}
+	for _, extra := range labels {
+		maps.Copy(l, extra)
+	}
+	return f.RegisterSecret(t, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.Namespace, Name: name, Labels: l},
+		Data:       map[string][]byte{registry.KubeconfigKey: kubeconfig},
+	})
+}
+
+// RegisterSecret creates s, a registration of any format in any
+// namespace, and returns it. It is deleted, with the MemberCluster of its
+// name, when the test ends.
+func (f *Fleet) RegisterSecret(t testing.TB, s *corev1.Secret) *corev1.Secret {
+	t.Helper()
+	f.mu.Lock()
+	f.secrets = append(f.secrets, s)
+	f.mu.Unlock()
+	if err := f.suite.HubClient.Create(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// WaitEngaged waits until every controller that accepts them has engaged
+// the named clusters.
+func (f *Fleet) WaitEngaged(t testing.TB, names ...string) {
+	t.Helper()
+	poll.Until(t, fmt.Sprintf("clusters %v engaged", names), func() bool {
+		engaged := f.Manager.ClusterNames()
+		for _, n := range names {
+			if !slices.Contains(engaged, n) {
+				return false
+			}
+			for _, e := range f.Manager.Engagements(n) {
+				if !e.Engaged {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// WaitState waits until member name is in state want.
+func (f *Fleet) WaitState(t testing.TB, name string, want member.State) {
+	t.Helper()
+	poll.Until(t, name+" "+string(want), func() bool {
+		got, _ := f.Manager.MemberState(name)
+		return got == want
+	})
+}
+
+// WaitSynced waits until the fleet's registry has read every
+// registration once.
+func (f *Fleet) WaitSynced(t testing.TB) {
+	t.Helper()
+	poll.Until(t, "the registry synced", func() bool {
+		select {
+		case <-f.Manager.Registry().Synced():
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// Elected reports whether the fleet's manager leads.
+func (f *Fleet) Elected() bool {
+	select {
+	case <-f.Manager.Elected():
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitWarning waits for a Warning Event with reason about the Secret
+// secretName of the fleet namespace.
+func (f *Fleet) WaitWarning(t testing.TB, secretName, reason string) {
+	t.Helper()
+	poll.Until(t, reason+" reported on Secret "+secretName, func() bool {
+		events := &eventsv1.EventList{}
+		if err := f.suite.HubClient.List(t.Context(), events, client.InNamespace(f.Namespace)); err != nil {
+			return false
+		}
+		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.Name == secretName && e.Reason == reason && e.Type == corev1.EventTypeWarning
+		})
+	})
+}
+
+// WatchConfigMaps adds controller name, which reconciles with r the
+// ConfigMaps of namespace ns in clusters.
+func (f *Fleet) WatchConfigMaps(t testing.TB, name, ns string, clusters fleet.Clusters, r fleet.Reconciler) {
+	t.Helper()
+	err := fleet.NewControllerManagedBy(f.Manager).
+		Named(name).
+		For(&corev1.ConfigMap{}, fleet.WithPredicates(InNamespace(ns))).
+		WatchClusters(clusters).
+		Complete(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
