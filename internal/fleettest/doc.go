@@ -35,8 +35,9 @@
 // Everything a helper starts is stopped when its test ends, in this
 // order: the manager is stopped and waited for (at most 30 s; a manager
 // that does not stop fails the test), then the Secrets registered with
-// Fleet.Register and the MemberClusters of their names are deleted, so no
-// later test finds a fleet's cluster-scoped leftovers. Member namespaces
+// Fleet.Register, and the MemberClusters labelled with the fleet
+// namespace, are deleted, so no later test finds a fleet's cluster-scoped
+// leftovers. Member namespaces
 // and objects are not removed: each test works in names of its own.
 //
 // # Parallel tests

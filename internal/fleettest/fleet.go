@@ -73,7 +73,8 @@ type Fleet struct {
 
 // StartFleet builds a fleet manager with opts and, unless opts.Deferred,
 // starts it. When the test ends, the manager is stopped and waited for,
-// then the Secrets Register created and their MemberClusters deleted.
+// then the Secrets Register created and the fleet's MemberClusters are
+// deleted.
 func (s *Suite) StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 	t.Helper()
 	s.Need(t)
@@ -155,8 +156,10 @@ func (f *Fleet) Stop(t testing.TB) {
 	})
 }
 
-// forget deletes the Secrets Register created and the MemberClusters of
-// their names, which a stopped manager may leave behind.
+// forget deletes the Secrets Register created, and the MemberClusters
+// labelled with the fleet namespace, which a stopped manager leaves
+// behind: they are cluster-scoped and would take their names from a later
+// test's fleet.
 func (f *Fleet) forget(t testing.TB) {
 	t.Helper()
 	f.mu.Lock()
@@ -166,19 +169,11 @@ func (f *Fleet) forget(t testing.TB) {
 		if err := client.IgnoreNotFound(f.suite.HubClient.Delete(ctx, s)); err != nil {
 			t.Errorf("deleting Secret %s/%s: %v", s.Namespace, s.Name, err)
 		}
-		mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: clusterName(s)}}
-		if err := client.IgnoreNotFound(f.suite.HubClient.Delete(ctx, mc)); err != nil {
-			t.Errorf("deleting MemberCluster %s: %v", mc.Name, err)
-		}
 	}
-}
-
-// clusterName is the name of the cluster Secret s registers natively.
-func clusterName(s *corev1.Secret) string {
-	if name := s.Annotations[registry.ClusterNameAnnotation]; name != "" {
-		return name
+	err := f.suite.HubClient.DeleteAllOf(ctx, &fleetv1alpha1.MemberCluster{}, client.MatchingLabels{fleetv1alpha1.FleetLabel: f.Namespace})
+	if err != nil {
+		t.Errorf("deleting the MemberClusters of fleet %s: %v", f.Namespace, err)
 	}
-	return s.Name
 }
 
 // Register registers cluster name in the fleet with a native Secret of
@@ -197,8 +192,7 @@ func (f *Fleet) Register(t testing.TB, name string, kubeconfig []byte, labels ..
 }
 
 // RegisterSecret creates s, a registration of any format in any
-// namespace, and returns it. It is deleted, with the MemberCluster of its
-// name, when the test ends.
+// namespace, and returns it. It is deleted when the test ends.
 func (f *Fleet) RegisterSecret(t testing.TB, s *corev1.Secret) *corev1.Secret {
 	t.Helper()
 	f.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -50,7 +51,10 @@ type Suite struct {
 	// while the suite runs, the fleets' included.
 	Logs *Logs
 
-	namespaces atomic.Int32
+	namespaces    atomic.Int32
+	profileOnce   sync.Once
+	profileClient client.Client
+	profileErr    error
 }
 
 // Run is the body of a TestMain: it starts the API servers, runs the

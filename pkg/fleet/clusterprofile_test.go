@@ -7,24 +7,21 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 	"sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	"sigs.k8s.io/cluster-inventory-api/pkg/access"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/clusterprofile"
@@ -32,15 +29,6 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
-
-// installClusterProfileCRD installs the module's ClusterProfile CRD on
-// the hub.
-func installClusterProfileCRD(t *testing.T) {
-	t.Helper()
-	if err := controlplane.InstallClusterProfileCRD(hub); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // secretReaderPlugin builds the module's reference secretreader plugin,
 // which reads a member's token from the hub Secret named by the profile's
@@ -54,7 +42,7 @@ func secretReaderPlugin(t *testing.T, namespace string) (plugin, hubKubeconfig s
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the secretreader plugin: %v\n%s", err, out)
 	}
-	kc, err := controlplane.AdminKubeconfig(hub, "secretreader")
+	kc, err := controlplane.AdminKubeconfig(suite.Hub, "secretreader")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,82 +76,32 @@ func profileMember(t *testing.T, i int, ns, secretName string) {
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ns + "-configmaps"},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "fleet-manager"}}},
 	} {
-		if err := memberClients[i].Create(t.Context(), obj); err != nil {
+		if err := suite.MemberClients[i].Create(t.Context(), obj); err != nil {
 			t.Fatal(err)
 		}
 	}
-	createNamespace(t, hubClient, ns)
+	fleettest.CreateNamespace(t, suite.HubClient, ns)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secretName},
 		Data: map[string][]byte{"token": []byte(kc.AuthInfos["fleet-manager"].Token)}}
-	if err := hubClient.Create(t.Context(), secret); err != nil {
+	if err := suite.HubClient.Create(t.Context(), secret); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// createProfile creates ClusterProfile ns/name of another cluster
-// manager, offering member i through access provider provider with
-// clusterName secretName, which the reader replaces with <ns>.<name>.
-func createProfile(t *testing.T, ns, name, provider string, i int, secretName string, labels map[string]string) {
-	t.Helper()
-	ext, err := json.Marshal(map[string]string{"clusterName": secretName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := &v1alpha1.ClusterProfile{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
-		Spec:       v1alpha1.ClusterProfileSpec{DisplayName: name, ClusterManager: v1alpha1.ClusterManager{Name: "test-inventory"}},
-	}
-	cl := profileClient(t)
-	if err := cl.Create(t.Context(), cp); err != nil {
-		t.Fatal(err)
-	}
-	cp.Status = v1alpha1.ClusterProfileStatus{
-		Conditions: []metav1.Condition{},
-		AccessProviders: []v1alpha1.AccessProvider{{Name: provider, Cluster: clientcmdv1.Cluster{
-			Server:                   members[i].Config.Host,
-			CertificateAuthorityData: members[i].Config.CAData,
-			Extensions:               []clientcmdv1.NamedExtension{{Name: "client.authentication.k8s.io/exec", Extension: runtime.RawExtension{Raw: ext}}},
-		}}},
-	}
-	if err := cl.Status().Update(t.Context(), cp); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// newProfileClient builds, once, the hub client that knows
-// ClusterProfiles: the tests poll through it.
-var newProfileClient = sync.OnceValues(func() (client.Client, error) {
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	return client.New(hub.Config, client.Options{Scheme: scheme})
-})
-
-// profileClient returns the hub client that knows ClusterProfiles.
-func profileClient(t *testing.T) client.Client {
-	t.Helper()
-	cl, err := newProfileClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl
 }
 
 // profileFleet starts a fleet that reads the ClusterProfiles of namespace
 // ns through the secretreader plugin, whose hub Secret ns/<ns>.<profile>
 // holds a token of member i; the plugin is allowed if allowPlugin.
-func profileFleet(t *testing.T, ns string, i int, profile string, allowPlugin bool) *fleetEnv {
+func profileFleet(t *testing.T, ns string, i int, profile string, allowPlugin bool) *fleettest.Fleet {
 	t.Helper()
-	installClusterProfileCRD(t)
+	suite.InstallClusterProfileCRD(t)
 	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
 	profileMember(t, i, ns, ns+"."+profile)
-	return startFleetWith(t, func(o *fleet.Options) {
+	return suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) {
 		if allowPlugin {
 			o.KubeconfigPolicy.AllowExecCommands = []string{plugin}
 		}
 		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: profileProviders(plugin, hubKubeconfig)}
-	})
+	}})
 }
 
 // profileProviders is a provider file naming the secretreader plugin,
@@ -184,24 +122,24 @@ func profileProviders(plugin, hubKubeconfig string) *access.Config {
 func TestClusterProfileIsAMember(t *testing.T) {
 	const ns = "inventory-a"
 	f := profileFleet(t, ns, 0, "east", true)
-	r := &recorder{}
-	watchConfigMaps(t, f, "profiles", ns, fleet.Members, r)
-	createProfile(t, ns, "east", "secretreader", 0, "member-0", map[string]string{"region": "east"})
+	r := &fleettest.Recorder{}
+	f.WatchConfigMaps(t, "profiles", ns, fleet.Members, r)
+	suite.CreateProfile(t, ns, "east", "secretreader", 0, "member-0", map[string]string{"region": "east"})
 	const name = ns + ".east"
-	f.waitState(t, name, member.StateReady)
-	createConfigMap(t, memberClients[0], ns, "hello")
-	r.waitFor(t, request(name, ns, "hello"))
+	f.WaitState(t, name, member.StateReady)
+	fleettest.CreateConfigMap(t, suite.MemberClients[0], ns, "hello")
+	r.WaitFor(t, fleettest.Request(name, ns, "hello"))
 	poll.Until(t, "a MemberCluster with the profile's labels and format", func() bool {
 		mc := &fleetv1alpha1.MemberCluster{}
-		err := hubClient.Get(t.Context(), client.ObjectKey{Name: name}, mc)
+		err := suite.HubClient.Get(t.Context(), client.ObjectKey{Name: name}, mc)
 		return err == nil && mc.Labels["region"] == "east" && mc.Spec.SecretRef.Format == fleetv1alpha1.FormatClusterProfile
 	})
 
-	if err := profileClient(t).Delete(t.Context(), &v1alpha1.ClusterProfile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "east"}}); err != nil {
+	if err := suite.ProfileClient(t).Delete(t.Context(), &v1alpha1.ClusterProfile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "east"}}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, "the member of the deleted profile removed", func() bool {
-		_, ok := f.mgr.MemberState(name)
+		_, ok := f.Manager.MemberState(name)
 		return !ok
 	})
 }
@@ -209,41 +147,19 @@ func TestClusterProfileIsAMember(t *testing.T) {
 func TestClusterProfileWithAPluginNotAllowedIsRefused(t *testing.T) {
 	const ns = "inventory-b"
 	f := profileFleet(t, ns, 1, "west", false)
-	createProfile(t, ns, "west", "secretreader", 1, "member-1", nil)
+	suite.CreateProfile(t, ns, "west", "secretreader", 1, "member-1", nil)
 	const name = ns + ".west"
 	poll.Until(t, "the profile's member refused", func() bool {
 		mc := &fleetv1alpha1.MemberCluster{}
-		if err := hubClient.Get(t.Context(), client.ObjectKey{Name: name}, mc); err != nil {
+		if err := suite.HubClient.Get(t.Context(), client.ObjectKey{Name: name}, mc); err != nil {
 			return false
 		}
 		c := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsAccepted)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "ExecPluginRefused"
 	})
-	if _, ok := f.mgr.MemberState(name); ok {
+	if _, ok := f.Manager.MemberState(name); ok {
 		t.Fatal("a member runs for a profile whose plugin the policy refuses")
 	}
-}
-
-// getProfile returns ClusterProfile ns/name, or nil if there is none.
-func getProfile(t *testing.T, ns, name string) *v1alpha1.ClusterProfile {
-	t.Helper()
-	cp := &v1alpha1.ClusterProfile{}
-	if err := profileClient(t).Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, cp); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		t.Fatal(err)
-	}
-	return cp
-}
-
-// healthyIs reports whether cp's ControlPlaneHealthy condition has status.
-func healthyIs(cp *v1alpha1.ClusterProfile, status metav1.ConditionStatus) bool {
-	if cp == nil {
-		return false
-	}
-	c := meta.FindStatusCondition(cp.Status.Conditions, v1alpha1.ClusterConditionControlPlaneHealthy)
-	return c != nil && c.Status == status
 }
 
 // A fleet that publishes ClusterProfiles keeps one per member, with its
@@ -252,30 +168,30 @@ func healthyIs(cp *v1alpha1.ClusterProfile, status metav1.ConditionStatus) bool 
 // Ready to Unhealthy and back, is deleted with it, and leaves the profiles
 // of other cluster managers alone.
 func TestClusterProfilesArePublished(t *testing.T) {
-	installClusterProfileCRD(t)
+	suite.InstallClusterProfileCRD(t)
 	const ns = "inventory-published"
-	createNamespace(t, hubClient, ns)
+	fleettest.CreateNamespace(t, suite.HubClient, ns)
 	foreign := "published-foreign"
-	createProfile(t, ns, foreign, "secretreader", 0, "nothing", nil)
-	before := getProfile(t, ns, foreign)
+	suite.CreateProfile(t, ns, foreign, "secretreader", 0, "nothing", nil)
+	before := suite.GetProfile(t, ns, foreign)
 
-	f := newFleetOn(t, mclNamespace(t), quickHealth)
-	if err := clusterprofile.Add(f.mgr, clusterprofile.Options{Namespace: ns}); err != nil {
+	f := suite.StartFleet(t, fleettest.FleetOptions{Namespace: suite.FleetNamespace(t), Setup: memberClusters, Configure: fleettest.QuickHealth, Deferred: true})
+	if err := clusterprofile.Add(f.Manager, clusterprofile.Options{Namespace: ns}); err != nil {
 		t.Fatal(err)
 	}
-	f.start(t)
-	kc, proxy := viaProxy(t, kubeconfigs[0])
+	f.Start(t)
+	kc, proxy := fleettest.ViaProxy(t, suite.Kubeconfigs[0])
 	const name = "published-a"
-	secret := f.register(t, name, kc)
+	secret := f.Register(t, name, kc)
 	secret.Labels["tier"] = "gold"
-	if err := hubClient.Update(t.Context(), secret); err != nil {
+	if err := suite.HubClient.Update(t.Context(), secret); err != nil {
 		t.Fatal(err)
 	}
 
 	var cp *v1alpha1.ClusterProfile
 	poll.Until(t, "a healthy profile with the member's version and labels", func() bool {
-		cp = getProfile(t, ns, name)
-		return healthyIs(cp, metav1.ConditionTrue) && cp.Status.Version.Kubernetes != "" &&
+		cp = suite.GetProfile(t, ns, name)
+		return fleettest.HealthyIs(cp, metav1.ConditionTrue) && cp.Status.Version.Kubernetes != "" &&
 			slices.ContainsFunc(cp.Status.Properties, func(p v1alpha1.Property) bool { return p.Name == "tier" && p.Value == "gold" })
 	})
 	if cp.Spec.ClusterManager.Name != clusterprofile.ClusterManager || cp.Labels[v1alpha1.LabelClusterManagerKey] != clusterprofile.ClusterManager {
@@ -297,47 +213,36 @@ func TestClusterProfilesArePublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if leaked := (&logLines{lines: []string{string(published)}}).holding(secrets); leaked != "" {
+	doc := &fleettest.Logs{}
+	doc.Add(string(published))
+	if leaked := doc.Holding(secrets); leaked != "" {
 		t.Fatalf("the published profile holds credential material: %s", leaked)
 	}
 
 	proxy.Down()
-	poll.Until(t, "the profile of an Unhealthy member not healthy", func() bool { return healthyIs(getProfile(t, ns, name), metav1.ConditionFalse) })
-	down := meta.FindStatusCondition(getProfile(t, ns, name).Status.Conditions, v1alpha1.ClusterConditionControlPlaneHealthy).LastTransitionTime
+	poll.Until(t, "the profile of an Unhealthy member not healthy", func() bool { return fleettest.HealthyIs(suite.GetProfile(t, ns, name), metav1.ConditionFalse) })
+	down := meta.FindStatusCondition(suite.GetProfile(t, ns, name).Status.Conditions, v1alpha1.ClusterConditionControlPlaneHealthy).LastTransitionTime
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "the profile healthy again", func() bool { return healthyIs(getProfile(t, ns, name), metav1.ConditionTrue) })
-	if up := meta.FindStatusCondition(getProfile(t, ns, name).Status.Conditions, v1alpha1.ClusterConditionControlPlaneHealthy).LastTransitionTime; !up.After(down.Time) && !up.Equal(&down) {
+	poll.Until(t, "the profile healthy again", func() bool { return fleettest.HealthyIs(suite.GetProfile(t, ns, name), metav1.ConditionTrue) })
+	if up := meta.FindStatusCondition(suite.GetProfile(t, ns, name).Status.Conditions, v1alpha1.ClusterConditionControlPlaneHealthy).LastTransitionTime; !up.After(down.Time) && !up.Equal(&down) {
 		t.Fatalf("the condition's transition time %s is before the member went down at %s", up, down)
 	}
 
-	if err := hubClient.Delete(t.Context(), secret); err != nil {
+	if err := suite.HubClient.Delete(t.Context(), secret); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "the profile deleted with its member", func() bool { return getProfile(t, ns, name) == nil })
-	if after := getProfile(t, ns, foreign); after == nil || after.ResourceVersion != before.ResourceVersion {
+	poll.Until(t, "the profile deleted with its member", func() bool { return suite.GetProfile(t, ns, name) == nil })
+	if after := suite.GetProfile(t, ns, foreign); after == nil || after.ResourceVersion != before.ResourceVersion {
 		t.Fatal("the profile of another cluster manager was touched")
 	}
-}
-
-// synced waits until f's registry has read every registration once.
-func (f *fleetEnv) synced(t *testing.T) {
-	t.Helper()
-	poll.Until(t, "the registry synced", func() bool {
-		select {
-		case <-f.mgr.Registry().Synced():
-			return true
-		default:
-			return false
-		}
-	})
 }
 
 // healthReason returns the reason of cp's ControlPlaneHealthy condition
 // if its status is status, else "".
 func healthReason(cp *v1alpha1.ClusterProfile, status metav1.ConditionStatus) string {
-	if !healthyIs(cp, status) {
+	if !fleettest.HealthyIs(cp, status) {
 		return ""
 	}
 	return meta.FindStatusCondition(cp.Status.Conditions, v1alpha1.ClusterConditionControlPlaneHealthy).Reason
@@ -349,47 +254,47 @@ func healthReason(cp *v1alpha1.ClusterProfile, status metav1.ConditionStatus) st
 // its profile, ControlPlaneHealthy Unknown with the refusal's reason, and
 // no access provider; the profile goes with the name.
 func TestRefusedMemberKeepsItsClusterProfile(t *testing.T) {
-	installClusterProfileCRD(t)
+	suite.InstallClusterProfileCRD(t)
 	const ns = "inventory-refused"
-	createNamespace(t, hubClient, ns)
-	f := newFleetOn(t, mclNamespace(t), nil)
-	if err := clusterprofile.Add(f.mgr, clusterprofile.Options{Namespace: ns}); err != nil {
+	fleettest.CreateNamespace(t, suite.HubClient, ns)
+	f := suite.StartFleet(t, fleettest.FleetOptions{Namespace: suite.FleetNamespace(t), Setup: memberClusters, Deferred: true})
+	if err := clusterprofile.Add(f.Manager, clusterprofile.Options{Namespace: ns}); err != nil {
 		t.Fatal(err)
 	}
-	f.start(t)
+	f.Start(t)
 	const name = "refused-later"
-	secret := f.register(t, name, kubeconfigs[0])
-	poll.Until(t, "a healthy profile", func() bool { return healthyIs(getProfile(t, ns, name), metav1.ConditionTrue) })
+	secret := f.Register(t, name, suite.Kubeconfigs[0])
+	poll.Until(t, "a healthy profile", func() bool { return fleettest.HealthyIs(suite.GetProfile(t, ns, name), metav1.ConditionTrue) })
 
-	secret.Data[registry.KubeconfigKey] = hostileKubeconfig("https://10.0.0.1", `{tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}`)
-	if err := hubClient.Update(t.Context(), secret); err != nil {
+	secret.Data[registry.KubeconfigKey] = fleettest.HostileKubeconfig("https://10.0.0.1", `{tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}`)
+	if err := suite.HubClient.Update(t.Context(), secret); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, "the profile of a refused kubeconfig, Unknown: FileReference", func() bool {
-		return healthReason(getProfile(t, ns, name), metav1.ConditionUnknown) == "FileReference"
+		return healthReason(suite.GetProfile(t, ns, name), metav1.ConditionUnknown) == "FileReference"
 	})
-	if got := getProfile(t, ns, name).Status.AccessProviders; len(got) != 0 {
+	if got := suite.GetProfile(t, ns, name).Status.AccessProviders; len(got) != 0 {
 		t.Errorf("access providers of the refused member %+v, want none", got)
 	}
 
 	contender := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "contender", Labels: map[string]string{registry.KubeconfigLabel: "true"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.Namespace, Name: "contender", Labels: map[string]string{registry.KubeconfigLabel: "true"},
 			Annotations: map[string]string{registry.ClusterNameAnnotation: name}},
-		Data: map[string][]byte{registry.KubeconfigKey: kubeconfigs[1]},
+		Data: map[string][]byte{registry.KubeconfigKey: suite.Kubeconfigs[1]},
 	}
-	if err := hubClient.Create(t.Context(), contender); err != nil {
+	if err := suite.HubClient.Create(t.Context(), contender); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, "the profile of a contested name, Unknown: ClusterNameConflict", func() bool {
-		return healthReason(getProfile(t, ns, name), metav1.ConditionUnknown) == registry.ReasonClusterNameConflict
+		return healthReason(suite.GetProfile(t, ns, name), metav1.ConditionUnknown) == registry.ReasonClusterNameConflict
 	})
 
 	for _, s := range []*corev1.Secret{secret, contender} {
-		if err := hubClient.Delete(t.Context(), s); err != nil {
+		if err := suite.HubClient.Delete(t.Context(), s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	poll.Until(t, "the profile deleted with the name", func() bool { return getProfile(t, ns, name) == nil })
+	poll.Until(t, "the profile deleted with the name", func() bool { return suite.GetProfile(t, ns, name) == nil })
 }
 
 // The security review: two fleets that export and read ClusterProfiles
@@ -398,32 +303,32 @@ func TestRefusedMemberKeepsItsClusterProfile(t *testing.T) {
 // published, though its provider file names the published access
 // provider; it reads the other cluster managers' in the same namespace.
 func TestPublishedClusterProfilesAreNotRead(t *testing.T) {
-	installClusterProfileCRD(t)
+	suite.InstallClusterProfileCRD(t)
 	const ns = "inventory-round-trip"
-	createNamespace(t, hubClient, ns)
+	fleettest.CreateNamespace(t, suite.HubClient, ns)
 	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
 
-	publisher := newFleetOn(t, mclNamespace(t), nil)
-	if err := clusterprofile.Add(publisher.mgr, clusterprofile.Options{Namespace: ns}); err != nil {
+	publisher := suite.StartFleet(t, fleettest.FleetOptions{Namespace: suite.FleetNamespace(t), Setup: memberClusters, Deferred: true})
+	if err := clusterprofile.Add(publisher.Manager, clusterprofile.Options{Namespace: ns}); err != nil {
 		t.Fatal(err)
 	}
-	publisher.start(t)
+	publisher.Start(t)
 	const name = "round-trip"
-	publisher.register(t, name, kubeconfigs[1])
-	poll.Until(t, "the published profile", func() bool { return healthyIs(getProfile(t, ns, name), metav1.ConditionTrue) })
+	publisher.Register(t, name, suite.Kubeconfigs[1])
+	poll.Until(t, "the published profile", func() bool { return fleettest.HealthyIs(suite.GetProfile(t, ns, name), metav1.ConditionTrue) })
 	// Another cluster manager's profile, offering the same provider.
-	createProfile(t, ns, "other", clusterprofile.AccessProvider, 1, "other", nil)
+	suite.CreateProfile(t, ns, "other", clusterprofile.AccessProvider, 1, "other", nil)
 
 	providers := access.New([]access.Provider{{Name: clusterprofile.AccessProvider, ExecConfig: profileProviders(plugin, hubKubeconfig).Providers[0].ExecConfig}})
-	reader := startFleetWith(t, func(o *fleet.Options) {
+	reader := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) {
 		o.KubeconfigPolicy.AllowExecCommands = []string{plugin}
 		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: providers}
-	})
-	reader.synced(t)
-	if _, ok := reader.mgr.Registry().Get(ns + ".other"); !ok {
+	}})
+	reader.WaitSynced(t)
+	if _, ok := reader.Manager.Registry().Get(ns + ".other"); !ok {
 		t.Fatal("the other cluster manager's profile is not registered")
 	}
-	if _, ok := reader.mgr.Registry().Get(ns + "." + name); ok {
+	if _, ok := reader.Manager.Registry().Get(ns + "." + name); ok {
 		t.Fatal("the profile another fleet published is registered")
 	}
 }
@@ -434,36 +339,36 @@ func TestPublishedClusterProfilesAreNotRead(t *testing.T) {
 // cluster name, <namespace>.<name>: here the one that works at the
 // server the profile names, unlike the victim's.
 func TestClusterProfileCannotChooseItsCredentials(t *testing.T) {
-	installClusterProfileCRD(t)
+	suite.InstallClusterProfileCRD(t)
 	const ns = "inventory-attacker"
 	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
 	profileMember(t, 0, ns, "victim")
 	profileMember(t, 1, ns, ns+".attacker")
-	f := startFleetWith(t, func(o *fleet.Options) {
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) {
 		o.KubeconfigPolicy.AllowExecCommands = []string{plugin}
 		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: profileProviders(plugin, hubKubeconfig)}
-	})
+	}})
 	// The attacker's server is member 1, where the victim's token of
 	// member 0 is worthless and its own works.
-	createProfile(t, ns, "attacker", "secretreader", 1, "victim", nil)
-	f.waitState(t, ns+".attacker", member.StateReady)
+	suite.CreateProfile(t, ns, "attacker", "secretreader", 1, "victim", nil)
+	f.WaitState(t, ns+".attacker", member.StateReady)
 }
 
 // ClusterProfiles are read from the namespaces named, none by default:
 // whoever writes a profile's status chooses where its credentials go.
 func TestClusterProfilesOfNoNamespaceByDefault(t *testing.T) {
-	installClusterProfileCRD(t)
+	suite.InstallClusterProfileCRD(t)
 	const ns = "inventory-unnamed"
-	createNamespace(t, hubClient, ns)
-	createProfile(t, ns, "unnamed", "secretreader", 0, "unnamed", nil)
-	f := startFleetWith(t, func(o *fleet.Options) {
+	fleettest.CreateNamespace(t, suite.HubClient, ns)
+	suite.CreateProfile(t, ns, "unnamed", "secretreader", 0, "unnamed", nil)
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) {
 		o.ClusterProfiles = &registry.ClusterProfiles{Providers: profileProviders("secretreader-plugin", "")}
-	})
-	f.synced(t)
-	if _, ok := f.mgr.Registry().Get(ns + ".unnamed"); ok {
+	}})
+	f.WaitSynced(t)
+	if _, ok := f.Manager.Registry().Get(ns + ".unnamed"); ok {
 		t.Fatal("a profile of a namespace not named is registered")
 	}
-	if !f.logs.find("Reading no ClusterProfiles") {
+	if !f.Logs.Find("Reading no ClusterProfiles") {
 		t.Error("no log line says why no ClusterProfile is read")
 	}
 }
@@ -473,7 +378,7 @@ func TestClusterProfilesOfNoNamespaceByDefault(t *testing.T) {
 // request (here its probes, each a review): the member stays Ready, and
 // its cluster is not rebuilt.
 func TestClusterProfileCredentialsRenew(t *testing.T) {
-	installClusterProfileCRD(t)
+	suite.InstallClusterProfileCRD(t)
 	const ns = "inventory-renew"
 	dir := t.TempDir()
 	plugin := filepath.Join(dir, "expiring-plugin")
@@ -494,24 +399,24 @@ func TestClusterProfileCredentialsRenew(t *testing.T) {
 		Env:                []clientcmdapi.ExecEnvVar{{Name: "TOKEN_FILE", Value: tokenFile}, {Name: "TOKEN_TTL", Value: "1s"}, {Name: "CALLS", Value: calls}},
 		ProvideClusterInfo: true,
 	}}})
-	f := startFleetWith(t, func(o *fleet.Options) {
-		quickHealth(o)
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) {
+		fleettest.QuickHealth(o)
 		o.MemberHealth.ReviewInterval = o.MemberHealth.Interval
 		o.KubeconfigPolicy.AllowExecCommands = []string{plugin}
 		o.ClusterProfiles = &registry.ClusterProfiles{Namespaces: []string{ns}, Providers: providers}
-	})
-	createNamespace(t, hubClient, ns)
-	createProfile(t, ns, "renewing", "expiring", 0, "renewing", nil)
+	}})
+	fleettest.CreateNamespace(t, suite.HubClient, ns)
+	suite.CreateProfile(t, ns, "renewing", "expiring", 0, "renewing", nil)
 	const name = ns + ".renewing"
-	f.waitState(t, name, member.StateReady)
+	f.WaitState(t, name, member.StateReady)
 	poll.Until(t, "three tokens from the plugin", func() bool {
 		data, _ := os.ReadFile(calls)
 		return strings.Count(string(data), "\n") >= 3
 	})
-	if state, _ := f.mgr.MemberState(name); state != member.StateReady || f.unhealthy(name) != "" {
+	if state, _ := f.Manager.MemberState(name); state != member.StateReady || unhealthy(f, name) != "" {
 		t.Fatalf("member %s while its tokens renewed, or was Unhealthy meanwhile", state)
 	}
-	if engaged := f.logs.count(`"cluster"="`+name+`"`, `"msg"="Engaging member"`); engaged != 1 {
+	if engaged := f.Logs.Count(`"cluster"="`+name+`"`, `"msg"="Engaging member"`); engaged != 1 {
 		t.Fatalf("the member was engaged %d times: its cluster was rebuilt for new tokens", engaged)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
@@ -48,7 +49,7 @@ func label(m *dto.Metric, name string) string {
 
 func TestQuietMemberIsNotStarvedByANoisyOne(t *testing.T) {
 	const backlog = 3000
-	f := startFleet(t)
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	gate := make(chan struct{})
 	var mu sync.Mutex
 	var order []fleet.Request
@@ -59,18 +60,18 @@ func TestQuietMemberIsNotStarvedByANoisyOne(t *testing.T) {
 		order = append(order, req)
 		return reconcile.Result{}, nil
 	})
-	watchConfigMaps(t, f, "flood", "flood", fleet.Members, reconciler)
-	f.register(t, "noisy", kubeconfigs[0])
-	f.register(t, "quiet", kubeconfigs[1])
-	f.waitEngaged(t, "noisy", "quiet")
+	f.WatchConfigMaps(t, "flood", "flood", fleet.Members, reconciler)
+	f.Register(t, "noisy", suite.Kubeconfigs[0])
+	f.Register(t, "quiet", suite.Kubeconfigs[1])
+	f.WaitEngaged(t, "noisy", "quiet")
 
-	createNamespace(t, memberClients[0], "flood")
+	fleettest.CreateNamespace(t, suite.MemberClients[0], "flood")
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {
 			for i := w; i < backlog; i += 8 {
 				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "flood", Name: fmt.Sprintf("noise-%04d", i)}}
-				if err := memberClients[0].Create(t.Context(), cm); err != nil {
+				if err := suite.MemberClients[0].Create(t.Context(), cm); err != nil {
 					t.Error(err)
 					return
 				}
@@ -80,11 +81,11 @@ func TestQuietMemberIsNotStarvedByANoisyOne(t *testing.T) {
 	wg.Wait()
 	// One request is with the held worker; the rest are queued.
 	poll.Until(t, "the noisy backlog queued", func() bool { return queueDepth(t, "flood", "noisy") >= backlog-1 })
-	createConfigMap(t, memberClients[1], "flood", "whisper")
+	fleettest.CreateConfigMap(t, suite.MemberClients[1], "flood", "whisper")
 	poll.Until(t, "the quiet request queued", func() bool { return queueDepth(t, "flood", "quiet") == 1 })
 	close(gate)
 
-	quiet := request("quiet", "flood", "whisper")
+	quiet := fleettest.Request("quiet", "flood", "whisper")
 	poll.Until(t, "the quiet request reconciled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -4,23 +4,18 @@ import (
 	"context"
 	"net/url"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
 
 // hubOutage is long enough for client-go's reflector backoff to reach
@@ -28,9 +23,8 @@ import (
 const hubOutage = 12 * time.Second
 
 func TestHubReturnsWithinSeconds(t *testing.T) {
-	ns := mclNamespace(t)
-	createNamespace(t, hubClient, ns)
-	u, err := url.Parse(hub.Config.Host)
+	ns := suite.FleetNamespace(t)
+	u, err := url.Parse(suite.Hub.Config.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,16 +33,16 @@ func TestHubReturnsWithinSeconds(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Close)
-	cfg := rest.CopyConfig(hub.Config)
+	cfg := rest.CopyConfig(suite.Hub.Config)
 	cfg.Host = "https://" + proxy.Addr()
-	f := startHubFleet(t, cfg, ns)
-	f.register(t, "before-outage", kubeconfigs[0])
-	poll.Until(t, "before-outage engaged", func() bool { return slices.Contains(f.mgr.ClusterNames(), "before-outage") })
+	f := suite.StartFleet(t, fleettest.FleetOptions{Namespace: ns, Config: cfg})
+	f.Register(t, "before-outage", suite.Kubeconfigs[0])
+	poll.Until(t, "before-outage engaged", func() bool { return slices.Contains(f.Manager.ClusterNames(), "before-outage") })
 
 	// A request waits for the hub no longer than its context allows. The
 	// client's first request, before the outage, reads discovery, which
 	// has no context.
-	cl, err := client.New(f.mgr.GetConfig(), client.Options{})
+	cl, err := client.New(f.Manager.GetConfig(), client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,8 +65,8 @@ func TestHubReturnsWithinSeconds(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	f.register(t, "after-outage", kubeconfigs[1])
-	poll.Until(t, "after-outage engaged", func() bool { return slices.Contains(f.mgr.ClusterNames(), "after-outage") })
+	f.Register(t, "after-outage", suite.Kubeconfigs[1])
+	poll.Until(t, "after-outage engaged", func() bool { return slices.Contains(f.Manager.ClusterNames(), "after-outage") })
 	took := time.Since(back)
 	t.Logf("engaged %s after the hub returned", took.Round(time.Millisecond))
 	if took > 2*time.Second {
@@ -81,16 +75,15 @@ func TestHubReturnsWithinSeconds(t *testing.T) {
 }
 
 func TestHubDenialLoggedOnce(t *testing.T) {
-	ns := mclNamespace(t)
-	createNamespace(t, hubClient, ns)
-	nobody, err := hub.AddUser(envtest.User{Name: "fleet-nobody-" + ns}, nil)
+	ns := suite.FleetNamespace(t)
+	nobody, err := suite.Hub.AddUser(envtest.User{Name: "fleet-nobody-" + ns}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := startHubFleet(t, nobody.Config(), ns)
+	f := suite.StartFleet(t, fleettest.FleetOptions{Namespace: ns, Config: nobody.Config()})
 	// The reflectors retry their list at 0.8 s, then 1.6 s and more.
 	time.Sleep(5 * time.Second)
-	cl, err := client.NewWithWatch(f.mgr.GetConfig(), client.Options{})
+	cl, err := client.NewWithWatch(f.Manager.GetConfig(), client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,55 +108,8 @@ func TestHubDenialLoggedOnce(t *testing.T) {
 		denial("delete", "secrets", ns),
 		denial("watch", "secrets", ns),
 	} {
-		if n := f.logs.count(`"msg"="The hub denied a request`, want); n != 1 {
+		if n := f.Logs.Count(`"msg"="The hub denied a request`, want); n != 1 {
 			t.Errorf("denial %s logged %d times, want once", want, n)
 		}
 	}
-}
-
-// startHubFleet runs a fleet manager on the hub cfg points at, with the
-// fleet namespace ns, until the test ends.
-func startHubFleet(t *testing.T, cfg *rest.Config, ns string) *fleetEnv {
-	t.Helper()
-	logs := &logLines{}
-	mgr, err := fleet.New(cfg, fleet.Options{
-		Options: manager.Options{
-			Logger:                 logs.logger(),
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-			Controller:             config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: 30 * time.Second},
-		},
-		Namespace: ns,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("manager on %s: %v", ns, err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("manager on %s did not stop", ns)
-		}
-	})
-	return &fleetEnv{mgr: mgr, namespace: ns, logs: logs}
-}
-
-// count returns how many lines hold every part.
-func (l *logLines) count(parts ...string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, line := range l.lines {
-		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
-			n++
-		}
-	}
-	return n
 }

@@ -24,10 +24,8 @@ func TestHubClientLimits(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if hub == nil {
-				t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-			}
-			cfg := rest.CopyConfig(hub.Config)
+			suite.Need(t)
+			cfg := rest.CopyConfig(suite.Hub.Config)
 			cfg.QPS, cfg.Burst = tc.qps, tc.burst
 			mgr, err := fleet.New(cfg, fleet.Options{Options: manager.Options{
 				Metrics:                metricsserver.Options{BindAddress: "0"},

@@ -3,7 +3,6 @@ package fleet_test
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
@@ -35,64 +35,11 @@ import (
 // filters, an Unhealthy member's work is held, and many members come and
 // go without leaving anything behind.
 
-// lcFleet is a test's fleet and the members it registered.
-type lcFleet struct {
-	*fleetEnv
-	mu      sync.Mutex
-	members []string
-}
-
-// lcStartFleet starts a fleet as startFleetWith does. When the test ends,
-// once the fleet's manager has stopped, it deletes the MemberClusters of
-// the members registered with lcRegister: they are cluster-scoped, and a
-// manager that stopped may leave them behind, where they would take the
-// name from the fleet of a later test.
-func lcStartFleet(t *testing.T, configure func(o *fleet.Options)) *lcFleet {
-	t.Helper()
-	if hub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
-	f := &lcFleet{}
-	// Registered before the manager's cleanup, so it runs after it.
-	t.Cleanup(func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, name := range f.members {
-			mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}
-			if err := client.IgnoreNotFound(hubClient.Delete(context.Background(), mc)); err != nil {
-				t.Errorf("deleting MemberCluster %s: %v", name, err)
-			}
-		}
-	})
-	f.fleetEnv = startFleetWith(t, configure)
-	return f
-}
-
-// lcRegister registers cluster name with a native Secret carrying extra
-// labels, and deletes the Secret when the test ends.
-func lcRegister(t *testing.T, f *lcFleet, name string, kubeconfig []byte, extra map[string]string) *corev1.Secret {
-	t.Helper()
-	l := map[string]string{registry.KubeconfigLabel: "true"}
-	maps.Copy(l, extra)
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: l},
-		Data:       map[string][]byte{registry.KubeconfigKey: kubeconfig},
-	}
-	f.mu.Lock()
-	f.members = append(f.members, name)
-	f.mu.Unlock()
-	if err := hubClient.Create(t.Context(), s); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.IgnoreNotFound(hubClient.Delete(context.Background(), s)) })
-	return s
-}
-
 // lcConfigMap creates a ConfigMap, or leaves the one there, and deletes it
 // when the test ends.
 func lcConfigMap(t *testing.T, cl client.Client, namespace, name string) {
 	t.Helper()
-	createNamespace(t, cl, namespace)
+	fleettest.CreateNamespace(t, cl, namespace)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 	if err := client.IgnoreAlreadyExists(cl.Create(t.Context(), cm)); err != nil {
 		t.Fatal(err)
@@ -102,13 +49,13 @@ func lcConfigMap(t *testing.T, cl client.Client, namespace, name string) {
 
 // lcFanOut is a controller that maps every hub ConfigMap of namespace ns
 // to a request for every member, and reconciles nothing else.
-func lcFanOut(t *testing.T, f *lcFleet, name, ns string, r fleet.Reconciler) {
+func lcFanOut(t *testing.T, f *fleettest.Fleet, name, ns string, r fleet.Reconciler) {
 	t.Helper()
 	key := func(o client.Object) types.NamespacedName { return client.ObjectKeyFromObject(o) }
-	err := fleet.NewControllerManagedBy(f.mgr).
+	err := fleet.NewControllerManagedBy(f.Manager).
 		Named(name).
 		For(&corev1.ConfigMap{}, fleet.WithPredicates(nothing)).
-		WatchesFleet(&corev1.ConfigMap{}, fleet.ToEveryMember(f.mgr, key), fleet.InClusters(fleet.Hub), fleet.WithPredicates(inNamespace(ns))).
+		WatchesFleet(&corev1.ConfigMap{}, fleet.ToEveryMember(f.Manager, key), fleet.InClusters(fleet.Hub), fleet.WithPredicates(fleettest.InNamespace(ns))).
 		Complete(r)
 	if err != nil {
 		t.Fatal(err)
@@ -117,79 +64,79 @@ func lcFanOut(t *testing.T, f *lcFleet, name, ns string, r fleet.Reconciler) {
 
 // engagedBy reports whether controller has an engagement, made or under
 // way, with cluster name.
-func engagedBy(f *lcFleet, name, controller string) bool {
-	return slices.ContainsFunc(f.mgr.Engagements(name), func(e engage.Engagement) bool { return e.Aware == controller })
+func engagedBy(f *fleettest.Fleet, name, controller string) bool {
+	return slices.ContainsFunc(f.Manager.Engagements(name), func(e engage.Engagement) bool { return e.Aware == controller })
 }
 
 func TestMemberThatJoinsGetsExistingHubObjects(t *testing.T) {
 	const ns = "lc-join"
-	f := lcStartFleet(t, nil)
-	r := &recorder{}
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
+	r := &fleettest.Recorder{}
 	lcFanOut(t, f, "lc-join", ns, r)
 	// The witness is engaged before the hub object exists: its request
 	// shows that the hub's event was handled before the joiner joined.
-	lcRegister(t, f, "lc-join-witness", kubeconfigs[0], nil)
-	f.waitEngaged(t, "lc-join-witness")
-	lcConfigMap(t, hubClient, ns, "existing")
-	r.waitFor(t, request("lc-join-witness", ns, "existing"))
+	f.Register(t, "lc-join-witness", suite.Kubeconfigs[0])
+	f.WaitEngaged(t, "lc-join-witness")
+	lcConfigMap(t, suite.HubClient, ns, "existing")
+	r.WaitFor(t, fleettest.Request("lc-join-witness", ns, "existing"))
 
-	lcRegister(t, f, "lc-joiner", kubeconfigs[1], nil)
-	f.waitEngaged(t, "lc-joiner")
-	r.waitFor(t, request("lc-joiner", ns, "existing"))
-	if r.has(request("", ns, "existing")) {
+	f.Register(t, "lc-joiner", suite.Kubeconfigs[1])
+	f.WaitEngaged(t, "lc-joiner")
+	r.WaitFor(t, fleettest.Request("lc-joiner", ns, "existing"))
+	if r.Has(fleettest.Request("", ns, "existing")) {
 		t.Fatal("a request for a hub object fanned out to members went to the hub")
 	}
-	if n := r.times(request("lc-join-witness", ns, "existing")); n != 1 {
+	if n := r.Times(fleettest.Request("lc-join-witness", ns, "existing")); n != 1 {
 		t.Fatalf("the witness got %d requests for the hub object, want 1: the joiner's replay reached another member", n)
 	}
 }
 
 func TestMemberThatReconnectsGetsHubObjects(t *testing.T) {
 	const ns = "lc-reconnect"
-	f := lcStartFleet(t, quickHealth)
-	r := &recorder{}
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: fleettest.QuickHealth})
+	r := &fleettest.Recorder{}
 	lcFanOut(t, f, "lc-reconnect", ns, r)
-	kc, proxy := viaProxy(t, kubeconfigs[0])
-	lcRegister(t, f, "lc-returner", kc, nil)
-	lcRegister(t, f, "lc-reconnect-witness", kubeconfigs[1], nil)
-	f.waitState(t, "lc-returner", member.StateReady)
-	f.waitEngaged(t, "lc-returner", "lc-reconnect-witness")
-	lcConfigMap(t, hubClient, ns, "before")
-	r.waitFor(t, request("lc-returner", ns, "before"), request("lc-reconnect-witness", ns, "before"))
+	kc, proxy := fleettest.ViaProxy(t, suite.Kubeconfigs[0])
+	f.Register(t, "lc-returner", kc)
+	f.Register(t, "lc-reconnect-witness", suite.Kubeconfigs[1])
+	f.WaitState(t, "lc-returner", member.StateReady)
+	f.WaitEngaged(t, "lc-returner", "lc-reconnect-witness")
+	lcConfigMap(t, suite.HubClient, ns, "before")
+	r.WaitFor(t, fleettest.Request("lc-returner", ns, "before"), fleettest.Request("lc-reconnect-witness", ns, "before"))
 
 	proxy.Down()
-	f.waitState(t, "lc-returner", member.StateDisconnected)
-	poll.Until(t, "lc-returner no longer engaged", func() bool { return !slices.Contains(f.mgr.ClusterNames(), "lc-returner") })
-	lcConfigMap(t, hubClient, ns, "while-away")
+	f.WaitState(t, "lc-returner", member.StateDisconnected)
+	poll.Until(t, "lc-returner no longer engaged", func() bool { return !slices.Contains(f.Manager.ClusterNames(), "lc-returner") })
+	lcConfigMap(t, suite.HubClient, ns, "while-away")
 	before := &corev1.ConfigMap{}
-	if err := hubClient.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "before"}, before); err != nil {
+	if err := suite.HubClient.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "before"}, before); err != nil {
 		t.Fatal(err)
 	}
 	before.Data = map[string]string{"changed": "while-away"}
-	if err := hubClient.Update(t.Context(), before); err != nil {
+	if err := suite.HubClient.Update(t.Context(), before); err != nil {
 		t.Fatal(err)
 	}
 	// The witness's request shows the hub's event was handled while the
 	// returner was away, so only a replay can bring it the object.
-	r.waitFor(t, request("lc-reconnect-witness", ns, "while-away"))
-	if r.has(request("lc-returner", ns, "while-away")) {
+	r.WaitFor(t, fleettest.Request("lc-reconnect-witness", ns, "while-away"))
+	if r.Has(fleettest.Request("lc-returner", ns, "while-away")) {
 		t.Fatal("a Disconnected member got a request")
 	}
 
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
 	}
-	f.waitState(t, "lc-returner", member.StateReady)
-	r.waitFor(t, request("lc-returner", ns, "while-away"))
+	f.WaitState(t, "lc-returner", member.StateReady)
+	r.WaitFor(t, fleettest.Request("lc-returner", ns, "while-away"))
 }
 
 func TestLabelChangeReachesClusterFilter(t *testing.T) {
 	const ns, memberName = "lc-gold", "lc-gold-member"
-	f := lcStartFleet(t, nil)
-	gold, witness := &recorder{}, &recorder{}
-	err := fleet.NewControllerManagedBy(f.mgr).
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
+	gold, witness := &fleettest.Recorder{}, &fleettest.Recorder{}
+	err := fleet.NewControllerManagedBy(f.Manager).
 		Named("lc-gold-only").
-		For(&corev1.ConfigMap{}, fleet.WithPredicates(inNamespace(ns))).
+		For(&corev1.ConfigMap{}, fleet.WithPredicates(fleettest.InNamespace(ns))).
 		WithClusterFilter(fleet.ClusterSelectorFilter(labels.SelectorFromSet(labels.Set{"tier": "gold"}))).
 		Complete(gold)
 	if err != nil {
@@ -197,12 +144,12 @@ func TestLabelChangeReachesClusterFilter(t *testing.T) {
 	}
 	// The witness, with no filter, sees each ConfigMap as soon as the
 	// filtered controller would have.
-	watchConfigMaps(t, f.fleetEnv, "lc-gold-witness", ns, fleet.Members, witness)
-	s := lcRegister(t, f, memberName, kubeconfigs[1], nil)
-	f.waitEngaged(t, memberName)
-	lcConfigMap(t, memberClients[1], ns, "existing")
-	witness.waitFor(t, request(memberName, ns, "existing"))
-	if engagedBy(f, memberName, "lc-gold-only") || gold.has(request(memberName, ns, "existing")) {
+	f.WatchConfigMaps(t, "lc-gold-witness", ns, fleet.Members, witness)
+	s := f.Register(t, memberName, suite.Kubeconfigs[1])
+	f.WaitEngaged(t, memberName)
+	lcConfigMap(t, suite.MemberClients[1], ns, "existing")
+	witness.WaitFor(t, fleettest.Request(memberName, ns, "existing"))
+	if engagedBy(f, memberName, "lc-gold-only") || gold.Has(fleettest.Request(memberName, ns, "existing")) {
 		t.Fatal("a member without the label was engaged by the filtered controller")
 	}
 
@@ -210,32 +157,32 @@ func TestLabelChangeReachesClusterFilter(t *testing.T) {
 		t.Helper()
 		patch := client.MergeFrom(s.DeepCopy())
 		s.Labels = l
-		if err := hubClient.Patch(t.Context(), s, patch); err != nil {
+		if err := suite.HubClient.Patch(t.Context(), s, patch); err != nil {
 			t.Fatal(err)
 		}
 	}
 	setLabels(map[string]string{registry.KubeconfigLabel: "true", "tier": "gold"})
-	gold.waitFor(t, request(memberName, ns, "existing"))
+	gold.WaitFor(t, fleettest.Request(memberName, ns, "existing"))
 	poll.Until(t, "lc-gold-only engaged with "+memberName, func() bool { return engagedBy(f, memberName, "lc-gold-only") })
-	lcConfigMap(t, memberClients[1], ns, "while-gold")
-	gold.waitFor(t, request(memberName, ns, "while-gold"))
+	lcConfigMap(t, suite.MemberClients[1], ns, "while-gold")
+	gold.WaitFor(t, fleettest.Request(memberName, ns, "while-gold"))
 
 	setLabels(map[string]string{registry.KubeconfigLabel: "true"})
 	poll.Until(t, "lc-gold-only disengaged from "+memberName, func() bool { return !engagedBy(f, memberName, "lc-gold-only") })
-	if !slices.Contains(f.mgr.ClusterNames(), memberName) || !engagedBy(f, memberName, "lc-gold-witness") {
+	if !slices.Contains(f.Manager.ClusterNames(), memberName) || !engagedBy(f, memberName, "lc-gold-witness") {
 		t.Fatal("a label change disengaged the member from every controller")
 	}
-	lcConfigMap(t, memberClients[1], ns, "after-gold")
-	witness.waitFor(t, request(memberName, ns, "after-gold"))
+	lcConfigMap(t, suite.MemberClients[1], ns, "after-gold")
+	witness.WaitFor(t, fleettest.Request(memberName, ns, "after-gold"))
 	time.Sleep(500 * time.Millisecond)
-	if gold.has(request(memberName, ns, "after-gold")) {
+	if gold.Has(fleettest.Request(memberName, ns, "after-gold")) {
 		t.Fatal("a member that lost the label was still reconciled by the filtered controller")
 	}
 }
 
 func TestHoldWiredEndToEnd(t *testing.T) {
 	const ns, memberName, ctrl = "lc-hold", "lc-holder", "lc-hold"
-	f := lcStartFleet(t, func(o *fleet.Options) {
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) {
 		o.MemberHealth = member.HealthOptions{
 			Interval:         200 * time.Millisecond,
 			RetryInterval:    100 * time.Millisecond,
@@ -243,8 +190,8 @@ func TestHoldWiredEndToEnd(t *testing.T) {
 			FailureThreshold: 2,
 			DisconnectAfter:  time.Hour, // Unhealthy for as long as the test wants
 		}
-	})
-	r := &recorder{}
+	}})
+	r := &fleettest.Recorder{}
 	gate, blocked := make(chan struct{}), make(chan struct{})
 	var first atomic.Bool
 	reconciler := fleet.ReconcilerFunc(func(ctx context.Context, req fleet.Request) (reconcile.Result, error) {
@@ -257,9 +204,9 @@ func TestHoldWiredEndToEnd(t *testing.T) {
 		}
 		return r.Reconcile(ctx, req)
 	})
-	err := fleet.NewControllerManagedBy(f.mgr).
+	err := fleet.NewControllerManagedBy(f.Manager).
 		Named(ctrl).
-		For(&corev1.ConfigMap{}, fleet.WithPredicates(inNamespace(ns))).
+		For(&corev1.ConfigMap{}, fleet.WithPredicates(fleettest.InNamespace(ns))).
 		WithOptions(fleet.ControllerOptions{TypedOptions: crcontroller.TypedOptions[fleet.Request]{MaxConcurrentReconciles: 1}}).
 		Complete(reconciler)
 	if err != nil {
@@ -268,12 +215,12 @@ func TestHoldWiredEndToEnd(t *testing.T) {
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(gate) }) }
 	t.Cleanup(release)
-	kc, proxy := viaProxy(t, kubeconfigs[0])
-	lcRegister(t, f, memberName, kc, nil)
-	f.waitState(t, memberName, member.StateReady)
-	f.waitEngaged(t, memberName)
+	kc, proxy := fleettest.ViaProxy(t, suite.Kubeconfigs[0])
+	f.Register(t, memberName, kc)
+	f.WaitState(t, memberName, member.StateReady)
+	f.WaitEngaged(t, memberName)
 
-	lcConfigMap(t, memberClients[0], ns, "first")
+	lcConfigMap(t, suite.MemberClients[0], ns, "first")
 	select {
 	case <-blocked:
 	case <-time.After(time.Minute):
@@ -282,24 +229,24 @@ func TestHoldWiredEndToEnd(t *testing.T) {
 	var queued []fleet.Request
 	for i := range 5 {
 		name := fmt.Sprintf("queued-%d", i)
-		lcConfigMap(t, memberClients[0], ns, name)
-		queued = append(queued, request(memberName, ns, name))
+		lcConfigMap(t, suite.MemberClients[0], ns, name)
+		queued = append(queued, fleettest.Request(memberName, ns, name))
 	}
 	poll.Until(t, "the member's requests queued", func() bool { return queueDepth(t, ctrl, memberName) >= float64(len(queued)) })
 
 	proxy.Down()
-	f.waitState(t, memberName, member.StateUnhealthy)
+	f.WaitState(t, memberName, member.StateUnhealthy)
 	// The hold follows the registry's event; give it a moment.
 	time.Sleep(300 * time.Millisecond)
 	release()
-	r.waitFor(t, request(memberName, ns, "first"))
+	r.WaitFor(t, fleettest.Request(memberName, ns, "first"))
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
-		if state, _ := f.mgr.MemberState(memberName); state != member.StateUnhealthy {
+		if state, _ := f.Manager.MemberState(memberName); state != member.StateUnhealthy {
 			t.Fatalf("the member turned %s while the test needed it Unhealthy", state)
 		}
 		for _, req := range queued {
-			if r.has(req) {
+			if r.Has(req) {
 				t.Fatalf("%s was reconciled while its member was Unhealthy", req)
 			}
 		}
@@ -309,8 +256,8 @@ func TestHoldWiredEndToEnd(t *testing.T) {
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
 	}
-	f.waitState(t, memberName, member.StateReady)
-	r.waitFor(t, queued...)
+	f.WaitState(t, memberName, member.StateReady)
+	r.WaitFor(t, queued...)
 }
 
 // lcMemberClustersGone waits until the named MemberClusters are deleted.
@@ -318,7 +265,7 @@ func lcMemberClustersGone(t *testing.T, names ...string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for _, name := range names {
-		for !apierrors.IsNotFound(hubClient.Get(context.Background(), types.NamespacedName{Name: name}, &fleetv1alpha1.MemberCluster{})) {
+		for !apierrors.IsNotFound(suite.HubClient.Get(context.Background(), types.NamespacedName{Name: name}, &fleetv1alpha1.MemberCluster{})) {
 			if time.Now().After(deadline) {
 				t.Errorf("MemberCluster %s was not deleted after its Secret", name)
 				return
@@ -332,27 +279,27 @@ func TestFiftyMembers(t *testing.T) {
 	const ns, count = "fifty", 50
 	// Each member caches only the test's namespace, so that 50 members
 	// do not each hold the member API servers' every ConfigMap.
-	f := lcStartFleet(t, func(o *fleet.Options) {
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) {
 		o.ConfigureMember = func(_ string, co *cluster.Options) {
 			co.Cache.DefaultNamespaces = map[string]cache.Config{ns: {}}
 		}
-	})
-	r := &recorder{}
-	watchConfigMaps(t, f.fleetEnv, "lc-fifty", ns, fleet.Members, r)
-	lcConfigMap(t, memberClients[0], ns, "marker")
-	lcConfigMap(t, memberClients[1], ns, "marker")
+	}})
+	r := &fleettest.Recorder{}
+	f.WatchConfigMaps(t, "lc-fifty", ns, fleet.Members, r)
+	lcConfigMap(t, suite.MemberClients[0], ns, "marker")
+	lcConfigMap(t, suite.MemberClients[1], ns, "marker")
 
 	// One member stays, so that what the hub starts for the first member
 	// (the MemberCluster controller's handler, the event broadcaster)
 	// predates the baseline.
-	keep := lcRegister(t, f, "lc-fifty-keep", kubeconfigs[0], nil)
-	r.waitFor(t, request("lc-fifty-keep", ns, "marker"))
+	keep := f.Register(t, "lc-fifty-keep", suite.Kubeconfigs[0])
+	r.WaitFor(t, fleettest.Request("lc-fifty-keep", ns, "marker"))
 	poll.Until(t, "MemberCluster lc-fifty-keep Ready, written by this fleet", func() bool {
 		mc := &fleetv1alpha1.MemberCluster{}
-		return hubClient.Get(t.Context(), types.NamespacedName{Name: "lc-fifty-keep"}, mc) == nil &&
-			mc.Spec.SecretRef.Namespace == f.namespace && mc.Status.State == fleetv1alpha1.MemberStateReady
+		return suite.HubClient.Get(t.Context(), types.NamespacedName{Name: "lc-fifty-keep"}, mc) == nil &&
+			mc.Spec.SecretRef.Namespace == f.Namespace && mc.Status.State == fleetv1alpha1.MemberStateReady
 	})
-	f.mgr.GetEventRecorder("warm-up").Eventf(keep, nil, corev1.EventTypeNormal, "WarmUp", "Test", "before the goroutine baseline")
+	f.Manager.GetEventRecorder("warm-up").Eventf(keep, nil, corev1.EventTypeNormal, "WarmUp", "Test", "before the goroutine baseline")
 	baseline, sockets := goleak.IgnoreCurrent(), poll.OpenSockets(t)
 	hubWorkers := goleak.IgnoreTopFunction("sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue.(*priorityqueue[...]).GetWithPriority")
 	start := time.Now()
@@ -361,35 +308,35 @@ func TestFiftyMembers(t *testing.T) {
 	secrets := make([]*corev1.Secret, count)
 	for i := range count {
 		names[i] = fmt.Sprintf("lc-fifty-%02d", i)
-		secrets[i] = lcRegister(t, f, names[i], kubeconfigs[i%len(kubeconfigs)], nil)
+		secrets[i] = f.Register(t, names[i], suite.Kubeconfigs[i%len(suite.Kubeconfigs)])
 	}
 	poll.Until(t, "every member's marker reconciled", func() bool {
 		for _, name := range names {
-			if !r.has(request(name, ns, "marker")) {
+			if !r.Has(fleettest.Request(name, ns, "marker")) {
 				return false
 			}
 		}
 		return true
 	})
-	if engaged := f.mgr.ClusterNames(); len(engaged) != count+1 {
+	if engaged := f.Manager.ClusterNames(); len(engaged) != count+1 {
 		t.Fatalf("%d members engaged, want %d", len(engaged), count+1)
 	}
 	t.Logf("%d members reconciled in %s, %d sockets open (%d before)", count, time.Since(start).Round(time.Millisecond), poll.OpenSockets(t), sockets)
 
 	removal := time.Now()
 	for _, s := range secrets {
-		if err := hubClient.Delete(t.Context(), s); err != nil {
+		if err := suite.HubClient.Delete(t.Context(), s); err != nil {
 			t.Fatal(err)
 		}
 	}
 	poll.Until(t, "every member disengaged", func() bool {
-		return slices.Equal(f.mgr.ClusterNames(), []string{"lc-fifty-keep"})
+		return slices.Equal(f.Manager.ClusterNames(), []string{"lc-fifty-keep"})
 	})
 	for _, name := range names {
-		if _, err := f.mgr.GetCluster(t.Context(), name); err == nil {
+		if _, err := f.Manager.GetCluster(t.Context(), name); err == nil {
 			t.Fatalf("removed member %s still has a cluster", name)
 		}
-		if _, ok := f.mgr.MemberState(name); ok {
+		if _, ok := f.Manager.MemberState(name); ok {
 			t.Fatalf("removed member %s still has a state", name)
 		}
 	}
@@ -416,29 +363,29 @@ func TestFiftyMembers(t *testing.T) {
 // disengaged only once its reconciles in flight have returned, also one
 // that ignores its context, so that nothing it started outlives it.
 func TestRemovalWaitsForReconcilesInFlight(t *testing.T) {
-	f := startFleet(t)
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	var running atomic.Bool
 	started, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	watchConfigMaps(t, f, "in-flight", "lc-inflight", fleet.Members, fleet.ReconcilerFunc(func(context.Context, fleet.Request) (reconcile.Result, error) {
+	f.WatchConfigMaps(t, "in-flight", "lc-inflight", fleet.Members, fleet.ReconcilerFunc(func(context.Context, fleet.Request) (reconcile.Result, error) {
 		running.Store(true)
 		defer running.Store(false)
 		once.Do(func() { close(started) })
 		<-release // ignores its context
 		return reconcile.Result{}, nil
 	}))
-	secret := f.register(t, "lc-inflight", kubeconfigs[0])
-	createConfigMap(t, memberClients[0], "lc-inflight", "slow")
+	secret := f.Register(t, "lc-inflight", suite.Kubeconfigs[0])
+	fleettest.CreateConfigMap(t, suite.MemberClients[0], "lc-inflight", "slow")
 	select {
 	case <-started:
 	case <-time.After(poll.Timeout):
 		t.Fatal("the reconcile never started")
 	}
-	if err := hubClient.Delete(t.Context(), secret); err != nil {
+	if err := suite.HubClient.Delete(t.Context(), secret); err != nil {
 		t.Fatal(err)
 	}
-	disengaged := func() bool { return f.logs.find("Disengaged member", `"cluster"="lc-inflight"`) }
-	poll.Until(t, "the member leaving", func() bool { return !slices.Contains(f.mgr.ClusterNames(), "lc-inflight") })
+	disengaged := func() bool { return f.Logs.Find("Disengaged member", `"cluster"="lc-inflight"`) }
+	poll.Until(t, "the member leaving", func() bool { return !slices.Contains(f.Manager.ClusterNames(), "lc-inflight") })
 	time.Sleep(500 * time.Millisecond)
 	if disengaged() {
 		t.Fatal("the member was disengaged while its reconcile was running")

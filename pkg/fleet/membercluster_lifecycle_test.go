@@ -16,157 +16,22 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// runningFleet is a fleet manager that its test starts and stops itself,
-// so that several can run on one fleet namespace, one after the other or
-// side by side.
-type runningFleet struct {
-	*fleetEnv
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-}
-
-// newFleetOn returns a manager, not started, on the fleet namespace ns,
-// with options that configure adjusts. It is stopped when the test ends.
-func newFleetOn(t *testing.T, ns string, configure func(o *fleet.Options)) *runningFleet {
-	t.Helper()
-	if hub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
-	createNamespace(t, hubClient, ns)
-	logs := &logLines{}
-	opts := fleet.Options{
-		Options: manager.Options{
-			Logger:                 logs.logger(),
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-			Controller:             config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: 30 * time.Second},
-		},
-		Namespace: ns,
-	}
-	if configure != nil {
-		configure(&opts)
-	}
-	mgr, err := fleet.New(hub.Config, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := membercluster.Add(mgr, membercluster.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	r := &runningFleet{fleetEnv: &fleetEnv{mgr: mgr, namespace: ns, logs: logs}}
-	t.Cleanup(func() { r.stop(t) })
-	return r
-}
-
-// mclNamespace names a fleet namespace of the test's own.
-func mclNamespace(t *testing.T) string {
-	if hub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
-	return fmt.Sprintf("fleet-%d", fleetNamespaces.Add(1))
-}
-
-func (r *runningFleet) start(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
-	r.cancel, r.done = cancel, make(chan error, 1)
-	go func() { r.done <- r.mgr.Start(ctx) }()
-}
-
-// stop stops the manager, if it was started, and waits until it has.
-func (r *runningFleet) stop(t *testing.T) {
-	t.Helper()
-	r.once.Do(func() {
-		if r.cancel == nil {
-			return
-		}
-		r.cancel()
-		select {
-		case err := <-r.done:
-			if err != nil {
-				t.Errorf("manager on %s: %v", r.namespace, err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("manager on %s did not stop", r.namespace)
-		}
-	})
-}
-
-// mclLeaderElection has the managers of one fleet namespace elect a leader,
-// quickly enough for a test: a leader that stops releases the lease, and
-// the next takes it at its next retry. The lease and the renew deadline
-// are the defaults', so that a loaded hub does not end a lead mid-test.
-func mclLeaderElection(o *fleet.Options) {
-	o.LeaderElection = true
-	o.LeaderElectionID = "fleet-manager-" + o.Namespace
-	o.LeaderElectionNamespace = o.Namespace
-	o.RetryPeriod = ptr.To(200 * time.Millisecond)
-	o.LeaderElectionReleaseOnCancel = true
-}
-
-// mclDeleteWhenDone deletes the named MemberClusters when the test ends,
-// after its managers have stopped, which may leave them behind.
-func mclDeleteWhenDone(t *testing.T, names ...string) {
-	t.Helper()
-	if hub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
-	t.Cleanup(func() {
-		for _, name := range names {
-			mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}
-			if err := client.IgnoreNotFound(hubClient.Delete(context.Background(), mc)); err != nil {
-				t.Errorf("deleting MemberCluster %s: %v", name, err)
-			}
-		}
-	})
-}
-
-// mclRegisterSecret creates s, and deletes it when the test ends, so that the
-// managers of later tests do not see it.
-func mclRegisterSecret(t *testing.T, s *corev1.Secret) *corev1.Secret {
-	t.Helper()
-	if err := hubClient.Create(t.Context(), s); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := client.IgnoreNotFound(hubClient.Delete(context.Background(), s)); err != nil {
-			t.Errorf("deleting Secret %s/%s: %v", s.Namespace, s.Name, err)
-		}
-	})
-	return s
-}
-
-// mclRegister registers cluster name in fleet f with kubeconfig, for
-// the length of the test.
-func mclRegister(t *testing.T, f *fleetEnv, name string, kubeconfig []byte) *corev1.Secret {
-	t.Helper()
-	return mclRegisterSecret(t, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: map[string]string{registry.KubeconfigLabel: "true"}},
-		Data:       map[string][]byte{registry.KubeconfigKey: kubeconfig},
-	})
-}
-
 // readyFor waits until MemberCluster name is Ready, with controller the
 // only engaged controller: only the manager that runs it can write that.
 func readyFor(t *testing.T, name, controller string) *fleetv1alpha1.MemberCluster {
 	t.Helper()
-	return memberCluster(t, name, "Ready with "+controller+" engaged", func(mc *fleetv1alpha1.MemberCluster) bool {
-		return mc.Status.State == fleetv1alpha1.MemberStateReady && condition(mc, fleetv1alpha1.ConditionReady) == metav1.ConditionTrue &&
+	return suite.WaitMemberCluster(t, name, "Ready with "+controller+" engaged", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.State == fleetv1alpha1.MemberStateReady && fleettest.Condition(mc, fleetv1alpha1.ConditionReady) == metav1.ConditionTrue &&
 			slices.Equal(mc.Status.EngagedControllers, []string{controller})
 	})
 }
@@ -191,7 +56,7 @@ type mcObserver struct {
 // must exist.
 func observeMemberClusters(t *testing.T, names ...string) *mcObserver {
 	t.Helper()
-	wc, err := client.NewWithWatch(hub.Config, client.Options{Scheme: hubClient.Scheme()})
+	wc, err := client.NewWithWatch(suite.Hub.Config, client.Options{Scheme: suite.HubClient.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,15 +197,6 @@ func keptHistory(t *testing.T, before, after *fleetv1alpha1.MemberCluster) {
 	}
 }
 
-func mclIsElected(m *fleet.Manager) bool {
-	select {
-	case <-m.Elected():
-		return true
-	default:
-		return false
-	}
-}
-
 // slowArgoCD reads Argo CD's cluster Secrets in namespace like
 // registry.ArgoCDFormat, each read taking delay: a registration source
 // that is slow to pass over its Secrets, so that a manager's first pass
@@ -362,12 +218,9 @@ const slowRead = 3 * time.Second
 
 // mclFleetOptions is the fleet of the restart and handoff tests: native
 // registrations, and Argo CD ones in argoNS, read with delay each.
-func mclFleetOptions(argoNS string, delay time.Duration, leaderElected bool) func(o *fleet.Options) {
+func mclFleetOptions(argoNS string, delay time.Duration) func(o *fleet.Options) {
 	return func(o *fleet.Options) {
 		o.SecretFormats = []registry.Format{slowArgoCD(argoNS, delay)}
-		if leaderElected {
-			mclLeaderElection(o)
-		}
 	}
 }
 
@@ -376,19 +229,18 @@ func mclFleetOptions(argoNS string, delay time.Duration, leaderElected bool) fun
 // yet: it must not delete the MemberClusters of the ones it has not read.
 func TestLeaderHandoffKeepsMemberClusters(t *testing.T) {
 	names := []string{"lh-native", "lh-argo"}
-	mclDeleteWhenDone(t, names...)
-	ns := mclNamespace(t)
+	ns := suite.FleetNamespace(t)
 	argoNS := ns + "-argocd"
-	createNamespace(t, hubClient, argoNS)
-	first := newFleetOn(t, ns, mclFleetOptions(argoNS, 0, true))
+	fleettest.CreateNamespace(t, suite.HubClient, argoNS)
+	first := suite.StartFleet(t, fleettest.FleetOptions{Namespace: ns, Setup: memberClusters, LeaderElection: true, Configure: mclFleetOptions(argoNS, 0), Deferred: true})
 	// Only the manager that runs it writes its controller's name into the
 	// status: that tells who wrote last.
-	watchConfigMaps(t, first.fleetEnv, "lh-first", "lh-first", fleet.Members, &recorder{})
-	first.start(t)
-	poll.Until(t, "the first manager elected", func() bool { return mclIsElected(first.mgr) })
+	first.WatchConfigMaps(t, "lh-first", "lh-first", fleet.Members, &fleettest.Recorder{})
+	first.Start(t)
+	poll.Until(t, "the first manager elected", func() bool { return first.Elected() })
 
-	mclRegister(t, first.fleetEnv, "lh-native", kubeconfigs[0])
-	mclRegisterSecret(t, argoCDSecret(t, argoNS, "lh-argo", kubeconfigs[1]))
+	first.Register(t, "lh-native", suite.Kubeconfigs[0])
+	first.RegisterSecret(t, fleettest.ArgoCDSecret(t, argoNS, "lh-argo", suite.Kubeconfigs[1]))
 	before := map[string]*fleetv1alpha1.MemberCluster{}
 	for _, name := range names {
 		before[name] = readyFor(t, name, "lh-first")
@@ -398,14 +250,14 @@ func TestLeaderHandoffKeepsMemberClusters(t *testing.T) {
 	}
 	o := observeMemberClusters(t, names...)
 
-	second := newFleetOn(t, ns, mclFleetOptions(argoNS, slowRead, true))
-	watchConfigMaps(t, second.fleetEnv, "lh-second", "lh-second", fleet.Members, &recorder{})
+	second := suite.StartFleet(t, fleettest.FleetOptions{Namespace: ns, Setup: memberClusters, LeaderElection: true, Configure: mclFleetOptions(argoNS, slowRead), Deferred: true})
+	second.WatchConfigMaps(t, "lh-second", "lh-second", fleet.Members, &fleettest.Recorder{})
 	syncedWhenElected := make(chan bool, 1)
 	go func() {
 		select {
-		case <-second.mgr.Elected():
+		case <-second.Manager.Elected():
 			select {
-			case <-second.mgr.Registry().Synced():
+			case <-second.Manager.Registry().Synced():
 				syncedWhenElected <- true
 			default:
 				syncedWhenElected <- false
@@ -413,22 +265,22 @@ func TestLeaderHandoffKeepsMemberClusters(t *testing.T) {
 		case <-t.Context().Done():
 		}
 	}()
-	second.start(t)
+	second.Start(t)
 	// Its native registrations read, the second manager has synced its
 	// caches and runs for election.
 	poll.Until(t, "the second manager's registry has lh-native", func() bool {
-		_, ok := second.mgr.Registry().Get("lh-native")
+		_, ok := second.Manager.Registry().Get("lh-native")
 		return ok
 	})
-	if mclIsElected(second.mgr) {
+	if second.Elected() {
 		t.Fatal("both managers lead")
 	}
-	first.stop(t)
-	poll.Until(t, "the second manager elected", func() bool { return mclIsElected(second.mgr) })
+	first.Stop(t)
+	poll.Until(t, "the second manager elected", func() bool { return second.Elected() })
 	if <-syncedWhenElected {
 		t.Fatal("the second manager read every registration before it led: the handoff tested nothing; make slowRead longer")
 	}
-	second.waitEngaged(t, names...)
+	second.WaitEngaged(t, names...)
 	for _, name := range names {
 		readyFor(t, name, "lh-second")
 	}
@@ -436,7 +288,7 @@ func TestLeaderHandoffKeepsMemberClusters(t *testing.T) {
 	time.Sleep(time.Second)
 	o.check(t, map[string]string{"lh-native": ns, "lh-argo": ns})
 	for _, name := range names {
-		keptHistory(t, before[name], memberCluster(t, name, "still Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
+		keptHistory(t, before[name], suite.WaitMemberCluster(t, name, "still Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
 			return mc.Status.State == fleetv1alpha1.MemberStateReady
 		}))
 	}
@@ -447,27 +299,26 @@ func TestLeaderHandoffKeepsMemberClusters(t *testing.T) {
 // not read yet.
 func TestRestartKeepsMemberClusters(t *testing.T) {
 	names := []string{"rs-a", "rs-b", "rs-argo"}
-	mclDeleteWhenDone(t, names...)
-	ns := mclNamespace(t)
+	ns := suite.FleetNamespace(t)
 	argoNS := ns + "-argocd"
-	createNamespace(t, hubClient, argoNS)
-	first := newFleetOn(t, ns, mclFleetOptions(argoNS, 0, false))
-	watchConfigMaps(t, first.fleetEnv, "rs-first", "rs-first", fleet.Members, &recorder{})
-	first.start(t)
-	mclRegister(t, first.fleetEnv, "rs-a", kubeconfigs[0])
-	mclRegister(t, first.fleetEnv, "rs-b", kubeconfigs[1])
-	mclRegisterSecret(t, argoCDSecret(t, argoNS, "rs-argo", kubeconfigs[0]))
+	fleettest.CreateNamespace(t, suite.HubClient, argoNS)
+	first := suite.StartFleet(t, fleettest.FleetOptions{Namespace: ns, Setup: memberClusters, Configure: mclFleetOptions(argoNS, 0), Deferred: true})
+	first.WatchConfigMaps(t, "rs-first", "rs-first", fleet.Members, &fleettest.Recorder{})
+	first.Start(t)
+	first.Register(t, "rs-a", suite.Kubeconfigs[0])
+	first.Register(t, "rs-b", suite.Kubeconfigs[1])
+	first.RegisterSecret(t, fleettest.ArgoCDSecret(t, argoNS, "rs-argo", suite.Kubeconfigs[0]))
 	before := map[string]*fleetv1alpha1.MemberCluster{}
 	for _, name := range names {
 		before[name] = readyFor(t, name, "rs-first")
 	}
 
 	o := observeMemberClusters(t, names...)
-	first.stop(t)
-	second := newFleetOn(t, ns, mclFleetOptions(argoNS, slowRead, false))
-	watchConfigMaps(t, second.fleetEnv, "rs-second", "rs-second", fleet.Members, &recorder{})
-	second.start(t)
-	second.waitEngaged(t, names...)
+	first.Stop(t)
+	second := suite.StartFleet(t, fleettest.FleetOptions{Namespace: ns, Setup: memberClusters, Configure: mclFleetOptions(argoNS, slowRead), Deferred: true})
+	second.WatchConfigMaps(t, "rs-second", "rs-second", fleet.Members, &fleettest.Recorder{})
+	second.Start(t)
+	second.WaitEngaged(t, names...)
 	for _, name := range names {
 		readyFor(t, name, "rs-second")
 	}
@@ -478,79 +329,77 @@ func TestRestartKeepsMemberClusters(t *testing.T) {
 	}
 	o.check(t, want)
 	for _, name := range names {
-		keptHistory(t, before[name], memberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
+		keptHistory(t, before[name], suite.WaitMemberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
 			return mc.Status.State == fleetv1alpha1.MemberStateReady
 		}))
 	}
 }
 
 func TestTwoFleetsOnOneHub(t *testing.T) {
-	mclDeleteWhenDone(t, "tf-a", "tf-b", "tf-shared")
-	a := newFleetOn(t, mclNamespace(t), nil)
-	watchConfigMaps(t, a.fleetEnv, "tf-in-a", "tf-in-a", fleet.Members, &recorder{})
-	a.start(t)
-	mclRegister(t, a.fleetEnv, "tf-a", kubeconfigs[0])
-	mclRegister(t, a.fleetEnv, "tf-shared", kubeconfigs[0])
+	a := suite.StartFleet(t, fleettest.FleetOptions{Namespace: suite.FleetNamespace(t), Setup: memberClusters, Deferred: true})
+	a.WatchConfigMaps(t, "tf-in-a", "tf-in-a", fleet.Members, &fleettest.Recorder{})
+	a.Start(t)
+	a.Register(t, "tf-a", suite.Kubeconfigs[0])
+	a.Register(t, "tf-shared", suite.Kubeconfigs[0])
 	readyFor(t, "tf-a", "tf-in-a")
 	readyFor(t, "tf-shared", "tf-in-a")
 	o := observeMemberClusters(t, "tf-a", "tf-shared")
 
 	// Fleet b starts over a's MemberClusters: neither name is registered
 	// in b when it starts.
-	b := newFleetOn(t, mclNamespace(t), nil)
-	watchConfigMaps(t, b.fleetEnv, "tf-in-b", "tf-in-b", fleet.Members, &recorder{})
-	b.start(t)
-	mclRegister(t, b.fleetEnv, "tf-b", kubeconfigs[1])
+	b := suite.StartFleet(t, fleettest.FleetOptions{Namespace: suite.FleetNamespace(t), Setup: memberClusters, Deferred: true})
+	b.WatchConfigMaps(t, "tf-in-b", "tf-in-b", fleet.Members, &fleettest.Recorder{})
+	b.Start(t)
+	b.Register(t, "tf-b", suite.Kubeconfigs[1])
 	readyFor(t, "tf-b", "tf-in-b")
 	ob := observeMemberClusters(t, "tf-b")
 	// And b registers a name a keeps the MemberCluster of.
-	mclRegister(t, b.fleetEnv, "tf-shared", kubeconfigs[1])
-	b.waitEngaged(t, "tf-shared")
+	b.Register(t, "tf-shared", suite.Kubeconfigs[1])
+	b.WaitEngaged(t, "tf-shared")
 
 	time.Sleep(3 * time.Second)
-	o.check(t, map[string]string{"tf-a": a.namespace, "tf-shared": a.namespace})
-	ob.check(t, map[string]string{"tf-b": b.namespace})
-	if !b.logs.find("A MemberCluster of another fleet has this cluster's name", `"cluster"="tf-shared"`) {
+	o.check(t, map[string]string{"tf-a": a.Namespace, "tf-shared": a.Namespace})
+	ob.check(t, map[string]string{"tf-b": b.Namespace})
+	if !b.Logs.Find("A MemberCluster of another fleet has this cluster's name", `"cluster"="tf-shared"`) {
 		t.Error("fleet b did not say why it leaves MemberCluster tf-shared alone")
 	}
-	for name, f := range map[string]*runningFleet{"tf-a": a, "tf-shared": a, "tf-b": b} {
+	for name, f := range map[string]*fleettest.Fleet{"tf-a": a, "tf-shared": a, "tf-b": b} {
 		mc := &fleetv1alpha1.MemberCluster{}
-		if err := hubClient.Get(t.Context(), types.NamespacedName{Name: name}, mc); err != nil {
+		if err := suite.HubClient.Get(t.Context(), types.NamespacedName{Name: name}, mc); err != nil {
 			t.Fatalf("MemberCluster %s: %v", name, err)
 		}
-		if mc.Labels[fleetv1alpha1.FleetLabel] != f.namespace || mc.Spec.SecretRef.Namespace != f.namespace {
-			t.Errorf("MemberCluster %s has fleet label %q and Secret %s/%s; want fleet %s's", name, mc.Labels[fleetv1alpha1.FleetLabel], mc.Spec.SecretRef.Namespace, mc.Spec.SecretRef.Name, f.namespace)
+		if mc.Labels[fleetv1alpha1.FleetLabel] != f.Namespace || mc.Spec.SecretRef.Namespace != f.Namespace {
+			t.Errorf("MemberCluster %s has fleet label %q and Secret %s/%s; want fleet %s's", name, mc.Labels[fleetv1alpha1.FleetLabel], mc.Spec.SecretRef.Namespace, mc.Spec.SecretRef.Name, f.Namespace)
 		}
 	}
 }
 
 func TestUnreadableSecretKeepsItsMemberCluster(t *testing.T) {
-	mclDeleteWhenDone(t, "ur-member")
-	f := newFleetOn(t, mclNamespace(t), nil)
-	f.start(t)
-	s := mclRegisterSecret(t, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "ur-member", Labels: map[string]string{registry.KubeconfigLabel: "true"}},
-		Data:       map[string][]byte{"config": kubeconfigs[0]}, // not under "kubeconfig"
+	f := suite.StartFleet(t, fleettest.FleetOptions{Namespace: suite.FleetNamespace(t), Setup: memberClusters, Deferred: true})
+	f.Start(t)
+	s := f.RegisterSecret(t, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.Namespace, Name: "ur-member", Labels: map[string]string{registry.KubeconfigLabel: "true"}},
+		Data:       map[string][]byte{"config": suite.Kubeconfigs[0]}, // not under "kubeconfig"
 	})
-	mc := memberCluster(t, "ur-member", "refused", func(mc *fleetv1alpha1.MemberCluster) bool {
-		return condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) == metav1.ConditionFalse
+	mc := suite.WaitMemberCluster(t, "ur-member", "refused", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return fleettest.Condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) == metav1.ConditionFalse
 	})
 	accepted := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsAccepted)
-	if accepted.Reason != "MissingKubeconfig" || condition(mc, fleetv1alpha1.ConditionReady) != metav1.ConditionFalse || mc.Labels[fleetv1alpha1.FleetLabel] != f.namespace {
+	if accepted.Reason != "MissingKubeconfig" || fleettest.Condition(mc, fleetv1alpha1.ConditionReady) != metav1.ConditionFalse || mc.Labels[fleetv1alpha1.FleetLabel] != f.Namespace {
 		t.Fatalf("MemberCluster ur-member has labels %v and conditions %+v; want fleet %s, CredentialsAccepted False for MissingKubeconfig, and not Ready",
-			mc.Labels, mc.Status.Conditions, f.namespace)
+			mc.Labels, mc.Status.Conditions, f.Namespace)
 	}
 	o := observeMemberClusters(t, "ur-member")
 
-	s.Data = map[string][]byte{registry.KubeconfigKey: kubeconfigs[0]}
-	if err := hubClient.Update(t.Context(), s); err != nil {
+	s.Data = map[string][]byte{registry.KubeconfigKey: suite.Kubeconfigs[0]}
+	if err := suite.HubClient.Update(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
-	f.waitEngaged(t, "ur-member")
-	memberCluster(t, "ur-member", "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
-		return mc.Status.State == fleetv1alpha1.MemberStateReady && condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) == metav1.ConditionTrue
+	f.WaitEngaged(t, "ur-member")
+	suite.WaitMemberCluster(t, "ur-member", "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.State == fleetv1alpha1.MemberStateReady && fleettest.Condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) == metav1.ConditionTrue
 	})
-	o.check(t, map[string]string{"ur-member": f.namespace})
+	o.check(t, map[string]string{"ur-member": f.Namespace})
 }
 
 // refusedKubeconfig is kubeconfig with TLS verification turned off, which
@@ -571,36 +420,35 @@ func refusedKubeconfig(t *testing.T, kubeconfig []byte) []byte {
 }
 
 func TestRefusedMemberLeavesNoMetrics(t *testing.T) {
-	mclDeleteWhenDone(t, "rm-member")
-	f := newFleetOn(t, mclNamespace(t), quickHealth)
-	r := &recorder{}
-	watchConfigMaps(t, f.fleetEnv, "rm-metered", "rm-metered", fleet.Members, r)
-	f.start(t)
-	s := mclRegister(t, f.fleetEnv, "rm-member", kubeconfigs[1])
-	createConfigMap(t, memberClients[1], "rm-metered", "counted-"+f.namespace)
-	r.waitFor(t, request("rm-member", "rm-metered", "counted-"+f.namespace))
+	f := suite.StartFleet(t, fleettest.FleetOptions{Namespace: suite.FleetNamespace(t), Setup: memberClusters, Configure: fleettest.QuickHealth, Deferred: true})
+	r := &fleettest.Recorder{}
+	f.WatchConfigMaps(t, "rm-metered", "rm-metered", fleet.Members, r)
+	f.Start(t)
+	s := f.Register(t, "rm-member", suite.Kubeconfigs[1])
+	fleettest.CreateConfigMap(t, suite.MemberClients[1], "rm-metered", "counted-"+f.Namespace)
+	r.WaitFor(t, fleettest.Request("rm-member", "rm-metered", "counted-"+f.Namespace))
 	readyFor(t, "rm-member", "rm-metered")
 	poll.Until(t, "fleet_member_ready{cluster=rm-member} 1 and its probe and reconcile series", func() bool {
-		series := seriesOf(t, "rm-member")
+		series := fleettest.Series(t, "rm-member")
 		ready := series["fleet_member_ready"]
 		return len(ready) == 1 && ready[0].GetGauge().GetValue() == 1 &&
 			len(series["fleet_member_probes_total"]) > 0 && len(series["fleet_reconciles_total"]) > 0
 	})
 
-	s.Data[registry.KubeconfigKey] = refusedKubeconfig(t, kubeconfigs[1])
-	if err := hubClient.Update(t.Context(), s); err != nil {
+	s.Data[registry.KubeconfigKey] = refusedKubeconfig(t, suite.Kubeconfigs[1])
+	if err := suite.HubClient.Update(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
-	mc := memberCluster(t, "rm-member", "refused", func(mc *fleetv1alpha1.MemberCluster) bool {
-		return condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) == metav1.ConditionFalse
+	mc := suite.WaitMemberCluster(t, "rm-member", "refused", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return fleettest.Condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) == metav1.ConditionFalse
 	})
 	if c := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsAccepted); c.Reason != "InsecureTLSRefused" {
 		t.Fatalf("CredentialsAccepted is False for %s, want InsecureTLSRefused", c.Reason)
 	}
-	poll.Until(t, "no series of rm-member", func() bool { return len(seriesOf(t, "rm-member")) == 0 })
+	poll.Until(t, "no series of rm-member", func() bool { return len(fleettest.Series(t, "rm-member")) == 0 })
 	// And none comes back from a probe or a reconcile still under way.
 	time.Sleep(time.Second)
-	if series := seriesOf(t, "rm-member"); len(series) != 0 {
+	if series := fleettest.Series(t, "rm-member"); len(series) != 0 {
 		t.Fatalf("series of the refused member came back: %v", slices.Sorted(maps.Keys(series)))
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
@@ -24,48 +25,26 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// memberCluster waits until the MemberCluster named name satisfies cond,
-// and returns it.
-func memberCluster(t *testing.T, name, what string, cond func(*fleetv1alpha1.MemberCluster) bool) *fleetv1alpha1.MemberCluster {
-	t.Helper()
-	mc := &fleetv1alpha1.MemberCluster{}
-	deadline := time.Now().Add(time.Minute)
-	for hubClient.Get(t.Context(), types.NamespacedName{Name: name}, mc) != nil || !cond(mc) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for MemberCluster %s %s; last seen: %+v", name, what, mc.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return mc
-}
-
-func condition(mc *fleetv1alpha1.MemberCluster, conditionType string) metav1.ConditionStatus {
-	if c := meta.FindStatusCondition(mc.Status.Conditions, conditionType); c != nil {
-		return c.Status
-	}
-	return ""
-}
-
 func TestMemberClusterFollowsItsMember(t *testing.T) {
-	f := startFleetWith(t, quickHealth)
-	watchConfigMaps(t, f, "status", "status", fleet.Members, &recorder{})
-	kc, proxy := viaProxy(t, kubeconfigs[0])
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: fleettest.QuickHealth})
+	f.WatchConfigMaps(t, "status", "status", fleet.Members, &fleettest.Recorder{})
+	kc, proxy := fleettest.ViaProxy(t, suite.Kubeconfigs[0])
 	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "observed", Labels: map[string]string{registry.KubeconfigLabel: "true", "region": "eu"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.Namespace, Name: "observed", Labels: map[string]string{registry.KubeconfigLabel: "true", "region": "eu"}},
 		Data:       map[string][]byte{registry.KubeconfigKey: kc},
 	}
-	if err := hubClient.Create(t.Context(), s); err != nil {
+	if err := suite.HubClient.Create(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
 
-	mc := memberCluster(t, "observed", "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
-		return mc.Status.State == fleetv1alpha1.MemberStateReady && condition(mc, fleetv1alpha1.ConditionReady) == metav1.ConditionTrue &&
+	mc := suite.WaitMemberCluster(t, "observed", "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.State == fleetv1alpha1.MemberStateReady && fleettest.Condition(mc, fleetv1alpha1.ConditionReady) == metav1.ConditionTrue &&
 			len(mc.Status.EngagedControllers) == 1 && mc.Status.ServerVersion != ""
 	})
 	if mc.Labels["region"] != "eu" || mc.Spec.SecretRef.Name != "observed" || mc.Spec.SecretRef.Format != fleetv1alpha1.FormatNative {
 		t.Fatalf("MemberCluster does not reflect its Secret: labels %v, spec %+v", mc.Labels, mc.Spec)
 	}
-	if condition(mc, fleetv1alpha1.ConditionHealthy) != metav1.ConditionTrue || condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) != metav1.ConditionTrue {
+	if fleettest.Condition(mc, fleetv1alpha1.ConditionHealthy) != metav1.ConditionTrue || fleettest.Condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) != metav1.ConditionTrue {
 		t.Fatalf("conditions %+v, want Healthy and CredentialsAccepted True", mc.Status.Conditions)
 	}
 	// LastProbeTime is rewritten while the member is probed, though
@@ -73,7 +52,7 @@ func TestMemberClusterFollowsItsMember(t *testing.T) {
 	refresh := membercluster.ProbeTimeRefreshIntervals * 200 * time.Millisecond
 	first := mc.Status.LastProbeTime.Time
 	for deadline := time.Now().Add(2*refresh + time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if err := hubClient.Get(t.Context(), types.NamespacedName{Name: "observed"}, mc); err != nil {
+		if err := suite.HubClient.Get(t.Context(), types.NamespacedName{Name: "observed"}, mc); err != nil {
 			t.Fatal(err)
 		}
 		if mc.Status.LastProbeTime.After(first) {
@@ -85,17 +64,17 @@ func TestMemberClusterFollowsItsMember(t *testing.T) {
 	}
 
 	proxy.Down()
-	memberCluster(t, "observed", "Unhealthy", func(mc *fleetv1alpha1.MemberCluster) bool {
-		return mc.Status.State == fleetv1alpha1.MemberStateUnhealthy && condition(mc, fleetv1alpha1.ConditionHealthy) == metav1.ConditionFalse &&
+	suite.WaitMemberCluster(t, "observed", "Unhealthy", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.State == fleetv1alpha1.MemberStateUnhealthy && fleettest.Condition(mc, fleetv1alpha1.ConditionHealthy) == metav1.ConditionFalse &&
 			mc.Status.ConsecutiveFailures >= 2 && mc.Status.LastError != ""
 	})
-	memberCluster(t, "observed", "Disconnected", func(mc *fleetv1alpha1.MemberCluster) bool {
-		return mc.Status.State == fleetv1alpha1.MemberStateDisconnected && condition(mc, fleetv1alpha1.ConditionReady) == metav1.ConditionFalse
+	suite.WaitMemberCluster(t, "observed", "Disconnected", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.State == fleetv1alpha1.MemberStateDisconnected && fleettest.Condition(mc, fleetv1alpha1.ConditionReady) == metav1.ConditionFalse
 	})
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
 	}
-	mc = memberCluster(t, "observed", "Ready again", func(mc *fleetv1alpha1.MemberCluster) bool {
+	mc = suite.WaitMemberCluster(t, "observed", "Ready again", func(mc *fleetv1alpha1.MemberCluster) bool {
 		return mc.Status.State == fleetv1alpha1.MemberStateReady && mc.Status.ConsecutiveFailures == 0
 	})
 	var seen []fleetv1alpha1.MemberState
@@ -121,11 +100,11 @@ func TestMemberClusterFollowsItsMember(t *testing.T) {
 		return true
 	})
 
-	if err := hubClient.Delete(t.Context(), s); err != nil {
+	if err := suite.HubClient.Delete(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, "MemberCluster observed deleted", func() bool {
-		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Name: "observed"}, &fleetv1alpha1.MemberCluster{}))
+		return apierrors.IsNotFound(suite.HubClient.Get(t.Context(), types.NamespacedName{Name: "observed"}, &fleetv1alpha1.MemberCluster{}))
 	})
 	poll.Until(t, "a Deregistered Event for observed", func() bool {
 		return slices.ContainsFunc(memberClusterEvents(t, "observed"), func(e eventsv1.Event) bool { return e.Reason == fleetv1alpha1.ReasonDeregistered })
@@ -137,7 +116,7 @@ func TestMemberClusterFollowsItsMember(t *testing.T) {
 func memberClusterEvents(t *testing.T, name string) []eventsv1.Event {
 	t.Helper()
 	list := &eventsv1.EventList{}
-	if err := hubClient.List(t.Context(), list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+	if err := suite.HubClient.List(t.Context(), list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
 		t.Fatal(err)
 	}
 	var out []eventsv1.Event
@@ -167,34 +146,34 @@ func stateEvents(t *testing.T, name string) []eventsv1.Event {
 // Propagation controller reports them to the registry, reach its
 // MemberCluster, the oldest 20 listed and all counted, and go with them.
 func TestMemberClusterShowsOwedRemovals(t *testing.T) {
-	f := startFleet(t)
-	f.register(t, "owing", kubeconfigs[0])
-	memberCluster(t, "owing", "Ready", func(mc *fleetv1alpha1.MemberCluster) bool { return mc.Status.State == fleetv1alpha1.MemberStateReady })
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
+	f.Register(t, "owing", suite.Kubeconfigs[0])
+	suite.WaitMemberCluster(t, "owing", "Ready", func(mc *fleetv1alpha1.MemberCluster) bool { return mc.Status.State == fleetv1alpha1.MemberStateReady })
 	decided := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	var owed []registry.OwedRemoval
 	for i := range 25 {
 		owed = append(owed, registry.OwedRemoval{Namespace: "team", Propagation: fmt.Sprintf("p-%02d", i), Reason: "the member is Unhealthy", Since: decided.Add(time.Duration(i) * time.Minute)})
 	}
-	f.mgr.Registry().ObserveOwed("owing", owed)
-	mc := memberCluster(t, "owing", "25 owed removals", func(mc *fleetv1alpha1.MemberCluster) bool { return mc.Status.OwedRemovalCount == 25 })
+	f.Manager.Registry().ObserveOwed("owing", owed)
+	mc := suite.WaitMemberCluster(t, "owing", "25 owed removals", func(mc *fleetv1alpha1.MemberCluster) bool { return mc.Status.OwedRemovalCount == 25 })
 	if got := mc.Status.OwedRemovals; len(got) != fleetv1alpha1.MaxOwedRemovals || got[0].Propagation != "team/p-00" ||
 		got[0].Reason != "the member is Unhealthy" || !got[0].Since.Time.Equal(decided) {
 		t.Fatalf("owedRemovals = %+v, want the oldest 20, first team/p-00 decided at %s", got, decided)
 	}
-	f.mgr.Registry().ObserveOwed("owing", nil)
-	memberCluster(t, "owing", "no owed removal", func(mc *fleetv1alpha1.MemberCluster) bool {
+	f.Manager.Registry().ObserveOwed("owing", nil)
+	suite.WaitMemberCluster(t, "owing", "no owed removal", func(mc *fleetv1alpha1.MemberCluster) bool {
 		return mc.Status.OwedRemovalCount == 0 && len(mc.Status.OwedRemovals) == 0
 	})
 }
 
 func TestMemberClusterCarriesTheRefusal(t *testing.T) {
-	f := startFleet(t)
-	f.register(t, "refused", hostileKubeconfig("https://10.0.0.1", `{exec: {command: kubelogin, apiVersion: client.authentication.k8s.io/v1}}`))
-	mc := memberCluster(t, "refused", "refused", func(mc *fleetv1alpha1.MemberCluster) bool {
-		return condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) == metav1.ConditionFalse
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
+	f.Register(t, "refused", fleettest.HostileKubeconfig("https://10.0.0.1", `{exec: {command: kubelogin, apiVersion: client.authentication.k8s.io/v1}}`))
+	mc := suite.WaitMemberCluster(t, "refused", "refused", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return fleettest.Condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) == metav1.ConditionFalse
 	})
 	accepted := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsAccepted)
-	if accepted.Reason != "ExecPluginRefused" || condition(mc, fleetv1alpha1.ConditionReady) != metav1.ConditionFalse {
+	if accepted.Reason != "ExecPluginRefused" || fleettest.Condition(mc, fleetv1alpha1.ConditionReady) != metav1.ConditionFalse {
 		t.Fatalf("conditions %+v, want CredentialsAccepted False for ExecPluginRefused and not Ready", mc.Status.Conditions)
 	}
 	poll.Until(t, "one Warning Event saying refused was refused", func() bool {
@@ -207,26 +186,26 @@ func TestMemberClusterCarriesTheRefusal(t *testing.T) {
 		kubeconfig []byte
 		reason     string
 	}{
-		"refused-crlf-token":  {hostileKubeconfig("https://10.0.0.1", `{token: "`+hostileToken+`\r\nX-Injected: 1"}`), kubeconfig.ReasonInvalidHeaderValue},
+		"refused-crlf-token":  {fleettest.HostileKubeconfig("https://10.0.0.1", `{token: "`+fleettest.HostileToken+`\r\nX-Injected: 1"}`), kubeconfig.ReasonInvalidHeaderValue},
 		"refused-too-complex": {kubeconfigtest.Flat(kubeconfig.MaxKubeconfigBytes - 1024), kubeconfig.ReasonKubeconfigTooComplex},
 	}
 	for name, m := range more {
-		f.register(t, name, m.kubeconfig)
+		f.Register(t, name, m.kubeconfig)
 	}
 	for name, m := range more {
-		mc := memberCluster(t, name, "refused", func(mc *fleetv1alpha1.MemberCluster) bool {
-			return condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) == metav1.ConditionFalse
+		mc := suite.WaitMemberCluster(t, name, "refused", func(mc *fleetv1alpha1.MemberCluster) bool {
+			return fleettest.Condition(mc, fleetv1alpha1.ConditionCredentialsAccepted) == metav1.ConditionFalse
 		})
 		if accepted := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsAccepted); accepted.Reason != m.reason {
 			t.Fatalf("%s: CredentialsAccepted is False for %s, want %s", name, accepted.Reason, m.reason)
 		}
 	}
-	if err := hubClient.DeleteAllOf(t.Context(), &corev1.Secret{}, client.InNamespace(f.namespace)); err != nil {
+	if err := suite.HubClient.DeleteAllOf(t.Context(), &corev1.Secret{}, client.InNamespace(f.Namespace)); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"refused", "refused-crlf-token", "refused-too-complex"} {
 		poll.Until(t, "MemberCluster "+name+" deleted", func() bool {
-			return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Name: name}, &fleetv1alpha1.MemberCluster{}))
+			return apierrors.IsNotFound(suite.HubClient.Get(t.Context(), types.NamespacedName{Name: name}, &fleetv1alpha1.MemberCluster{}))
 		})
 	}
 }
@@ -243,22 +222,22 @@ func containsInOrder[T comparable](got []T, want ...T) bool {
 }
 
 func TestMissingKindHoldsBackOnlyItsController(t *testing.T) {
-	f := startFleet(t)
-	working := &recorder{}
-	watchConfigMaps(t, f, "working", "missing-kind", fleet.Members, working)
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
+	working := &fleettest.Recorder{}
+	f.WatchConfigMaps(t, "working", "missing-kind", fleet.Members, working)
 	// Members have no MemberCluster CRD: this controller cannot watch them.
-	err := fleet.NewControllerManagedBy(f.mgr).
+	err := fleet.NewControllerManagedBy(f.Manager).
 		Named("needs-crd").
 		For(&fleetv1alpha1.MemberCluster{}).
-		Complete(&recorder{})
+		Complete(&fleettest.Recorder{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.register(t, "lacking", kubeconfigs[0])
-	createConfigMap(t, memberClients[0], "missing-kind", "works")
-	working.waitFor(t, request("lacking", "missing-kind", "works"))
+	f.Register(t, "lacking", suite.Kubeconfigs[0])
+	fleettest.CreateConfigMap(t, suite.MemberClients[0], "missing-kind", "works")
+	working.WaitFor(t, fleettest.Request("lacking", "missing-kind", "works"))
 
-	memberCluster(t, "lacking", "Ready, with working engaged and needs-crd KindNotFound", func(mc *fleetv1alpha1.MemberCluster) bool {
+	suite.WaitMemberCluster(t, "lacking", "Ready, with working engaged and needs-crd KindNotFound", func(mc *fleetv1alpha1.MemberCluster) bool {
 		kindNotFound := slices.ContainsFunc(mc.Status.ControllerConditions, func(c fleetv1alpha1.ControllerCondition) bool {
 			return c.Name == "needs-crd" && c.Status == metav1.ConditionFalse && c.Reason == fleetv1alpha1.ReasonKindNotFound
 		})

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/member"
@@ -25,23 +26,23 @@ import (
 // x-kubeconfig claiming eu-1 stopped the real eu-1.)
 func TestTenantSecretClaimingAMembersNameChangesNothing(t *testing.T) {
 	const tenantNS = "tenant-a"
-	createNamespace(t, hubClient, tenantNS)
-	f := startFleetWith(t, func(o *fleet.Options) {
-		quickHealth(o)
+	fleettest.CreateNamespace(t, suite.HubClient, tenantNS)
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) {
+		fleettest.QuickHealth(o)
 		o.SecretFormats = []registry.Format{registry.ClusterAPIFormat(nil)}
-	})
+	}})
 	// eu-1, and a member whose name a tenant-a Cluster API Secret would
 	// give its cluster.
 	for _, name := range []string{"eu-1", tenantNS + ".db"} {
-		s := f.register(t, name, kubeconfigs[0])
+		s := f.Register(t, name, suite.Kubeconfigs[0])
 		s.Labels["env"] = "prod"
-		if err := hubClient.Update(t.Context(), s); err != nil {
+		if err := suite.HubClient.Update(t.Context(), s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f.waitEngaged(t, "eu-1", tenantNS+".db")
+	f.WaitEngaged(t, "eu-1", tenantNS+".db")
 	for _, name := range []string{"eu-1", tenantNS + ".db"} {
-		f.waitState(t, name, member.StateReady)
+		f.WaitState(t, name, member.StateReady)
 	}
 
 	tenant := func(secretName string, annotations map[string]string) *corev1.Secret {
@@ -49,23 +50,23 @@ func TestTenantSecretClaimingAMembersNameChangesNothing(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: secretName, Annotations: annotations,
 				Labels: map[string]string{"env": "tenant", "tier": "gold"}},
 			Type: registry.ClusterAPISecretType,
-			Data: map[string][]byte{registry.ClusterAPIKey: kubeconfigs[1]},
+			Data: map[string][]byte{registry.ClusterAPIKey: suite.Kubeconfigs[1]},
 		}
 	}
 	for _, s := range []*corev1.Secret{
 		tenant("x-kubeconfig", map[string]string{registry.ClusterNameAnnotation: "eu-1"}),
 		tenant("db-kubeconfig", nil),
 	} {
-		if err := hubClient.Create(t.Context(), s); err != nil {
+		if err := suite.HubClient.Create(t.Context(), s); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The tenant's annotated Secret registers its own cluster, under its
 	// namespace; the other is told its name is taken.
-	f.waitEngaged(t, tenantNS+".x")
+	f.WaitEngaged(t, tenantNS+".x")
 	poll.Until(t, "ClusterNameTaken reported on the tenant's Secret", func() bool {
 		events := &eventsv1.EventList{}
-		if err := hubClient.List(t.Context(), events, client.InNamespace(tenantNS)); err != nil {
+		if err := suite.HubClient.List(t.Context(), events, client.InNamespace(tenantNS)); err != nil {
 			return false
 		}
 		for _, e := range events.Items {
@@ -77,20 +78,20 @@ func TestTenantSecretClaimingAMembersNameChangesNothing(t *testing.T) {
 	})
 
 	for _, name := range []string{"eu-1", tenantNS + ".db"} {
-		if state, _ := f.mgr.MemberState(name); state != member.StateReady || f.unhealthy(name) != "" {
+		if state, _ := f.Manager.MemberState(name); state != member.StateReady || unhealthy(f, name) != "" {
 			t.Errorf("%s is %s, or was Unhealthy, once a tenant claimed its name", name, state)
 		}
-		f.wantHost(t, name, members[0])
+		wantHost(t, f, name, suite.Members[0])
 		poll.Until(t, "MemberCluster "+name+" as the fleet namespace registers it", func() bool {
 			mc := &fleetv1alpha1.MemberCluster{}
-			err := hubClient.Get(t.Context(), client.ObjectKey{Name: name}, mc)
-			return err == nil && mc.Labels["env"] == "prod" && mc.Spec.SecretRef.Namespace == f.namespace && mc.Spec.SecretRef.Name == name
+			err := suite.HubClient.Get(t.Context(), client.ObjectKey{Name: name}, mc)
+			return err == nil && mc.Labels["env"] == "prod" && mc.Spec.SecretRef.Namespace == f.Namespace && mc.Spec.SecretRef.Name == name
 		})
-		if engaged := f.logs.count(`"cluster"="`+name+`"`, `"msg"="Engaging member"`); engaged != 1 {
+		if engaged := f.Logs.Count(`"cluster"="`+name+`"`, `"msg"="Engaging member"`); engaged != 1 {
 			t.Errorf("%s was engaged %d times: a tenant's claim rebuilt it", name, engaged)
 		}
 	}
-	if f.logs.find(registry.ReasonClusterNameConflict) {
+	if f.Logs.Find(registry.ReasonClusterNameConflict) {
 		t.Error("a tenant's claim made a name conflict")
 	}
 }

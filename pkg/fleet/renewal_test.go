@@ -23,6 +23,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
@@ -48,8 +49,8 @@ func serviceAccountMember(t *testing.T, i int, ns string) []byte {
 // many seconds.
 func serviceAccountMemberFor(t *testing.T, i int, ns string, seconds int64) []byte {
 	t.Helper()
-	ctx, cl := t.Context(), memberClients[i]
-	createNamespace(t, cl, ns)
+	ctx, cl := t.Context(), suite.MemberClients[i]
+	fleettest.CreateNamespace(t, cl, ns)
 	const name = "fleet-manager"
 	for _, obj := range []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
@@ -69,7 +70,7 @@ func serviceAccountMemberFor(t *testing.T, i int, ns string, seconds int64) []by
 		t.Fatal(err)
 	}
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["member"] = &clientcmdapi.Cluster{Server: members[i].Config.Host, CertificateAuthorityData: members[i].Config.CAData}
+	cfg.Clusters["member"] = &clientcmdapi.Cluster{Server: suite.Members[i].Config.Host, CertificateAuthorityData: suite.Members[i].Config.CAData}
 	cfg.AuthInfos["fleet-manager"] = &clientcmdapi.AuthInfo{Token: request.Status.Token}
 	cfg.Contexts["member"] = &clientcmdapi.Context{Cluster: "member", AuthInfo: "fleet-manager"}
 	cfg.CurrentContext = "member"
@@ -84,7 +85,7 @@ func serviceAccountMemberFor(t *testing.T, i int, ns string, seconds int64) []by
 func tokenOf(t *testing.T, key types.NamespacedName) string {
 	t.Helper()
 	s := &corev1.Secret{}
-	if err := hubClient.Get(t.Context(), key, s); err != nil {
+	if err := suite.HubClient.Get(t.Context(), key, s); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := clientcmd.Load(s.Data[registry.KubeconfigKey])
@@ -97,7 +98,7 @@ func tokenOf(t *testing.T, key types.NamespacedName) string {
 // whoIs returns the user member i takes token for.
 func whoIs(t *testing.T, i int, token string) string {
 	t.Helper()
-	cfg := &rest.Config{Host: members[i].Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: members[i].Config.CAData}, BearerToken: token}
+	cfg := &rest.Config{Host: suite.Members[i].Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: suite.Members[i].Config.CAData}, BearerToken: token}
 	cl, err := authenticationv1client.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -110,26 +111,26 @@ func whoIs(t *testing.T, i int, token string) string {
 }
 
 func TestTokenIsRenewedInPlace(t *testing.T) {
-	f := startFleetWith(t, renewSoon)
-	name := f.namespace + "-renewed" // the member namespace, the cluster name: new on every run
-	s := f.register(t, name, serviceAccountMember(t, 0, name))
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: renewSoon})
+	name := f.Namespace + "-renewed" // the member namespace, the cluster name: new on every run
+	s := f.Register(t, name, serviceAccountMember(t, 0, name))
 	key := client.ObjectKeyFromObject(s)
 	first := tokenOf(t, key)
-	mc := memberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
+	mc := suite.WaitMemberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
 		return mc.Status.State == fleetv1alpha1.MemberStateReady
 	})
 	transitions := len(mc.Status.RecentTransitions)
-	member, err := f.mgr.GetCluster(t.Context(), name)
+	member, err := f.Manager.GetCluster(t.Context(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	poll.Until(t, "the Secret's token renewed twice", func() bool {
 		mc := &fleetv1alpha1.MemberCluster{}
-		return tokenOf(t, key) != first && hubClient.Get(t.Context(), types.NamespacedName{Name: name}, mc) == nil &&
+		return tokenOf(t, key) != first && suite.HubClient.Get(t.Context(), types.NamespacedName{Name: name}, mc) == nil &&
 			mc.Status.Credentials != nil && mc.Status.Credentials.LastRenewalTime != nil
 	})
-	mc = memberCluster(t, name, "with renewed credentials", func(mc *fleetv1alpha1.MemberCluster) bool {
+	mc = suite.WaitMemberCluster(t, name, "with renewed credentials", func(mc *fleetv1alpha1.MemberCluster) bool {
 		c := mc.Status.Credentials
 		return c != nil && c.Type == fleetv1alpha1.CredentialTypeToken && c.Renewable && c.ExpirationTime != nil && c.LastRenewalError == ""
 	})
@@ -140,7 +141,7 @@ func TestTokenIsRenewedInPlace(t *testing.T) {
 		t.Errorf("CredentialsExpiring = %+v, want False, Valid", c)
 	}
 	// In place: the same cluster, no state transition.
-	if now, err := f.mgr.GetCluster(t.Context(), name); err != nil || now != member {
+	if now, err := f.Manager.GetCluster(t.Context(), name); err != nil || now != member {
 		t.Errorf("after renewal, GetCluster = %p, %v; want the same cluster %p", now, err, member)
 	}
 	if mc.Status.State != fleetv1alpha1.MemberStateReady || len(mc.Status.RecentTransitions) != transitions {
@@ -159,27 +160,27 @@ func TestTokenIsRenewedInPlace(t *testing.T) {
 		t.Error("no fleet_member_credential_expiry_timestamp_seconds series for the member")
 	}
 	for _, token := range []string{first, tokenOf(t, key)} {
-		if f.logs.find(token) {
+		if f.Logs.Find(token) {
 			t.Error("a token appeared in the logs")
 		}
 	}
 }
 
 func TestRefusedRenewalWarns(t *testing.T) {
-	f := startFleetWith(t, func(o *fleet.Options) {
-		quickHealth(o) // a registry event every 200 ms: none may hasten a retry
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) {
+		fleettest.QuickHealth(o) // a registry event every 200 ms: none may hasten a retry
 		o.CredentialRenewal.RenewAfter = 0.002
 		o.CredentialRenewal.WarnAfter = 0.004 // 2.4 s of 10 minutes
-	})
-	name := f.namespace + "-unrenewable"
+	}})
+	name := f.Namespace + "-unrenewable"
 	kc := serviceAccountMember(t, 1, name)
-	if err := memberClients[1].Delete(t.Context(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "fleet-manager-token"}}); err != nil {
+	if err := suite.MemberClients[1].Delete(t.Context(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "fleet-manager-token"}}); err != nil {
 		t.Fatal(err)
 	}
-	f.register(t, name, kc)
+	f.Register(t, name, kc)
 
-	mc := memberCluster(t, name, "CredentialsExpiring", func(mc *fleetv1alpha1.MemberCluster) bool {
-		return condition(mc, fleetv1alpha1.ConditionCredentialsExpiring) == metav1.ConditionTrue
+	mc := suite.WaitMemberCluster(t, name, "CredentialsExpiring", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return fleettest.Condition(mc, fleetv1alpha1.ConditionCredentialsExpiring) == metav1.ConditionTrue
 	})
 	c := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionCredentialsExpiring)
 	if c.Reason != fleetv1alpha1.ReasonExpiring || !strings.Contains(c.Message, "renewing it failed") {
@@ -194,7 +195,7 @@ func TestRefusedRenewalWarns(t *testing.T) {
 	// Failed renewals back off, 1 s doubling, whatever else happens to
 	// the member meanwhile: counted over 6 s from the first failure, they
 	// are the first and those after 1 and 3 s, maybe the one after 7 s.
-	failures := func() int { return f.logs.count("Renewing the member's token failed", name) }
+	failures := func() int { return f.Logs.Count("Renewing the member's token failed", name) }
 	poll.Until(t, "a failed renewal", func() bool { return failures() > 0 })
 	time.Sleep(6 * time.Second)
 	if n := failures(); n < 2 || n > 4 {
@@ -202,7 +203,7 @@ func TestRefusedRenewalWarns(t *testing.T) {
 	}
 	poll.Until(t, "a CredentialsExpiring Warning Event", func() bool {
 		var list eventsv1.EventList
-		if err := hubClient.List(t.Context(), &list); err != nil {
+		if err := suite.HubClient.List(t.Context(), &list); err != nil {
 			return false
 		}
 		return slices.ContainsFunc(list.Items, func(e eventsv1.Event) bool {
@@ -235,7 +236,7 @@ func credentialExpiry(t *testing.T, clusterName string) float64 {
 func credentialOf(t *testing.T, key types.NamespacedName) kubeconfig.Credential {
 	t.Helper()
 	s := &corev1.Secret{}
-	if err := hubClient.Get(t.Context(), key, s); err != nil {
+	if err := suite.HubClient.Get(t.Context(), key, s); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := kubeconfig.Policy{}.Parse(s.Data[registry.KubeconfigKey])
@@ -250,43 +251,43 @@ var renewNow = fleet.RenewalOptions{RenewAfter: 1e-6, WarnAfter: 0.5}
 
 func TestRenewalMintsOnlyThroughTheMemberOfItsKubeconfig(t *testing.T) {
 	// The manager's own renewal is off: the test renews, when it chooses.
-	f := startFleetWith(t, func(o *fleet.Options) { o.CredentialRenewal.Disabled = true })
-	name := f.namespace + "-behind"
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) { o.CredentialRenewal.Disabled = true }})
+	name := f.Namespace + "-behind"
 	onMember0, onMember1 := serviceAccountMember(t, 0, name), serviceAccountMember(t, 1, name)
-	s := f.register(t, name, onMember1)
+	s := f.Register(t, name, onMember1)
 	key := client.ObjectKeyFromObject(s)
 	registered := tokenOf(t, key)
-	memberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
+	suite.WaitMemberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
 		return mc.Status.State == fleetv1alpha1.MemberStateReady
 	})
 	runsOn := func(i int) {
 		t.Helper()
 		poll.Until(t, fmt.Sprintf("the member running on member %d", i), func() bool {
-			cl, err := f.mgr.GetCluster(t.Context(), name)
-			return err == nil && cl.GetConfig().Host == members[i].Config.Host
+			cl, err := f.Manager.GetCluster(t.Context(), name)
+			return err == nil && cl.GetConfig().Host == suite.Members[i].Config.Host
 		})
 	}
 
 	// The pool lags behind the registry: it still runs an earlier
 	// kubeconfig, of another server, under the name.
-	if err := fleet.SetMember(f.mgr, member.Registration{ClusterName: name, Kubeconfig: onMember0}); err != nil {
+	if err := fleet.SetMember(f.Manager, member.Registration{ClusterName: name, Kubeconfig: onMember0}); err != nil {
 		t.Fatal(err)
 	}
 	runsOn(0)
-	fleet.RenewOnce(t.Context(), f.mgr, renewNow, name)
+	fleet.RenewOnce(t.Context(), f.Manager, renewNow, name)
 	if got := tokenOf(t, key); got != registered {
 		t.Fatalf("renewed through the member of another kubeconfig: the Secret, which points at member 1, holds a token of %q", whoIs(t, 0, got))
 	}
-	if !f.logs.find("Renewal waits for the member to run the kubeconfig it renews", name) {
+	if !f.Logs.Find("Renewal waits for the member to run the kubeconfig it renews", name) {
 		t.Error("no log line says the renewal waits")
 	}
 
 	// Once the pool runs the Secret's kubeconfig, the renewal goes ahead.
-	if err := fleet.SetMember(f.mgr, member.Registration{ClusterName: name, Kubeconfig: onMember1}); err != nil {
+	if err := fleet.SetMember(f.Manager, member.Registration{ClusterName: name, Kubeconfig: onMember1}); err != nil {
 		t.Fatal(err)
 	}
 	runsOn(1)
-	fleet.RenewOnce(t.Context(), f.mgr, renewNow, name)
+	fleet.RenewOnce(t.Context(), f.Manager, renewNow, name)
 	renewed := tokenOf(t, key)
 	if want := "system:serviceaccount:" + name + ":fleet-manager"; renewed == registered || whoIs(t, 1, renewed) != want {
 		t.Errorf("after the pool caught up: token renewed %v, want a token of %s on member 1", renewed != registered, want)
@@ -294,18 +295,18 @@ func TestRenewalMintsOnlyThroughTheMemberOfItsKubeconfig(t *testing.T) {
 }
 
 func TestRenewalAsksForADayAtMost(t *testing.T) {
-	f := startFleetWith(t, func(o *fleet.Options) { o.CredentialRenewal.Disabled = true })
-	name := f.namespace + "-long"
-	s := f.register(t, name, serviceAccountMemberFor(t, 0, name, 7*24*3600))
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) { o.CredentialRenewal.Disabled = true }})
+	name := f.Namespace + "-long"
+	s := f.Register(t, name, serviceAccountMemberFor(t, 0, name, 7*24*3600))
 	key := client.ObjectKeyFromObject(s)
 	if c := credentialOf(t, key); c.Lifetime() < 6*24*time.Hour {
 		t.Fatalf("the registered token lives %s, want a week", c.Lifetime())
 	}
-	memberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
+	suite.WaitMemberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
 		return mc.Status.State == fleetv1alpha1.MemberStateReady
 	})
 	time.Sleep(2 * time.Second) // past renewNow's renewal time
-	fleet.RenewOnce(t.Context(), f.mgr, renewNow, name)
+	fleet.RenewOnce(t.Context(), f.Manager, renewNow, name)
 	c := credentialOf(t, key)
 	if c.Lifetime() == 0 || c.Lifetime() > fleetv1alpha1.MaxTokenLifetime {
 		t.Errorf("the renewed token lives %s, want at most %s", c.Lifetime(), fleetv1alpha1.MaxTokenLifetime)
