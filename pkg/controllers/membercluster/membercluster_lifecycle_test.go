@@ -1,4 +1,4 @@
-package fleet_test
+package membercluster_test
 
 import (
 	"context"
