@@ -2,7 +2,6 @@ package member_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -34,31 +33,21 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		// Pure unit tests still run; envtest tests skip themselves.
-		os.Exit(m.Run())
-	}
-	var err error
 	logf.SetLogger(logr.Discard())
-	if members, err = controlplane.Start(2); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	for _, env := range members {
-		cl, err := client.New(env.Config, client.Options{})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+	os.Exit(controlplane.RunTests(m.Run, 2, func(envs []*envtest.Environment) error {
+		for _, env := range envs {
+			cl, err := client.New(env.Config, client.Options{})
+			if err != nil {
+				return err
+			}
+			if err := cl.List(context.Background(), &corev1.NamespaceList{}); err != nil {
+				return err
+			}
+			memberClients = append(memberClients, cl)
 		}
-		if err := cl.List(context.Background(), &corev1.NamespaceList{}); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		memberClients = append(memberClients, cl)
-	}
-	code := m.Run()
-	_ = controlplane.Stop(members)
-	os.Exit(code)
+		members = envs
+		return nil
+	}))
 }
 
 func needEnvtest(t *testing.T) {
