@@ -36,9 +36,16 @@ const (
 // With the defaults a frozen member (connections accepted, never
 // answered) is Unhealthy within 4.8 seconds, a dead one (connections
 // refused) within 4.1. A busy member is never Unhealthy for being slow: a
-// probe that timed out while the member kept sending on its connections
-// counts as a success. A member's return is noticed as soon as it sends
-// anything: that asks for a probe at once.
+// probe that timed out while the member sent anything on any connection
+// it had when the probe started (a watch event, a list, a PING's answer)
+// counts as a success; a connecting member does not count a timed-out
+// probe against it while its cluster started less than half of
+// DisconnectAfter ago, or while it sent anything within an Interval, its
+// first lists under way (a member that answers nothing is Unhealthy half
+// a DisconnectAfter after it started, 30 seconds with the defaults); and
+// a timeout this process noticed late, starved of CPU, proves nothing of
+// the member (see probeOnce). A member's return is
+// noticed as soon as it sends anything: that asks for a probe at once.
 type HealthOptions struct {
 	// Interval between probes. A member's probes are brought forward by
 	// up to a sixteenth of it, onto a grid all members share, so that the
@@ -57,9 +64,10 @@ type HealthOptions struct {
 	// is probed every Interval instead. Defaults to 100ms.
 	RetryInterval time.Duration
 	// Timeout of one probe. A probe of a Ready member that times out
-	// while the member sent nothing on a connection open for longer than
-	// a timeout makes it Unhealthy at once: the member is frozen, or cut
-	// off. Other timeouts are failures like any other. Defaults to 800ms.
+	// while the member sent nothing, with a connection open for longer
+	// than a timeout, makes it Unhealthy at once: the member is frozen, or
+	// cut off. Other timeouts are failures like any other, but for those
+	// excused above. Defaults to 800ms.
 	Timeout time.Duration
 	// FailureThreshold is the number of probes in a row that fail with an
 	// error, such as a refused connection or an error status, that make a
@@ -99,19 +107,25 @@ func (o *HealthOptions) setDefaults() {
 	}
 }
 
-// health turns probe results into a member's state. It is owned by one
-// prober goroutine.
+// health turns probe results into a member's state. Its prober's mu
+// guards it.
 type health struct {
 	opts         HealthOptions
 	state        State
 	failures     int
 	failingSince time.Time
+	// succeeded is whether the last probe counted succeeded.
+	succeeded bool
+	// starved counts the timed-out probes in a row excused because this
+	// process noticed their timeouts late.
+	starved int
 }
 
 // record takes one probe result at now and returns the new state.
 // connected says whether the member's cluster is running; silent, that
 // the probe timed out with nothing heard from the member.
 func (h *health) record(now time.Time, err error, connected, silent bool) State {
+	h.succeeded = err == nil
 	if err == nil {
 		h.failures = 0
 		if connected {
@@ -153,9 +167,12 @@ type prober struct {
 	ping   probeFunc
 	// connected reports whether the member's cluster is running.
 	connected func() bool
-	// heardSince reports whether the member sent anything, on a
-	// connection opened before t, since t.
-	heardSince func(t time.Time) bool
+	// startedAt, if not nil, returns when the member's latest connection
+	// began: when its cluster began to be built.
+	startedAt func() time.Time
+	// heardSince reports whether the member sent anything since since,
+	// on a connection opened before openedBefore.
+	heardSince func(openedBefore, since time.Time) bool
 	// establishedAt reports whether the member had a connection at t
 	// opened more than a probe timeout before, and still open.
 	establishedAt func(t time.Time) bool
@@ -165,7 +182,8 @@ type prober struct {
 	// running counts the probe under way: stop waits for it.
 	running sync.WaitGroup
 
-	// mu guards the rest.
+	// mu guards the rest, and health. heardSince, establishedAt and
+	// connected are called with it held.
 	mu  sync.Mutex
 	ctx context.Context // set by start
 	// timer is the next probe's, nil while a probe is under way.
@@ -199,6 +217,11 @@ type ProbeResult struct {
 	// Busy is true for a probe that timed out while the member kept
 	// sending on its connections: it counts as a success, and Err is nil.
 	Busy bool
+	// Excused is true for a probe that timed out, Err, but proves nothing
+	// of the member: this process noticed the timeout late, or the member
+	// is connecting and sent something within an Interval. It changes
+	// neither the state nor ConsecutiveFailures.
+	Excused bool
 	// ConsecutiveFailures counts the failed probes in a row, this one
 	// included; 0 after a success.
 	ConsecutiveFailures int
@@ -264,13 +287,13 @@ func (p *prober) fire() {
 	p.mu.Unlock()
 	defer p.running.Done()
 
-	result, state, ok := p.probeOnce(ctx, start)
+	result, state, retry, ok := p.probeOnce(ctx, start)
 	if !ok {
 		return
 	}
 	p.report(result, state)
 	next := p.health.opts.Interval
-	if result.Err != nil && state != StateDisconnected {
+	if retry {
 		next = p.health.opts.RetryInterval
 	}
 	p.mu.Lock()
@@ -298,15 +321,19 @@ func (p *prober) onGrid(d time.Duration) time.Duration {
 	return now.Add(d).Truncate(p.health.opts.Interval / 16).Sub(now)
 }
 
-// probeOnce probes, and returns the result and the state it leads to;
-// ok is false if ctx ended. It PINGs a Ready member whose last probe
-// succeeded and whose last review is less than ReviewInterval old, and
-// reviews it otherwise, or when the PING fails before its timeout: the
-// member has no connection to PING, or its connection broke.
-func (p *prober) probeOnce(ctx context.Context, start time.Time) (result ProbeResult, state State, ok bool) {
-	pctx, cancel := context.WithTimeout(ctx, p.health.opts.Timeout)
-	review := p.ping == nil || p.health.state != StateReady || p.health.failures > 0 || !p.connected() ||
-		start.Sub(p.reviewedAt) >= p.health.opts.ReviewInterval
+// probeOnce probes, and returns the result and the state it leads to,
+// and whether the next probe is a retry; ok is false if ctx ended. It
+// PINGs a Ready member whose last probe succeeded and whose last review
+// is less than ReviewInterval old, and reviews it otherwise, or when the
+// PING fails before its timeout: the member has no connection to PING,
+// or its connection broke.
+func (p *prober) probeOnce(ctx context.Context, start time.Time) (result ProbeResult, state State, retry, ok bool) {
+	opts := &p.health.opts
+	pctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	p.mu.Lock()
+	ready := p.health.state == StateReady && p.health.failures == 0
+	p.mu.Unlock()
+	review := p.ping == nil || !ready || !p.connected() || start.Sub(p.reviewedAt) >= opts.ReviewInterval
 	var err error
 	if !review {
 		if err = p.ping(pctx); err != nil && pctx.Err() == nil {
@@ -321,7 +348,7 @@ func (p *prober) probeOnce(ctx context.Context, start time.Time) (result ProbeRe
 	timedOut := pctx.Err() == context.DeadlineExceeded
 	cancel()
 	if ctx.Err() != nil {
-		return result, state, false
+		return result, state, false, false
 	}
 	result = ProbeResult{
 		Time:                start,
@@ -329,20 +356,83 @@ func (p *prober) probeOnce(ctx context.Context, start time.Time) (result ProbeRe
 		Err:                 err,
 		CredentialsRejected: apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err),
 	}
-	// A timeout is decisive only for a Ready member, on an established
-	// connection: a new connection's handshake, and a connecting member's
-	// first requests, are slow when its server, or this process, is busy.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.health
+	starved := 0
 	silent := false
 	if err != nil && timedOut {
-		if p.heardSince(start) {
+		switch {
+		case p.heardSince(start, start):
+			// The member sent something on a connection it had when the
+			// probe started: it is alive, and busy. The probe's own new
+			// connection does not count: its handshake may be a proxy's,
+			// in front of a dead server.
 			result.Err, result.Busy = nil, true
-		} else {
-			silent = p.health.state == StateReady && p.establishedAt(start)
+		case result.Duration-opts.Timeout > opts.Timeout/4 && h.starved < opts.FailureThreshold:
+			// The timeout was noticed late: this process was starved of
+			// CPU (a thousand members listing at once, or a machine that
+			// descheduled it), and the answer, or bytes that would have
+			// excused the probe, may be waiting unread in its sockets.
+			// Such a probe proves nothing of the member, and is retried
+			// soon. Only FailureThreshold of them in a row are excused, so
+			// that a frozen member is still found on a process that stays
+			// starved, a few retries later.
+			starved = h.starved + 1
+			result.Excused, retry = true, true
+		case h.state == StateConnecting &&
+			(p.startedWithin(start, opts.DisconnectAfter/2) || p.connected() && p.heardSince(start, start.Add(-opts.Interval))):
+			// A member with its cluster starting, its first lists under
+			// way, that sent something within an interval: its server is
+			// busy with its lists, not gone. So is, for half of
+			// DisconnectAfter, one whose cluster just started, whose first
+			// handshakes may wait behind those of every client that
+			// started with it (a thousand members registered at once).
+			// After that, one that never sent anything (hung from the
+			// start) gets no grace, nor one that stopped sending for an
+			// interval.
+			result.Excused = true
+		default:
+			// A timeout is decisive only for a Ready member, on an
+			// established connection: a new connection's handshake is
+			// slow when its server, or this process, is busy.
+			silent = h.state == StateReady && p.establishedAt(start)
 		}
 	}
-	state = p.health.record(start, result.Err, p.connected(), silent)
-	result.ConsecutiveFailures = p.health.failures
-	return result, state, true
+	h.starved = starved
+	if result.Excused {
+		result.ConsecutiveFailures = h.failures
+		return result, h.state, retry, true
+	}
+	state = h.record(start, result.Err, p.connected(), silent)
+	result.ConsecutiveFailures = h.failures
+	return result, state, result.Err != nil && state != StateDisconnected, true
+}
+
+// startedWithin reports whether the member's latest connection began
+// less than d before t.
+func (p *prober) startedWithin(t time.Time, d time.Duration) bool {
+	return p.startedAt != nil && t.Sub(p.startedAt()) < d
+}
+
+// promote is told that the member's cluster was started: a member whose
+// last probe succeeded is Ready from now, not from its next probe, up to
+// an Interval later; promote then returns true. If a probe is under way,
+// which may have found the member unconnected, another follows it at once.
+func (p *prober) promote() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.stopped || p.ctx == nil:
+		return false
+	case p.timer == nil:
+		p.woken = true
+		return false
+	case !p.health.succeeded || p.health.state == StateReady || !p.connected():
+		return false
+	}
+	p.health.state = StateReady
+	return true
 }
 
 // answered reports whether err carries the member API server's answer.

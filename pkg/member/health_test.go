@@ -124,7 +124,7 @@ func startProber(t *testing.T, opts HealthOptions, probes *scriptedProbes, ping 
 		review:        probes.probe,
 		ping:          ping,
 		connected:     func() bool { return true },
-		heardSince:    probes.heardSince,
+		heardSince:    func(_, since time.Time) bool { return probes.heardSince(since) },
 		establishedAt: func(time.Time) bool { return true },
 		report:        probes.report,
 	}
@@ -437,5 +437,185 @@ func TestTimedOutProbeOfConnectingMember(t *testing.T) {
 	<-probes.probed
 	if r := probes.results[len(probes.results)-1]; probes.last() != StateConnecting || r.Err == nil {
 		t.Fatalf("a connecting member's probe that timed out in silence: %s, error %v; want Connecting until the threshold, with its error", probes.last(), r.Err)
+	}
+}
+
+// heardAt is a member's heardSince for a prober on a fake clock: the
+// member last sent something at the time set, on a connection it has had
+// all along.
+type heardAt struct {
+	mu sync.Mutex
+	at time.Time // zero: never
+}
+
+func (h *heardAt) set(t time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.at = t
+}
+
+func (h *heardAt) heardSince(_, since time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.at.IsZero() && !h.at.Before(since)
+}
+
+// TestConnectingMemberSendingItsListsIsNotUnhealthy: the probes of a
+// member whose cluster is starting, and whose server sent something
+// within an Interval (its first lists), may time out without counting
+// against it; once it has sent nothing for an Interval they count, and a
+// member that never sent anything gets no grace.
+func TestConnectingMemberSendingItsListsIsNotUnhealthy(t *testing.T) {
+	opts := HealthOptions{Interval: 4 * time.Second, RetryInterval: 100 * time.Millisecond, Timeout: 20 * time.Millisecond, FailureThreshold: 2, DisconnectAfter: time.Hour}
+	probes := &scriptedProbes{probed: make(chan struct{}), hang: true}
+	heard := &heardAt{}
+	clock, p := startProber(t, opts, probes, nil)
+	p.mu.Lock()
+	p.heardSince = heard.heardSince
+	p.mu.Unlock()
+	<-probes.probed // at once, heard nothing yet: a failure, the first
+
+	// The member answers its lists: its timed-out probes are excused.
+	for i := range 5 {
+		heard.set(clock.Now())
+		if !probes.after(clock, opts.Interval, 5*time.Second) {
+			t.Fatal("no probe")
+		}
+		if r := probes.results[len(probes.results)-1]; probes.last() != StateConnecting || !r.Excused || r.Err == nil {
+			t.Fatalf("probe %d of a connecting member that sent its lists an interval ago: %s, excused %t, error %v; want Connecting, excused, with its error", i+2, probes.last(), r.Excused, r.Err)
+		}
+	}
+	// It stops sending: after an Interval of silence, timeouts count.
+	if !probes.after(clock, opts.Interval+time.Millisecond, 5*time.Second) {
+		t.Fatal("no probe")
+	}
+	if r := probes.results[len(probes.results)-1]; r.Excused {
+		t.Fatal("a probe of a member silent for an interval was excused")
+	}
+	for probes.last() != StateUnhealthy {
+		if len(probes.results) > 20 {
+			t.Fatalf("a connecting member silent for an interval is %s after %d probes, want Unhealthy", probes.last(), len(probes.results))
+		}
+		if !probes.after(clock, opts.Interval, 5*time.Second) {
+			t.Fatal("no probe")
+		}
+	}
+}
+
+// TestHungConnectingMemberIsUnhealthy: a member that never sent anything
+// gets no grace while connecting: FailureThreshold timeouts make it
+// Unhealthy.
+func TestHungConnectingMemberIsUnhealthy(t *testing.T) {
+	opts := HealthOptions{Interval: 4 * time.Second, RetryInterval: 100 * time.Millisecond, Timeout: 20 * time.Millisecond, FailureThreshold: 2, DisconnectAfter: time.Hour}
+	probes := &scriptedProbes{probed: make(chan struct{}), hang: true}
+	clock, p := startProber(t, opts, probes, nil)
+	p.mu.Lock()
+	p.heardSince = (&heardAt{}).heardSince
+	p.mu.Unlock()
+	<-probes.probed
+	if !probes.after(clock, opts.RetryInterval, 5*time.Second) {
+		t.Fatal("no retry")
+	}
+	if r := probes.results[len(probes.results)-1]; probes.last() != StateUnhealthy || r.Excused {
+		t.Fatalf("a member that never answered, after %d timed-out probes: %s, excused %t; want Unhealthy", len(probes.results), probes.last(), r.Excused)
+	}
+}
+
+// TestProbeNoticedLateProvesNothing: a probe whose timeout this process
+// noticed well after it was due (it was starved of CPU) is retried
+// without counting, FailureThreshold times in a row at most; then it
+// counts, so that a frozen member is found on a process that stays
+// starved.
+func TestProbeNoticedLateProvesNothing(t *testing.T) {
+	opts := HealthOptions{Interval: 4 * time.Second, RetryInterval: 100 * time.Millisecond, Timeout: 20 * time.Millisecond, FailureThreshold: 2, DisconnectAfter: time.Hour}
+	probes := &scriptedProbes{probed: make(chan struct{})}
+	var clock *clocktesting.FakeClock
+	var starved bool
+	var mu sync.Mutex
+	review := func(ctx context.Context) error {
+		err := probes.probe(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if starved && err != nil {
+			clock.Step(2 * opts.Timeout) // noticed a timeout late
+		}
+		return err
+	}
+	clock = clocktesting.NewFakeClock(time.Now())
+	p := &prober{
+		clock:         clock,
+		health:        &health{opts: opts, state: StateConnecting},
+		review:        review,
+		connected:     func() bool { return true },
+		heardSince:    func(_, _ time.Time) bool { return false },
+		establishedAt: func(time.Time) bool { return true },
+		report:        probes.report,
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	p.start(ctx)
+	t.Cleanup(func() { cancel(); p.stop() })
+	<-probes.probed
+	if probes.last() != StateReady {
+		t.Fatalf("first probe: %s, want Ready", probes.last())
+	}
+
+	mu.Lock()
+	starved = true
+	mu.Unlock()
+	probes.set(true, false)
+	if !probes.after(clock, opts.Interval, 5*time.Second) {
+		t.Fatal("no probe")
+	}
+	for i := range opts.FailureThreshold {
+		if r := probes.results[len(probes.results)-1]; probes.last() != StateReady || !r.Excused || r.ConsecutiveFailures != 0 {
+			t.Fatalf("late timeout %d: %s, excused %t, %d failures; want Ready, excused, none", i+1, probes.last(), r.Excused, r.ConsecutiveFailures)
+		}
+		if !probes.after(clock, opts.RetryInterval, 5*time.Second) {
+			t.Fatalf("late timeout %d was not retried after %s", i+1, opts.RetryInterval)
+		}
+	}
+	if r := probes.results[len(probes.results)-1]; probes.last() != StateUnhealthy || r.Excused {
+		t.Fatalf("late timeout %d in a row: %s, excused %t; want Unhealthy", opts.FailureThreshold+1, probes.last(), r.Excused)
+	}
+}
+
+// TestJustStartedMemberIsNotUnhealthy: the timed-out probes of a member
+// whose cluster started less than half of DisconnectAfter ago do not
+// count, though it sent nothing yet: its first handshakes may wait behind
+// those of a thousand members started with it. Then they count.
+func TestJustStartedMemberIsNotUnhealthy(t *testing.T) {
+	opts := HealthOptions{Interval: 4 * time.Second, RetryInterval: 100 * time.Millisecond, Timeout: 20 * time.Millisecond, FailureThreshold: 2, DisconnectAfter: time.Minute}
+	probes := &scriptedProbes{probed: make(chan struct{}), hang: true}
+	clock := clocktesting.NewFakeClock(time.Now())
+	started := clock.Now()
+	p := &prober{
+		clock:         clock,
+		health:        &health{opts: opts, state: StateConnecting},
+		review:        probes.probe,
+		connected:     func() bool { return true },
+		startedAt:     func() time.Time { return started },
+		heardSince:    func(_, _ time.Time) bool { return false },
+		establishedAt: func(time.Time) bool { return false },
+		report:        probes.report,
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	p.start(ctx)
+	t.Cleanup(func() { cancel(); p.stop() })
+	<-probes.probed
+	for clock.Since(started) < opts.DisconnectAfter/2 {
+		if r := probes.results[len(probes.results)-1]; probes.last() != StateConnecting || !r.Excused {
+			t.Fatalf("%s after its start: %s, excused %t; want Connecting, excused", clock.Since(started), probes.last(), r.Excused)
+		}
+		if !probes.after(clock, opts.Interval, 5*time.Second) {
+			t.Fatal("no probe")
+		}
+	}
+	for probes.last() != StateUnhealthy {
+		if clock.Since(started) > opts.DisconnectAfter {
+			t.Fatalf("a member that never answered is %s %s after its start, want Unhealthy", probes.last(), clock.Since(started))
+		}
+		if !probes.after(clock, opts.RetryInterval, 5*time.Second) {
+			t.Fatal("no probe")
+		}
 	}
 }

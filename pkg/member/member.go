@@ -16,6 +16,7 @@ import (
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/connrotation"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
@@ -57,12 +58,9 @@ type member struct {
 	prober atomic.Pointer[prober]
 	// successes counts the probes that succeeded.
 	successes atomic.Uint64
-	// heardAt is when the member last sent anything on a connection
-	// opened more than a probe timeout before, in Unix nanoseconds of the
-	// pool's clock: a probe that timed out after that began was slow, not
-	// unanswered. A new connection's handshake does not count, so a proxy
-	// that takes connections for a dead server does not pass for it.
-	heardAt atomic.Int64
+	// connectingSince is when the latest connection began, before its
+	// cluster was built, in Unix nanoseconds of the pool's clock.
+	connectingSince atomic.Int64
 
 	// connsMu guards conns, the member's open network connections.
 	connsMu sync.Mutex
@@ -130,6 +128,10 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	// encoding and decoding are a cost of their own.
 	probeConfig := rest.CopyConfig(m.config)
 	probeConfig.ContentType = runtime.ContentTypeProtobuf
+	// Probes are paced by the prober; a client-side rate limiter would
+	// only fail a probe whose goroutine started late, before it asks the
+	// member anything ("would exceed context deadline").
+	probeConfig.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
 	reviews, err := authenticationv1client.NewForConfigAndClient(probeConfig, m.httpClient)
 	if err != nil {
 		return nil, kubeconfig.Refuse("KubeconfigInvalid", "cannot build a client: %s", kubeconfig.Scrub(err))
@@ -179,13 +181,15 @@ func (m *member) start(ctx context.Context) {
 func (m *member) run(ctx context.Context) {
 	defer close(m.done)
 	opts := &m.pool.opts
+	m.connectingSince.Store(opts.Clock.Now().UnixNano()) // before the first probe
 	p := &prober{
 		clock:         opts.Clock,
 		health:        &health{opts: opts.Health, state: StateConnecting},
 		review:        m.review,
 		ping:          m.ping,
 		connected:     func() bool { return m.conn.Load() != nil },
-		heardSince:    func(t time.Time) bool { return m.heardAt.Load() >= t.UnixNano() },
+		heardSince:    m.heardSince,
+		startedAt:     func() time.Time { return time.Unix(0, m.connectingSince.Load()) },
 		establishedAt: m.establishedAt,
 		report:        m.report,
 	}
@@ -235,13 +239,15 @@ func (m *member) run(ctx context.Context) {
 }
 
 // connect starts a connection: indexes first, then its engagement and
-// the cluster, which runs in the calling goroutine; a refresh, the
+// the cluster, which runs in the calling goroutine. A member whose last
+// probe succeeded is Ready as its cluster starts; a refresh, the
 // connection of a member that is back, asks for a probe at once, which
 // makes it Ready. It returns once ctx ends, the cluster fails, or the
 // prober disconnects or refreshes the member (refreshed is then true),
 // and everything the connection started has ended and its network
 // connections are closed.
 func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err error) {
+	m.connectingSince.Store(m.pool.opts.Clock.Now().UnixNano())
 	cl, err := m.newCluster()
 	if err != nil {
 		return false, fmt.Errorf("creating cluster: %w", err)
@@ -256,6 +262,10 @@ func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err
 	m.conn.Store(conn)
 	if refresh {
 		m.wake()
+	} else if p := m.prober.Load(); p != nil && p.promote() {
+		// Its last probe succeeded (that is what reconnects it): it is
+		// Ready now, not at its next probe, up to an Interval later.
+		m.setState(StateReady)
 	}
 	defer func() {
 		m.conn.Store(nil)

@@ -31,7 +31,7 @@ func TestClosingConnectionErrorIsNotRetried(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		conn := &notifyingConn{Conn: local, read: func(time.Time) {}, closed: func(*notifyingConn) {}, closing: func() bool { return closing }}
+		conn := &notifyingConn{Conn: local, read: func(*notifyingConn) {}, closed: func(*notifyingConn) {}, closing: func() bool { return closing }}
 		read := make(chan error)
 		go func() {
 			_, err := conn.Read(make([]byte, 1))
@@ -158,5 +158,61 @@ func TestEstablishedConnections(t *testing.T) {
 	}
 	if m.connLostAt.Load() != 0 {
 		t.Fatal("closing a connection counted as losing one; with HTTP/2 only the connection pool tells")
+	}
+}
+
+// TestHeardSince: the member is heard on a connection it had when a probe
+// started, however young, through bytes read since or bytes received and
+// not read yet; not through a connection opened since.
+func TestHeardSince(t *testing.T) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close()
+	addr := listener.Addr().String()
+	clk := clocktesting.NewFakeClock(time.Now())
+	pool, err := NewPool(Options{Engage: engageNothing, Policy: kubeconfigtest.Permissive, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newTestMember(t, pool, "https://"+addr)
+	c, err := m.dialer.DialContext(t.Context(), "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	server, err := listener.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	clk.Step(time.Millisecond) // the connection is a millisecond old
+	start := clk.Now()
+	if m.heardSince(start, start) {
+		t.Fatal("heard from a member that sent nothing")
+	}
+	if _, err := server.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !m.heardSince(start, start) {
+		if time.Now().After(deadline) {
+			t.Fatal("a byte received and not read yet was not heard")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := c.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if !m.heardSince(start, start) {
+		t.Fatal("a byte read on a connection a millisecond old was not heard")
+	}
+	if m.heardSince(start.Add(-time.Millisecond), start) {
+		t.Fatal("heard on a connection opened after the probe started")
+	}
+	clk.Step(time.Millisecond)
+	if m.heardSince(clk.Now(), clk.Now()) {
+		t.Fatal("heard since a time after the last byte")
 	}
 }

@@ -231,3 +231,80 @@ func TestProbeUnderWayWhenConnectionsDropProvesNothing(t *testing.T) {
 		t.Error("a probe that started after the loss and succeeded while Ready did not clear it")
 	}
 }
+
+// TestReconnectedMemberIsReadyAtOnce: a Disconnected member whose probe
+// succeeded is Ready as soon as its cluster starts again, not at its
+// next probe, up to an Interval later.
+func TestReconnectedMemberIsReadyAtOnce(t *testing.T) {
+	const interval = 3 * time.Second
+	clk := clocktesting.NewFakeClock(time.Now())
+	engaged := make(chan struct{}, 10)
+	probed := make(chan State, 1000)
+	pool, err := NewPool(Options{
+		Engage: func(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} {
+			engaged <- struct{}{}
+			return ctx.Done()
+		},
+		Logger: logr.Discard(),
+		Policy: kubeconfigtest.Permissive,
+		Health: HealthOptions{
+			Interval:         interval,
+			RetryInterval:    interval,
+			Timeout:          time.Hour, // a real-time context: never
+			FailureThreshold: 2,
+			DisconnectAfter:  2 * interval,
+		},
+		ReconnectBackoff: &wait.Backoff{Duration: time.Second},
+		Clock:            clk,
+		Observe: func(_ string, s State, probe *ProbeResult) {
+			if probe != nil {
+				probed <- s
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newTestMember(t, pool, "https://127.0.0.1:1")
+	probes := &scriptedProbes{}
+	m.review, m.ping = probes.probe, nil
+	ctx, cancel := context.WithCancel(t.Context())
+	m.start(ctx)
+	t.Cleanup(func() { cancel(); m.stop() })
+
+	// until steps the clock by d until cond holds, within 10 s.
+	until := func(what string, d time.Duration, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("not %s within 10s: %s", what, m.State())
+			}
+			clk.Step(d)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	<-engaged
+	until("Ready", interval, func() bool { return m.State() == StateReady })
+	probes.fail(errors.New("connection refused"))
+	until("Disconnected", interval, func() bool { return m.State() == StateDisconnected && m.conn.Load() == nil })
+	probes.fail(nil)
+	until("Connecting", interval, func() bool { return m.State() == StateConnecting })
+	// The reconnection waits out its backoff, a second.
+	until("engaged again", 100*time.Millisecond, func() bool {
+		select {
+		case <-engaged:
+			return true
+		default:
+			return false
+		}
+	})
+	// From now on, time moves by a millisecond at a time: a tenth of a
+	// second at most, far from the next probe.
+	for i := 0; m.State() != StateReady; i++ {
+		if i == 100 {
+			t.Fatalf("reconnected after a probe that succeeded, %s later: %s, want Ready", 100*time.Millisecond, m.State())
+		}
+		clk.Step(time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
+	}
+}

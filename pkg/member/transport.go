@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -46,6 +47,7 @@ func (m *member) newDialer(control func(network, address string, c syscall.RawCo
 			return nil, errClosing
 		}
 		nc := &notifyingConn{Conn: c, opened: m.pool.opts.Clock.Now(), read: m.heard, closed: m.connClosed, closing: m.refusing}
+		nc.readAt.Store(math.MinInt64)
 		m.connsMu.Lock()
 		m.conns[nc] = struct{}{}
 		m.connsMu.Unlock()
@@ -165,17 +167,34 @@ func (p *trackingPool) ping(ctx context.Context) error {
 // errNoConnection fails the PING of a member with no HTTP/2 connection.
 var errNoConnection = errors.New("no HTTP/2 connection to ping")
 
-// heard is told of every read of bytes from the member, on a connection
-// opened at opened. An Unhealthy member that answers anything, a watch
-// event, a list, a late probe, is probed at once: its return is noticed
-// without waiting for the next probe.
-func (m *member) heard(opened time.Time) {
-	if now := m.pool.opts.Clock.Now(); now.Sub(opened) > m.pool.opts.Health.Timeout {
-		m.heardAt.Store(now.UnixNano())
-	}
+// heard is told of every read of bytes from the member, on c. An
+// Unhealthy member that answers anything, a watch event, a list, a late
+// probe, is probed at once: its return is noticed without waiting for the
+// next probe.
+func (m *member) heard(c *notifyingConn) {
+	c.readAt.Store(m.pool.opts.Clock.Now().UnixNano())
 	if m.State() == StateUnhealthy {
 		m.wake()
 	}
+}
+
+// heardSince reports whether m's server sent anything since since, on a
+// network connection opened before openedBefore and still open: any byte
+// it sends, on a watch, a list or a probe, shows the server alive. That
+// is a byte read since, or one received and not read yet: a process
+// starved of CPU reads its sockets late, and a probe's timeout may fire
+// before its answer, waiting in the socket, is read. A connection opened
+// since does not count: what a new connection reads first is its
+// handshake, which a proxy in front of a dead server would answer too.
+func (m *member) heardSince(openedBefore, since time.Time) bool {
+	m.connsMu.Lock()
+	defer m.connsMu.Unlock()
+	for c := range m.conns {
+		if c.opened.Before(openedBefore) && (c.readAt.Load() >= since.UnixNano() || unread(c.Conn)) {
+			return true
+		}
+	}
+	return false
 }
 
 // connClosed is told of the close of c. Without HTTP/2, an established
@@ -232,15 +251,18 @@ var errClosing = errors.New("member connection closing")
 type notifyingConn struct {
 	net.Conn
 	opened  time.Time
-	read    func(opened time.Time)
+	read    func(*notifyingConn)
 	closed  func(*notifyingConn)
 	closing func() bool
+	// readAt is when the connection last read anything, in Unix
+	// nanoseconds of the pool's clock; math.MinInt64 before its first.
+	readAt atomic.Int64
 }
 
 func (c *notifyingConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
-		c.read(c.opened)
+		c.read(c)
 	}
 	return n, c.describe(err)
 }
