@@ -77,9 +77,12 @@ func (b *bench) benchThousand(ctx context.Context) error {
 		t.fail("start to all settled", "s", fmt.Sprintf("%d of %d members settled within %s", settled.Members, n, settleDeadline), atMost(10, ""))
 		return nil
 	}
-	b.progress("  settled in %.1f s, with %.1f s of CPU", settled.SettledSeconds, settled.CPUSeconds)
+	b.progress("  settled in %.1f s, with %.1f s of CPU, %d false Unhealthy transitions", settled.SettledSeconds, settled.CPUSeconds, settled.UnhealthyTransitions)
 	t.add("start to all settled", "s", settled.SettledSeconds, atMost(10, ""))
 	t.add("CPU to settle", "s", settled.CPUSeconds, nil)
+	// No outage is injected: every change to Unhealthy while the members
+	// settle is a false one, load taken for a failure.
+	t.add("false Unhealthy transitions while the members settle", "transitions", float64(settled.UnhealthyTransitions), atMost(0, ""))
 	memory, err := c.next(time.Minute)
 	if err != nil {
 		return err
