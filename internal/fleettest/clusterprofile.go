@@ -16,12 +16,14 @@ import (
 )
 
 // InstallClusterProfileCRD installs the Cluster Inventory API's
-// ClusterProfile CRD on the hub; installing it again changes nothing.
+// ClusterProfile CRD on the hub, once for the suite, however many tests,
+// parallel or not, ask for it.
 func (s *Suite) InstallClusterProfileCRD(t testing.TB) {
 	t.Helper()
 	s.Need(t)
-	if err := controlplane.InstallClusterProfileCRD(s.Hub); err != nil {
-		t.Fatal(err)
+	s.crdOnce.Do(func() { s.crdErr = controlplane.InstallClusterProfileCRD(s.Hub) })
+	if s.crdErr != nil {
+		t.Fatal(s.crdErr)
 	}
 }
 

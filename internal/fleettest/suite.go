@@ -3,8 +3,10 @@ package fleettest
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,6 +32,11 @@ type Suite struct {
 	MemberCount int
 	// Setup, if set, runs once the API servers are up, before the tests.
 	Setup func(s *Suite) error
+	// Parallel is how many of the package's parallel tests run at once
+	// unless -test.parallel is given; default GOMAXPROCS, as go test's.
+	// Tests that wait on API servers more than they compute may run more
+	// at once than there are cores.
+	Parallel int
 	// Credentials is credential material of the package's own (beyond
 	// the suite's kubeconfigs, kubeconfigtest's and the hostile ones)
 	// that no log line and nothing published on the hub may hold.
@@ -55,12 +62,24 @@ type Suite struct {
 	profileOnce   sync.Once
 	profileClient client.Client
 	profileErr    error
+	crdOnce       sync.Once
+	crdErr        error
+	usersMu       sync.Mutex
 }
 
 // Run is the body of a TestMain: it starts the API servers, runs the
 // tests with m, checks that no credential leaked, stops the API servers
 // and returns the exit code for os.Exit.
 func (s *Suite) Run(m *testing.M) int {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if s.Parallel > 0 && !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(s.Parallel)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	s.Logs = &Logs{}
 	logf.SetLogger(s.Logs.Logger())
 	klog.SetLogger(s.Logs.Logger())
@@ -152,4 +171,32 @@ func (s *Suite) FleetNamespace(t testing.TB) string {
 	ns := fmt.Sprintf("fleet-%d", s.namespaces.Add(1))
 	CreateNamespace(t, s.HubClient, ns)
 	return ns
+}
+
+// AddUser adds user to the API server env and returns it. Envtest's
+// AddUser is not safe for concurrent use; parallel tests add users
+// through this, one at a time.
+func (s *Suite) AddUser(t testing.TB, env *envtest.Environment, user envtest.User) *envtest.AuthenticatedUser {
+	t.Helper()
+	s.Need(t)
+	s.usersMu.Lock()
+	defer s.usersMu.Unlock()
+	u, err := env.AddUser(user, nil)
+	if err != nil {
+		t.Fatalf("adding user %q: %v", user.Name, err)
+	}
+	return u
+}
+
+// AdminKubeconfig returns a kubeconfig of a cluster admin named user of
+// env, credentials embedded, as controlplane.AdminKubeconfig does, safe
+// for parallel tests.
+func (s *Suite) AdminKubeconfig(t testing.TB, env *envtest.Environment, user string) []byte {
+	t.Helper()
+	u := s.AddUser(t, env, envtest.User{Name: user, Groups: []string{"system:masters"}})
+	kc, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
 }

@@ -30,6 +30,7 @@ import (
 var nothing = predicate.NewPredicateFuncs(func(client.Object) bool { return false })
 
 func TestHubObjectFansOutToEveryEngagedMember(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	r := &fleettest.Recorder{}
 	key := func(o client.Object) types.NamespacedName { return client.ObjectKeyFromObject(o) }
@@ -64,6 +65,7 @@ func TestHubObjectFansOutToEveryEngagedMember(t *testing.T) {
 }
 
 func TestClusterFilterSelectsMembersByLabel(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	r := &fleettest.Recorder{}
 	err := fleet.NewControllerManagedBy(f.Manager).
@@ -97,6 +99,7 @@ func TestClusterFilterSelectsMembersByLabel(t *testing.T) {
 }
 
 func TestWatchesMetadata(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	r := &fleettest.Recorder{}
 	err := fleet.NewControllerManagedBy(f.Manager).
@@ -113,6 +116,7 @@ func TestWatchesMetadata(t *testing.T) {
 }
 
 func TestReconcileLoggerCarriesTheRequest(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	done := &fleettest.Recorder{}
 	reconciler := fleet.ReconcilerFunc(func(ctx context.Context, req fleet.Request) (reconcile.Result, error) {
@@ -133,6 +137,7 @@ func TestReconcileLoggerCarriesTheRequest(t *testing.T) {
 // and one added after Build, and that requests for clusters it has not
 // engaged are dropped.
 func TestRawSourcesAndBuild(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	r := &fleettest.Recorder{}
 	early, late := make(chan event.TypedGenericEvent[fleet.Request]), make(chan event.TypedGenericEvent[fleet.Request])

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/clusterprofile"
@@ -39,10 +38,7 @@ func secretReaderPlugin(t *testing.T, namespace string) (plugin, hubKubeconfig s
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the secretreader plugin: %v\n%s", err, out)
 	}
-	kc, err := controlplane.AdminKubeconfig(suite.Hub, "secretreader")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc := suite.AdminKubeconfig(t, suite.Hub, "secretreader")
 	cfg, err := clientcmd.Load(kc)
 	if err != nil {
 		t.Fatal(err)
@@ -117,6 +113,7 @@ func profileProviders(plugin, hubKubeconfig string) *access.Config {
 // with the credentials its exec plugin (the module's secretreader) gives;
 // a plugin the policy does not allow is refused with its reason.
 func TestClusterProfileIsAMember(t *testing.T) {
+	t.Parallel()
 	const ns = "inventory-a"
 	f := profileFleet(t, ns, 0, "east", true)
 	r := &fleettest.Recorder{}
@@ -142,6 +139,7 @@ func TestClusterProfileIsAMember(t *testing.T) {
 }
 
 func TestClusterProfileWithAPluginNotAllowedIsRefused(t *testing.T) {
+	t.Parallel()
 	const ns = "inventory-b"
 	f := profileFleet(t, ns, 1, "west", false)
 	suite.CreateProfile(t, ns, "west", "secretreader", 1, "member-1", nil)
@@ -165,6 +163,7 @@ func TestClusterProfileWithAPluginNotAllowedIsRefused(t *testing.T) {
 // published, though its provider file names the published access
 // provider; it reads the other cluster managers' in the same namespace.
 func TestPublishedClusterProfilesAreNotRead(t *testing.T) {
+	t.Parallel()
 	suite.InstallClusterProfileCRD(t)
 	const ns = "inventory-round-trip"
 	fleettest.CreateNamespace(t, suite.HubClient, ns)
@@ -201,6 +200,7 @@ func TestPublishedClusterProfilesAreNotRead(t *testing.T) {
 // cluster name, <namespace>.<name>: here the one that works at the
 // server the profile names, unlike the victim's.
 func TestClusterProfileCannotChooseItsCredentials(t *testing.T) {
+	t.Parallel()
 	suite.InstallClusterProfileCRD(t)
 	const ns = "inventory-attacker"
 	plugin, hubKubeconfig := secretReaderPlugin(t, ns)
@@ -219,6 +219,7 @@ func TestClusterProfileCannotChooseItsCredentials(t *testing.T) {
 // ClusterProfiles are read from the namespaces named, none by default:
 // whoever writes a profile's status chooses where its credentials go.
 func TestClusterProfilesOfNoNamespaceByDefault(t *testing.T) {
+	t.Parallel()
 	suite.InstallClusterProfileCRD(t)
 	const ns = "inventory-unnamed"
 	fleettest.CreateNamespace(t, suite.HubClient, ns)

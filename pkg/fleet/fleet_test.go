@@ -33,7 +33,7 @@ import (
 // One hub and two members for the whole suite. Each test works in
 // namespaces of its own and runs its own manager on a fleet namespace of
 // its own.
-var suite = &fleettest.Suite{MemberCount: 2}
+var suite = &fleettest.Suite{MemberCount: 2, Parallel: 4}
 
 func TestMain(m *testing.M) { os.Exit(suite.Run(m)) }
 
@@ -42,6 +42,7 @@ func TestMain(m *testing.M) { os.Exit(suite.Run(m)) }
 func memberClusters(m *fleet.Manager) error { return membercluster.Add(m, membercluster.Options{}) }
 
 func TestRequestsCarryTheirClusterName(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	r := &fleettest.Recorder{}
 	f.WatchConfigMaps(t, "routing", "routing", fleet.HubAndMembers, r)
@@ -56,6 +57,7 @@ func TestRequestsCarryTheirClusterName(t *testing.T) {
 }
 
 func TestReconcilerUsesTheMembersClient(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	reconciler := fleet.ReconcilerFunc(func(ctx context.Context, req fleet.Request) (reconcile.Result, error) {
 		if strings.HasSuffix(req.Name, "-seen") {
@@ -141,6 +143,7 @@ func TestDeletedSecretDisengagesItsMember(t *testing.T) {
 }
 
 func TestChangedKubeconfigReengages(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	r := &fleettest.Recorder{}
 	f.WatchConfigMaps(t, "repoint", "repoint", fleet.Members, r)
@@ -170,6 +173,7 @@ func wantHost(t *testing.T, f *fleettest.Fleet, name string, env *envtest.Enviro
 }
 
 func TestControllerAddedLaterSeesEngagedMembers(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	f.Register(t, "early-a", suite.Kubeconfigs[0])
 	f.Register(t, "early-b", suite.Kubeconfigs[1])
@@ -186,6 +190,7 @@ func TestControllerAddedLaterSeesEngagedMembers(t *testing.T) {
 }
 
 func TestHostileSecretsAreRefusedAndIsolated(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	r := &fleettest.Recorder{}
 	f.WatchConfigMaps(t, "isolation", "isolation", fleet.Members, r)
@@ -236,6 +241,7 @@ func TestHostileSecretsAreRefusedAndIsolated(t *testing.T) {
 }
 
 func TestEveryFormatEngagesItsMember(t *testing.T) {
+	t.Parallel()
 	capiNS, argoNS := "capi-formats", "argocd-formats"
 	fleettest.CreateNamespace(t, suite.HubClient, capiNS)
 	fleettest.CreateNamespace(t, suite.HubClient, argoNS)
@@ -283,6 +289,7 @@ func TestEveryFormatEngagesItsMember(t *testing.T) {
 }
 
 func TestConflictingNamesEngageNeither(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	claim := func(secretName string, kubeconfig []byte) *corev1.Secret {
 		s := &corev1.Secret{
@@ -314,6 +321,7 @@ func TestConflictingNamesEngageNeither(t *testing.T) {
 // pairs of them claiming the same name, for the provider to reconcile in
 // parallel: each name ends up as its claims say.
 func TestSecretsRegisteredAtOnceSettleByName(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	var wg sync.WaitGroup
 	create := func(secretName, clusterName string, kubeconfig []byte) *corev1.Secret {
@@ -374,6 +382,7 @@ func TestSecretsRegisteredAtOnceSettleByName(t *testing.T) {
 }
 
 func TestOwnsAndWatchesResolveWithinEachMember(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	r := &fleettest.Recorder{}
 	// The For watch admits no event of its own, so every request below
@@ -425,6 +434,7 @@ func TestOwnsAndWatchesResolveWithinEachMember(t *testing.T) {
 }
 
 func TestEventsAreWrittenToTheirMember(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	reconciler := fleet.ReconcilerFunc(func(ctx context.Context, req fleet.Request) (reconcile.Result, error) {
 		cl, err := f.Manager.GetCluster(ctx, req.ClusterName)

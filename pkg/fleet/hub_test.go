@@ -75,11 +75,9 @@ func TestHubReturnsWithinSeconds(t *testing.T) {
 }
 
 func TestHubDenialLoggedOnce(t *testing.T) {
+	t.Parallel()
 	ns := suite.FleetNamespace(t)
-	nobody, err := suite.Hub.AddUser(envtest.User{Name: "fleet-nobody-" + ns}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nobody := suite.AddUser(t, suite.Hub, envtest.User{Name: "fleet-nobody-" + ns})
 	f := suite.StartFleet(t, fleettest.FleetOptions{Namespace: ns, Config: nobody.Config()})
 	// The reflectors retry their list at 0.8 s, then 1.6 s and more.
 	time.Sleep(5 * time.Second)

@@ -13,6 +13,7 @@ import (
 )
 
 func TestHubClientLimits(t *testing.T) {
+	t.Parallel()
 	cases := map[string]struct {
 		qps       float32
 		burst     int

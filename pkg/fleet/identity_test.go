@@ -27,6 +27,7 @@ func fleetID(t *testing.T, f *fleettest.Fleet) string {
 }
 
 func TestReplicasShareTheFleetsIdentityAcrossRestarts(t *testing.T) {
+	t.Parallel()
 	ns := suite.FleetNamespace(t)
 	a, b := suite.StartFleet(t, fleettest.FleetOptions{Namespace: ns, Setup: memberClusters, Deferred: true}), suite.StartFleet(t, fleettest.FleetOptions{Namespace: ns, Setup: memberClusters, Deferred: true})
 	a.Start(t)
@@ -56,6 +57,7 @@ func TestReplicasShareTheFleetsIdentityAcrossRestarts(t *testing.T) {
 }
 
 func TestAnInvalidIdentityIsReportedNotReplaced(t *testing.T) {
+	t.Parallel()
 	ns := suite.FleetNamespace(t)
 	fleettest.CreateNamespace(t, suite.HubClient, ns)
 	bad := &corev1.ConfigMap{

@@ -69,6 +69,7 @@ func engagedBy(f *fleettest.Fleet, name, controller string) bool {
 }
 
 func TestMemberThatJoinsGetsExistingHubObjects(t *testing.T) {
+	t.Parallel()
 	const ns = "lc-join"
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	r := &fleettest.Recorder{}
@@ -92,6 +93,7 @@ func TestMemberThatJoinsGetsExistingHubObjects(t *testing.T) {
 }
 
 func TestMemberThatReconnectsGetsHubObjects(t *testing.T) {
+	t.Parallel()
 	const ns = "lc-reconnect"
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: fleettest.QuickHealth})
 	r := &fleettest.Recorder{}
@@ -131,6 +133,7 @@ func TestMemberThatReconnectsGetsHubObjects(t *testing.T) {
 }
 
 func TestLabelChangeReachesClusterFilter(t *testing.T) {
+	t.Parallel()
 	const ns, memberName = "lc-gold", "lc-gold-member"
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	gold, witness := &fleettest.Recorder{}, &fleettest.Recorder{}
@@ -363,6 +366,7 @@ func TestFiftyMembers(t *testing.T) {
 // disengaged only once its reconciles in flight have returned, also one
 // that ignores its context, so that nothing it started outlives it.
 func TestRemovalWaitsForReconcilesInFlight(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	var running atomic.Bool
 	started, release := make(chan struct{}), make(chan struct{})

@@ -12,6 +12,7 @@ import (
 )
 
 func TestMetricsFollowMembers(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: fleettest.QuickHealth})
 	r := &fleettest.Recorder{}
 	f.WatchConfigMaps(t, "metered", "metered", fleet.Members, r)

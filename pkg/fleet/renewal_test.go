@@ -111,6 +111,7 @@ func whoIs(t *testing.T, i int, token string) string {
 }
 
 func TestTokenIsRenewedInPlace(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: renewSoon})
 	name := f.Namespace + "-renewed" // the member namespace, the cluster name: new on every run
 	s := f.Register(t, name, serviceAccountMember(t, 0, name))
@@ -250,6 +251,7 @@ func credentialOf(t *testing.T, key types.NamespacedName) kubeconfig.Credential 
 var renewNow = fleet.RenewalOptions{RenewAfter: 1e-6, WarnAfter: 0.5}
 
 func TestRenewalMintsOnlyThroughTheMemberOfItsKubeconfig(t *testing.T) {
+	t.Parallel()
 	// The manager's own renewal is off: the test renews, when it chooses.
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) { o.CredentialRenewal.Disabled = true }})
 	name := f.Namespace + "-behind"
@@ -295,6 +297,7 @@ func TestRenewalMintsOnlyThroughTheMemberOfItsKubeconfig(t *testing.T) {
 }
 
 func TestRenewalAsksForADayAtMost(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) { o.CredentialRenewal.Disabled = true }})
 	name := f.Namespace + "-long"
 	s := f.Register(t, name, serviceAccountMemberFor(t, 0, name, 7*24*3600))

@@ -24,6 +24,7 @@ import (
 // Ready to Unhealthy and back, is deleted with it, and leaves the profiles
 // of other cluster managers alone.
 func TestClusterProfilesArePublished(t *testing.T) {
+	t.Parallel()
 	suite.InstallClusterProfileCRD(t)
 	const ns = "inventory-published"
 	fleettest.CreateNamespace(t, suite.HubClient, ns)
@@ -110,6 +111,7 @@ func healthReason(cp *v1alpha1.ClusterProfile, status metav1.ConditionStatus) st
 // its profile, ControlPlaneHealthy Unknown with the refusal's reason, and
 // no access provider; the profile goes with the name.
 func TestRefusedMemberKeepsItsClusterProfile(t *testing.T) {
+	t.Parallel()
 	suite.InstallClusterProfileCRD(t)
 	const ns = "inventory-refused"
 	fleettest.CreateNamespace(t, suite.HubClient, ns)

@@ -10,7 +10,7 @@ import (
 )
 
 // One hub and two members for the package's tests.
-var suite = &fleettest.Suite{MemberCount: 2}
+var suite = &fleettest.Suite{MemberCount: 2, Parallel: 4}
 
 func TestMain(m *testing.M) { os.Exit(suite.Run(m)) }
 

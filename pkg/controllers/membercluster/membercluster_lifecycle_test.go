@@ -228,6 +228,7 @@ func mclFleetOptions(argoNS string, delay time.Duration) func(o *fleet.Options) 
 // that has just started, whose registry has not read every registration
 // yet: it must not delete the MemberClusters of the ones it has not read.
 func TestLeaderHandoffKeepsMemberClusters(t *testing.T) {
+	t.Parallel()
 	names := []string{"lh-native", "lh-argo"}
 	ns := suite.FleetNamespace(t)
 	argoNS := ns + "-argocd"
@@ -298,6 +299,7 @@ func TestLeaderHandoffKeepsMemberClusters(t *testing.T) {
 // of one that stopped: it must not delete those of registrations it has
 // not read yet.
 func TestRestartKeepsMemberClusters(t *testing.T) {
+	t.Parallel()
 	names := []string{"rs-a", "rs-b", "rs-argo"}
 	ns := suite.FleetNamespace(t)
 	argoNS := ns + "-argocd"
@@ -336,6 +338,7 @@ func TestRestartKeepsMemberClusters(t *testing.T) {
 }
 
 func TestTwoFleetsOnOneHub(t *testing.T) {
+	t.Parallel()
 	a := suite.StartFleet(t, fleettest.FleetOptions{Namespace: suite.FleetNamespace(t), Setup: memberClusters, Deferred: true})
 	a.WatchConfigMaps(t, "tf-in-a", "tf-in-a", fleet.Members, &fleettest.Recorder{})
 	a.Start(t)
@@ -375,6 +378,7 @@ func TestTwoFleetsOnOneHub(t *testing.T) {
 }
 
 func TestUnreadableSecretKeepsItsMemberCluster(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Namespace: suite.FleetNamespace(t), Setup: memberClusters, Deferred: true})
 	f.Start(t)
 	s := f.RegisterSecret(t, &corev1.Secret{
@@ -420,6 +424,7 @@ func refusedKubeconfig(t *testing.T, kubeconfig []byte) []byte {
 }
 
 func TestRefusedMemberLeavesNoMetrics(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Namespace: suite.FleetNamespace(t), Setup: memberClusters, Configure: fleettest.QuickHealth, Deferred: true})
 	r := &fleettest.Recorder{}
 	f.WatchConfigMaps(t, "rm-metered", "rm-metered", fleet.Members, r)

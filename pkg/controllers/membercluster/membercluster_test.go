@@ -146,6 +146,7 @@ func stateEvents(t *testing.T, name string) []eventsv1.Event {
 // Propagation controller reports them to the registry, reach its
 // MemberCluster, the oldest 20 listed and all counted, and go with them.
 func TestMemberClusterShowsOwedRemovals(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	f.Register(t, "owing", suite.Kubeconfigs[0])
 	suite.WaitMemberCluster(t, "owing", "Ready", func(mc *fleetv1alpha1.MemberCluster) bool { return mc.Status.State == fleetv1alpha1.MemberStateReady })
@@ -167,6 +168,7 @@ func TestMemberClusterShowsOwedRemovals(t *testing.T) {
 }
 
 func TestMemberClusterCarriesTheRefusal(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	f.Register(t, "refused", fleettest.HostileKubeconfig("https://10.0.0.1", `{exec: {command: kubelogin, apiVersion: client.authentication.k8s.io/v1}}`))
 	mc := suite.WaitMemberCluster(t, "refused", "refused", func(mc *fleetv1alpha1.MemberCluster) bool {
@@ -222,6 +224,7 @@ func containsInOrder[T comparable](got []T, want ...T) bool {
 }
 
 func TestMissingKindHoldsBackOnlyItsController(t *testing.T) {
+	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
 	working := &fleettest.Recorder{}
 	f.WatchConfigMaps(t, "working", "missing-kind", fleet.Members, working)
