@@ -45,13 +45,13 @@ type childReport struct {
 	CPUSeconds     float64 `json:"cpuSeconds,omitempty"`
 	// UnhealthyTransitions counts the members' changes to Unhealthy
 	// until they settled ("settled", fleet).
-	UnhealthyTransitions int64 `json:"unhealthyTransitions,omitempty"`
-	RSSBytes       int64   `json:"rssBytes,omitempty"`
-	SteadyRSSBytes int64   `json:"steadyRSSBytes,omitempty"`
-	HeapBytes      uint64  `json:"heapBytes,omitempty"`
-	Goroutines     int     `json:"goroutines,omitempty"`
-	StackBytes     uint64  `json:"stackBytes,omitempty"`
-	Sockets        int     `json:"sockets,omitempty"`
+	UnhealthyTransitions int64  `json:"unhealthyTransitions,omitempty"`
+	RSSBytes             int64  `json:"rssBytes,omitempty"`
+	SteadyRSSBytes       int64  `json:"steadyRSSBytes,omitempty"`
+	HeapBytes            uint64 `json:"heapBytes,omitempty"`
+	Goroutines           int    `json:"goroutines,omitempty"`
+	StackBytes           uint64 `json:"stackBytes,omitempty"`
+	Sockets              int    `json:"sockets,omitempty"`
 	// CPUFraction is the CPU time over a window, as a fraction of one
 	// core ("idle").
 	CPUFraction float64 `json:"cpuFraction,omitempty"`

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
@@ -172,7 +174,7 @@ func (c *transitionCounter) Enabled(level int) bool {
 func (c *transitionCounter) Info(level int, msg string, kv ...any) {
 	if level == 0 && msg == "Member state changed" {
 		for i := 0; i+1 < len(kv); i += 2 {
-			if kv[i] == "to" && kv[i+1] == any(member.StateUnhealthy) {
+			if kv[i] == "to" && kv[i+1] == any(fleetv1alpha1.MemberStateUnhealthy) {
 				unhealthyTransitions.Add(1)
 			}
 		}

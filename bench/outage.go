@@ -14,13 +14,14 @@ import (
 	"syscall"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 const (
@@ -113,7 +114,7 @@ func (b *bench) outage(ctx context.Context, f *benchFleet, name, object string, 
 	}
 	if err := await(name+" Unhealthy", 2*time.Minute, func() bool {
 		state, _ := f.mgr.MemberState(name)
-		return state == member.StateUnhealthy
+		return state == fleetv1alpha1.MemberStateUnhealthy
 	}); err != nil {
 		_, restoreErr := restore()
 		return 0, 0, errors.Join(err, restoreErr)

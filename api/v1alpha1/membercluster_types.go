@@ -60,6 +60,9 @@ const (
 	MemberStateDisconnected MemberState = "Disconnected"
 )
 
+// MemberStates are the states of a member, in the order of its life.
+var MemberStates = []MemberState{MemberStatePending, MemberStateConnecting, MemberStateReady, MemberStateUnhealthy, MemberStateDisconnected}
+
 // ProbeResult is the outcome of one health probe.
 //
 // +kubebuilder:validation:Enum=Success;Failure

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -17,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fleetkube/fleet-manager/internal/enroll"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // memberFlags say how a person's own kubeconfig reaches a member.
@@ -98,7 +99,7 @@ probes any more.`,
 				return err
 			}
 			o.Name = args[0]
-			if err := member.ValidateName(o.Name); err != nil {
+			if err := registry.ValidateName(o.Name); err != nil {
 				return err
 			}
 			if err := o.Validate(); err != nil {

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetkube/fleet-manager/internal/enroll"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // newUnregisterCommand returns "unregister NAME".
@@ -49,7 +50,7 @@ reason. Without --cleanup, the member is left untouched.`,
 		Args: exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			if err := member.ValidateName(name); err != nil {
+			if err := registry.ValidateName(name); err != nil {
 				return err
 			}
 			var memberCfg *rest.Config

@@ -26,7 +26,6 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -124,7 +123,7 @@ func (o *Options) Validate() error {
 		o.DryRun = DryRunNone
 	}
 	var errs []error
-	if err := member.ValidateName(o.Name); err != nil {
+	if err := registry.ValidateName(o.Name); err != nil {
 		errs = append(errs, err)
 	}
 	switch {

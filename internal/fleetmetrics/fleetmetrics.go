@@ -5,10 +5,11 @@ import (
 	"sync"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetkube/fleet-manager/internal/metrics"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -25,15 +26,6 @@ const (
 	resultFailure = "failure"
 	resultError   = "error"
 )
-
-// memberStates are the values of fleet_member_state's state label.
-var memberStates = []member.State{
-	member.StatePending,
-	member.StateConnecting,
-	member.StateReady,
-	member.StateUnhealthy,
-	member.StateDisconnected,
-}
 
 // Fleet are the per-cluster series of a fleet, registered once.
 //
@@ -168,8 +160,8 @@ func (m *Fleet) Follow(clusterName string, c *registry.Cluster) {
 		return
 	}
 	m.live[clusterName] = true
-	m.memberReady.WithLabelValues(clusterName).Set(boolValue(c.State == member.StateReady))
-	for _, s := range memberStates {
+	m.memberReady.WithLabelValues(clusterName).Set(boolValue(c.State == fleetv1alpha1.MemberStateReady))
+	for _, s := range fleetv1alpha1.MemberStates {
 		m.memberState.WithLabelValues(clusterName, string(s)).Set(boolValue(c.State == s))
 	}
 	failures := 0
@@ -185,7 +177,7 @@ func (m *Fleet) Follow(clusterName string, c *registry.Cluster) {
 }
 
 // ObserveProbe records one health probe of a live cluster.
-func (m *Fleet) ObserveProbe(clusterName string, result member.ProbeResult) {
+func (m *Fleet) ObserveProbe(clusterName string, result registry.ProbeResult) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if !m.live[clusterName] {
@@ -200,7 +192,7 @@ func (m *Fleet) ObserveProbe(clusterName string, result member.ProbeResult) {
 func (m *Fleet) ObserveEngage(clusterName, controller string, took time.Duration, err error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if !m.live[clusterName] && clusterName != member.HubName {
+	if !m.live[clusterName] && clusterName != registry.HubName {
 		return
 	}
 	m.engageDuration.WithLabelValues(clusterName, controller).Observe(took.Seconds())
@@ -238,7 +230,7 @@ func (m *Fleet) reconcileSeriesOf(controller, clusterName string) *reconcileSeri
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.live[clusterName] && clusterName != member.HubName {
+	if !m.live[clusterName] && clusterName != registry.HubName {
 		return nil
 	}
 	if s = m.reconcileSeries[key]; s == nil {

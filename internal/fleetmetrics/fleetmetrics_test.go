@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -32,10 +33,10 @@ func newTestMetrics(t *testing.T) (*Fleet, *prometheus.Registry) {
 // "b" is Ready; each has one failed and one good engagement and
 // reconcile.
 func feedMetrics(m *Fleet) {
-	ok := member.ProbeResult{Duration: 20 * time.Millisecond}
-	failed := member.ProbeResult{Duration: 3 * time.Second, Err: errMetricsTest, ConsecutiveFailures: 1}
-	m.Follow("a", registered("a", member.StateUnhealthy, &failed))
-	m.Follow("b", registered("b", member.StateReady, &ok))
+	ok := registry.ProbeResult{Duration: 20 * time.Millisecond}
+	failed := registry.ProbeResult{Duration: 3 * time.Second, Err: errMetricsTest, ConsecutiveFailures: 1}
+	m.Follow("a", registered("a", fleetv1alpha1.MemberStateUnhealthy, &failed))
+	m.Follow("b", registered("b", fleetv1alpha1.MemberStateReady, &ok))
 	m.ObserveProbe("a", ok)
 	m.ObserveProbe("a", failed)
 	m.ObserveProbe("b", ok)
@@ -49,7 +50,7 @@ func feedMetrics(m *Fleet) {
 }
 
 // registered returns an accepted cluster in state, after probe.
-func registered(name string, state member.State, probe *member.ProbeResult) *registry.Cluster {
+func registered(name string, state fleetv1alpha1.MemberState, probe *registry.ProbeResult) *registry.Cluster {
 	return &registry.Cluster{Name: name, Claims: []registry.Claim{{}}, State: state, Probe: probe}
 }
 
@@ -157,7 +158,7 @@ func TestFleetMetricsFollowRegistration(t *testing.T) {
 	if n := seriesByCluster(t, reg)["a"]; n != 0 {
 		t.Fatalf("%d series of a cluster never registered, want 0", n)
 	}
-	m.Follow("a", registered("a", member.StateReady, nil))
+	m.Follow("a", registered("a", fleetv1alpha1.MemberStateReady, nil))
 	m.ObserveReconcile("widgets", "a", time.Millisecond, errMetricsTest)
 	if got := testutil.ToFloat64(m.memberReady.WithLabelValues("a")); got != 1 {
 		t.Fatalf("fleet_member_ready{cluster=a} = %v, want 1", got)
@@ -165,13 +166,13 @@ func TestFleetMetricsFollowRegistration(t *testing.T) {
 	refused := registered("a", "", nil)
 	refused.Refusal = &kubeconfig.RefusedError{Reason: "ExecPluginNotAllowed"}
 	m.Follow("a", refused)
-	m.ObserveProbe("a", member.ProbeResult{})
+	m.ObserveProbe("a", registry.ProbeResult{})
 	m.ObserveEngage("a", "widgets", time.Millisecond, nil)
 	m.ObserveReconcile("widgets", "a", time.Millisecond, nil)
 	if n := seriesByCluster(t, reg)["a"]; n != 0 {
 		t.Fatalf("%d series of a refused cluster, want 0", n)
 	}
-	m.Follow("a", registered("a", member.StateReady, nil))
+	m.Follow("a", registered("a", fleetv1alpha1.MemberStateReady, nil))
 	m.ObserveReconcile("widgets", "a", time.Millisecond, nil)
 	want := `
 # HELP fleet_reconcile_errors_total Reconciles per controller and cluster that returned an error.
@@ -190,7 +191,7 @@ fleet_reconciles_total{cluster="a",controller="widgets",result="success"} 1
 
 func TestFleetMetricsReconcileDoesNotAllocate(t *testing.T) {
 	m, _ := newTestMetrics(t)
-	m.Follow("a", registered("a", member.StateReady, nil))
+	m.Follow("a", registered("a", fleetv1alpha1.MemberStateReady, nil))
 	m.ObserveReconcile("widgets", "a", time.Millisecond, nil)
 	if n := testing.AllocsPerRun(100, func() {
 		m.ObserveReconcile("widgets", "a", time.Millisecond, nil)
@@ -229,7 +230,7 @@ func TestFleetMetricsRegisterTwice(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second NewFleet: %v", err)
 	}
-	second.Follow("a", registered("a", member.StateReady, nil))
+	second.Follow("a", registered("a", fleetv1alpha1.MemberStateReady, nil))
 	if got := testutil.ToFloat64(first.memberReady.WithLabelValues("a")); got != 1 {
 		t.Errorf("fleet_member_ready{cluster=a} through the first = %v, want 1: the collectors are not shared", got)
 	}

@@ -22,7 +22,6 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -225,7 +224,7 @@ func (f *Fleet) WaitEngaged(t testing.TB, names ...string) {
 }
 
 // WaitState waits until member name is in state want.
-func (f *Fleet) WaitState(t testing.TB, name string, want member.State) {
+func (f *Fleet) WaitState(t testing.TB, name string, want fleetv1alpha1.MemberState) {
 	t.Helper()
 	poll.Until(t, name+" "+string(want), func() bool {
 		got, _ := f.Manager.MemberState(name)

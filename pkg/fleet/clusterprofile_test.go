@@ -22,7 +22,6 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/clusterprofile"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -120,7 +119,7 @@ func TestClusterProfileIsAMember(t *testing.T) {
 	f.WatchConfigMaps(t, "profiles", ns, fleet.Members, r)
 	suite.CreateProfile(t, ns, "east", "secretreader", 0, "member-0", map[string]string{"region": "east"})
 	const name = ns + ".east"
-	f.WaitState(t, name, member.StateReady)
+	f.WaitState(t, name, fleetv1alpha1.MemberStateReady)
 	fleettest.CreateConfigMap(t, suite.MemberClients[0], ns, "hello")
 	r.WaitFor(t, fleettest.Request(name, ns, "hello"))
 	poll.Until(t, "a MemberCluster with the profile's labels and format", func() bool {
@@ -213,7 +212,7 @@ func TestClusterProfileCannotChooseItsCredentials(t *testing.T) {
 	// The attacker's server is member 1, where the victim's token of
 	// member 0 is worthless and its own works.
 	suite.CreateProfile(t, ns, "attacker", "secretreader", 1, "victim", nil)
-	f.WaitState(t, ns+".attacker", member.StateReady)
+	f.WaitState(t, ns+".attacker", fleetv1alpha1.MemberStateReady)
 }
 
 // ClusterProfiles are read from the namespaces named, none by default:
@@ -271,12 +270,12 @@ func TestClusterProfileCredentialsRenew(t *testing.T) {
 	fleettest.CreateNamespace(t, suite.HubClient, ns)
 	suite.CreateProfile(t, ns, "renewing", "expiring", 0, "renewing", nil)
 	const name = ns + ".renewing"
-	f.WaitState(t, name, member.StateReady)
+	f.WaitState(t, name, fleetv1alpha1.MemberStateReady)
 	poll.Until(t, "three tokens from the plugin", func() bool {
 		data, _ := os.ReadFile(calls)
 		return strings.Count(string(data), "\n") >= 3
 	})
-	if state, _ := f.Manager.MemberState(name); state != member.StateReady || unhealthy(f, name) != "" {
+	if state, _ := f.Manager.MemberState(name); state != fleetv1alpha1.MemberStateReady || unhealthy(f, name) != "" {
 		t.Fatalf("member %s while its tokens renewed, or was Unhealthy meanwhile", state)
 	}
 	if engaged := f.Logs.Count(`"cluster"="`+name+`"`, `"msg"="Engaging member"`); engaged != 1 {

@@ -13,7 +13,6 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/fleetmetrics"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -82,7 +81,7 @@ func (e engagements) String() string { return "fleet engagements of " + e.c.name
 // of its sources watch: a watch elsewhere may map objects to requests for
 // it.
 func (c *controller) Accepts(clusterName string) bool {
-	return clusterName == member.HubName || c.accepts == nil || c.accepts(clusterName)
+	return clusterName == registry.HubName || c.accepts == nil || c.accepts(clusterName)
 }
 
 // Engage starts every source of the controller in cl, then waits, at most
@@ -145,16 +144,16 @@ func (c *controller) Engage(ctx context.Context, clusterName string, cl cluster.
 			return fmt.Errorf("%s: informer not synced within %s", s.src, c.syncTimeout)
 		}
 	}
-	if clusterName == member.HubName {
+	if clusterName == registry.HubName {
 		return nil
 	}
 	for _, scoped := range c.sources {
 		kind, fansOut := scoped.src.(*engage.Kind)
-		if !scoped.fansOut || !fansOut || !scoped.clusters.include(member.HubName) {
+		if !scoped.fansOut || !fansOut || !scoped.clusters.include(registry.HubName) {
 			continue
 		}
 		replayCtx, stop := context.WithTimeout(ctx, c.syncTimeout)
-		err := kind.Replay(replayCtx, member.HubName, c.hub, c.queue, clusterName)
+		err := kind.Replay(replayCtx, registry.HubName, c.hub, c.queue, clusterName)
 		stop()
 		if ctx.Err() != nil {
 			return nil
@@ -260,7 +259,7 @@ const (
 )
 
 func (c Clusters) include(clusterName string) bool {
-	if clusterName == member.HubName {
+	if clusterName == registry.HubName {
 		return c != Members
 	}
 	return c != Hub

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,14 +29,14 @@ func TestMemberGoesDownAndComesBack(t *testing.T) {
 	f.WatchConfigMaps(t, "flaky", "flaky", fleet.Members, r)
 	kc, proxy := fleettest.ViaProxy(t, suite.Kubeconfigs[0])
 	f.Register(t, "flaky", kc)
-	f.WaitState(t, "flaky", member.StateReady)
+	f.WaitState(t, "flaky", fleetv1alpha1.MemberStateReady)
 	fleettest.CreateConfigMap(t, suite.MemberClients[0], "flaky", "before")
 	r.WaitFor(t, fleettest.Request("flaky", "flaky", "before"))
 
 	proxy.Down()
-	f.WaitState(t, "flaky", member.StateUnhealthy)
+	f.WaitState(t, "flaky", fleetv1alpha1.MemberStateUnhealthy)
 	reconciledWhileUp := r.Count()
-	f.WaitState(t, "flaky", member.StateDisconnected)
+	f.WaitState(t, "flaky", fleetv1alpha1.MemberStateDisconnected)
 	fleettest.CreateConfigMap(t, suite.MemberClients[0], "flaky", "while-down")
 	if _, err := f.Manager.GetCluster(t.Context(), "flaky"); err == nil {
 		t.Fatal("a Disconnected member still has a cluster")
@@ -46,7 +48,7 @@ func TestMemberGoesDownAndComesBack(t *testing.T) {
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
 	}
-	f.WaitState(t, "flaky", member.StateReady)
+	f.WaitState(t, "flaky", fleetv1alpha1.MemberStateReady)
 	r.WaitFor(t, fleettest.Request("flaky", "flaky", "while-down"))
 	fleettest.CreateConfigMap(t, suite.MemberClients[0], "flaky", "after")
 	r.WaitFor(t, fleettest.Request("flaky", "flaky", "after"))
@@ -73,7 +75,7 @@ func TestMemberBackFromUnhealthyListsAgain(t *testing.T) {
 	r.WaitFor(t, fleettest.Request("away", "away", "before"))
 
 	proxy.Down()
-	f.WaitState(t, "away", member.StateUnhealthy)
+	f.WaitState(t, "away", fleetv1alpha1.MemberStateUnhealthy)
 	fleettest.CreateConfigMap(t, suite.MemberClients[0], "away", "while-away")
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
@@ -97,7 +99,7 @@ func TestHungMemberDelaysOnlyItself(t *testing.T) {
 
 	fleettest.CreateConfigMap(t, suite.MemberClients[0], "hung", "works")
 	r.WaitFor(t, fleettest.Request("responsive", "hung", "works"))
-	if state, _ := f.Manager.MemberState("hung"); state == member.StateReady {
+	if state, _ := f.Manager.MemberState("hung"); state == fleetv1alpha1.MemberStateReady {
 		t.Fatal("a member that never answers is Ready")
 	}
 	// From the log: fleettest.QuickHealth disconnects it 2 seconds after its first
@@ -140,7 +142,7 @@ func TestFloodedMemberStaysReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Register(t, "flooded", suite.Kubeconfigs[1])
-	f.WaitState(t, "flooded", member.StateReady)
+	f.WaitState(t, "flooded", fleetv1alpha1.MemberStateReady)
 	fleettest.CreateNamespace(t, suite.MemberClients[1], "flooded")
 	t.Cleanup(func() { deleteConfigMaps(t, suite.MemberClients[1], "flooded") })
 
@@ -173,7 +175,7 @@ func TestMemberWithBusyWatchStaysReady(t *testing.T) {
 	r := &busyReconciler{}
 	f.WatchConfigMaps(t, "chatty", "chatty", fleet.Members, r)
 	f.Register(t, "chatty", suite.Kubeconfigs[1])
-	f.WaitState(t, "chatty", member.StateReady)
+	f.WaitState(t, "chatty", fleetv1alpha1.MemberStateReady)
 	t.Cleanup(func() { deleteConfigMaps(t, suite.MemberClients[1], "chatty") })
 
 	// Patches go out on a ticker through several writers, each to a

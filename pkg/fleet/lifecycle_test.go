@@ -101,13 +101,13 @@ func TestMemberThatReconnectsGetsHubObjects(t *testing.T) {
 	kc, proxy := fleettest.ViaProxy(t, suite.Kubeconfigs[0])
 	f.Register(t, "lc-returner", kc)
 	f.Register(t, "lc-reconnect-witness", suite.Kubeconfigs[1])
-	f.WaitState(t, "lc-returner", member.StateReady)
+	f.WaitState(t, "lc-returner", fleetv1alpha1.MemberStateReady)
 	f.WaitEngaged(t, "lc-returner", "lc-reconnect-witness")
 	lcConfigMap(t, suite.HubClient, ns, "before")
 	r.WaitFor(t, fleettest.Request("lc-returner", ns, "before"), fleettest.Request("lc-reconnect-witness", ns, "before"))
 
 	proxy.Down()
-	f.WaitState(t, "lc-returner", member.StateDisconnected)
+	f.WaitState(t, "lc-returner", fleetv1alpha1.MemberStateDisconnected)
 	poll.Until(t, "lc-returner no longer engaged", func() bool { return !slices.Contains(f.Manager.ClusterNames(), "lc-returner") })
 	lcConfigMap(t, suite.HubClient, ns, "while-away")
 	before := &corev1.ConfigMap{}
@@ -128,7 +128,7 @@ func TestMemberThatReconnectsGetsHubObjects(t *testing.T) {
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
 	}
-	f.WaitState(t, "lc-returner", member.StateReady)
+	f.WaitState(t, "lc-returner", fleetv1alpha1.MemberStateReady)
 	r.WaitFor(t, fleettest.Request("lc-returner", ns, "while-away"))
 }
 
@@ -220,7 +220,7 @@ func TestHoldWiredEndToEnd(t *testing.T) {
 	t.Cleanup(release)
 	kc, proxy := fleettest.ViaProxy(t, suite.Kubeconfigs[0])
 	f.Register(t, memberName, kc)
-	f.WaitState(t, memberName, member.StateReady)
+	f.WaitState(t, memberName, fleetv1alpha1.MemberStateReady)
 	f.WaitEngaged(t, memberName)
 
 	lcConfigMap(t, suite.MemberClients[0], ns, "first")
@@ -238,14 +238,14 @@ func TestHoldWiredEndToEnd(t *testing.T) {
 	poll.Until(t, "the member's requests queued", func() bool { return queueDepth(t, ctrl, memberName) >= float64(len(queued)) })
 
 	proxy.Down()
-	f.WaitState(t, memberName, member.StateUnhealthy)
+	f.WaitState(t, memberName, fleetv1alpha1.MemberStateUnhealthy)
 	// The hold follows the registry's event; give it a moment.
 	time.Sleep(300 * time.Millisecond)
 	release()
 	r.WaitFor(t, fleettest.Request(memberName, ns, "first"))
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
-		if state, _ := f.Manager.MemberState(memberName); state != member.StateUnhealthy {
+		if state, _ := f.Manager.MemberState(memberName); state != fleetv1alpha1.MemberStateUnhealthy {
 			t.Fatalf("the member turned %s while the test needed it Unhealthy", state)
 		}
 		for _, req := range queued {
@@ -259,7 +259,7 @@ func TestHoldWiredEndToEnd(t *testing.T) {
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
 	}
-	f.WaitState(t, memberName, member.StateReady)
+	f.WaitState(t, memberName, fleetv1alpha1.MemberStateReady)
 	r.WaitFor(t, queued...)
 }
 

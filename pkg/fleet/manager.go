@@ -207,7 +207,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		// The hub is engaged like a member, under the name "", for as
 		// long as this replica leads.
 		manager.RunnableFunc(func(ctx context.Context) error {
-			m.engager.Serve(ctx, member.HubName, hub)
+			m.engager.Serve(ctx, registry.HubName, hub)
 			return nil
 		}),
 		&memberSync{m: m, log: log.WithName("members"), recorder: hub.GetEventRecorder("fleet-manager")},
@@ -237,7 +237,7 @@ func setGCPercent(percent int, log logr.Logger) {
 
 // observeMember takes every state and probe of every member: the registry
 // publishes the state, and the metrics count the probe.
-func (m *Manager) observeMember(clusterName string, state member.State, probe *member.ProbeResult) {
+func (m *Manager) observeMember(clusterName string, state fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
 	m.registry.ObserveState(clusterName, state, probe)
 	if probe != nil {
 		m.metrics.ObserveProbe(clusterName, *probe)
@@ -255,7 +255,7 @@ func (m *Manager) addController(c *controller) {
 // GetCluster returns the cluster named clusterName: the hub for "", else
 // the member, or an error wrapping member.ErrClusterNotFound.
 func (m *Manager) GetCluster(_ context.Context, clusterName string) (cluster.Cluster, error) {
-	if clusterName == member.HubName {
+	if clusterName == registry.HubName {
 		return m.Manager, nil
 	}
 	return m.pool.Get(clusterName)
@@ -274,7 +274,7 @@ func (m *Manager) GetClusterEventRecorder(ctx context.Context, clusterName, name
 
 // MemberState returns the state of member clusterName, and false if no
 // such member is registered.
-func (m *Manager) MemberState(clusterName string) (member.State, bool) {
+func (m *Manager) MemberState(clusterName string) (fleetv1alpha1.MemberState, bool) {
 	c, ok := m.registry.Get(clusterName)
 	if !ok || !c.Accepted() {
 		return "", false
@@ -300,7 +300,7 @@ func (m *Manager) Engagements(clusterName string) []engage.Engagement {
 
 // ClusterNames returns the names of the engaged members, sorted.
 func (m *Manager) ClusterNames() []string {
-	return slices.DeleteFunc(m.engager.Clusters(), func(name string) bool { return name == member.HubName })
+	return slices.DeleteFunc(m.engager.Clusters(), func(name string) bool { return name == registry.HubName })
 }
 
 // GetFieldIndexer returns an indexer that adds each index to the hub and

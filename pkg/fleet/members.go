@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -80,7 +81,9 @@ func (s *memberSync) settle(ctx context.Context, e registry.Event) {
 func accepted(c *registry.Cluster) bool { return c != nil && c.Accepted() }
 
 // held reports whether c's work is held: it is accepted and Unhealthy.
-func held(c *registry.Cluster) bool { return c.Accepted() && c.State == member.StateUnhealthy }
+func held(c *registry.Cluster) bool {
+	return c.Accepted() && c.State == fleetv1alpha1.MemberStateUnhealthy
+}
 
 var errRefused = errors.New("registration refused")
 

@@ -12,7 +12,6 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -42,7 +41,7 @@ func TestTenantSecretClaimingAMembersNameChangesNothing(t *testing.T) {
 	}
 	f.WaitEngaged(t, "eu-1", tenantNS+".db")
 	for _, name := range []string{"eu-1", tenantNS + ".db"} {
-		f.WaitState(t, name, member.StateReady)
+		f.WaitState(t, name, fleetv1alpha1.MemberStateReady)
 	}
 
 	tenant := func(secretName string, annotations map[string]string) *corev1.Secret {
@@ -78,7 +77,7 @@ func TestTenantSecretClaimingAMembersNameChangesNothing(t *testing.T) {
 	})
 
 	for _, name := range []string{"eu-1", tenantNS + ".db"} {
-		if state, _ := f.Manager.MemberState(name); state != member.StateReady || unhealthy(f, name) != "" {
+		if state, _ := f.Manager.MemberState(name); state != fleetv1alpha1.MemberStateReady || unhealthy(f, name) != "" {
 			t.Errorf("%s is %s, or was Unhealthy, once a tenant claimed its name", name, state)
 		}
 		wantHost(t, f, name, suite.Members[0])

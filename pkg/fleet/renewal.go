@@ -237,16 +237,16 @@ func (r *credentialRenewal) evaluate(ctx context.Context, queue workqueue.TypedD
 	r.requeue(queue, name, t, now)
 }
 
-func registration(c *registry.Cluster, ok bool) (member.Registration, int64, bool) {
+func registration(c *registry.Cluster, ok bool) (registry.Registration, int64, bool) {
 	if !ok {
-		return member.Registration{}, 0, false
+		return registry.Registration{}, 0, false
 	}
 	return c.Registration()
 }
 
 // track returns what is kept of name's kubeconfig of generation,
 // describing it first if it is new.
-func (r *credentialRenewal) track(name string, c *registry.Cluster, reg member.Registration, generation int64) (*tracked, error) {
+func (r *credentialRenewal) track(name string, c *registry.Cluster, reg registry.Registration, generation int64) (*tracked, error) {
 	r.mu.Lock()
 	t := r.tracked[name]
 	r.mu.Unlock()

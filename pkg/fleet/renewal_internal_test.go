@@ -5,17 +5,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // SetMember runs reg in m's member pool, as the member sync does for a
 // registration: the renewal tests make the pool lag behind the registry.
-func SetMember(m *Manager, reg member.Registration) error { return m.pool.Set(reg) }
+func SetMember(m *Manager, reg registry.Registration) error { return m.pool.Set(reg) }
 
 // RenewOnce evaluates cluster name's credential once, with opts and the
 // default kubeconfig policy, as the manager's renewal does when it wakes.

@@ -27,7 +27,6 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -272,7 +271,7 @@ func TestRenewalMintsOnlyThroughTheMemberOfItsKubeconfig(t *testing.T) {
 
 	// The pool lags behind the registry: it still runs an earlier
 	// kubeconfig, of another server, under the name.
-	if err := fleet.SetMember(f.Manager, member.Registration{ClusterName: name, Kubeconfig: onMember0}); err != nil {
+	if err := fleet.SetMember(f.Manager, registry.Registration{ClusterName: name, Kubeconfig: onMember0}); err != nil {
 		t.Fatal(err)
 	}
 	runsOn(0)
@@ -285,7 +284,7 @@ func TestRenewalMintsOnlyThroughTheMemberOfItsKubeconfig(t *testing.T) {
 	}
 
 	// Once the pool runs the Secret's kubeconfig, the renewal goes ahead.
-	if err := fleet.SetMember(f.Manager, member.Registration{ClusterName: name, Kubeconfig: onMember1}); err != nil {
+	if err := fleet.SetMember(f.Manager, registry.Registration{ClusterName: name, Kubeconfig: onMember1}); err != nil {
 		t.Fatal(err)
 	}
 	runsOn(1)

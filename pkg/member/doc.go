@@ -4,10 +4,12 @@
 //
 // # Registration
 //
-// A [Registration] is a cluster name and its kubeconfig. [Pool.Set] parses
-// the kubeconfig with the pool's kubeconfig.Policy before any client is
-// built. Member names are DNS-1123 subdomains ([ValidateName]); ""
-// ([HubName]) is the hub.
+// A [registry.Registration] is a cluster name and its kubeconfig.
+// [Pool.Set] parses the kubeconfig with the pool's kubeconfig.Policy
+// before any client is built. Member names are DNS-1123 subdomains
+// ([registry.ValidateName]); "" ([registry.HubName]) is the hub. A
+// member's state is the API's MemberState, and each probe's outcome a
+// [registry.ProbeResult].
 //
 // # Members
 //

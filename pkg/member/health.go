@@ -6,28 +6,12 @@ import (
 	"sync"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
-)
-
-// State is where a member is in its life.
-type State string
-
-const (
-	// StatePending: registered, waiting for the pool to start.
-	StatePending State = "Pending"
-	// StateConnecting: its cluster is starting, or starting again after a
-	// disconnection; no probe has succeeded since.
-	StateConnecting State = "Connecting"
-	// StateReady: engaged, and its last probe succeeded.
-	StateReady State = "Ready"
-	// StateUnhealthy: FailureThreshold probes in a row failed. Its work is
-	// held and its informers are kept, so a short blip costs no re-list.
-	StateUnhealthy State = "Unhealthy"
-	// StateDisconnected: probes kept failing for DisconnectAfter. Its
-	// cluster is torn down; probing goes on, and the next success
-	// reconnects it.
-	StateDisconnected State = "Disconnected"
 )
 
 // HealthOptions set how members are probed. A probe is a
@@ -111,7 +95,7 @@ func (o *HealthOptions) setDefaults() {
 // guards it.
 type health struct {
 	opts         HealthOptions
-	state        State
+	state        fleetv1alpha1.MemberState
 	failures     int
 	failingSince time.Time
 	// succeeded is whether the last probe counted succeeded.
@@ -124,14 +108,14 @@ type health struct {
 // record takes one probe result at now and returns the new state.
 // connected says whether the member's cluster is running; silent, that
 // the probe timed out with nothing heard from the member.
-func (h *health) record(now time.Time, err error, connected, silent bool) State {
+func (h *health) record(now time.Time, err error, connected, silent bool) fleetv1alpha1.MemberState {
 	h.succeeded = err == nil
 	if err == nil {
 		h.failures = 0
 		if connected {
-			h.state = StateReady
+			h.state = fleetv1alpha1.MemberStateReady
 		} else {
-			h.state = StateConnecting
+			h.state = fleetv1alpha1.MemberStateConnecting
 		}
 		return h.state
 	}
@@ -140,11 +124,11 @@ func (h *health) record(now time.Time, err error, connected, silent bool) State 
 	}
 	h.failures++
 	switch {
-	case h.state == StateDisconnected:
+	case h.state == fleetv1alpha1.MemberStateDisconnected:
 	case now.Sub(h.failingSince) >= h.opts.DisconnectAfter:
-		h.state = StateDisconnected
+		h.state = fleetv1alpha1.MemberStateDisconnected
 	case silent || h.failures >= h.opts.FailureThreshold:
-		h.state = StateUnhealthy
+		h.state = fleetv1alpha1.MemberStateUnhealthy
 	}
 	return h.state
 }
@@ -177,7 +161,7 @@ type prober struct {
 	// opened more than a probe timeout before, and still open.
 	establishedAt func(t time.Time) bool
 	// report is called after each probe with its result and the state.
-	report func(result ProbeResult, state State)
+	report func(result registry.ProbeResult, state fleetv1alpha1.MemberState)
 
 	// running counts the probe under way: stop waits for it.
 	running sync.WaitGroup
@@ -206,26 +190,6 @@ type prober struct {
 // wake asks for, so that a member whose watches stream while its probes
 // fail is not probed in a loop.
 const wakeGap = 10 * time.Millisecond
-
-// ProbeResult is the outcome of one probe.
-type ProbeResult struct {
-	Time     time.Time
-	Duration time.Duration
-	Err      error
-	// CredentialsRejected is true for a 401 or 403.
-	CredentialsRejected bool
-	// Busy is true for a probe that timed out while the member kept
-	// sending on its connections: it counts as a success, and Err is nil.
-	Busy bool
-	// Excused is true for a probe that timed out, Err, but proves nothing
-	// of the member: this process noticed the timeout late, or the member
-	// is connecting and sent something within an Interval. It changes
-	// neither the state nor ConsecutiveFailures.
-	Excused bool
-	// ConsecutiveFailures counts the failed probes in a row, this one
-	// included; 0 after a success.
-	ConsecutiveFailures int
-}
 
 // start probes at once, and goes on until stop or until ctx ends.
 func (p *prober) start(ctx context.Context) {
@@ -327,11 +291,11 @@ func (p *prober) onGrid(d time.Duration) time.Duration {
 // is less than ReviewInterval old, and reviews it otherwise, or when the
 // PING fails before its timeout: the member has no connection to PING,
 // or its connection broke.
-func (p *prober) probeOnce(ctx context.Context, start time.Time) (result ProbeResult, state State, retry, ok bool) {
+func (p *prober) probeOnce(ctx context.Context, start time.Time) (result registry.ProbeResult, state fleetv1alpha1.MemberState, retry, ok bool) {
 	opts := &p.health.opts
 	pctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	p.mu.Lock()
-	ready := p.health.state == StateReady && p.health.failures == 0
+	ready := p.health.state == fleetv1alpha1.MemberStateReady && p.health.failures == 0
 	p.mu.Unlock()
 	review := p.ping == nil || !ready || !p.connected() || start.Sub(p.reviewedAt) >= opts.ReviewInterval
 	var err error
@@ -350,7 +314,7 @@ func (p *prober) probeOnce(ctx context.Context, start time.Time) (result ProbeRe
 	if ctx.Err() != nil {
 		return result, state, false, false
 	}
-	result = ProbeResult{
+	result = registry.ProbeResult{
 		Time:                start,
 		Duration:            p.clock.Since(start),
 		Err:                 err,
@@ -380,7 +344,7 @@ func (p *prober) probeOnce(ctx context.Context, start time.Time) (result ProbeRe
 			// starved, a few retries later.
 			starved = h.starved + 1
 			result.Excused, retry = true, true
-		case h.state == StateConnecting &&
+		case h.state == fleetv1alpha1.MemberStateConnecting &&
 			(p.startedWithin(start, opts.DisconnectAfter/2) || p.connected() && p.heardSince(start, start.Add(-opts.Interval))):
 			// A member with its cluster starting, its first lists under
 			// way, that sent something within an interval: its server is
@@ -396,7 +360,7 @@ func (p *prober) probeOnce(ctx context.Context, start time.Time) (result ProbeRe
 			// A timeout is decisive only for a Ready member, on an
 			// established connection: a new connection's handshake is
 			// slow when its server, or this process, is busy.
-			silent = h.state == StateReady && p.establishedAt(start)
+			silent = h.state == fleetv1alpha1.MemberStateReady && p.establishedAt(start)
 		}
 	}
 	h.starved = starved
@@ -406,7 +370,7 @@ func (p *prober) probeOnce(ctx context.Context, start time.Time) (result ProbeRe
 	}
 	state = h.record(start, result.Err, p.connected(), silent)
 	result.ConsecutiveFailures = h.failures
-	return result, state, result.Err != nil && state != StateDisconnected, true
+	return result, state, result.Err != nil && state != fleetv1alpha1.MemberStateDisconnected, true
 }
 
 // startedWithin reports whether the member's latest connection began
@@ -428,10 +392,10 @@ func (p *prober) promote() bool {
 	case p.timer == nil:
 		p.woken = true
 		return false
-	case !p.health.succeeded || p.health.state == StateReady || !p.connected():
+	case !p.health.succeeded || p.health.state == fleetv1alpha1.MemberStateReady || !p.connected():
 		return false
 	}
-	p.health.state = StateReady
+	p.health.state = fleetv1alpha1.MemberStateReady
 	return true
 }
 

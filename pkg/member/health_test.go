@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -18,8 +22,8 @@ type scriptedProbes struct {
 	err     error
 	hang    bool // probes wait for their timeout
 	heard   bool // the member sends on its connections
-	states  []State
-	results []ProbeResult
+	states  []fleetv1alpha1.MemberState
+	results []registry.ProbeResult
 	probed  chan struct{}
 	// reviews counts the calls of probe.
 	reviews int
@@ -56,7 +60,7 @@ func (s *scriptedProbes) set(hang, heard bool) {
 	s.hang, s.heard = hang, heard
 }
 
-func (s *scriptedProbes) report(r ProbeResult, st State) {
+func (s *scriptedProbes) report(r registry.ProbeResult, st fleetv1alpha1.MemberState) {
 	s.mu.Lock()
 	s.states = append(s.states, st)
 	s.results = append(s.results, r)
@@ -70,7 +74,7 @@ func (s *scriptedProbes) fail(err error) {
 	s.err = err
 }
 
-func (s *scriptedProbes) last() State {
+func (s *scriptedProbes) last() fleetv1alpha1.MemberState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.states[len(s.states)-1]
@@ -120,7 +124,7 @@ func startProber(t *testing.T, opts HealthOptions, probes *scriptedProbes, ping 
 	clock := clocktesting.NewFakeClock(time.Now())
 	p := &prober{
 		clock:         clock,
-		health:        &health{opts: opts, state: StateConnecting},
+		health:        &health{opts: opts, state: fleetv1alpha1.MemberStateConnecting},
 		review:        probes.probe,
 		ping:          ping,
 		connected:     func() bool { return true },
@@ -138,7 +142,7 @@ func TestProberTurnsUnhealthyThenDisconnected(t *testing.T) {
 	opts := HealthOptions{Interval: 5 * time.Second, RetryInterval: 5 * time.Second, Timeout: time.Second, FailureThreshold: 3, DisconnectAfter: 30 * time.Second}
 	probes, clock := runProber(t, opts)
 
-	tick := func() State {
+	tick := func() fleetv1alpha1.MemberState {
 		t.Helper()
 		for !clock.HasWaiters() {
 			time.Sleep(time.Millisecond)
@@ -149,30 +153,30 @@ func TestProberTurnsUnhealthyThenDisconnected(t *testing.T) {
 	}
 
 	<-probes.probed // the first probe runs at once
-	if got := probes.last(); got != StateReady {
+	if got := probes.last(); got != fleetv1alpha1.MemberStateReady {
 		t.Fatalf("after a good probe: %s, want Ready", got)
 	}
 	probes.fail(errors.New("connection refused"))
 	for i := 1; i < opts.FailureThreshold; i++ {
-		if got := tick(); got != StateReady {
+		if got := tick(); got != fleetv1alpha1.MemberStateReady {
 			t.Fatalf("after %d failed probes: %s, want Ready until %d", i, got, opts.FailureThreshold)
 		}
 	}
-	if got := tick(); got != StateUnhealthy {
+	if got := tick(); got != fleetv1alpha1.MemberStateUnhealthy {
 		t.Fatalf("after %d failed probes: %s, want Unhealthy", opts.FailureThreshold, got)
 	}
 	// The first failure was at 5s; Disconnected once failing for 30s.
 	failures := opts.FailureThreshold
 	for ; time.Duration(failures)*opts.Interval < opts.DisconnectAfter; failures++ {
-		if got := tick(); got != StateUnhealthy {
+		if got := tick(); got != fleetv1alpha1.MemberStateUnhealthy {
 			t.Fatalf("after %d failed probes: %s, want Unhealthy", failures+1, got)
 		}
 	}
-	if got := tick(); got != StateDisconnected {
+	if got := tick(); got != fleetv1alpha1.MemberStateDisconnected {
 		t.Fatalf("after failing for %s: %s, want Disconnected", opts.DisconnectAfter, got)
 	}
 	probes.fail(nil)
-	if got := tick(); got != StateReady {
+	if got := tick(); got != fleetv1alpha1.MemberStateReady {
 		t.Fatalf("after a good probe: %s, want Ready", got)
 	}
 }
@@ -183,7 +187,7 @@ func TestProberRetriesSoonAfterAFailure(t *testing.T) {
 
 	// step advances the clock by d and returns the state of the probe it
 	// caused, failing if none comes.
-	step := func(d time.Duration) State {
+	step := func(d time.Duration) fleetv1alpha1.MemberState {
 		t.Helper()
 		if !probes.after(clock, d, 10*time.Second) {
 			t.Fatalf("no probe %s later", d)
@@ -193,14 +197,14 @@ func TestProberRetriesSoonAfterAFailure(t *testing.T) {
 
 	<-probes.probed
 	probes.fail(errors.New("connection refused"))
-	if got := step(opts.Interval); got != StateReady {
+	if got := step(opts.Interval); got != fleetv1alpha1.MemberStateReady {
 		t.Fatalf("after one failed probe: %s, want Ready", got)
 	}
-	if got := step(opts.RetryInterval); got != StateUnhealthy {
+	if got := step(opts.RetryInterval); got != fleetv1alpha1.MemberStateUnhealthy {
 		t.Fatalf("a retry interval after the first failure: %s, want Unhealthy", got)
 	}
 	probes.fail(nil)
-	if got := step(opts.RetryInterval); got != StateReady {
+	if got := step(opts.RetryInterval); got != fleetv1alpha1.MemberStateReady {
 		t.Fatalf("a retry interval after a failure, back: %s, want Ready", got)
 	}
 	for !clock.HasWaiters() {
@@ -219,21 +223,21 @@ func TestHealthRecord(t *testing.T) {
 	now := time.Now()
 	boom := errors.New("boom")
 	for name, tc := range map[string]struct {
-		start     State
+		start     fleetv1alpha1.MemberState
 		steps     []error
 		connected bool
-		want      State
+		want      fleetv1alpha1.MemberState
 	}{
-		"success while connected is Ready":         {StateConnecting, []error{nil}, true, StateReady},
-		"success while disconnected is Connecting": {StateDisconnected, []error{nil}, false, StateConnecting},
-		"one failure keeps Ready":                  {StateReady, []error{boom}, true, StateReady},
-		"threshold failures are Unhealthy":         {StateReady, []error{boom, boom}, true, StateUnhealthy},
-		"a success in between resets the count":    {StateReady, []error{boom, nil, boom}, true, StateReady},
-		"Disconnected stays until a success":       {StateDisconnected, []error{boom, boom, boom}, false, StateDisconnected},
+		"success while connected is Ready":         {fleetv1alpha1.MemberStateConnecting, []error{nil}, true, fleetv1alpha1.MemberStateReady},
+		"success while disconnected is Connecting": {fleetv1alpha1.MemberStateDisconnected, []error{nil}, false, fleetv1alpha1.MemberStateConnecting},
+		"one failure keeps Ready":                  {fleetv1alpha1.MemberStateReady, []error{boom}, true, fleetv1alpha1.MemberStateReady},
+		"threshold failures are Unhealthy":         {fleetv1alpha1.MemberStateReady, []error{boom, boom}, true, fleetv1alpha1.MemberStateUnhealthy},
+		"a success in between resets the count":    {fleetv1alpha1.MemberStateReady, []error{boom, nil, boom}, true, fleetv1alpha1.MemberStateReady},
+		"Disconnected stays until a success":       {fleetv1alpha1.MemberStateDisconnected, []error{boom, boom, boom}, false, fleetv1alpha1.MemberStateDisconnected},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := &health{opts: opts, state: tc.start}
-			var got State
+			var got fleetv1alpha1.MemberState
 			for i, err := range tc.steps {
 				got = h.record(now.Add(time.Duration(i)*time.Second), err, tc.connected, false)
 			}
@@ -254,17 +258,17 @@ func TestUnansweredMemberIsProbedAsSoonAsItAnswers(t *testing.T) {
 
 	<-probes.probed
 	probes.fail(context.DeadlineExceeded)
-	if !stepUntilProbe(opts.Interval) || probes.last() != StateUnhealthy {
+	if !stepUntilProbe(opts.Interval) || probes.last() != fleetv1alpha1.MemberStateUnhealthy {
 		t.Fatalf("after an unanswered probe: %s, want Unhealthy", probes.last())
 	}
 	probes.fail(nil)
 	p.wake()
-	if !stepUntilProbe(wakeGap) || probes.last() != StateReady {
+	if !stepUntilProbe(wakeGap) || probes.last() != fleetv1alpha1.MemberStateReady {
 		t.Fatalf("a wake after an unanswered probe did not probe within %s", wakeGap)
 	}
 
 	probes.fail(apierrors.NewServiceUnavailable("etcd is down"))
-	if !stepUntilProbe(opts.Interval) || probes.last() != StateUnhealthy {
+	if !stepUntilProbe(opts.Interval) || probes.last() != fleetv1alpha1.MemberStateUnhealthy {
 		t.Fatalf("after a probe answered with 503: %s, want Unhealthy", probes.last())
 	}
 	p.wake()
@@ -285,7 +289,7 @@ func TestTimedOutProbe(t *testing.T) {
 	if !probes.after(clock, opts.Interval, 5*time.Second) {
 		t.Fatal("no probe")
 	}
-	if r := probes.results[len(probes.results)-1]; probes.last() != StateReady || !r.Busy || r.Err != nil {
+	if r := probes.results[len(probes.results)-1]; probes.last() != fleetv1alpha1.MemberStateReady || !r.Busy || r.Err != nil {
 		t.Fatalf("a timed-out probe of a member that kept sending: %s, busy %t, error %v; want Ready, busy, no error", probes.last(), r.Busy, r.Err)
 	}
 
@@ -293,7 +297,7 @@ func TestTimedOutProbe(t *testing.T) {
 	if !probes.after(clock, opts.Interval, 5*time.Second) {
 		t.Fatal("no probe")
 	}
-	if r := probes.results[len(probes.results)-1]; probes.last() != StateUnhealthy || r.Busy || r.Err == nil {
+	if r := probes.results[len(probes.results)-1]; probes.last() != fleetv1alpha1.MemberStateUnhealthy || r.Busy || r.Err == nil {
 		t.Fatalf("a probe that timed out in silence: %s, busy %t, error %v; want Unhealthy at the first, with its error", probes.last(), r.Busy, r.Err)
 	}
 }
@@ -313,7 +317,7 @@ func TestTimedOutProbeWithoutEstablishedConnection(t *testing.T) {
 	if !probes.after(clock, opts.Interval, 5*time.Second) {
 		t.Fatal("no probe")
 	}
-	if r := probes.results[len(probes.results)-1]; probes.last() != StateReady || r.Err == nil {
+	if r := probes.results[len(probes.results)-1]; probes.last() != fleetv1alpha1.MemberStateReady || r.Err == nil {
 		t.Fatalf("a probe that timed out in silence without an established connection: %s, error %v; want Ready until the threshold, with its error", probes.last(), r.Err)
 	}
 }
@@ -382,24 +386,24 @@ func TestProberPingsBetweenReviews(t *testing.T) {
 	probe(true, false) // 2 s
 	probe(false, true) // 3 s: a review is due
 	probe(true, false)
-	if probes.last() != StateReady {
+	if probes.last() != fleetv1alpha1.MemberStateReady {
 		t.Fatalf("after PINGs: %s, want Ready", probes.last())
 	}
 
 	pings.set(false, errors.New("connection lost"))
 	probe(true, true)
-	if r := probes.results[len(probes.results)-1]; probes.last() != StateReady || r.Err != nil {
+	if r := probes.results[len(probes.results)-1]; probes.last() != fleetv1alpha1.MemberStateReady || r.Err != nil {
 		t.Fatalf("a PING that failed at once, then a review that succeeded: %s, error %v; want Ready, no error", probes.last(), r.Err)
 	}
 
 	pings.set(true, nil)
 	probe(true, false)
-	if probes.last() != StateUnhealthy {
+	if probes.last() != fleetv1alpha1.MemberStateUnhealthy {
 		t.Fatalf("a PING that timed out in silence: %s, want Unhealthy", probes.last())
 	}
 	pings.set(false, nil)
 	probe(false, true)
-	if probes.last() != StateReady {
+	if probes.last() != fleetv1alpha1.MemberStateReady {
 		t.Fatalf("an Unhealthy member reviewed: %s, want Ready", probes.last())
 	}
 }
@@ -435,7 +439,7 @@ func TestTimedOutProbeOfConnectingMember(t *testing.T) {
 	probes := &scriptedProbes{probed: make(chan struct{}), hang: true}
 	startProber(t, opts, probes, nil)
 	<-probes.probed
-	if r := probes.results[len(probes.results)-1]; probes.last() != StateConnecting || r.Err == nil {
+	if r := probes.results[len(probes.results)-1]; probes.last() != fleetv1alpha1.MemberStateConnecting || r.Err == nil {
 		t.Fatalf("a connecting member's probe that timed out in silence: %s, error %v; want Connecting until the threshold, with its error", probes.last(), r.Err)
 	}
 }
@@ -481,7 +485,7 @@ func TestConnectingMemberSendingItsListsIsNotUnhealthy(t *testing.T) {
 		if !probes.after(clock, opts.Interval, 5*time.Second) {
 			t.Fatal("no probe")
 		}
-		if r := probes.results[len(probes.results)-1]; probes.last() != StateConnecting || !r.Excused || r.Err == nil {
+		if r := probes.results[len(probes.results)-1]; probes.last() != fleetv1alpha1.MemberStateConnecting || !r.Excused || r.Err == nil {
 			t.Fatalf("probe %d of a connecting member that sent its lists an interval ago: %s, excused %t, error %v; want Connecting, excused, with its error", i+2, probes.last(), r.Excused, r.Err)
 		}
 	}
@@ -492,7 +496,7 @@ func TestConnectingMemberSendingItsListsIsNotUnhealthy(t *testing.T) {
 	if r := probes.results[len(probes.results)-1]; r.Excused {
 		t.Fatal("a probe of a member silent for an interval was excused")
 	}
-	for probes.last() != StateUnhealthy {
+	for probes.last() != fleetv1alpha1.MemberStateUnhealthy {
 		if len(probes.results) > 20 {
 			t.Fatalf("a connecting member silent for an interval is %s after %d probes, want Unhealthy", probes.last(), len(probes.results))
 		}
@@ -516,7 +520,7 @@ func TestHungConnectingMemberIsUnhealthy(t *testing.T) {
 	if !probes.after(clock, opts.RetryInterval, 5*time.Second) {
 		t.Fatal("no retry")
 	}
-	if r := probes.results[len(probes.results)-1]; probes.last() != StateUnhealthy || r.Excused {
+	if r := probes.results[len(probes.results)-1]; probes.last() != fleetv1alpha1.MemberStateUnhealthy || r.Excused {
 		t.Fatalf("a member that never answered, after %d timed-out probes: %s, excused %t; want Unhealthy", len(probes.results), probes.last(), r.Excused)
 	}
 }
@@ -544,7 +548,7 @@ func TestProbeNoticedLateProvesNothing(t *testing.T) {
 	clock = clocktesting.NewFakeClock(time.Now())
 	p := &prober{
 		clock:         clock,
-		health:        &health{opts: opts, state: StateConnecting},
+		health:        &health{opts: opts, state: fleetv1alpha1.MemberStateConnecting},
 		review:        review,
 		connected:     func() bool { return true },
 		heardSince:    func(_, _ time.Time) bool { return false },
@@ -555,7 +559,7 @@ func TestProbeNoticedLateProvesNothing(t *testing.T) {
 	p.start(ctx)
 	t.Cleanup(func() { cancel(); p.stop() })
 	<-probes.probed
-	if probes.last() != StateReady {
+	if probes.last() != fleetv1alpha1.MemberStateReady {
 		t.Fatalf("first probe: %s, want Ready", probes.last())
 	}
 
@@ -567,14 +571,14 @@ func TestProbeNoticedLateProvesNothing(t *testing.T) {
 		t.Fatal("no probe")
 	}
 	for i := range opts.FailureThreshold {
-		if r := probes.results[len(probes.results)-1]; probes.last() != StateReady || !r.Excused || r.ConsecutiveFailures != 0 {
+		if r := probes.results[len(probes.results)-1]; probes.last() != fleetv1alpha1.MemberStateReady || !r.Excused || r.ConsecutiveFailures != 0 {
 			t.Fatalf("late timeout %d: %s, excused %t, %d failures; want Ready, excused, none", i+1, probes.last(), r.Excused, r.ConsecutiveFailures)
 		}
 		if !probes.after(clock, opts.RetryInterval, 5*time.Second) {
 			t.Fatalf("late timeout %d was not retried after %s", i+1, opts.RetryInterval)
 		}
 	}
-	if r := probes.results[len(probes.results)-1]; probes.last() != StateUnhealthy || r.Excused {
+	if r := probes.results[len(probes.results)-1]; probes.last() != fleetv1alpha1.MemberStateUnhealthy || r.Excused {
 		t.Fatalf("late timeout %d in a row: %s, excused %t; want Unhealthy", opts.FailureThreshold+1, probes.last(), r.Excused)
 	}
 }
@@ -590,7 +594,7 @@ func TestJustStartedMemberIsNotUnhealthy(t *testing.T) {
 	started := clock.Now()
 	p := &prober{
 		clock:         clock,
-		health:        &health{opts: opts, state: StateConnecting},
+		health:        &health{opts: opts, state: fleetv1alpha1.MemberStateConnecting},
 		review:        probes.probe,
 		connected:     func() bool { return true },
 		startedAt:     func() time.Time { return started },
@@ -603,14 +607,14 @@ func TestJustStartedMemberIsNotUnhealthy(t *testing.T) {
 	t.Cleanup(func() { cancel(); p.stop() })
 	<-probes.probed
 	for clock.Since(started) < opts.DisconnectAfter/2 {
-		if r := probes.results[len(probes.results)-1]; probes.last() != StateConnecting || !r.Excused {
+		if r := probes.results[len(probes.results)-1]; probes.last() != fleetv1alpha1.MemberStateConnecting || !r.Excused {
 			t.Fatalf("%s after its start: %s, excused %t; want Connecting, excused", clock.Since(started), probes.last(), r.Excused)
 		}
 		if !probes.after(clock, opts.Interval, 5*time.Second) {
 			t.Fatal("no probe")
 		}
 	}
-	for probes.last() != StateUnhealthy {
+	for probes.last() != fleetv1alpha1.MemberStateUnhealthy {
 		if clock.Since(started) > opts.DisconnectAfter {
 			t.Fatalf("a member that never answered is %s %s after its start, want Unhealthy", probes.last(), clock.Since(started))
 		}

@@ -9,6 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +52,7 @@ type member struct {
 
 	// conn is the current connection, nil while there is none.
 	conn  atomic.Pointer[connection]
-	state atomic.Value // State
+	state atomic.Value // fleetv1alpha1.MemberState
 
 	// reconnect wakes run, which reconnects once successes has grown since
 	// the last connection ended: a wake-up left over from earlier, such as
@@ -108,7 +112,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 		conns:     map[*notifyingConn]struct{}{},
 	}
 	m.creds.Store(creds)
-	m.state.Store(StatePending)
+	m.state.Store(fleetv1alpha1.MemberStatePending)
 	m.dialer = m.newDialer(p.opts.Policy.DialControl)
 	rt, err := m.newTransport(creds.config)
 	if err != nil {
@@ -184,7 +188,7 @@ func (m *member) run(ctx context.Context) {
 	m.connectingSince.Store(opts.Clock.Now().UnixNano()) // before the first probe
 	p := &prober{
 		clock:         opts.Clock,
-		health:        &health{opts: opts.Health, state: StateConnecting},
+		health:        &health{opts: opts.Health, state: fleetv1alpha1.MemberStateConnecting},
 		review:        m.review,
 		ping:          m.ping,
 		connected:     func() bool { return m.conn.Load() != nil },
@@ -200,7 +204,7 @@ func (m *member) run(ctx context.Context) {
 	backoff := *opts.ReconnectBackoff
 	refreshed := false
 	for {
-		m.setState(StateConnecting)
+		m.setState(fleetv1alpha1.MemberStateConnecting)
 		var err error
 		refreshed, err = m.connect(ctx, refreshed)
 		if err != nil {
@@ -215,10 +219,10 @@ func (m *member) run(ctx context.Context) {
 		// The connection has ended: only a probe that succeeds from now
 		// on reconnects the member.
 		since := m.successes.Load()
-		if m.State() == StateReady {
+		if m.State() == fleetv1alpha1.MemberStateReady {
 			backoff = *opts.ReconnectBackoff
 		}
-		m.setState(StateDisconnected)
+		m.setState(fleetv1alpha1.MemberStateDisconnected)
 		for m.successes.Load() == since {
 			select {
 			case <-ctx.Done():
@@ -265,7 +269,7 @@ func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err
 	} else if p := m.prober.Load(); p != nil && p.promote() {
 		// Its last probe succeeded (that is what reconnects it): it is
 		// Ready now, not at its next probe, up to an Interval later.
-		m.setState(StateReady)
+		m.setState(fleetv1alpha1.MemberStateReady)
 	}
 	defer func() {
 		m.conn.Store(nil)
@@ -318,8 +322,8 @@ func (m *member) wake() {
 // report takes each probe's result from the prober. A member is
 // Disconnected only once its connection is torn down, so the prober's
 // verdict is passed to run, which records it then.
-func (m *member) report(result ProbeResult, state State) {
-	if conn := m.conn.Load(); state == StateDisconnected && conn != nil {
+func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberState) {
+	if conn := m.conn.Load(); state == fleetv1alpha1.MemberStateDisconnected && conn != nil {
 		conn.end(errDisconnected)
 		state = m.State()
 	}
@@ -330,12 +334,12 @@ func (m *member) report(result ProbeResult, state State) {
 	old := m.state.Swap(state)
 	if result.Err == nil {
 		switch old {
-		case StateReady:
+		case fleetv1alpha1.MemberStateReady:
 			// A blip: the informers retry soon enough.
 			if lost := m.connLostAt.Load(); lost != 0 && lost < result.Time.UnixNano() {
 				m.connLostAt.CompareAndSwap(lost, 0)
 			}
-		case StateUnhealthy:
+		case fleetv1alpha1.MemberStateUnhealthy:
 			if conn := m.conn.Load(); conn != nil && m.connLostAt.Load() != 0 {
 				conn.end(errRefreshed)
 			}
@@ -353,7 +357,7 @@ func (m *member) report(result ProbeResult, state State) {
 	}
 }
 
-func (m *member) setState(s State) {
+func (m *member) setState(s fleetv1alpha1.MemberState) {
 	if old := m.state.Swap(s); old != s {
 		m.log.Info("Member state changed", "from", old, "to", s)
 		if observe := m.pool.opts.Observe; observe != nil {
@@ -363,7 +367,7 @@ func (m *member) setState(s State) {
 }
 
 // State returns the member's current state.
-func (m *member) State() State { return m.state.Load().(State) }
+func (m *member) State() fleetv1alpha1.MemberState { return m.state.Load().(fleetv1alpha1.MemberState) }
 
 // applyIndexes applies the indexes this connection has not seen yet. The
 // pool's list only grows, so a count is enough to know which those are.

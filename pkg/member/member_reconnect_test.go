@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -50,7 +54,7 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 	baseline := goleak.IgnoreCurrent()
 	clk := &timerClock{FakeClock: clocktesting.NewFakeClock(time.Now()), made: make(chan time.Duration, 100)}
 	engaged := make(chan struct{}, 10)
-	probed := make(chan State, 100)
+	probed := make(chan fleetv1alpha1.MemberState, 100)
 	pool, err := NewPool(Options{
 		Engage: func(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} {
 			engaged <- struct{}{}
@@ -67,7 +71,7 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 		},
 		ReconnectBackoff: &wait.Backoff{Duration: backoff},
 		Clock:            clk,
-		Observe: func(_ string, s State, probe *ProbeResult) {
+		Observe: func(_ string, s fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
 			if probe != nil {
 				probed <- s
 			}
@@ -107,7 +111,7 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 	}
 	// probe lets the prober's interval pass, its probe return err, and
 	// returns the state reported.
-	probe := func(err error, backoffs int) State {
+	probe := func(err error, backoffs int) fleetv1alpha1.MemberState {
 		t.Helper()
 		probes.fail(err)
 		clk.Step(interval)
@@ -132,7 +136,7 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 			probe(boom, 0)
 		}
 		deadline := time.Now().Add(10 * time.Second)
-		for m.conn.Load() != nil || m.State() != StateDisconnected {
+		for m.conn.Load() != nil || m.State() != fleetv1alpha1.MemberStateDisconnected {
 			if time.Now().After(deadline) {
 				t.Fatalf("not torn down within 10s: %s", m.State())
 			}
@@ -157,27 +161,27 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 	waitEngaged()
 	<-probed // the first probe runs at once, maybe before the connection
 	expectTimers(0)
-	if s := probe(nil, 0); s != StateReady {
+	if s := probe(nil, 0); s != fleetv1alpha1.MemberStateReady {
 		t.Fatalf("connected, probed: %s, want Ready", s)
 	}
 
 	disconnect()
 	// A probe succeeds: a reconnection is scheduled. Another succeeds
 	// during the backoff wait.
-	if s := probe(nil, 1); s != StateConnecting {
+	if s := probe(nil, 1); s != fleetv1alpha1.MemberStateConnecting {
 		t.Fatalf("disconnected, probed: %s, want Connecting", s)
 	}
 	probe(nil, 0)
 	clk.Step(backoff - interval)
 	waitEngaged()
-	if s := probe(nil, 0); s != StateReady {
+	if s := probe(nil, 0); s != fleetv1alpha1.MemberStateReady {
 		t.Fatalf("reconnected, probed: %s, want Ready", s)
 	}
 
 	// The success during the backoff wait must not reconnect the member
 	// after its next disconnection.
 	disconnect()
-	if s := probe(nil, 1); s != StateConnecting {
+	if s := probe(nil, 1); s != fleetv1alpha1.MemberStateConnecting {
 		t.Fatalf("disconnected, probed: %s, want Connecting", s)
 	}
 	probe(nil, 0)
@@ -210,7 +214,7 @@ func TestProbeUnderWayWhenConnectionsDropProvesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newTestMember(t, pool, "https://127.0.0.1:1")
-	m.state.Store(StateReady)
+	m.state.Store(fleetv1alpha1.MemberStateReady)
 	ctx, end := context.WithCancelCause(t.Context())
 	defer end(nil)
 	m.conn.Store(&connection{end: end})
@@ -218,15 +222,15 @@ func TestProbeUnderWayWhenConnectionsDropProvesNothing(t *testing.T) {
 	clk.Step(time.Millisecond)
 	m.connLostAt.Store(clk.Now().UnixNano()) // as a closing connection does
 
-	m.report(ProbeResult{Time: probeStart}, StateReady)
-	m.report(ProbeResult{Time: clk.Now(), Err: errors.New("refused")}, StateUnhealthy)
-	m.report(ProbeResult{Time: clk.Now()}, StateReady)
+	m.report(registry.ProbeResult{Time: probeStart}, fleetv1alpha1.MemberStateReady)
+	m.report(registry.ProbeResult{Time: clk.Now(), Err: errors.New("refused")}, fleetv1alpha1.MemberStateUnhealthy)
+	m.report(registry.ProbeResult{Time: clk.Now()}, fleetv1alpha1.MemberStateReady)
 	if context.Cause(ctx) != errRefreshed {
 		t.Fatal("the member came back from Unhealthy without reconnecting: a probe under way when its connections dropped cleared their loss")
 	}
 
 	clk.Step(time.Millisecond)
-	m.report(ProbeResult{Time: clk.Now()}, StateReady)
+	m.report(registry.ProbeResult{Time: clk.Now()}, fleetv1alpha1.MemberStateReady)
 	if m.connLostAt.Load() != 0 {
 		t.Error("a probe that started after the loss and succeeded while Ready did not clear it")
 	}
@@ -239,7 +243,7 @@ func TestReconnectedMemberIsReadyAtOnce(t *testing.T) {
 	const interval = 3 * time.Second
 	clk := clocktesting.NewFakeClock(time.Now())
 	engaged := make(chan struct{}, 10)
-	probed := make(chan State, 1000)
+	probed := make(chan fleetv1alpha1.MemberState, 1000)
 	pool, err := NewPool(Options{
 		Engage: func(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} {
 			engaged <- struct{}{}
@@ -256,7 +260,7 @@ func TestReconnectedMemberIsReadyAtOnce(t *testing.T) {
 		},
 		ReconnectBackoff: &wait.Backoff{Duration: time.Second},
 		Clock:            clk,
-		Observe: func(_ string, s State, probe *ProbeResult) {
+		Observe: func(_ string, s fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
 			if probe != nil {
 				probed <- s
 			}
@@ -284,11 +288,11 @@ func TestReconnectedMemberIsReadyAtOnce(t *testing.T) {
 		}
 	}
 	<-engaged
-	until("Ready", interval, func() bool { return m.State() == StateReady })
+	until("Ready", interval, func() bool { return m.State() == fleetv1alpha1.MemberStateReady })
 	probes.fail(errors.New("connection refused"))
-	until("Disconnected", interval, func() bool { return m.State() == StateDisconnected && m.conn.Load() == nil })
+	until("Disconnected", interval, func() bool { return m.State() == fleetv1alpha1.MemberStateDisconnected && m.conn.Load() == nil })
 	probes.fail(nil)
-	until("Connecting", interval, func() bool { return m.State() == StateConnecting })
+	until("Connecting", interval, func() bool { return m.State() == fleetv1alpha1.MemberStateConnecting })
 	// The reconnection waits out its backoff, a second.
 	until("engaged again", 100*time.Millisecond, func() bool {
 		select {
@@ -300,7 +304,7 @@ func TestReconnectedMemberIsReadyAtOnce(t *testing.T) {
 	})
 	// From now on, time moves by a millisecond at a time: a tenth of a
 	// second at most, far from the next probe.
-	for i := 0; m.State() != StateReady; i++ {
+	for i := 0; m.State() != fleetv1alpha1.MemberStateReady; i++ {
 		if i == 100 {
 			t.Fatalf("reconnected after a probe that succeeded, %s later: %s, want Ready", 100*time.Millisecond, m.State())
 		}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 
@@ -29,7 +31,7 @@ func TestRemovedMemberNeverDialsAgain(t *testing.T) {
 	pool := startPool(t, member.Options{Engage: w.engage})
 	baseline, sockets := goleak.IgnoreCurrent(), poll.OpenSockets(t)
 
-	if err := pool.Set(member.Registration{ClusterName: "removed", Kubeconfig: viaProxy}); err != nil {
+	if err := pool.Set(registry.Registration{ClusterName: "removed", Kubeconfig: viaProxy}); err != nil {
 		t.Fatal(err)
 	}
 	<-w.engaged

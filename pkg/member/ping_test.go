@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleetkube/fleet-manager/internal/poll"
@@ -29,7 +33,7 @@ func TestReadyMemberIsPingedBetweenReviews(t *testing.T) {
 	pool := startPool(t, member.Options{
 		Engage: w.engage,
 		Health: opts,
-		Observe: func(_ string, _ member.State, probe *member.ProbeResult) {
+		Observe: func(_ string, _ fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
 			if probe != nil {
 				probes.Add(1)
 				if probe.Err != nil {
@@ -38,11 +42,11 @@ func TestReadyMemberIsPingedBetweenReviews(t *testing.T) {
 			}
 		},
 	})
-	if err := pool.Set(member.Registration{ClusterName: "pinged", Kubeconfig: kubeconfig(t, members[0])}); err != nil {
+	if err := pool.Set(registry.Registration{ClusterName: "pinged", Kubeconfig: kubeconfig(t, members[0])}); err != nil {
 		t.Fatal(err)
 	}
 	<-w.engaged
-	poll.Until(t, "pinged Ready", func() bool { s, _ := pool.State("pinged"); return s == member.StateReady })
+	poll.Until(t, "pinged Ready", func() bool { s, _ := pool.State("pinged"); return s == fleetv1alpha1.MemberStateReady })
 
 	reviewsBefore, probesBefore := selfSubjectReviews(t), probes.Load()
 	time.Sleep(window)
@@ -57,7 +61,7 @@ func TestReadyMemberIsPingedBetweenReviews(t *testing.T) {
 	if failures.Load() != 0 {
 		t.Errorf("%d probes failed", failures.Load())
 	}
-	if s, _ := pool.State("pinged"); s != member.StateReady {
+	if s, _ := pool.State("pinged"); s != fleetv1alpha1.MemberStateReady {
 		t.Errorf("pinged is %s, want Ready", s)
 	}
 }

@@ -10,6 +10,10 @@ import (
 	"sync"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -40,13 +44,6 @@ var (
 // long as ctx lasts. It returns at once, with a channel that closes once
 // ctx has ended and everything it started for the member has stopped.
 type EngageFunc func(ctx context.Context, clusterName string, cl cluster.Cluster) (disengaged <-chan struct{})
-
-// Registration is a member cluster as a Secret registers it. Kubeconfig is
-// untrusted: the pool's kubeconfig.Policy checks it when the member is built.
-type Registration struct {
-	ClusterName string
-	Kubeconfig  []byte
-}
 
 // Options configure every member of a Pool.
 type Options struct {
@@ -83,7 +80,7 @@ type Options struct {
 	// changes, and each probe with the state it led to (probe is nil for
 	// changes no probe made, such as Connecting). It is called from the
 	// member's goroutines and must not block.
-	Observe func(clusterName string, state State, probe *ProbeResult)
+	Observe func(clusterName string, state fleetv1alpha1.MemberState, probe *registry.ProbeResult)
 
 	// Clock times probes and reconnections. Defaults to the real clock.
 	Clock clock.WithTickerAndDelayedExecution
@@ -194,9 +191,9 @@ func (p *Pool) NeedLeaderElection() bool { return true }
 // then the new one starts. The same kubeconfig again does nothing. A
 // kubeconfig that is refused removes the member of that name, so what runs
 // is always what is registered.
-func (p *Pool) Set(reg Registration) error {
+func (p *Pool) Set(reg registry.Registration) error {
 	name := reg.ClusterName
-	if err := ValidateName(name); err != nil {
+	if err := registry.ValidateName(name); err != nil {
 		return &kubeconfig.RefusedError{Reason: "InvalidClusterName", Message: err.Error()}
 	}
 	fingerprint := sha256.Sum256(reg.Kubeconfig)
@@ -305,7 +302,7 @@ func (p *Pool) GetRunning(name string, kubeconfig []byte) (cluster.Cluster, erro
 
 // State returns the state of member name, and false if there is no such
 // member.
-func (p *Pool) State(name string) (State, bool) {
+func (p *Pool) State(name string) (fleetv1alpha1.MemberState, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m, ok := p.members[name]; ok {

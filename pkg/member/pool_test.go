@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -152,7 +154,7 @@ func TestPoolRemoveLeavesNothingBehind(t *testing.T) {
 	pool := startPool(t, member.Options{Engage: w.engage})
 	baseline, sockets := goleak.IgnoreCurrent(), poll.OpenSockets(t)
 
-	if err := pool.Set(member.Registration{ClusterName: "leak-check", Kubeconfig: kc}); err != nil {
+	if err := pool.Set(registry.Registration{ClusterName: "leak-check", Kubeconfig: kc}); err != nil {
 		t.Fatal(err)
 	}
 	<-w.engaged
@@ -193,14 +195,14 @@ func TestPoolSetReplacesOnlyOnChange(t *testing.T) {
 	defer w.queue.ShutDown()
 	pool := startPool(t, member.Options{Engage: w.engage})
 
-	if err := pool.Set(member.Registration{ClusterName: "moving", Kubeconfig: kcA}); err != nil {
+	if err := pool.Set(registry.Registration{ClusterName: "moving", Kubeconfig: kcA}); err != nil {
 		t.Fatal(err)
 	}
 	first := <-w.engaged
-	if err := pool.Set(member.Registration{ClusterName: "moving", Kubeconfig: kcA}); err != nil {
+	if err := pool.Set(registry.Registration{ClusterName: "moving", Kubeconfig: kcA}); err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.Set(member.Registration{ClusterName: "moving", Kubeconfig: kcB}); err != nil {
+	if err := pool.Set(registry.Registration{ClusterName: "moving", Kubeconfig: kcB}); err != nil {
 		t.Fatal(err)
 	}
 	second := <-w.engaged
@@ -234,7 +236,7 @@ func TestPoolIndexesReachLaterMembers(t *testing.T) {
 	if err := pool.IndexField(t.Context(), &corev1.ConfigMap{}, "team", byLabel); err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.Set(member.Registration{ClusterName: "indexed", Kubeconfig: kc}); err != nil {
+	if err := pool.Set(registry.Registration{ClusterName: "indexed", Kubeconfig: kc}); err != nil {
 		t.Fatal(err)
 	}
 	e := <-w.engaged
@@ -256,7 +258,7 @@ func TestPoolRefusesBadRegistrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, reg := range map[string]member.Registration{
+	for name, reg := range map[string]registry.Registration{
 		"invalid name":       {ClusterName: "Not_A_Name", Kubeconfig: []byte("apiVersion: v1")},
 		"hub name":           {ClusterName: "", Kubeconfig: []byte("apiVersion: v1")},
 		"garbage kubeconfig": {ClusterName: "garbage", Kubeconfig: []byte("{{{{")},
@@ -281,7 +283,7 @@ func TestPoolChurnReturnsToBaseline(t *testing.T) {
 	baseline, sockets := goleak.IgnoreCurrent(), poll.OpenSockets(t)
 
 	for range 50 {
-		if err := pool.Set(member.Registration{ClusterName: "churn", Kubeconfig: kc}); err != nil {
+		if err := pool.Set(registry.Registration{ClusterName: "churn", Kubeconfig: kc}); err != nil {
 			t.Fatal(err)
 		}
 		<-w.engaged

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/member"
@@ -27,12 +31,12 @@ func TestThawedMemberIsReadyAsSoonAsItAnswers(t *testing.T) {
 		Engage: w.engage,
 		Health: member.HealthOptions{Interval: 500 * time.Millisecond, RetryInterval: 30 * time.Second, Timeout: time.Second, FailureThreshold: 1, DisconnectAfter: time.Hour},
 	})
-	if err := pool.Set(member.Registration{ClusterName: "frozen", Kubeconfig: kubeconfig(t, members[1])}); err != nil {
+	if err := pool.Set(registry.Registration{ClusterName: "frozen", Kubeconfig: kubeconfig(t, members[1])}); err != nil {
 		t.Fatal(err)
 	}
 	<-w.engaged
-	state := func() member.State { s, _ := pool.State("frozen"); return s }
-	poll.Until(t, "frozen Ready", func() bool { return state() == member.StateReady })
+	state := func() fleetv1alpha1.MemberState { s, _ := pool.State("frozen"); return s }
+	poll.Until(t, "frozen Ready", func() bool { return state() == fleetv1alpha1.MemberStateReady })
 
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -47,7 +51,7 @@ func TestThawedMemberIsReadyAsSoonAsItAnswers(t *testing.T) {
 		}
 	}
 	defer thaw()
-	poll.Until(t, "frozen Unhealthy", func() bool { return state() == member.StateUnhealthy })
+	poll.Until(t, "frozen Unhealthy", func() bool { return state() == fleetv1alpha1.MemberStateUnhealthy })
 
 	thaw()
 	start := time.Now()
@@ -57,7 +61,7 @@ func TestThawedMemberIsReadyAsSoonAsItAnswers(t *testing.T) {
 	for r := w.next(t); r.Name != name; r = w.next(t) {
 	}
 	t.Logf("created %s, its event %s after the thaw", created, time.Since(start))
-	poll.Until(t, "frozen Ready again", func() bool { return state() == member.StateReady })
+	poll.Until(t, "frozen Ready again", func() bool { return state() == fleetv1alpha1.MemberStateReady })
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("Ready %s after the thaw and the member's first answer, want well before the next scheduled probe", took)
 	}

@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -102,7 +106,7 @@ func TestPoolSetRotatesOnlyCredentials(t *testing.T) {
 				build(tc.from, tc.to),
 				build(tc.from, tc.to), // the same bytes again: nothing to do
 			} {
-				if err := pool.Set(member.Registration{ClusterName: "member", Kubeconfig: kc}); err != nil {
+				if err := pool.Set(registry.Registration{ClusterName: "member", Kubeconfig: kc}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -171,11 +175,11 @@ func TestPoolRotatesServiceAccountToken(t *testing.T) {
 		Engage: w.engage,
 		Logger: logs.logger(),
 		Health: member.HealthOptions{Interval: 200 * time.Millisecond, Timeout: time.Second},
-		Observe: func(_ string, s member.State, r *member.ProbeResult) {
+		Observe: func(_ string, s fleetv1alpha1.MemberState, r *registry.ProbeResult) {
 			if r != nil && r.Err == nil {
 				probesOK.Add(1)
 			}
-			if s == member.StateReady {
+			if s == fleetv1alpha1.MemberStateReady {
 				ready.Store(true)
 			} else if ready.Load() {
 				leftReady.Add(1)
@@ -185,7 +189,7 @@ func TestPoolRotatesServiceAccountToken(t *testing.T) {
 	set := func(token string) {
 		t.Helper()
 		raw.AuthInfos[kctx.AuthInfo] = &clientcmdapi.AuthInfo{Token: token}
-		if err := pool.Set(member.Registration{ClusterName: "rotating", Kubeconfig: kubeconfigtest.Write(t, raw)}); err != nil {
+		if err := pool.Set(registry.Registration{ClusterName: "rotating", Kubeconfig: kubeconfigtest.Write(t, raw)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -240,14 +244,14 @@ func TestPoolRotatesClientCertificate(t *testing.T) {
 	logs := &messages{}
 	pool := startPool(t, member.Options{Engage: w.engage, Logger: logs.logger()})
 
-	if err := pool.Set(member.Registration{ClusterName: "rotating", Kubeconfig: one}); err != nil {
+	if err := pool.Set(registry.Registration{ClusterName: "rotating", Kubeconfig: one}); err != nil {
 		t.Fatal(err)
 	}
 	first := <-w.engaged
 	if user, err := whoAmI(ctx, first.cl); err != nil || user != "rotation-one" {
 		t.Fatalf("the member authenticated as %q, %v; want rotation-one", user, err)
 	}
-	if err := pool.Set(member.Registration{ClusterName: "rotating", Kubeconfig: two}); err != nil {
+	if err := pool.Set(registry.Registration{ClusterName: "rotating", Kubeconfig: two}); err != nil {
 		t.Fatal(err)
 	}
 	// Rotation closed every connection made with the old certificate, so
@@ -280,7 +284,7 @@ func assertRotatedInPlace(t *testing.T, pool *member.Pool, w *watcher, logs *mes
 	if rotated, replaced := logs.count(rotatedMessage), logs.count(replacedMessage); rotated != 1 || replaced != 0 {
 		t.Fatalf("logged %d rotations and %d replacements, want 1 and 0", rotated, replaced)
 	}
-	if s, _ := pool.State(name); s != member.StateReady {
+	if s, _ := pool.State(name); s != fleetv1alpha1.MemberStateReady {
 		t.Fatalf("member is %s, want Ready", s)
 	}
 }

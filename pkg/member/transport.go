@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
 	"golang.org/x/net/http2"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
@@ -173,7 +175,7 @@ var errNoConnection = errors.New("no HTTP/2 connection to ping")
 // next probe.
 func (m *member) heard(c *notifyingConn) {
 	c.readAt.Store(m.pool.opts.Clock.Now().UnixNano())
-	if m.State() == StateUnhealthy {
+	if m.State() == fleetv1alpha1.MemberStateUnhealthy {
 		m.wake()
 	}
 }

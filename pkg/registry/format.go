@@ -14,7 +14,6 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // The native registration format: a Secret in the fleet namespace.
@@ -61,7 +60,7 @@ type Format struct {
 	Keys []string
 	// Read returns the registration a matching Secret holds, or a
 	// RefusedError.
-	Read func(*corev1.Secret) (member.Registration, error)
+	Read func(*corev1.Secret) (Registration, error)
 	// AnnotationInFleetOnly, if true, has ClusterNameAnnotation ignored on
 	// the format's Secrets outside the fleet namespace, whose writers may
 	// not choose any name: Read sees none of it there.
@@ -92,7 +91,7 @@ func labelledKubeconfig(name, namespace, label string) Format {
 		Label:      labels.SelectorFromSet(labels.Set{label: "true"}),
 		Match:      func(*corev1.Secret) bool { return true },
 		Keys:       []string{KubeconfigKey},
-		Read: func(s *corev1.Secret) (member.Registration, error) {
+		Read: func(s *corev1.Secret) (Registration, error) {
 			return readKey(s, s.Name, KubeconfigKey)
 		},
 	}
@@ -116,7 +115,7 @@ func ClusterAPIFormat(namespaces []string) Format {
 			return s.Type == ClusterAPISecretType && strings.HasSuffix(s.Name, ClusterAPINameSuffix)
 		},
 		Keys: []string{ClusterAPIKey},
-		Read: func(s *corev1.Secret) (member.Registration, error) {
+		Read: func(s *corev1.Secret) (Registration, error) {
 			name := s.Labels[ClusterAPIClusterLabel]
 			if name == "" {
 				name = strings.TrimSuffix(s.Name, ClusterAPINameSuffix)
@@ -143,8 +142,8 @@ func ArgoCDFormat(namespace string) Format {
 	}
 }
 
-func readKey(s *corev1.Secret, defaultName, key string) (member.Registration, error) {
-	reg := member.Registration{ClusterName: nameOf(s, defaultName), Kubeconfig: s.Data[key]}
+func readKey(s *corev1.Secret, defaultName, key string) (Registration, error) {
+	reg := Registration{ClusterName: nameOf(s, defaultName), Kubeconfig: s.Data[key]}
 	if err := checkName(reg.ClusterName, true); err != nil {
 		return reg, err
 	}
@@ -164,7 +163,7 @@ func nameOf(s *corev1.Secret, defaultName string) string {
 // checkName refuses a name that is not a cluster name, with a hint at the
 // annotation if the registration can be renamed with it (a Secret can).
 func checkName(name string, renamable bool) error {
-	err := member.ValidateName(name)
+	err := ValidateName(name)
 	switch {
 	case err == nil:
 		return nil
@@ -204,8 +203,8 @@ type argoCDConfig struct {
 // argoCDAWSCommand is the exec plugin Argo CD runs for AWS authentication.
 const argoCDAWSCommand = "argocd-k8s-auth"
 
-func readArgoCD(s *corev1.Secret) (member.Registration, error) {
-	reg := member.Registration{ClusterName: nameOf(s, string(s.Data["name"]))}
+func readArgoCD(s *corev1.Secret) (Registration, error) {
+	reg := Registration{ClusterName: nameOf(s, string(s.Data["name"]))}
 	if err := checkName(reg.ClusterName, true); err != nil {
 		return reg, err
 	}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -582,7 +581,7 @@ func checkReads(t *testing.T, f registry.Format, cases map[string]readCase) {
 			if err != nil {
 				t.Fatalf("Read() error = %v", err)
 			}
-			want := member.Registration{ClusterName: tc.wantName, Kubeconfig: testKubeconfig}
+			want := registry.Registration{ClusterName: tc.wantName, Kubeconfig: testKubeconfig}
 			if !reflect.DeepEqual(reg, want) {
 				t.Errorf("Read() = %+v, want %+v", reg, want)
 			}

@@ -9,10 +9,11 @@ import (
 	"sync"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // ReasonClusterNameConflict refuses a name that two or more Secrets, or
@@ -67,9 +68,9 @@ type Cluster struct {
 	// policy or the member pool refused. Nil when the name is accepted.
 	Refusal *kubeconfig.RefusedError
 	// State is the member's state; empty while refused.
-	State member.State
+	State fleetv1alpha1.MemberState
 	// Probe is the member's last probe, nil before the first.
-	Probe *member.ProbeResult
+	Probe *ProbeResult
 	// Credentials describe the accepted kubeconfig's credential and its
 	// renewals; nil until observed, and while refused.
 	Credentials *Credentials
@@ -91,11 +92,11 @@ func (c *Cluster) Accepted() bool { return c.Refusal == nil && len(c.Claims) > 0
 
 // Registration returns the accepted claim's registration and its
 // generation, for Refuse; false when the cluster is refused.
-func (c *Cluster) Registration() (member.Registration, int64, bool) {
+func (c *Cluster) Registration() (Registration, int64, bool) {
 	if !c.Accepted() {
-		return member.Registration{}, 0, false
+		return Registration{}, 0, false
 	}
-	return member.Registration{ClusterName: c.Name, Kubeconfig: c.Claims[0].kubeconfig}, c.generation, true
+	return Registration{ClusterName: c.Name, Kubeconfig: c.Claims[0].kubeconfig}, c.generation, true
 }
 
 // Registry owns every registered cluster name: its claims, its refusal,
@@ -322,7 +323,7 @@ func (r *Registry) ObserveCredentials(name string, generation int64, creds Crede
 // event: subscribers would otherwise be woken for every member every
 // probe interval, for nothing but its time. Its signature suits the
 // member pool's Options.Observe.
-func (r *Registry) ObserveState(name string, state member.State, probe *member.ProbeResult) {
+func (r *Registry) ObserveState(name string, state fleetv1alpha1.MemberState, probe *ProbeResult) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.clusters[name]
@@ -382,7 +383,7 @@ func (r *Registry) lockedSet(cur, next *Cluster) {
 	case !wasAccepted || !slices.Equal(cur.Claims[0].kubeconfig, first.kubeconfig):
 		next.generation++
 		if !wasAccepted {
-			next.State, next.Probe = member.StatePending, nil
+			next.State, next.Probe = fleetv1alpha1.MemberStatePending, nil
 		}
 	}
 	r.lockedPublish(next.Name, next)

@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
 	"go.uber.org/goleak"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 func secret(format, name string) Source {
@@ -45,18 +46,18 @@ func TestLateSubscriberGetsTheCurrentState(t *testing.T) {
 	r := New("native")
 	r.claim("a", claimOf(secret("native", "a"), "kc-a", map[string]string{"env": "prod"}))
 	r.claim("b", claimOf(secret("native", "b"), "kc-b", nil))
-	r.ObserveState("a", member.StateReady, nil)
+	r.ObserveState("a", fleetv1alpha1.MemberStateReady, nil)
 	r.withdraw(secret("native", "b"))
 
 	s := r.Subscribe(t.Context())
 	e := next(t, s)
-	if e.Name != "a" || !e.Registered() || e.New.State != member.StateReady || e.New.Labels["env"] != "prod" {
+	if e.Name != "a" || !e.Registered() || e.New.State != fleetv1alpha1.MemberStateReady || e.New.Labels["env"] != "prod" {
 		t.Fatalf("first event = %+v, want a registered, Ready, labelled env=prod", e)
 	}
 	r.claim("a", claimOf(secret("native", "a"), "kc-a", map[string]string{"env": "dev"}))
-	r.ObserveState("a", member.StateUnhealthy, nil)
+	r.ObserveState("a", fleetv1alpha1.MemberStateUnhealthy, nil)
 	e = next(t, s)
-	if !e.LabelsChanged() || !e.StateChanged() || e.New.State != member.StateUnhealthy {
+	if !e.LabelsChanged() || !e.StateChanged() || e.New.State != fleetv1alpha1.MemberStateUnhealthy {
 		t.Fatalf("event after a label and a state change = %+v, want both folded into one", e)
 	}
 	r.withdraw(secret("native", "a"))
@@ -70,14 +71,14 @@ func TestOneClusterIsHandedOutOnceAtATime(t *testing.T) {
 	s := r.Subscribe(t.Context())
 	r.claim("a", claimOf(secret("native", "a"), "kc", nil))
 	first, _ := s.Next()
-	r.ObserveState("a", member.StateConnecting, nil)
+	r.ObserveState("a", fleetv1alpha1.MemberStateConnecting, nil)
 	r.claim("b", claimOf(secret("native", "b"), "kc", nil))
 	// a changed while its first event is being handled: b comes next.
 	if e, _ := s.Next(); e.Name != "b" {
 		t.Fatalf("while a is being handled, got %q, want b", e.Name)
 	}
 	s.Done(first)
-	if e := next(t, s); e.Name != "a" || e.New.State != member.StateConnecting {
+	if e := next(t, s); e.Name != "a" || e.New.State != fleetv1alpha1.MemberStateConnecting {
 		t.Fatalf("after Done(a): %+v, want a Connecting", e)
 	}
 }
@@ -126,7 +127,7 @@ func TestClaims(t *testing.T) {
 			if !c.Accepted() || c.Claims[0].Source != tc.wantFrom {
 				t.Fatalf("accepted = %v from %v, want accepted from %v", c.Accepted(), c.Claims[0].Source, tc.wantFrom)
 			}
-			if c.State != member.StatePending {
+			if c.State != fleetv1alpha1.MemberStatePending {
 				t.Errorf("state = %q, want Pending", c.State)
 			}
 		})
@@ -152,13 +153,13 @@ func TestRefuseAppliesOnlyToItsRegistration(t *testing.T) {
 		t.Fatal("the refusal of the current kubeconfig was ignored")
 	}
 	// A member reporting as it stops changes nothing.
-	r.ObserveState("a", member.StateReady, nil)
+	r.ObserveState("a", fleetv1alpha1.MemberStateReady, nil)
 	if c, _ = r.Get("a"); c.State != "" {
 		t.Fatalf("a refused cluster took state %q", c.State)
 	}
 	// A new kubeconfig lifts the refusal.
 	r.claim("a", claimOf(secret("native", "a"), "fixed", nil))
-	if c, _ = r.Get("a"); !c.Accepted() || c.State != member.StatePending {
+	if c, _ = r.Get("a"); !c.Accepted() || c.State != fleetv1alpha1.MemberStatePending {
 		t.Fatalf("after a new kubeconfig: accepted %v, state %q; want accepted, Pending", c.Accepted(), c.State)
 	}
 }
@@ -229,21 +230,21 @@ func TestRepeatedSuccessfulProbesSendNoEvent(t *testing.T) {
 	r.claim("a", claimOf(secret("native", "a"), "kc-a", nil))
 	s := r.Subscribe(t.Context())
 	next(t, s)
-	first := &member.ProbeResult{Time: time.Unix(1, 0)}
-	r.ObserveState("a", member.StateReady, first)
+	first := &ProbeResult{Time: time.Unix(1, 0)}
+	r.ObserveState("a", fleetv1alpha1.MemberStateReady, first)
 	if e := next(t, s); e.New.Probe != first {
 		t.Fatalf("event after the first probe = %+v, want its probe", e)
 	}
-	again := &member.ProbeResult{Time: time.Unix(2, 0)}
-	r.ObserveState("a", member.StateReady, again)
+	again := &ProbeResult{Time: time.Unix(2, 0)}
+	r.ObserveState("a", fleetv1alpha1.MemberStateReady, again)
 	if c, _ := r.Get("a"); c.Probe != again {
 		t.Fatal("the snapshot does not hold the last probe")
 	}
 	if s.queue.Len() != 0 {
 		t.Fatal("a probe that succeeded like the one before sent an event")
 	}
-	failed := &member.ProbeResult{Time: time.Unix(3, 0), Err: context.DeadlineExceeded, ConsecutiveFailures: 1}
-	r.ObserveState("a", member.StateReady, failed)
+	failed := &ProbeResult{Time: time.Unix(3, 0), Err: context.DeadlineExceeded, ConsecutiveFailures: 1}
+	r.ObserveState("a", fleetv1alpha1.MemberStateReady, failed)
 	if e := next(t, s); e.New.Probe != failed {
 		t.Fatalf("the event after a failed probe = %+v, want its probe", e)
 	}
@@ -282,7 +283,7 @@ func TestClaimFromElsewhereChangesNothingOfAFleetName(t *testing.T) {
 	if r.claim("eu-1", claimOf(secret("native", "eu-1"), "kc-fleet", map[string]string{"env": "prod"})) {
 		t.Fatal("the fleet namespace's claim is reported taken")
 	}
-	r.ObserveState("eu-1", member.StateReady, nil)
+	r.ObserveState("eu-1", fleetv1alpha1.MemberStateReady, nil)
 	before, _ := r.Get("eu-1")
 	s := r.Subscribe(t.Context())
 	next(t, s)
@@ -294,7 +295,7 @@ func TestClaimFromElsewhereChangesNothingOfAFleetName(t *testing.T) {
 		}
 	}
 	after, _ := r.Get("eu-1")
-	if !after.Accepted() || after.State != member.StateReady || after.Labels["env"] != "prod" || after.generation != before.generation ||
+	if !after.Accepted() || after.State != fleetv1alpha1.MemberStateReady || after.Labels["env"] != "prod" || after.generation != before.generation ||
 		len(after.Claims) != 1 || after.Claims[0].Source != secret("native", "eu-1") {
 		t.Fatalf("after claims from elsewhere, eu-1 = %+v, want it as before: %+v", after, before)
 	}

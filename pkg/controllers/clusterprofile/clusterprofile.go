@@ -25,7 +25,6 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -183,9 +182,9 @@ func (p *profiles) setStatus(ctx context.Context, c *registry.Cluster, providers
 		// what the registration holds, which inventory readers need not see.
 		healthy.Reason = c.Refusal.Reason
 		healthy.Message = "fleet-manager refused the cluster's registration, and does not probe it; its MemberCluster says why"
-	case c.State == member.StateReady:
+	case c.State == fleetv1alpha1.MemberStateReady:
 		healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionTrue, "ProbeSucceeded", "fleet-manager's last probe succeeded"
-	case c.State == member.StateUnhealthy || c.State == member.StateDisconnected:
+	case c.State == fleetv1alpha1.MemberStateUnhealthy || c.State == fleetv1alpha1.MemberStateDisconnected:
 		healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionFalse, string(c.State), fmt.Sprintf("fleet-manager's probes fail: the member is %s", c.State)
 	}
 	if status.Conditions == nil {

@@ -137,7 +137,7 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 		mc.recorder.Eventf(obj, nil, corev1.EventTypeNormal, fleetv1alpha1.ReasonDeregistered, "Deregister", "the cluster's registration is gone")
 		return reconcile.Result{}, nil
 	}
-	if !c.Accepted() || c.State != member.StateReady {
+	if !c.Accepted() || c.State != fleetv1alpha1.MemberStateReady {
 		mc.forget(name) // a member that comes back may run another version
 	}
 
@@ -293,7 +293,7 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 	meta.SetStatusCondition(&status.Conditions, expiringCondition(c.Credentials))
 	status.OwedRemovals, status.OwedRemovalCount = owedRemovals(c.Owed), int32(len(c.Owed))
 
-	status.ServerVersion = mc.serverVersion(ctx, c.Name, c.Accepted() && c.State == member.StateReady)
+	status.ServerVersion = mc.serverVersion(ctx, c.Name, c.Accepted() && c.State == fleetv1alpha1.MemberStateReady)
 	status.EngagedControllers, status.ControllerConditions = nil, mc.controllerConditions(c.Name, status.ControllerConditions, now)
 	for _, c := range status.ControllerConditions {
 		if c.Status == metav1.ConditionTrue {

@@ -22,7 +22,6 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -204,7 +203,7 @@ func keptHistory(t *testing.T, before, after *fleetv1alpha1.MemberCluster) {
 func slowArgoCD(namespace string, delay time.Duration) registry.Format {
 	f := registry.ArgoCDFormat(namespace)
 	read := f.Read
-	f.Read = func(s *corev1.Secret) (member.Registration, error) {
+	f.Read = func(s *corev1.Secret) (registry.Registration, error) {
 		time.Sleep(delay)
 		return read(s)
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -30,7 +32,6 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // memberReconciles counts the Propagation controller's reconciles of the
@@ -278,7 +279,7 @@ func TestWriteConflictIsRetriedNotAnError(t *testing.T) {
 	createNamespace(t, f.hub.client, f.team)
 	c := &conflicts{patches: map[string]int{}}
 	f.startWithConflicts(c)
-	errorsBefore := reconcileCount(t, "fleet_reconcile_errors_total", member.HubName)
+	errorsBefore := reconcileCount(t, "fleet_reconcile_errors_total", registry.HubName)
 
 	f.register(0, "east", map[string]string{"env": "prod"})
 	f.configMap("web", map[string]string{"v": "0"}, map[string]string{"app": "web"})
@@ -298,7 +299,7 @@ func TestWriteConflictIsRetriedNotAnError(t *testing.T) {
 	if c.count() < 3 {
 		t.Fatalf("%d writes conflicted, want the finalizer's, the status's and the release's at least", c.count())
 	}
-	if errs := reconcileCount(t, "fleet_reconcile_errors_total", member.HubName) - errorsBefore; errs != 0 {
+	if errs := reconcileCount(t, "fleet_reconcile_errors_total", registry.HubName) - errorsBefore; errs != 0 {
 		t.Errorf("%d of %d conflicting writes were reconcile errors, want none", int(errs), c.count())
 	}
 }

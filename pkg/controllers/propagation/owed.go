@@ -19,7 +19,6 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -241,7 +240,7 @@ func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation) 
 		res, has := results[c.Name]
 		switch {
 		case has && res.removing && res.copies == 0 && res.result != fleetv1alpha1.ResultFailed:
-		case c.State != member.StateReady:
+		case c.State != fleetv1alpha1.MemberStateReady:
 			if err := r.owe(ctx, p, c.Name, fmt.Sprintf("the member is %s: its copies are removed when it is Ready", c.State)); err != nil {
 				return reconcile.Result{}, err
 			}

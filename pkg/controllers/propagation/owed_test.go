@@ -64,7 +64,7 @@ func (f *testFleet) serviceAccountIn(i int) bool {
 func (f *testFleet) deleteWhileEastIsDown(proxy *controlplane.Proxy) {
 	f.t.Helper()
 	proxy.Down()
-	poll.Until(f.t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == member.StateUnhealthy })
+	poll.Until(f.t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == fleetv1alpha1.MemberStateUnhealthy })
 	if err := hubClient.Delete(f.t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
 		f.t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestUnlistableKindAtDeletionIsOwedAndRetried(t *testing.T) {
 	}
 	setVerbs(write)
 	f.start(nil)
-	poll.Until(t, "west Ready", func() bool { s, _ := f.mgr.MemberState("west"); return s == member.StateReady })
+	poll.Until(t, "west Ready", func() bool { s, _ := f.mgr.MemberState("west"); return s == fleetv1alpha1.MemberStateReady })
 	if err := hubClient.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
 		t.Fatal(err)
 	}

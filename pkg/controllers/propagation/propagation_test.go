@@ -750,10 +750,10 @@ func newFleetBehindProxy(t *testing.T, disconnectAfter time.Duration) (*testFlee
 // Disconnected (its caches torn down, its queued work dropped): neither
 // holds the Propagation, and each removes its copy when it is back.
 func TestUnreachableMemberOwesTheDeletion(t *testing.T) {
-	for _, state := range []member.State{member.StateUnhealthy, member.StateDisconnected} {
+	for _, state := range []fleetv1alpha1.MemberState{fleetv1alpha1.MemberStateUnhealthy, fleetv1alpha1.MemberStateDisconnected} {
 		t.Run(string(state), func(t *testing.T) {
 			disconnectAfter := time.Hour
-			if state == member.StateDisconnected {
+			if state == fleetv1alpha1.MemberStateDisconnected {
 				disconnectAfter = time.Second
 			}
 			f, proxy := newFleetBehindProxy(t, disconnectAfter)
@@ -796,7 +796,7 @@ func TestOwedRemovalSurvivesARestart(t *testing.T) {
 	f, proxy := newFleetBehindProxy(t, time.Hour)
 
 	proxy.Down()
-	poll.Until(t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == member.StateUnhealthy })
+	poll.Until(t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == fleetv1alpha1.MemberStateUnhealthy })
 	if err := hubClient.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +22,6 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 // A failed member run is tried again after a second, then after twice as
@@ -48,7 +49,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req fleet.Request) (_ reconc
 			retErr = nil // the manager is stopping or the member left: no failure
 		}
 	}()
-	if req.ClusterName == member.HubName {
+	if req.ClusterName == registry.HubName {
 		return r.reconcileStatus(ctx, req.NamespacedName)
 	}
 	return r.reconcileMember(ctx, req.ClusterName, req.NamespacedName)

@@ -26,7 +26,6 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -331,7 +330,7 @@ func (r *reconciler) memberChanged(ctx context.Context, e registry.Event) {
 	if err != nil {
 		r.log.Error(err, "Recording in the journal whether a member left", "cluster", e.Name)
 	}
-	if e.StateChanged() && e.New.State == member.StateReady {
+	if e.StateChanged() && e.New.State == fleetv1alpha1.MemberStateReady {
 		if mc := r.copies.get(e.Name); mc != nil {
 			r.owed.again(mc)
 		}

@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -132,7 +131,7 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 			selectorErr = err
 		}
 		res, has := results[c.Name]
-		ready := c.State == member.StateReady
+		ready := c.State == fleetv1alpha1.MemberStateReady
 		entry := fleetv1alpha1.MemberPropagationStatus{Name: c.Name, ObservedGeneration: p.Generation}
 		switch {
 		case selected && !ready:

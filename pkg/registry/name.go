@@ -1,4 +1,4 @@
-package member
+package registry
 
 import (
 	"fmt"
