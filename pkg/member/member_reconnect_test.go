@@ -53,37 +53,8 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 	)
 	baseline := goleak.IgnoreCurrent()
 	clk := &timerClock{FakeClock: clocktesting.NewFakeClock(time.Now()), made: make(chan time.Duration, 100)}
-	engaged := make(chan struct{}, 10)
-	probed := make(chan fleetv1alpha1.MemberState, 100)
-	pool, err := NewPool(Options{
-		Engage: func(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} {
-			engaged <- struct{}{}
-			return ctx.Done()
-		},
-		Logger: logr.Discard(),
-		Policy: kubeconfigtest.Permissive,
-		Health: HealthOptions{
-			Interval:         interval,
-			RetryInterval:    interval,
-			Timeout:          time.Hour, // a real-time context: never
-			FailureThreshold: 2,
-			DisconnectAfter:  2 * interval, // the third failure
-		},
-		ReconnectBackoff: &wait.Backoff{Duration: backoff},
-		Clock:            clk,
-		Observe: func(_ string, s fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
-			if probe != nil {
-				probed <- s
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The member's cluster starts nothing that reaches its server.
-	m := newTestMember(t, pool, "https://127.0.0.1:1")
-	probes := &scriptedProbes{}
-	m.review, m.ping = probes.probe, nil
+	m, probes, engaged, probed := scriptedMember(t, clk, interval, backoff)
 
 	// expectTimers waits for the prober's next timer, and run's backoff
 	// timer if backoffs is 1, in either order.
@@ -242,36 +213,7 @@ func TestProbeUnderWayWhenConnectionsDropProvesNothing(t *testing.T) {
 func TestReconnectedMemberIsReadyAtOnce(t *testing.T) {
 	const interval = 3 * time.Second
 	clk := clocktesting.NewFakeClock(time.Now())
-	engaged := make(chan struct{}, 10)
-	probed := make(chan fleetv1alpha1.MemberState, 1000)
-	pool, err := NewPool(Options{
-		Engage: func(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} {
-			engaged <- struct{}{}
-			return ctx.Done()
-		},
-		Logger: logr.Discard(),
-		Policy: kubeconfigtest.Permissive,
-		Health: HealthOptions{
-			Interval:         interval,
-			RetryInterval:    interval,
-			Timeout:          time.Hour, // a real-time context: never
-			FailureThreshold: 2,
-			DisconnectAfter:  2 * interval,
-		},
-		ReconnectBackoff: &wait.Backoff{Duration: time.Second},
-		Clock:            clk,
-		Observe: func(_ string, s fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
-			if probe != nil {
-				probed <- s
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := newTestMember(t, pool, "https://127.0.0.1:1")
-	probes := &scriptedProbes{}
-	m.review, m.ping = probes.probe, nil
+	m, probes, engaged, _ := scriptedMember(t, clk, interval, time.Second)
 	ctx, cancel := context.WithCancel(t.Context())
 	m.start(ctx)
 	t.Cleanup(func() { cancel(); m.stop() })
@@ -311,4 +253,44 @@ func TestReconnectedMemberIsReadyAtOnce(t *testing.T) {
 		clk.Step(time.Millisecond)
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// scriptedMember returns a member of a new pool on clk, probed every
+// interval by scripted probes, Disconnected at its third failure and
+// connected again after backoff. Its cluster starts nothing that reaches
+// its server. engaged receives each engagement, probed the state each
+// probe led to.
+func scriptedMember(t *testing.T, clk clock.WithTickerAndDelayedExecution, interval, backoff time.Duration) (m *member, probes *scriptedProbes, engaged chan struct{}, probed chan fleetv1alpha1.MemberState) {
+	t.Helper()
+	engaged = make(chan struct{}, 10)
+	probed = make(chan fleetv1alpha1.MemberState, 1000)
+	pool, err := NewPool(Options{
+		Engage: func(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} {
+			engaged <- struct{}{}
+			return ctx.Done()
+		},
+		Logger: logr.Discard(),
+		Policy: kubeconfigtest.Permissive,
+		Health: HealthOptions{
+			Interval:         interval,
+			RetryInterval:    interval,
+			Timeout:          time.Hour, // a real-time context: never
+			FailureThreshold: 2,
+			DisconnectAfter:  2 * interval, // the third failure
+		},
+		ReconnectBackoff: &wait.Backoff{Duration: backoff},
+		Clock:            clk,
+		Observe: func(_ string, s fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
+			if probe != nil {
+				probed <- s
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = newTestMember(t, pool, "https://127.0.0.1:1")
+	probes = &scriptedProbes{}
+	m.review, m.ping = probes.probe, nil
+	return m, probes, engaged, probed
 }
