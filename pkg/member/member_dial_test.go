@@ -10,6 +10,7 @@ import (
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
@@ -53,17 +54,8 @@ func TestClosingConnectionErrorIsNotRetried(t *testing.T) {
 }
 
 func TestStoppedMemberRefusesToDial(t *testing.T) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close()
+	m, listener := memberOnListener(t, nil)
 	addr := listener.Addr().String()
-	pool, err := NewPool(Options{Engage: engageNothing, Policy: kubeconfigtest.Permissive})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := newTestMember(t, pool, "https://"+addr)
 	accepted := func() bool {
 		t.Helper()
 		_ = listener.(*net.TCPListener).SetDeadline(time.Now().Add(100 * time.Millisecond))
@@ -114,6 +106,23 @@ func newTestMember(t *testing.T, pool *Pool, server string) *member {
 	return m
 }
 
+// memberOnListener builds, without starting it, a member of a new pool on
+// clk (nil: the real clock) whose server is a listener of its own, closed
+// when the test ends.
+func memberOnListener(t *testing.T, clk clock.WithTickerAndDelayedExecution) (*member, net.Listener) {
+	t.Helper()
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = listener.Close() })
+	pool, err := NewPool(Options{Engage: engageNothing, Policy: kubeconfigtest.Permissive, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newTestMember(t, pool, "https://"+listener.Addr().String()), listener
+}
+
 // engageNothing engages a member with nothing.
 func engageNothing(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} {
 	return ctx.Done()
@@ -125,19 +134,10 @@ func engageNothing(ctx context.Context, _ string, _ cluster.Cluster) <-chan stru
 // pool tells of those), so a dial cut short by a probe's timeout does not
 // make a member that is back reconnect.
 func TestEstablishedConnections(t *testing.T) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close()
-	addr := listener.Addr().String()
 	clk := clocktesting.NewFakeClock(time.Now())
-	pool, err := NewPool(Options{Engage: engageNothing, Policy: kubeconfigtest.Permissive, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	timeout := pool.opts.Health.Timeout
-	m := newTestMember(t, pool, "https://"+addr)
+	m, listener := memberOnListener(t, clk)
+	addr := listener.Addr().String()
+	timeout := m.pool.opts.Health.Timeout
 	if m.h2 == nil {
 		t.Fatal("the member's transport keeps no track of its HTTP/2 connections")
 	}
@@ -165,18 +165,9 @@ func TestEstablishedConnections(t *testing.T) {
 // started, however young, through bytes read since or bytes received and
 // not read yet; not through a connection opened since.
 func TestHeardSince(t *testing.T) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close()
-	addr := listener.Addr().String()
 	clk := clocktesting.NewFakeClock(time.Now())
-	pool, err := NewPool(Options{Engage: engageNothing, Policy: kubeconfigtest.Permissive, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := newTestMember(t, pool, "https://"+addr)
+	m, listener := memberOnListener(t, clk)
+	addr := listener.Addr().String()
 	c, err := m.dialer.DialContext(t.Context(), "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
