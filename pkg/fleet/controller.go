@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/fleetkube/fleet-manager/internal/fleetmetrics"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -31,7 +30,7 @@ type controller struct {
 	// fair is the queue, once the controller-runtime controller made
 	// it; nil if the options bring a queue of their own.
 	fair    atomic.Pointer[fairqueue.Queue[Request]]
-	metrics *fleetmetrics.Fleet
+	metrics *fleetMetrics
 
 	// ready closes when the controller-runtime controller has started;
 	// ctx and queue are set before.
@@ -233,7 +232,7 @@ func (c *controller) Reconcile(ctx context.Context, req Request) (reconcile.Resu
 	start := time.Now()
 	result, err := c.do.Reconcile(ctx, req)
 	if clusterCtx.Err() == nil { // a removed cluster's series are gone for good
-		c.metrics.ObserveReconcile(c.name, req.ClusterName, time.Since(start), err)
+		c.metrics.observeReconcile(c.name, req.ClusterName, time.Since(start), err)
 	}
 	return result, err
 }

@@ -22,7 +22,6 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/internal/fleetmetrics"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
@@ -122,7 +121,7 @@ type Manager struct {
 	registry  *registry.Registry
 	pool      *member.Pool
 	engager   *engage.Engager
-	metrics   *fleetmetrics.Fleet
+	metrics   *fleetMetrics
 	// queueMetrics are the workqueue series of the fleet controllers.
 	queueMetrics *fairqueue.MetricsProvider
 
@@ -171,7 +170,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	setGCPercent(opts.GCPercent, log)
 	m := &Manager{Manager: hub, namespace: opts.Namespace}
 	m.identity = &identity{namespace: opts.Namespace, reader: hub.GetAPIReader(), writer: hub.GetClient(), log: log.WithName("identity"), resolved: make(chan struct{})}
-	if m.metrics, err = fleetmetrics.NewFleet(crmetrics.Registry); err != nil {
+	if m.metrics, err = newFleetMetrics(crmetrics.Registry); err != nil {
 		return nil, err
 	}
 	if m.queueMetrics, err = fairqueue.NewMetricsProvider(crmetrics.Registry); err != nil {
@@ -186,7 +185,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	if m.registry, err = registry.NewWithSecrets(hub, formats, hub.GetControllerOptions().MaxConcurrentReconciles, opts.ClusterProfiles); err != nil {
 		return nil, err
 	}
-	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.metrics.ObserveEngage})
+	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.metrics.observeEngage})
 	m.pool, err = member.NewPool(member.Options{
 		Engage:    m.engager.Engage,
 		Scheme:    hub.GetScheme(),
@@ -196,7 +195,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		Burst:     opts.MemberBurst,
 		Configure: opts.ConfigureMember,
 		Health:    opts.MemberHealth,
-		Observe:   m.observeMember,
+		Observe:   m.registry.ObserveState,
 	})
 	if err != nil {
 		return nil, err
@@ -232,15 +231,6 @@ func setGCPercent(percent int, log logr.Logger) {
 	}
 	if old := debug.SetGCPercent(percent); old != percent {
 		log.V(1).Info("Set the garbage collector's target percentage: set GOGC to choose another", "gcPercent", percent, "was", old)
-	}
-}
-
-// observeMember takes every state and probe of every member: the registry
-// publishes the state, and the metrics count the probe.
-func (m *Manager) observeMember(clusterName string, state fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
-	m.registry.ObserveState(clusterName, state, probe)
-	if probe != nil {
-		m.metrics.ObserveProbe(clusterName, *probe)
 	}
 }
 

@@ -104,7 +104,7 @@ type lifecycle struct{ m *Manager }
 
 func (l lifecycle) Start(ctx context.Context) error {
 	l.m.registry.Subscribe(ctx).Run(ctx, 1, func(_ context.Context, e registry.Event) {
-		l.m.metrics.Follow(e.Name, e.New)
+		l.m.metrics.follow(e.Name, e.New)
 		holdWork := e.New != nil && held(e.New)
 		l.m.controllersMu.Lock()
 		for _, c := range l.m.controllers {

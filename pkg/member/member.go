@@ -352,17 +352,13 @@ func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberS
 		}
 		m.log.Info("Member state changed", kv...)
 	}
-	if observe := m.pool.opts.Observe; observe != nil {
-		observe(m.name, state, &result)
-	}
+	m.pool.report(m.name, state, &result)
 }
 
 func (m *member) setState(s fleetv1alpha1.MemberState) {
 	if old := m.state.Swap(s); old != s {
 		m.log.Info("Member state changed", "from", old, "to", s)
-		if observe := m.pool.opts.Observe; observe != nil {
-			observe(m.name, s, nil)
-		}
+		m.pool.report(m.name, s, nil)
 	}
 }
 

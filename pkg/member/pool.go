@@ -15,6 +15,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
@@ -82,6 +84,10 @@ type Options struct {
 	// member's goroutines and must not block.
 	Observe func(clusterName string, state fleetv1alpha1.MemberState, probe *registry.ProbeResult)
 
+	// Metrics is where the members' series are registered. Defaults to
+	// controller-runtime's registry, which a manager serves.
+	Metrics prometheus.Registerer
+
 	// Clock times probes and reconnections. Defaults to the real clock.
 	Clock clock.WithTickerAndDelayedExecution
 
@@ -117,6 +123,9 @@ func (o *Options) setDefaults() error {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	if o.Metrics == nil {
+		o.Metrics = crmetrics.Registry
+	}
 	return nil
 }
 
@@ -132,7 +141,8 @@ type index struct {
 //
 // The pool never holds its lock during network I/O or while a member stops.
 type Pool struct {
-	opts Options
+	opts    Options
+	metrics *poolMetrics
 
 	// mu guards everything below.
 	mu      sync.Mutex
@@ -149,7 +159,11 @@ func NewPool(opts Options) (*Pool, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Pool{opts: opts, members: map[string]*member{}}, nil
+	metrics, err := newPoolMetrics(opts.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	return &Pool{opts: opts, metrics: metrics, members: map[string]*member{}}, nil
 }
 
 // Start starts the members already set and blocks until ctx ends; then it
@@ -174,7 +188,19 @@ func (p *Pool) Start(ctx context.Context) error {
 	p.members = map[string]*member{}
 	p.mu.Unlock()
 	stopAll(members)
+	for name := range members {
+		p.metrics.forget(name)
+	}
 	return nil
+}
+
+// report takes every state of member name, and each probe with the state
+// it led to: the metrics count them, and Options.Observe is told.
+func (p *Pool) report(name string, state fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
+	p.metrics.observe(name, state, probe)
+	if observe := p.opts.Observe; observe != nil {
+		observe(name, state, probe)
+	}
 }
 
 // HealthOptions returns the pool's health options, defaults filled in.
@@ -226,6 +252,11 @@ func (p *Pool) Set(reg registry.Registration) error {
 	}
 	old = p.members[name]
 	p.members[name] = m
+	if old == nil {
+		p.metrics.add(name, m.State())
+	} else {
+		p.metrics.observe(name, m.State(), nil)
+	}
 	p.mu.Unlock()
 
 	if old != nil {
@@ -261,6 +292,11 @@ func (p *Pool) Remove(name string) bool {
 	p.mu.Unlock()
 	if ok {
 		m.stop()
+		p.mu.Lock()
+		if _, back := p.members[name]; !back {
+			p.metrics.forget(name)
+		}
+		p.mu.Unlock()
 	}
 	return ok
 }

@@ -1,11 +1,9 @@
-package fleetmetrics
+package fleet
 
 import (
 	"errors"
 	"sync"
 	"time"
-
-	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,34 +18,27 @@ const (
 	labelCluster    = "cluster"
 	labelController = "controller"
 	labelResult     = "result"
-	labelState      = "state"
 
 	resultSuccess = "success"
 	resultFailure = "failure"
 	resultError   = "error"
 )
 
-// Fleet are the per-cluster series of a fleet, registered once.
-//
-// A member's state is exposed twice, on purpose: fleet_member_ready is
-// the one series to alert on (fleet_member_ready == 0), and
-// fleet_member_state follows the kube-state-metrics habit of one series
-// per state, 1 for the current one, so a dashboard can count members by
-// state. Both stay bounded: five state series per cluster.
+// fleetMetrics are the fleet's per-cluster series beside the member
+// pool's: engagements, reconciles per controller and cluster, and
+// credential expiry. A cluster's series exist only while the registry
+// accepts the cluster: follow, fed from the registry's stream, deletes
+// every series of a cluster that is removed or refused, and observations
+// of a cluster that is not accepted create none.
 //
 // The methods are safe for concurrent use.
-type Fleet struct {
-	memberReady         *prometheus.GaugeVec
-	memberState         *prometheus.GaugeVec
-	probes              *prometheus.CounterVec
-	probeDuration       *prometheus.HistogramVec
-	consecutiveFailures *prometheus.GaugeVec
-	credentialExpiry    *prometheus.GaugeVec
-	engageDuration      *prometheus.HistogramVec
-	engagements         *prometheus.CounterVec
-	reconciles          *prometheus.CounterVec
-	reconcileErrors     *prometheus.CounterVec
-	reconcileDuration   *prometheus.HistogramVec
+type fleetMetrics struct {
+	credentialExpiry  *prometheus.GaugeVec
+	engageDuration    *prometheus.HistogramVec
+	engagements       *prometheus.CounterVec
+	reconciles        *prometheus.CounterVec
+	reconcileErrors   *prometheus.CounterVec
+	reconcileDuration *prometheus.HistogramVec
 
 	// mu guards live, the clusters the registry accepts, and
 	// reconcileSeries: the series of each controller and cluster, looked
@@ -67,33 +58,12 @@ type reconcileSeries struct {
 	errors             prometheus.Counter
 }
 
-// NewFleet registers the fleet's series with reg. When they are
+// newFleetMetrics registers the fleet's series with reg. When they are
 // already registered there, as with several managers sharing
 // controller-runtime's global registry in one process, it uses the
 // registered ones.
-func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
-	m := &Fleet{
-		memberReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "fleet_member_ready",
-			Help: "Whether the cluster is Ready: engaged, and its last probe succeeded (1) or not (0).",
-		}, []string{labelCluster}),
-		memberState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "fleet_member_state",
-			Help: "The cluster's state: 1 for the current state, 0 for the others.",
-		}, []string{labelCluster, labelState}),
-		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleet_member_probes_total",
-			Help: "Health probes of the cluster, by result (success or failure).",
-		}, []string{labelCluster, labelResult}),
-		probeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "fleet_member_probe_duration_seconds",
-			Help:    "How long the cluster's health probes took.",
-			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
-		}, []string{labelCluster}),
-		consecutiveFailures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "fleet_member_consecutive_probe_failures",
-			Help: "Health probes of the cluster that failed in a row since its last success.",
-		}, []string{labelCluster}),
+func newFleetMetrics(reg prometheus.Registerer) (*fleetMetrics, error) {
+	m := &fleetMetrics{
 		credentialExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fleet_member_credential_expiry_timestamp_seconds",
 			Help: "When the cluster's credential expires, in seconds since the Unix epoch; no series when it does not expire.",
@@ -129,11 +99,6 @@ func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
 		reconcileSeries: map[reconcileKey]*reconcileSeries{},
 	}
 	if err := errors.Join(
-		metrics.Register(reg, &m.memberReady),
-		metrics.Register(reg, &m.memberState),
-		metrics.Register(reg, &m.probes),
-		metrics.Register(reg, &m.probeDuration),
-		metrics.Register(reg, &m.consecutiveFailures),
 		metrics.Register(reg, &m.credentialExpiry),
 		metrics.Register(reg, &m.engageDuration),
 		metrics.Register(reg, &m.engagements),
@@ -146,10 +111,9 @@ func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
 	return m, nil
 }
 
-// Follow makes a cluster's series follow its registration c, nil once
-// removed: an accepted cluster's state series show its state, and every
-// series of a cluster that is not accepted is deleted.
-func (m *Fleet) Follow(clusterName string, c *registry.Cluster) {
+// follow makes a cluster's series follow its registration c, nil once
+// removed: every series of a cluster that is not accepted is deleted.
+func (m *fleetMetrics) follow(clusterName string, c *registry.Cluster) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c == nil || !c.Accepted() {
@@ -160,15 +124,6 @@ func (m *Fleet) Follow(clusterName string, c *registry.Cluster) {
 		return
 	}
 	m.live[clusterName] = true
-	m.memberReady.WithLabelValues(clusterName).Set(boolValue(c.State == fleetv1alpha1.MemberStateReady))
-	for _, s := range fleetv1alpha1.MemberStates {
-		m.memberState.WithLabelValues(clusterName, string(s)).Set(boolValue(c.State == s))
-	}
-	failures := 0
-	if c.Probe != nil {
-		failures = c.Probe.ConsecutiveFailures
-	}
-	m.consecutiveFailures.WithLabelValues(clusterName).Set(float64(failures))
 	if c.Credentials != nil && !c.Credentials.Expiry.IsZero() {
 		m.credentialExpiry.WithLabelValues(clusterName).Set(float64(c.Credentials.Expiry.Unix()))
 	} else {
@@ -176,20 +131,9 @@ func (m *Fleet) Follow(clusterName string, c *registry.Cluster) {
 	}
 }
 
-// ObserveProbe records one health probe of a live cluster.
-func (m *Fleet) ObserveProbe(clusterName string, result registry.ProbeResult) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if !m.live[clusterName] {
-		return
-	}
-	m.probeDuration.WithLabelValues(clusterName).Observe(result.Duration.Seconds())
-	countResult(m.probes, result.Err == nil, resultSuccess, resultFailure, clusterName)
-}
-
-// ObserveEngage records one engagement of a live cluster with a
+// observeEngage records one engagement of a live cluster with a
 // controller.
-func (m *Fleet) ObserveEngage(clusterName, controller string, took time.Duration, err error) {
+func (m *fleetMetrics) observeEngage(clusterName, controller string, took time.Duration, err error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if !m.live[clusterName] && clusterName != registry.HubName {
@@ -199,10 +143,10 @@ func (m *Fleet) ObserveEngage(clusterName, controller string, took time.Duration
 	countResult(m.engagements, err == nil, resultSuccess, resultFailure, clusterName, controller)
 }
 
-// ObserveReconcile records one reconcile by a controller for a cluster.
+// observeReconcile records one reconcile by a controller for a cluster.
 // Like controller-runtime, a reconcile that returned an error counts as
 // an error, whatever its result.
-func (m *Fleet) ObserveReconcile(controller, clusterName string, took time.Duration, err error) {
+func (m *fleetMetrics) observeReconcile(controller, clusterName string, took time.Duration, err error) {
 	s := m.reconcileSeriesOf(controller, clusterName)
 	if s == nil {
 		return
@@ -220,7 +164,7 @@ func (m *Fleet) ObserveReconcile(controller, clusterName string, took time.Durat
 // cluster, creating them all at 0 on first use, so rates of either result
 // are defined from the first reconcile; nil for a cluster that is not
 // live.
-func (m *Fleet) reconcileSeriesOf(controller, clusterName string) *reconcileSeries {
+func (m *fleetMetrics) reconcileSeriesOf(controller, clusterName string) *reconcileSeries {
 	key := reconcileKey{controller, clusterName}
 	m.mu.RLock()
 	s := m.reconcileSeries[key]
@@ -246,7 +190,7 @@ func (m *Fleet) reconcileSeriesOf(controller, clusterName string) *reconcileSeri
 }
 
 // lockedForget deletes every series of a cluster. mu must be held.
-func (m *Fleet) lockedForget(clusterName string) {
+func (m *fleetMetrics) lockedForget(clusterName string) {
 	for key := range m.reconcileSeries {
 		if key.cluster == clusterName {
 			delete(m.reconcileSeries, key)
@@ -254,11 +198,6 @@ func (m *Fleet) lockedForget(clusterName string) {
 	}
 	match := prometheus.Labels{labelCluster: clusterName}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
-		m.memberReady,
-		m.memberState,
-		m.probes,
-		m.probeDuration,
-		m.consecutiveFailures,
 		m.credentialExpiry,
 		m.engageDuration,
 		m.engagements,
@@ -280,12 +219,4 @@ func countResult(v *prometheus.CounterVec, ok bool, success, failure string, lab
 	}
 	v.WithLabelValues(append(labels, hit)...).Inc()
 	v.WithLabelValues(append(labels, miss)...).Add(0)
-}
-
-// boolValue is 1 for true and 0 for false.
-func boolValue(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }
