@@ -14,18 +14,17 @@
 //     multicluster-runtime, Cluster API and Argo CD) and owns each cluster
 //     name's claims, refusal, labels and member state. Everything below
 //     subscribes to it; nothing is told by callback;
-//   - the member sync, which keeps one member per accepted cluster in the
-//     pool, each cluster name in order and different names in parallel,
-//     and reports what the pool refuses back to the registry;
-//   - the pool of members (package cluster), which connects, probes,
-//     disconnects and reconnects them;
+//   - the pool of members (package member), which follows the registry,
+//     one member per accepted cluster, and connects, probes, disconnects
+//     and reconnects them, writing their states, probes and refusals back
+//     to the registry, and owns their per-member metrics;
 //   - the engager (package engage), which hands the hub and every member
 //     to every fleet controller;
 //   - the lifecycle, which holds an Unhealthy member's work in every
 //     fleet controller's queue, asks cluster filters again when labels
-//     change, and makes the per-cluster metrics on controller-runtime's
-//     registry follow the registry (a cluster that is removed or refused
-//     has no series);
+//     change, reports refusals, and makes the engagement and reconcile
+//     series on controller-runtime's registry follow the registry (a
+//     cluster that is removed or refused has no series);
 //   - the fleet controllers built on it, such as the MemberCluster
 //     controller (package controllers/membercluster), added with their
 //     own Add.

@@ -187,6 +187,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	}
 	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.metrics.observeEngage})
 	m.pool, err = member.NewPool(member.Options{
+		Registry:  m.registry,
 		Engage:    m.engager.Engage,
 		Scheme:    hub.GetScheme(),
 		Logger:    log.WithName("member"),
@@ -195,7 +196,6 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		Burst:     opts.MemberBurst,
 		Configure: opts.ConfigureMember,
 		Health:    opts.MemberHealth,
-		Observe:   m.registry.ObserveState,
 	})
 	if err != nil {
 		return nil, err
@@ -209,8 +209,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 			m.engager.Serve(ctx, registry.HubName, hub)
 			return nil
 		}),
-		&memberSync{m: m, log: log.WithName("members"), recorder: hub.GetEventRecorder("fleet-manager")},
-		lifecycle{m},
+		lifecycle{m: m, log: log.WithName("members"), recorder: hub.GetEventRecorder("fleet-manager")},
 		newCredentialRenewal(m, opts.CredentialRenewal, opts.KubeconfigPolicy, log.WithName("credentials")),
 	} {
 		if err := hub.Add(r); err != nil {

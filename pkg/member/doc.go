@@ -28,6 +28,14 @@
 //
 // # Lifecycle
 //
+// The pool follows a registry (Options.Registry) from [Pool.Start] until
+// its context ends: a member runs for each cluster the registry accepts,
+// with its current kubeconfig, and none for the others; each name settles
+// in order, different names in parallel. The pool writes back each
+// member's state and probes, and each kubeconfig it refuses, and keeps
+// each member's series (fleet_member_ready, fleet_member_state, probes)
+// on Options.Metrics while it holds the member.
+//
 // [Pool.Set] adds a member, or replaces it when its kubeconfig changed;
 // [Pool.Remove] removes it. A kubeconfig that changed only its bearer
 // token or client certificate rotates the running member's credentials

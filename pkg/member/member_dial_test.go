@@ -116,7 +116,7 @@ func memberOnListener(t *testing.T, clk clock.WithTickerAndDelayedExecution) (*m
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = listener.Close() })
-	pool, err := NewPool(Options{Engage: engageNothing, Policy: kubeconfigtest.Permissive, Clock: clk})
+	pool, err := NewPool(Options{Registry: NewObservedRegistry(nil), Engage: engageNothing, Policy: kubeconfigtest.Permissive, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}

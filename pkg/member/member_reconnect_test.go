@@ -176,10 +176,11 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 func TestProbeUnderWayWhenConnectionsDropProvesNothing(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	pool, err := NewPool(Options{
-		Engage: engageNothing,
-		Logger: logr.Discard(),
-		Policy: kubeconfigtest.Permissive,
-		Clock:  clk,
+		Registry: NewObservedRegistry(nil),
+		Engage:   engageNothing,
+		Logger:   logr.Discard(),
+		Policy:   kubeconfigtest.Permissive,
+		Clock:    clk,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -265,6 +266,11 @@ func scriptedMember(t *testing.T, clk clock.WithTickerAndDelayedExecution, inter
 	engaged = make(chan struct{}, 10)
 	probed = make(chan fleetv1alpha1.MemberState, 1000)
 	pool, err := NewPool(Options{
+		Registry: NewObservedRegistry(func(_ string, s fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
+			if probe != nil {
+				probed <- s
+			}
+		}),
 		Engage: func(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} {
 			engaged <- struct{}{}
 			return ctx.Done()
@@ -280,11 +286,6 @@ func scriptedMember(t *testing.T, clk clock.WithTickerAndDelayedExecution, inter
 		},
 		ReconnectBackoff: &wait.Backoff{Duration: backoff},
 		Clock:            clk,
-		Observe: func(_ string, s fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
-			if probe != nil {
-				probed <- s
-			}
-		},
 	})
 	if err != nil {
 		t.Fatal(err)

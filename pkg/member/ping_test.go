@@ -33,14 +33,14 @@ func TestReadyMemberIsPingedBetweenReviews(t *testing.T) {
 	pool := startPool(t, member.Options{
 		Engage: w.engage,
 		Health: opts,
-		Observe: func(_ string, _ fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
+		Registry: member.NewObservedRegistry(func(_ string, _ fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
 			if probe != nil {
 				probes.Add(1)
 				if probe.Err != nil {
 					failures.Add(1)
 				}
 			}
-		},
+		}),
 	})
 	if err := pool.Set(registry.Registration{ClusterName: "pinged", Kubeconfig: kubeconfig(t, members[0])}); err != nil {
 		t.Fatal(err)

@@ -49,6 +49,11 @@ type EngageFunc func(ctx context.Context, clusterName string, cl cluster.Cluster
 
 // Options configure every member of a Pool.
 type Options struct {
+	// Registry is followed: a member runs for each cluster it accepts,
+	// with the cluster's kubeconfig. Each member's state and probes, and
+	// each kubeconfig the pool refuses, are recorded there. Required.
+	Registry Registry
+
 	// Engage is called once the member's cache has its indexes, before its
 	// cluster starts. Required.
 	Engage EngageFunc
@@ -78,12 +83,6 @@ type Options struct {
 	// connection that became Ready resets it.
 	ReconnectBackoff *wait.Backoff
 
-	// Observe, if set, is told every state of every member as it
-	// changes, and each probe with the state it led to (probe is nil for
-	// changes no probe made, such as Connecting). It is called from the
-	// member's goroutines and must not block.
-	Observe func(clusterName string, state fleetv1alpha1.MemberState, probe *registry.ProbeResult)
-
 	// Metrics is where the members' series are registered. Defaults to
 	// controller-runtime's registry, which a manager serves.
 	Metrics prometheus.Registerer
@@ -101,6 +100,9 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() error {
+	if o.Registry == nil {
+		return errors.New("cluster pool: Options.Registry is required")
+	}
 	if o.Engage == nil {
 		return errors.New("cluster pool: Options.Engage is required")
 	}
@@ -166,8 +168,8 @@ func NewPool(opts Options) (*Pool, error) {
 	return &Pool{opts: opts, metrics: metrics, members: map[string]*member{}}, nil
 }
 
-// Start starts the members already set and blocks until ctx ends; then it
-// stops every member and returns.
+// Start starts the members already set and follows the registry until
+// ctx ends; then it stops every member and returns.
 func (p *Pool) Start(ctx context.Context) error {
 	p.mu.Lock()
 	if p.ctx != nil {
@@ -180,7 +182,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 
-	<-ctx.Done()
+	p.follow(ctx)
 
 	p.mu.Lock()
 	p.stopped = true
@@ -195,12 +197,12 @@ func (p *Pool) Start(ctx context.Context) error {
 }
 
 // report takes every state of member name, and each probe with the state
-// it led to: the metrics count them, and Options.Observe is told.
+// it led to (probe is nil for changes no probe made, such as Connecting):
+// the registry records them and the metrics count them. It is called from
+// the member's goroutines.
 func (p *Pool) report(name string, state fleetv1alpha1.MemberState, probe *registry.ProbeResult) {
+	p.opts.Registry.ObserveState(name, state, probe)
 	p.metrics.observe(name, state, probe)
-	if observe := p.opts.Observe; observe != nil {
-		observe(name, state, probe)
-	}
 }
 
 // HealthOptions returns the pool's health options, defaults filled in.

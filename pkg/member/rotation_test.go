@@ -93,9 +93,10 @@ func TestPoolSetRotatesOnlyCredentials(t *testing.T) {
 			}
 			logs := &messages{}
 			pool, err := member.NewPool(member.Options{
-				Engage: engageNothing,
-				Logger: logs.logger(),
-				Policy: kubeconfigtest.Permissive,
+				Registry: member.NewObservedRegistry(nil),
+				Engage:   engageNothing,
+				Logger:   logs.logger(),
+				Policy:   kubeconfigtest.Permissive,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -175,7 +176,7 @@ func TestPoolRotatesServiceAccountToken(t *testing.T) {
 		Engage: w.engage,
 		Logger: logs.logger(),
 		Health: member.HealthOptions{Interval: 200 * time.Millisecond, Timeout: time.Second},
-		Observe: func(_ string, s fleetv1alpha1.MemberState, r *registry.ProbeResult) {
+		Registry: member.NewObservedRegistry(func(_ string, s fleetv1alpha1.MemberState, r *registry.ProbeResult) {
 			if r != nil && r.Err == nil {
 				probesOK.Add(1)
 			}
@@ -184,7 +185,7 @@ func TestPoolRotatesServiceAccountToken(t *testing.T) {
 			} else if ready.Load() {
 				leftReady.Add(1)
 			}
-		},
+		}),
 	})
 	set := func(token string) {
 		t.Helper()

@@ -39,8 +39,8 @@
 // # State
 //
 // The member pool reports each member's state and probes
-// ([Registry.ObserveState]); whoever builds members reports a kubeconfig
-// it could not build ([Registry.Refuse]); the credential renewal reports
+// ([Registry.ObserveState]) and each kubeconfig it could not build
+// ([Registry.Refuse]); the credential renewal reports
 // what it knows of each kubeconfig's credential
 // ([Registry.ObserveCredentials]); the Propagation controller reports the
 // removals each member owes ([Registry.ObserveOwed]). Reports about a name
