@@ -15,6 +15,9 @@
 //
 //	func TestMain(m *testing.M) { os.Exit(suite.Run(m)) }
 //
+// Suite.HubCount starts more hubs, each with the CRDs; Suite.Audit has
+// every API server log the writes it serves, which Suite.Writes reads.
+//
 // Without $KUBEBUILDER_ASSETS no API server starts; the tests that need
 // them skip themselves (Suite.Need, and every fleet or client helper).
 // When the tests end, the suite fails if a log line, or anything its
@@ -47,4 +50,10 @@
 // are cluster-scoped) and its own member namespaces; the harness keeps
 // nothing else shared but the suite's log capture and controller-runtime's
 // metrics registry, which every series reads by cluster name.
+//
+// Where every manager on a hub reads what every fleet published there (the
+// Propagations of every namespace), fleets of parallel tests would act on
+// each other's objects: such a test takes a hub of its own with
+// Suite.OwnHubs, and starts its fleets on it (FleetOptions.Hub). The
+// members stay shared: two fleets sharing members do not interfere.
 package fleettest

@@ -29,6 +29,8 @@ import (
 // zero value is a fleet on the suite's hub, in a fleet namespace of its
 // own, started at once, with no controller.
 type FleetOptions struct {
+	// Hub is the fleet's hub; default the suite's first, Suite.Hub.
+	Hub *Hub
 	// Namespace is the fleet namespace; default a new one
 	// (Suite.FleetNamespace). Several fleets of one test may share one, as
 	// replicas of a fleet do.
@@ -58,10 +60,11 @@ type Fleet struct {
 	Manager *fleet.Manager
 	// Namespace is the fleet namespace.
 	Namespace string
+	// Hub is the fleet's hub.
+	Hub *Hub
 	// Logs holds the lines the manager logged.
 	Logs *Logs
 
-	suite  *Suite
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
@@ -77,15 +80,18 @@ type Fleet struct {
 func (s *Suite) StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 	t.Helper()
 	s.Need(t)
+	hub := opts.Hub
+	if hub == nil {
+		hub = s.Hubs[0]
+	}
 	ns := opts.Namespace
 	if ns == "" {
-		ns = s.FleetNamespace(t)
-	} else {
-		CreateNamespace(t, s.HubClient, ns)
+		ns = s.Name("fleet")
 	}
+	CreateNamespace(t, hub.Client, ns)
 	cfg := opts.Config
 	if cfg == nil {
-		cfg = s.Hub.Config
+		cfg = hub.Env.Config
 	}
 	logs := s.Logs.Sub()
 	o := fleet.Options{
@@ -116,7 +122,7 @@ func (s *Suite) StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 			t.Fatal(err)
 		}
 	}
-	f := &Fleet{Manager: mgr, Namespace: ns, Logs: logs, suite: s}
+	f := &Fleet{Manager: mgr, Namespace: ns, Hub: hub, Logs: logs}
 	t.Cleanup(func() {
 		f.Stop(t)
 		f.forget(t)
@@ -165,11 +171,11 @@ func (f *Fleet) forget(t testing.TB) {
 	defer f.mu.Unlock()
 	ctx := context.Background()
 	for _, s := range f.secrets {
-		if err := client.IgnoreNotFound(f.suite.HubClient.Delete(ctx, s)); err != nil {
+		if err := client.IgnoreNotFound(f.Hub.Client.Delete(ctx, s)); err != nil {
 			t.Errorf("deleting Secret %s/%s: %v", s.Namespace, s.Name, err)
 		}
 	}
-	err := f.suite.HubClient.DeleteAllOf(ctx, &fleetv1alpha1.MemberCluster{}, client.MatchingLabels{fleetv1alpha1.FleetLabel: f.Namespace})
+	err := f.Hub.Client.DeleteAllOf(ctx, &fleetv1alpha1.MemberCluster{}, client.MatchingLabels{fleetv1alpha1.FleetLabel: f.Namespace})
 	if err != nil {
 		t.Errorf("deleting the MemberClusters of fleet %s: %v", f.Namespace, err)
 	}
@@ -197,7 +203,7 @@ func (f *Fleet) RegisterSecret(t testing.TB, s *corev1.Secret) *corev1.Secret {
 	f.mu.Lock()
 	f.secrets = append(f.secrets, s)
 	f.mu.Unlock()
-	if err := f.suite.HubClient.Create(t.Context(), s); err != nil {
+	if err := f.Hub.Client.Create(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -262,7 +268,7 @@ func (f *Fleet) WaitWarning(t testing.TB, secretName, reason string) {
 	t.Helper()
 	poll.Until(t, reason+" reported on Secret "+secretName, func() bool {
 		events := &eventsv1.EventList{}
-		if err := f.suite.HubClient.List(t.Context(), events, client.InNamespace(f.Namespace)); err != nil {
+		if err := f.Hub.Client.List(t.Context(), events, client.InNamespace(f.Namespace)); err != nil {
 			return false
 		}
 		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {

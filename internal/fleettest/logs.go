@@ -35,6 +35,13 @@ func (l *Logs) Logger() logr.Logger {
 	return funcr.New(func(prefix, args string) { l.Add(prefix + " " + args) }, funcr.Options{Verbosity: 4})
 }
 
+// Lines returns the lines collected so far.
+func (l *Logs) Lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines)
+}
+
 // Find reports whether a line holds every one of parts.
 func (l *Logs) Find(parts ...string) bool { return l.First(parts...) != "" }
 
