@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 
@@ -19,19 +18,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
-	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
 
 // memberReconciles counts the Propagation controller's reconciles of the
@@ -71,11 +66,11 @@ func reconcileCount(t *testing.T, family string, names ...string) float64 {
 func (f *testFleet) setData(name, v string) {
 	f.t.Helper()
 	cm := &corev1.ConfigMap{}
-	if err := f.hub.client.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, cm); err != nil {
+	if err := f.hub.Client.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, cm); err != nil {
 		f.t.Fatal(err)
 	}
 	cm.Data = map[string]string{"v": v}
-	if err := f.hub.client.Update(f.t.Context(), cm); err != nil {
+	if err := f.hub.Client.Update(f.t.Context(), cm); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -111,11 +106,11 @@ func TestUnrelatedHubChurnReconcilesNoMember(t *testing.T) {
 	// The label change that moves web out of the selector still reaches
 	// the members: its state before the change is selected.
 	cm := &corev1.ConfigMap{}
-	if err := f.hub.client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, cm); err != nil {
+	if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, cm); err != nil {
 		t.Fatal(err)
 	}
 	cm.Labels = map[string]string{"app": "other"}
-	if err := f.hub.client.Update(t.Context(), cm); err != nil {
+	if err := f.hub.Client.Update(t.Context(), cm); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
@@ -125,9 +120,9 @@ func TestUnrelatedHubChurnReconcilesNoMember(t *testing.T) {
 
 // hubConfigMapWatches counts the watches of ConfigMaps of one namespace
 // that h's API server serves.
-func hubConfigMapWatches(t *testing.T, h hubServer) int {
+func hubConfigMapWatches(t *testing.T, h *fleettest.Hub) int {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(h.env.Config)
+	cs, err := kubernetes.NewForConfig(h.Env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,15 +150,11 @@ func hubConfigMapWatches(t *testing.T, h hubServer) int {
 	return watches
 }
 
-// TestHubCacheStopsWithTheNamespacesLastPropagation runs on the second
-// hub, where no other test's Propagation is read while it runs, and
+// TestHubCacheStopsWithTheNamespacesLastPropagation runs on a hub of its
+// own, where no other test's Propagation is read while it runs, and
 // counts the watches of ConfigMaps of a namespace its API server serves.
 func TestHubCacheStopsWithTheNamespacesLastPropagation(t *testing.T) {
-	if hub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
-	n := counter.Add(1)
-	f := newFleetOn(t, secondHub, fmt.Sprintf("fleet-%d", n), fmt.Sprintf("team-%d", n))
+	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	f.configMap("web", map[string]string{"v": "0"}, map[string]string{"app": "web"})
 	f.propagation("web", nil)
@@ -172,7 +163,7 @@ func TestHubCacheStopsWithTheNamespacesLastPropagation(t *testing.T) {
 
 	p := &fleetv1alpha1.Propagation{}
 	p.Namespace, p.Name = f.team, "web"
-	if err := f.hub.client.Delete(t.Context(), p); err != nil {
+	if err := f.hub.Client.Delete(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 	f.waitCopy(0, "web", "removed with the Propagation", gone)
@@ -186,7 +177,7 @@ func TestHubCacheStopsWithTheNamespacesLastPropagation(t *testing.T) {
 	if got := hubConfigMapWatches(t, f.hub); got != watching {
 		t.Errorf("%d namespaced ConfigMap watches once the namespace has a Propagation again, want %d", got, watching)
 	}
-	if err := f.hub.client.Delete(t.Context(), p); client.IgnoreNotFound(err) != nil {
+	if err := f.hub.Client.Delete(t.Context(), p); client.IgnoreNotFound(err) != nil {
 		t.Fatal(err)
 	}
 	f.waitCopy(0, "web", "removed with the Propagation", gone)
@@ -221,26 +212,14 @@ func (c *conflicts) count() int {
 	return c.conflict
 }
 
-// startWithConflicts starts f's manager with a Propagation client whose
-// writes of Propagations conflict every other time.
-func (f *testFleet) startWithConflicts(c *conflicts) {
-	f.t.Helper()
-	mgr, err := fleet.New(f.hub.env.Config, fleet.Options{
-		Options: manager.Options{
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-			Controller:             config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: 30 * time.Second},
-		},
-		Namespace: f.namespace,
-	})
-	if err != nil {
-		f.t.Fatal(err)
-	}
+// conflictingClient returns, for the Propagation controller of mgr, a
+// hub client whose writes of Propagations conflict every other time.
+func conflictingClient(c *conflicts, mgr *fleet.Manager) (client.Client, error) {
 	cached, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
 	if err != nil {
-		f.t.Fatal(err)
+		return nil, err
 	}
-	hubClient := interceptor.NewClient(cached, interceptor.Funcs{
+	return interceptor.NewClient(cached, interceptor.Funcs{
 		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			if err := c.patch("object", obj); err != nil {
 				return err
@@ -253,32 +232,18 @@ func (f *testFleet) startWithConflicts(c *conflicts) {
 			}
 			return cl.SubResource(subResource).Patch(ctx, obj, patch, opts...)
 		},
-	})
-	if f.journal, err = journal.Open(f.stateDir, journal.Options{}); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := propagation.Add(mgr, propagation.Options{Journal: f.journal, Client: hubClient}); err != nil {
-		f.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	f.mgr, f.cancel, f.done = mgr, cancel, make(chan error, 1)
-	go func() { f.done <- mgr.Start(ctx) }()
-	f.t.Cleanup(f.stop)
+	}), nil
 }
 
 // TestWriteConflictIsRetriedNotAnError makes the controller's finalizer
 // and status writes conflict: each is tried again, and none is a
 // reconcile error.
 func TestWriteConflictIsRetriedNotAnError(t *testing.T) {
-	if hub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
-	n := counter.Add(1)
-	f := &testFleet{t: t, hub: hubServer{env: hub, client: hubClient}, namespace: fmt.Sprintf("fleet-%d", n), team: fmt.Sprintf("team-%d", n), stateDir: t.TempDir()}
-	createNamespace(t, f.hub.client, f.namespace)
-	createNamespace(t, f.hub.client, f.team)
+	suite.Need(t)
+	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
 	c := &conflicts{patches: map[string]int{}}
-	f.startWithConflicts(c)
+	f.client = func(m *fleet.Manager) (client.Client, error) { return conflictingClient(c, m) }
+	f.start(nil)
 	errorsBefore := reconcileCount(t, "fleet_reconcile_errors_total", registry.HubName)
 
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -289,11 +254,11 @@ func TestWriteConflictIsRetriedNotAnError(t *testing.T) {
 	f.waitCopy(0, "web", "holds the change", dataIs("v", "1"))
 	p := &fleetv1alpha1.Propagation{}
 	p.Namespace, p.Name = f.team, "web"
-	if err := f.hub.client.Delete(t.Context(), p); err != nil {
+	if err := f.hub.Client.Delete(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, "the Propagation is gone", func() bool {
-		return apierrors.IsNotFound(f.hub.client.Get(t.Context(), client.ObjectKeyFromObject(p), p))
+		return apierrors.IsNotFound(f.hub.Client.Get(t.Context(), client.ObjectKeyFromObject(p), p))
 	})
 	f.waitCopy(0, "web", "removed with the Propagation", gone)
 	if c.count() < 3 {

@@ -2,7 +2,6 @@ package propagation_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -29,7 +28,7 @@ const soon = 15 * time.Second
 // and create Namespaces, and write nothing else: its kubeconfig.
 func configMapReader(t *testing.T, i int) (user string, kubeconfig []byte) {
 	t.Helper()
-	user = fmt.Sprintf("reader-%d", counter.Add(1))
+	user = suite.Name("reader")
 	return user, memberUser(t, i, user, "",
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create"}},
@@ -49,7 +48,7 @@ func grantConfigMaps(t *testing.T, i int, namespace, user string) {
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
 	}
 	for _, obj := range []client.Object{role, binding} {
-		if err := memberCls[i].Create(t.Context(), obj); err != nil {
+		if err := suite.MemberClients[i].Create(t.Context(), obj); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -60,7 +59,7 @@ func grantConfigMaps(t *testing.T, i int, namespace, user string) {
 func (f *testFleet) memberEvents(name, member, eventType, reason string) []eventsv1.Event {
 	f.t.Helper()
 	events := &eventsv1.EventList{}
-	if err := f.hub.client.List(f.t.Context(), events, client.InNamespace(f.team)); err != nil {
+	if err := f.hub.Client.List(f.t.Context(), events, client.InNamespace(f.team)); err != nil {
 		f.t.Fatal(err)
 	}
 	return slices.DeleteFunc(events.Items, func(e eventsv1.Event) bool {
@@ -149,30 +148,27 @@ func TestNewCredentialRetriesTheMembersFailures(t *testing.T) {
 
 	writer := user + "-writer"
 	grantConfigMaps(t, 1, f.team, writer)
-	u, err := members[1].AddUser(envtest.User{Name: writer}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := suite.AddUser(t, suite.Members[1], envtest.User{Name: writer})
 	readerBinding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: writer},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: writer}},
 	}
-	if err := memberCls[1].Create(t.Context(), readerBinding); err != nil {
+	if err := suite.MemberClients[1].Create(t.Context(), readerBinding); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = memberCls[1].Delete(context.Background(), readerBinding) })
+	t.Cleanup(func() { _ = suite.MemberClients[1].Delete(context.Background(), readerBinding) })
 	newKC, err := u.KubeConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &corev1.Secret{}
-	if err := f.hub.client.Get(t.Context(), types.NamespacedName{Namespace: f.namespace, Name: "west"}, s); err != nil {
+	if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.namespace, Name: "west"}, s); err != nil {
 		t.Fatal(err)
 	}
 	s.Data[registry.KubeconfigKey] = newKC
 	changed := time.Now()
-	if err := f.hub.client.Update(t.Context(), s); err != nil {
+	if err := f.hub.Client.Update(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
 	f.waitStatus("web", "west Applied", ready)

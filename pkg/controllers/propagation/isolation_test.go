@@ -24,9 +24,7 @@ import (
 // requests: here they are rare, standing for the seconds before they see
 // it, and for a member whose trouble they do not see (its etcd frozen).
 func TestFrozenMemberStallsNoOther(t *testing.T) {
-	if hub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
+	suite.Need(t)
 	envs, err := controlplane.Start(1)
 	if err != nil {
 		t.Fatal(err)
@@ -46,10 +44,8 @@ func TestFrozenMemberStallsNoOther(t *testing.T) {
 	}
 
 	const others = 20
-	frozen := fmt.Sprintf("frozen-%d", counter.Add(1))
-	f := newFleet(t)
-	f.stop()
-	f.start(&member.HealthOptions{Interval: 10 * time.Minute, ReviewInterval: 10 * time.Minute})
+	frozen := suite.Name("frozen")
+	f := newFleetWith(t, &member.HealthOptions{Interval: 10 * time.Minute, ReviewInterval: 10 * time.Minute})
 	f.registerKubeconfig(frozen, frozenKubeconfig, map[string]string{"env": "prod"})
 	for i := range others {
 		f.register(i%memberCount, fmt.Sprintf("member-%02d", i), map[string]string{"env": "prod"})
@@ -158,7 +154,7 @@ func (f *testFleet) waitApplied(names []string, n int32, within time.Duration) {
 		done := 0
 		for _, name := range names {
 			p := &fleetv1alpha1.Propagation{}
-			if err := f.hub.client.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p); err != nil {
+			if err := f.hub.Client.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p); err != nil {
 				f.t.Fatal(err)
 			}
 			if p.Status.ObservedGeneration != p.Generation {

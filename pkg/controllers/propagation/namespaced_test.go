@@ -1,7 +1,6 @@
 package propagation_test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -10,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 )
 
@@ -20,8 +20,8 @@ import (
 // the copy.
 func TestNamespacedMemberReceivesPropagations(t *testing.T) {
 	f := newFleet(t)
-	user := fmt.Sprintf("team-editor-%d", counter.Add(1))
-	createNamespace(t, memberCls[1], f.team)
+	user := suite.Name("team-editor")
+	fleettest.CreateNamespace(t, suite.MemberClients[1], f.team)
 	kc := memberUser(t, 1, user, f.team,
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 	)
@@ -35,12 +35,12 @@ func TestNamespacedMemberReceivesPropagations(t *testing.T) {
 	}
 	f.waitCopy(1, "web", "created by the namespaced member's user", dataIs("color", "blue"))
 
-	if err := hubClient.Delete(t.Context(), p); err != nil {
+	if err := f.hub.Client.Delete(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 	f.waitCopy(1, "web", "removed with its Propagation", gone)
 	poll.Until(t, "the Propagation gone", func() bool {
-		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
+		return apierrors.IsNotFound(f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
 	})
 }
 
@@ -50,7 +50,7 @@ func TestNamespacedMemberReceivesPropagations(t *testing.T) {
 // member fails Forbidden, saying the namespace is missing.
 func TestMissingNamespaceTheManagerMayNotCreateFailsThatMember(t *testing.T) {
 	f := newFleet(t)
-	user := fmt.Sprintf("configmap-writer-%d", counter.Add(1))
+	user := suite.Name("configmap-writer")
 	kc := memberUser(t, 2, user, "",
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 	)

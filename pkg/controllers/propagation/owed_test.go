@@ -1,7 +1,6 @@
 package propagation_test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/member"
@@ -27,18 +27,12 @@ import (
 // by watching the kind for another Propagation.
 func newFleetOwingServiceAccounts(t *testing.T) (*testFleet, *controlplane.Proxy) {
 	t.Helper()
-	f := newFleet(t)
-	f.stop()
-	f.start(&member.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: time.Hour})
-	proxied, proxy, err := controlplane.ViaProxy(kubeconfigs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	f := newFleetWith(t, &member.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: time.Hour})
+	proxied, proxy := fleettest.ViaProxy(t, suite.Kubeconfigs[0])
 	f.registerKubeconfig("east", proxied, map[string]string{"env": "prod"})
 	f.register(1, "west", map[string]string{"env": "prod"})
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web", Labels: map[string]string{"app": "web"}}}
-	if err := hubClient.Create(t.Context(), sa); err != nil {
+	if err := f.hub.Client.Create(t.Context(), sa); err != nil {
 		t.Fatal(err)
 	}
 	f.propagation("web", func(p *fleetv1alpha1.Propagation) {
@@ -52,7 +46,7 @@ func newFleetOwingServiceAccounts(t *testing.T) (*testFleet, *controlplane.Proxy
 // f's team namespace.
 func (f *testFleet) serviceAccountIn(i int) bool {
 	f.t.Helper()
-	err := memberCls[i].Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &corev1.ServiceAccount{})
+	err := suite.MemberClients[i].Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &corev1.ServiceAccount{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		f.t.Fatal(err)
 	}
@@ -65,11 +59,11 @@ func (f *testFleet) deleteWhileEastIsDown(proxy *controlplane.Proxy) {
 	f.t.Helper()
 	proxy.Down()
 	poll.Until(f.t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == fleetv1alpha1.MemberStateUnhealthy })
-	if err := hubClient.Delete(f.t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
+	if err := f.hub.Client.Delete(f.t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
 		f.t.Fatal(err)
 	}
 	poll.Until(f.t, "the Propagation gone although east is down", func() bool {
-		return apierrors.IsNotFound(hubClient.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
+		return apierrors.IsNotFound(f.hub.Client.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
 	})
 	if owed, err := f.journal.Owed("east"); err != nil || len(owed) != 1 || owed[0].Propagation != "web" {
 		f.t.Fatalf("the journal's owed removals of east: %+v, %v; want web's", owed, err)
@@ -83,7 +77,7 @@ func (f *testFleet) mirror() []corev1.ConfigMap {
 	var found []corev1.ConfigMap
 	for _, name := range propagation.OwedRemovalsConfigMaps() {
 		cm := &corev1.ConfigMap{}
-		err := hubClient.Get(f.t.Context(), types.NamespacedName{Namespace: f.namespace, Name: name}, cm)
+		err := f.hub.Client.Get(f.t.Context(), types.NamespacedName{Namespace: f.namespace, Name: name}, cm)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -104,15 +98,15 @@ func TestReRegisteredMemberKeepsItsOwedRemoval(t *testing.T) {
 	f.deleteWhileEastIsDown(proxy)
 
 	secret := &corev1.Secret{}
-	if err := hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.namespace, Name: "east"}, secret); err != nil {
+	if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.namespace, Name: "east"}, secret); err != nil {
 		t.Fatal(err)
 	}
-	if err := hubClient.Delete(t.Context(), secret); err != nil {
+	if err := f.hub.Client.Delete(t.Context(), secret); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, "east no longer registered", func() bool { _, ok := f.mgr.Registry().Get("east"); return !ok })
 	again := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "east", Labels: secret.Labels}, Data: secret.Data}
-	if err := hubClient.Create(t.Context(), again); err != nil {
+	if err := f.hub.Client.Create(t.Context(), again); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, "east registered again", func() bool { _, ok := f.mgr.Registry().Get("east"); return ok })
@@ -170,7 +164,7 @@ func TestFailoverCarriesOutOwedRemovals(t *testing.T) {
 // tried again until the member lets the manager list the kind.
 func TestUnlistableKindAtDeletionIsOwedAndRetried(t *testing.T) {
 	f := newFleet(t)
-	user := fmt.Sprintf("unlisting-%d", counter.Add(1))
+	user := suite.Name("unlisting")
 	write := []string{"get", "create", "patch", "update", "delete"}
 	kc := memberUser(t, 1, user, "",
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: append([]string{"list", "watch"}, write...)},
@@ -186,22 +180,22 @@ func TestUnlistableKindAtDeletionIsOwedAndRetried(t *testing.T) {
 	setVerbs := func(verbs []string) {
 		t.Helper()
 		r := &rbacv1.ClusterRole{}
-		if err := memberCls[1].Get(t.Context(), types.NamespacedName{Name: user}, r); err != nil {
+		if err := suite.MemberClients[1].Get(t.Context(), types.NamespacedName{Name: user}, r); err != nil {
 			t.Fatal(err)
 		}
 		r.Rules[0].Verbs = verbs
-		if err := memberCls[1].Update(t.Context(), r); err != nil {
+		if err := suite.MemberClients[1].Update(t.Context(), r); err != nil {
 			t.Fatal(err)
 		}
 	}
 	setVerbs(write)
 	f.start(nil)
 	poll.Until(t, "west Ready", func() bool { s, _ := f.mgr.MemberState("west"); return s == fleetv1alpha1.MemberStateReady })
-	if err := hubClient.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
+	if err := f.hub.Client.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, "the Propagation gone", func() bool {
-		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
+		return apierrors.IsNotFound(f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
 	})
 	owed, err := f.journal.Owed("west")
 	if err != nil || len(owed) != 1 || owed[0].Propagation != "web" || !strings.Contains(owed[0].Reason, "forbids the manager to list configmaps") {

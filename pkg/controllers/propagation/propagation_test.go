@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,21 +22,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
-	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
@@ -46,113 +40,25 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// The package's API servers: a hub, three members and a second hub, each
-// one's writes audited into auditDir.
-var (
-	hub         *envtest.Environment
-	members     []*envtest.Environment
-	hubClient   client.Client
-	secondHub   hubServer
-	memberCls   []client.Client
-	kubeconfigs [][]byte
-	auditDir    string
-	scheme      = runtime.NewScheme()
-	counter     atomic.Int32
-)
+// The package's API servers: four hubs, of which each test takes one of
+// its own (every manager on a hub reconciles every Propagation there), and
+// three members, shared, each one's writes audited.
+var suite = &fleettest.Suite{MemberCount: memberCount, HubCount: 4, Audit: true, Parallel: 4}
 
 const memberCount = 3
 
-func TestMain(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "propagation-audit-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	auditDir = dir
-	envs, err := controlplane.StartAudited(1+memberCount+1, dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		if err := setup(envs); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		code := m.Run()
-		if leaked := publishedCredential(); leaked != "" {
-			fmt.Fprintf(os.Stderr, "credential material was published on a hub: %s\n", leaked)
-			return 1
-		}
-		return code
-	}()
-	if err := controlplane.Stop(envs); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(suite.Run(m)) }
 
-func setup(envs []*envtest.Environment) error {
-	hub, members, secondHub.env = envs[0], envs[1:1+memberCount], envs[1+memberCount]
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), fleetv1alpha1.AddToScheme(scheme), apiextensionsv1.AddToScheme(scheme)); err != nil {
-		return err
-	}
-	if err := errors.Join(controlplane.InstallCRDs(hub), controlplane.InstallCRDs(secondHub.env)); err != nil {
-		return err
-	}
-	var err error
-	if hubClient, err = client.New(hub.Config, client.Options{Scheme: scheme}); err != nil {
-		return err
-	}
-	if secondHub.client, err = client.New(secondHub.env.Config, client.Options{Scheme: scheme}); err != nil {
-		return err
-	}
-	for _, env := range members {
-		cl, err := client.New(env.Config, client.Options{Scheme: scheme})
-		if err != nil {
-			return err
-		}
-		kc, err := controlplane.AdminKubeconfig(env, "fleet-manager")
-		if err != nil {
-			return err
-		}
-		memberCls = append(memberCls, cl)
-		kubeconfigs = append(kubeconfigs, kc)
-	}
-	return nil
-}
+// userAgent is the Propagation controller's, on the hub and in members.
+const userAgent = "fleet-manager/propagation"
 
-// publishedCredential scans what the suite's managers published on both
-// hubs (Propagation status, Events, MemberClusters) for the credentials of
-// the members' kubeconfigs, which every test registers.
-func publishedCredential() string {
-	secrets, err := kubeconfigtest.CredentialsOf(kubeconfigs...)
-	if err != nil {
-		return err.Error()
-	}
-	for _, env := range []*envtest.Environment{hub, secondHub.env} {
-		if leaked, err := controlplane.FindPublishedCredential(context.Background(), env.Config, secrets); err != nil || leaked != "" {
-			return fmt.Sprintf("%s %v", leaked, err)
-		}
-	}
-	return ""
-}
-
-// hubServer is a hub's API server and a client of it.
-type hubServer struct {
-	env    *envtest.Environment
-	client client.Client
-}
-
-// testFleet is one test's fleet: its own fleet namespace on the hub, its
-// own team namespace, whose objects it propagates, and its manager.
+// testFleet is one test's fleet: its own fleet namespace on a hub of its
+// own, its own team namespace, whose objects it propagates, and its
+// manager, which runs the Propagation controller with a journal.
 type testFleet struct {
 	t         *testing.T
-	hub       hubServer
+	hub       *fleettest.Hub
+	fleet     *fleettest.Fleet
 	mgr       *fleet.Manager
 	namespace string // the fleet's
 	team      string // the propagated objects'
@@ -161,75 +67,87 @@ type testFleet struct {
 	health    *member.HealthOptions // how members are probed, if set
 	// forgetAfter, if set, is how long a member that left is remembered.
 	forgetAfter time.Duration
-	cancel      context.CancelFunc
-	done        chan error
+	// client, if set, builds the controller's hub client.
+	client func(m *fleet.Manager) (client.Client, error)
 }
 
+// newFleet starts a fleet on a hub of the test's own.
 func newFleet(t *testing.T) *testFleet {
 	t.Helper()
-	if hub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
-	n := counter.Add(1)
-	return newFleetOn(t, hubServer{env: hub, client: hubClient}, fmt.Sprintf("fleet-%d", n), fmt.Sprintf("team-%d", n))
+	return newFleetWith(t, nil)
 }
 
-// newFleetOn starts a fleet of namespace on h that propagates the objects
-// of team.
-func newFleetOn(t *testing.T, h hubServer, namespace, team string) *testFleet {
+// newFleetWith starts a fleet on a hub of the test's own whose members
+// are probed as health says, if set.
+func newFleetWith(t *testing.T, health *member.HealthOptions) *testFleet {
 	t.Helper()
-	f := &testFleet{t: t, hub: h, namespace: namespace, team: team, stateDir: t.TempDir()}
-	createNamespace(t, h.client, f.namespace)
-	createNamespace(t, h.client, f.team)
-	f.start(nil)
+	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
+	f.start(health)
 	return f
 }
 
-// start starts the fleet's manager; health, if set, sets how members are
-// probed.
+// prepareFleet returns a fleet of namespace on h that propagates the
+// objects of team, not started.
+func prepareFleet(t *testing.T, h *fleettest.Hub, namespace, team string) *testFleet {
+	t.Helper()
+	suite.Need(t)
+	f := &testFleet{t: t, hub: h, namespace: namespace, team: team, stateDir: t.TempDir()}
+	fleettest.CreateNamespace(t, h.Client, f.namespace)
+	fleettest.CreateNamespace(t, h.Client, f.team)
+	return f
+}
+
+// start starts the fleet's manager on its journal; health, if set, sets
+// how members are probed.
 func (f *testFleet) start(health *member.HealthOptions) {
 	f.t.Helper()
-	opts := fleet.Options{
-		Options: manager.Options{
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-			Controller:             config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: 30 * time.Second},
-		},
-		Namespace: f.namespace,
-	}
-	if health != nil {
-		opts.MemberHealth = *health
-	}
 	f.health = health
-	mgr, err := fleet.New(f.hub.env.Config, opts)
+	j, err := journal.Open(f.stateDir, journal.Options{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.journal, err = journal.Open(f.stateDir, journal.Options{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if err := propagation.Add(mgr, propagation.Options{Journal: f.journal, ForgetAfter: f.forgetAfter}); err != nil {
-		f.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	f.mgr, f.cancel, f.done = mgr, cancel, make(chan error, 1)
-	go func() { f.done <- mgr.Start(ctx) }()
+	f.journal = j
+	f.fleet = suite.StartFleet(f.t, fleettest.FleetOptions{
+		Hub:       f.hub,
+		Namespace: f.namespace,
+		Configure: func(o *fleet.Options) {
+			if health != nil {
+				o.MemberHealth = *health
+			}
+		},
+		Setup: func(m *fleet.Manager) error {
+			opts := propagation.Options{Journal: j, ForgetAfter: f.forgetAfter}
+			if f.client != nil {
+				c, err := f.client(m)
+				if err != nil {
+					return err
+				}
+				opts.Client = c
+			}
+			return propagation.Add(m, opts)
+		},
+	})
+	f.mgr = f.fleet.Manager
+	logs := f.fleet.Logs
+	f.t.Cleanup(func() {
+		if f.t.Failed() {
+			lines := logs.Lines()
+			f.t.Logf("the last of the %d lines the manager of %s logged:\n%s", len(lines), f.namespace, strings.Join(lines[max(0, len(lines)-300):], "\n"))
+		}
+	})
 	f.t.Cleanup(f.stop)
 }
 
+// stop stops the fleet's manager, if it runs, and closes its journal.
 func (f *testFleet) stop() {
-	if f.cancel == nil {
+	if f.fleet == nil {
 		return
 	}
-	f.cancel()
-	if err := <-f.done; err != nil {
-		f.t.Errorf("manager: %v", err)
-	}
+	f.fleet.Stop(f.t)
 	if err := f.journal.Close(); err != nil {
 		f.t.Errorf("journal: %v", err)
 	}
-	f.cancel = nil
+	f.fleet = nil
 }
 
 // testFleetLabel, on every member of a test's fleet and in its
@@ -240,22 +158,12 @@ const testFleetLabel = "test.fleetkube.io/fleet"
 // register registers member i under name with labels.
 func (f *testFleet) register(i int, name string, labels map[string]string) {
 	f.t.Helper()
-	f.registerKubeconfig(name, kubeconfigs[i], labels)
+	f.registerKubeconfig(name, suite.Kubeconfigs[i], labels)
 }
 
 func (f *testFleet) registerKubeconfig(name string, kubeconfig []byte, labels map[string]string) {
 	f.t.Helper()
-	l := map[string]string{registry.KubeconfigLabel: "true", testFleetLabel: f.namespace}
-	for k, v := range labels {
-		l[k] = v
-	}
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: l},
-		Data:       map[string][]byte{registry.KubeconfigKey: kubeconfig},
-	}
-	if err := f.hub.client.Create(f.t.Context(), s); err != nil {
-		f.t.Fatal(err)
-	}
+	f.fleet.Register(f.t, name, kubeconfig, map[string]string{testFleetLabel: f.namespace}, labels)
 	poll.Until(f.t, "member "+name+" engaged", func() bool { return slices.Contains(f.mgr.ClusterNames(), name) })
 }
 
@@ -263,14 +171,14 @@ func (f *testFleet) registerKubeconfig(name string, kubeconfig []byte, labels ma
 func (f *testFleet) relabel(name string, labels map[string]string) {
 	f.t.Helper()
 	s := &corev1.Secret{}
-	if err := f.hub.client.Get(f.t.Context(), types.NamespacedName{Namespace: f.namespace, Name: name}, s); err != nil {
+	if err := f.hub.Client.Get(f.t.Context(), types.NamespacedName{Namespace: f.namespace, Name: name}, s); err != nil {
 		f.t.Fatal(err)
 	}
 	s.Labels = map[string]string{registry.KubeconfigLabel: "true", testFleetLabel: f.namespace}
 	for k, v := range labels {
 		s.Labels[k] = v
 	}
-	if err := f.hub.client.Update(f.t.Context(), s); err != nil {
+	if err := f.hub.Client.Update(f.t.Context(), s); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -287,7 +195,7 @@ func (f *testFleet) propagation(name string, edit func(p *fleetv1alpha1.Propagat
 	if edit != nil {
 		edit(p)
 	}
-	if err := f.hub.client.Create(f.t.Context(), p); err != nil {
+	if err := f.hub.Client.Create(f.t.Context(), p); err != nil {
 		f.t.Fatal(err)
 	}
 	return p
@@ -299,11 +207,11 @@ func (f *testFleet) editPropagation(name string, edit func(p *fleetv1alpha1.Prop
 	// The controller writes the Propagation too (its finalizer).
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		p := &fleetv1alpha1.Propagation{}
-		if err := f.hub.client.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p); err != nil {
+		if err := f.hub.Client.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p); err != nil {
 			return err
 		}
 		edit(p)
-		return f.hub.client.Update(f.t.Context(), p)
+		return f.hub.Client.Update(f.t.Context(), p)
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -315,7 +223,7 @@ func (f *testFleet) waitStatus(name, what string, cond func(p *fleetv1alpha1.Pro
 	f.t.Helper()
 	p := &fleetv1alpha1.Propagation{}
 	poll.Until(f.t, "Propagation "+name+": "+what, func() bool {
-		err := f.hub.client.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p)
+		err := f.hub.Client.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p)
 		return err == nil && p.Status.ObservedGeneration == p.Generation && cond(p)
 	})
 	return p
@@ -356,7 +264,7 @@ func ready(p *fleetv1alpha1.Propagation) bool {
 func (f *testFleet) configMap(name string, data map[string]string, labels map[string]string) *corev1.ConfigMap {
 	f.t.Helper()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: name, Labels: labels}, Data: data}
-	if err := f.hub.client.Create(f.t.Context(), cm); err != nil {
+	if err := f.hub.Client.Create(f.t.Context(), cm); err != nil {
 		f.t.Fatal(err)
 	}
 	return cm
@@ -366,7 +274,7 @@ func (f *testFleet) configMap(name string, data map[string]string, labels map[st
 func (f *testFleet) copyIn(i int, name string) *corev1.ConfigMap {
 	f.t.Helper()
 	cm := &corev1.ConfigMap{}
-	err := memberCls[i].Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, cm)
+	err := suite.MemberClients[i].Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, cm)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -392,11 +300,7 @@ func dataIs(key, value string) func(cm *corev1.ConfigMap) bool {
 // member i since.
 func memberWrites(t *testing.T, i int, since time.Time) []controlplane.Write {
 	t.Helper()
-	writes, err := controlplane.Writes(controlplane.AuditLog(auditDir, 1+i), "fleet-manager/propagation", since)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return writes
+	return suite.Writes(t, suite.Members[i], userAgent, since)
 }
 
 // memberUser makes user a user of member i with rules, bound cluster-wide,
@@ -411,27 +315,17 @@ func memberUser(t *testing.T, i int, user, namespace string, rules ...rbacv1.Pol
 		binding = &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user}, RoleRef: ref, Subjects: subjects}
 	}
 	for _, obj := range []client.Object{role, binding} {
-		if err := memberCls[i].Create(t.Context(), obj); err != nil {
+		if err := suite.MemberClients[i].Create(t.Context(), obj); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = memberCls[i].Delete(context.Background(), obj) })
+		t.Cleanup(func() { _ = suite.MemberClients[i].Delete(context.Background(), obj) })
 	}
-	u, err := members[i].AddUser(envtest.User{Name: user}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := suite.AddUser(t, suite.Members[i], envtest.User{Name: user})
 	kc, err := u.KubeConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return kc
-}
-
-func createNamespace(t *testing.T, cl client.Client, name string) {
-	t.Helper()
-	if err := cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
 }
 
 func TestPropagatesHubObjectsToSelectedMembers(t *testing.T) {
@@ -449,10 +343,7 @@ func TestPropagatesHubObjectsToSelectedMembers(t *testing.T) {
 	if len(p.Status.Members) != 0 {
 		t.Errorf("status.members = %+v, want none listed: every member is Applied", p.Status.Members)
 	}
-	statusWrites, err := controlplane.Writes(controlplane.AuditLog(auditDir, 0), "fleet-manager/propagation", p.CreationTimestamp.Add(-time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	statusWrites := suite.Writes(t, f.hub.Env, userAgent, p.CreationTimestamp.Add(-time.Second))
 	statusWrites = slices.DeleteFunc(statusWrites, func(w controlplane.Write) bool { return w.Namespace != f.team || w.Resource != "propagations" })
 	if elapsed := time.Since(p.CreationTimestamp.Time); float64(len(statusWrites)) > elapsed.Seconds()+2 {
 		t.Errorf("%d writes of the Propagation in %s, want at most one a second (and the finalizer's): %v", len(statusWrites), elapsed, statusWrites)
@@ -488,11 +379,11 @@ func TestPropagatesHubObjectsToSelectedMembers(t *testing.T) {
 
 	// Update: the copies follow.
 	hubCM := &corev1.ConfigMap{}
-	if err := hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, hubCM); err != nil {
+	if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, hubCM); err != nil {
 		t.Fatal(err)
 	}
 	hubCM.Data["color"] = "green"
-	if err := hubClient.Update(t.Context(), hubCM); err != nil {
+	if err := f.hub.Client.Update(t.Context(), hubCM); err != nil {
 		t.Fatal(err)
 	}
 	f.waitCopy(0, "web", "updated", dataIs("color", "green"))
@@ -502,14 +393,14 @@ func TestPropagatesHubObjectsToSelectedMembers(t *testing.T) {
 	f.configMap("web-2", map[string]string{"n": "2"}, map[string]string{"app": "web"})
 	f.waitCopy(0, "web-2", "created", exists)
 	hubCM.Labels = map[string]string{"app": "gone"}
-	if err := hubClient.Update(t.Context(), hubCM); err != nil {
+	if err := f.hub.Client.Update(t.Context(), hubCM); err != nil {
 		t.Fatal(err)
 	}
 	f.waitCopy(0, "web", "removed when its hub object stops matching", gone)
 	f.waitCopy(1, "web", "removed when its hub object stops matching", gone)
 
 	// Delete: the copies go.
-	if err := hubClient.Delete(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web-2"}}); err != nil {
+	if err := f.hub.Client.Delete(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web-2"}}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitCopy(0, "web-2", "removed when its hub object is deleted", gone)
@@ -536,7 +427,7 @@ func TestDriftIsCorrectedOrReported(t *testing.T) {
 		cm := f.copyIn(0, "web")
 		cm.Data["color"] = value
 		cm.Data["added"] = "by hand" // not the manager's: never drift
-		if err := memberCls[0].Update(t.Context(), cm); err != nil {
+		if err := suite.MemberClients[0].Update(t.Context(), cm); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -568,7 +459,7 @@ func TestDriftIsCorrectedOrReported(t *testing.T) {
 	}
 	poll.Until(t, "a Drifted Warning Event on the Propagation", func() bool {
 		events := &eventsv1.EventList{}
-		if err := hubClient.List(t.Context(), events, client.InNamespace(f.team)); err != nil {
+		if err := f.hub.Client.List(t.Context(), events, client.InNamespace(f.team)); err != nil {
 			return false
 		}
 		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
@@ -597,7 +488,7 @@ func TestFieldOfAnotherManagerIsLeftAlone(t *testing.T) {
 			},
 		},
 	}
-	if err := hubClient.Create(t.Context(), d); err != nil {
+	if err := f.hub.Client.Create(t.Context(), d); err != nil {
 		t.Fatal(err)
 	}
 	f.propagation("web", func(p *fleetv1alpha1.Propagation) {
@@ -608,20 +499,20 @@ func TestFieldOfAnotherManagerIsLeftAlone(t *testing.T) {
 	// An autoscaler scales the copy through the scale subresource.
 	copyKey := types.NamespacedName{Namespace: f.team, Name: "web"}
 	dep := &appsv1.Deployment{}
-	if err := memberCls[0].Get(t.Context(), copyKey, dep); err != nil {
+	if err := suite.MemberClients[0].Get(t.Context(), copyKey, dep); err != nil {
 		t.Fatal(err)
 	}
 	scale := &autoscalingv1.Scale{}
-	if err := memberCls[0].SubResource("scale").Get(t.Context(), dep, scale); err != nil {
+	if err := suite.MemberClients[0].SubResource("scale").Get(t.Context(), dep, scale); err != nil {
 		t.Fatal(err)
 	}
 	scale.Spec.Replicas = 5
-	if err := memberCls[0].SubResource("scale").Update(t.Context(), dep, client.WithSubResourceBody(scale), client.FieldOwner("autoscaler")); err != nil {
+	if err := suite.MemberClients[0].SubResource("scale").Update(t.Context(), dep, client.WithSubResourceBody(scale), client.FieldOwner("autoscaler")); err != nil {
 		t.Fatal(err)
 	}
 	since := time.Now()
 	f.reconciledAgain("web")
-	if err := memberCls[0].Get(t.Context(), copyKey, dep); err != nil {
+	if err := suite.MemberClients[0].Get(t.Context(), copyKey, dep); err != nil {
 		t.Fatal(err)
 	}
 	if *dep.Spec.Replicas != 5 {
@@ -636,15 +527,15 @@ func TestFieldOfAnotherManagerIsLeftAlone(t *testing.T) {
 	}
 
 	// A change of the hub object is applied, and still leaves replicas.
-	if err := hubClient.Get(t.Context(), copyKey, d); err != nil {
+	if err := f.hub.Client.Get(t.Context(), copyKey, d); err != nil {
 		t.Fatal(err)
 	}
 	d.Spec.Template.Spec.Containers[0].Image = "registry.example/web:2"
-	if err := hubClient.Update(t.Context(), d); err != nil {
+	if err := f.hub.Client.Update(t.Context(), d); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, "image 2 in the member", func() bool {
-		return memberCls[0].Get(t.Context(), copyKey, dep) == nil && dep.Spec.Template.Spec.Containers[0].Image == "registry.example/web:2"
+		return suite.MemberClients[0].Get(t.Context(), copyKey, dep) == nil && dep.Spec.Template.Spec.Containers[0].Image == "registry.example/web:2"
 	})
 	if *dep.Spec.Replicas != 5 {
 		t.Errorf("after a hub change, replicas = %d, want the autoscaler's 5", *dep.Spec.Replicas)
@@ -654,9 +545,9 @@ func TestFieldOfAnotherManagerIsLeftAlone(t *testing.T) {
 func TestPreexistingObjectIsAdoptedOnlyWhenAsked(t *testing.T) {
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
-	createNamespace(t, memberCls[0], f.team)
+	fleettest.CreateNamespace(t, suite.MemberClients[0], f.team)
 	mine := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}, Data: map[string]string{"color": "mine"}}
-	if err := memberCls[0].Create(t.Context(), mine, client.FieldOwner("platform-team")); err != nil {
+	if err := suite.MemberClients[0].Create(t.Context(), mine, client.FieldOwner("platform-team")); err != nil {
 		t.Fatal(err)
 	}
 	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
@@ -698,11 +589,11 @@ func TestDeletedPropagationDeletesOrOrphansItsCopies(t *testing.T) {
 			f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
 			f.propagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Deletion = policy })
 			f.waitStatus("web", "Ready", ready)
-			if err := hubClient.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
+			if err := f.hub.Client.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
 				t.Fatal(err)
 			}
 			poll.Until(t, "the Propagation gone", func() bool {
-				return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
+				return apierrors.IsNotFound(f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
 			})
 			if policy == fleetv1alpha1.DeletionDelete {
 				f.waitCopy(0, "web", "deleted", gone)
@@ -729,14 +620,8 @@ func TestDeletedPropagationDeletesOrOrphansItsCopies(t *testing.T) {
 // both.
 func newFleetBehindProxy(t *testing.T, disconnectAfter time.Duration) (*testFleet, *controlplane.Proxy) {
 	t.Helper()
-	f := newFleet(t)
-	f.stop()
-	f.start(&member.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: disconnectAfter})
-	proxied, proxy, err := controlplane.ViaProxy(kubeconfigs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	f := newFleetWith(t, &member.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, DisconnectAfter: disconnectAfter})
+	proxied, proxy := fleettest.ViaProxy(t, suite.Kubeconfigs[0])
 	f.registerKubeconfig("east", proxied, map[string]string{"env": "prod"})
 	f.register(1, "west", map[string]string{"env": "prod"})
 	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
@@ -767,11 +652,11 @@ func TestUnreachableMemberOwesTheDeletion(t *testing.T) {
 				t.Error("Ready is True while a selected member is not Ready")
 			}
 			start := time.Now()
-			if err := hubClient.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
+			if err := f.hub.Client.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
 				t.Fatal(err)
 			}
 			poll.Until(t, "the Propagation gone although east is down", func() bool {
-				return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
+				return apierrors.IsNotFound(f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
 			})
 			if took := time.Since(start); took > 10*time.Second {
 				t.Errorf("deleting the Propagation took %s", took)
@@ -797,11 +682,11 @@ func TestOwedRemovalSurvivesARestart(t *testing.T) {
 
 	proxy.Down()
 	poll.Until(t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == fleetv1alpha1.MemberStateUnhealthy })
-	if err := hubClient.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
+	if err := f.hub.Client.Delete(t.Context(), &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"}}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, "the Propagation gone although east is down", func() bool {
-		return apierrors.IsNotFound(hubClient.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
+		return apierrors.IsNotFound(f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &fleetv1alpha1.Propagation{}))
 	})
 	owed, err := f.journal.Owed("east")
 	if err != nil || len(owed) != 1 || owed[0].Propagation != "web" {
@@ -915,7 +800,7 @@ func TestLostJournalIsRebuiltFromTheMembers(t *testing.T) {
 			return err == nil && len(copies) == 5
 		})
 	}
-	if err := hubClient.Delete(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web-0"}}); err != nil {
+	if err := f.hub.Client.Delete(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web-0"}}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitCopy(0, "web-0", "removed after the hub object went", gone)
@@ -928,7 +813,7 @@ func TestLostJournalIsRebuiltFromTheMembers(t *testing.T) {
 func TestObjectInvalidForOneMemberFailsOnlyThere(t *testing.T) {
 	f := newFleet(t)
 	crd := widgetCRD()
-	for _, cfg := range []*envtest.Environment{hub, members[0]} {
+	for _, cfg := range []*envtest.Environment{f.hub.Env, suite.Members[0]} {
 		if _, err := envtest.InstallCRDs(cfg.Config, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd.DeepCopy()}}); err != nil {
 			t.Fatal(err)
 		}
@@ -940,7 +825,7 @@ func TestObjectInvalidForOneMemberFailsOnlyThere(t *testing.T) {
 		"metadata": map[string]any{"namespace": f.team, "name": "gear"},
 		"spec":     map[string]any{"size": int64(3)},
 	}}
-	if err := hubClient.Create(t.Context(), w); err != nil {
+	if err := f.hub.Client.Create(t.Context(), w); err != nil {
 		t.Fatal(err)
 	}
 	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
@@ -956,7 +841,7 @@ func TestObjectInvalidForOneMemberFailsOnlyThere(t *testing.T) {
 	}
 	got := &unstructured.Unstructured{}
 	got.SetGroupVersionKind(w.GroupVersionKind())
-	if err := memberCls[0].Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "gear"}, got); err != nil {
+	if err := suite.MemberClients[0].Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "gear"}, got); err != nil {
 		t.Errorf("east, which has the kind, lacks the copy: %v", err)
 	}
 	if f.copyIn(1, "web") == nil {
@@ -1016,10 +901,10 @@ func TestUnchangedFleetMakesNoWrites(t *testing.T) {
 func TestPropagationOnlyReadsItsOwnNamespace(t *testing.T) {
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
-	other := fmt.Sprintf("other-%d", counter.Add(1))
-	createNamespace(t, hubClient, other)
+	other := suite.Name("other")
+	fleettest.CreateNamespace(t, f.hub.Client, other)
 	secret := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "web", Labels: map[string]string{"app": "web"}}, Data: map[string]string{"from": "other"}}
-	if err := hubClient.Create(t.Context(), secret); err != nil {
+	if err := f.hub.Client.Create(t.Context(), secret); err != nil {
 		t.Fatal(err)
 	}
 	f.configMap("web", map[string]string{"from": "team"}, map[string]string{"app": "web"})
@@ -1028,7 +913,7 @@ func TestPropagationOnlyReadsItsOwnNamespace(t *testing.T) {
 	if cm := f.copyIn(0, "web"); cm.Data["from"] != "team" {
 		t.Errorf("copy %v, want the team namespace's", cm.Data)
 	}
-	err := memberCls[0].Get(t.Context(), types.NamespacedName{Namespace: other, Name: "web"}, &corev1.ConfigMap{})
+	err := suite.MemberClients[0].Get(t.Context(), types.NamespacedName{Namespace: other, Name: "web"}, &corev1.ConfigMap{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("a Propagation of %s copied an object of %s: %v", f.team, other, err)
 	}
@@ -1053,7 +938,7 @@ func TestClusterScopedKindIsRefused(t *testing.T) {
 // read ConfigMaps but not write them.
 func TestForbiddenWriteFailsOnlyThatMember(t *testing.T) {
 	f := newFleet(t)
-	user := fmt.Sprintf("reader-%d", counter.Add(1))
+	user := suite.Name("reader")
 	kc := memberUser(t, 1, user, "",
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create"}},
@@ -1080,9 +965,7 @@ func TestForbiddenWriteFailsOnlyThatMember(t *testing.T) {
 // and copy caches it starts, then stops the manager: every goroutine the
 // manager started must end.
 func TestStopLeavesNothingBehind(t *testing.T) {
-	if hub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
+	suite.Need(t)
 	baseline := goleak.IgnoreCurrent()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})

@@ -1,7 +1,6 @@
 package propagation_test
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -27,7 +27,7 @@ func (f *testFleet) waitMember(key types.NamespacedName, what string, cond func(
 	f.t.Helper()
 	p := &fleetv1alpha1.Propagation{}
 	poll.Until(f.t, "Propagation "+key.String()+": "+what, func() bool {
-		return f.hub.client.Get(f.t.Context(), key, p) == nil && p.Status.ObservedGeneration == p.Generation &&
+		return f.hub.Client.Get(f.t.Context(), key, p) == nil && p.Status.ObservedGeneration == p.Generation &&
 			slices.ContainsFunc(p.Status.Members, cond)
 	})
 	return p
@@ -53,7 +53,7 @@ func (f *testFleet) fleetID() string {
 func secretIn(t *testing.T, i int, namespace, name string) *corev1.Secret {
 	t.Helper()
 	s := &corev1.Secret{}
-	err := memberCls[i].Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: name}, s)
+	err := suite.MemberClients[i].Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: name}, s)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -77,7 +77,7 @@ func TestPropagationInTheFleetNamespaceCopiesNothing(t *testing.T) {
 			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{testFleetLabel: f.namespace}}},
 		},
 	}
-	if err := hubClient.Create(t.Context(), p); err != nil {
+	if err := f.hub.Client.Create(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 	p = f.waitMember(client.ObjectKeyFromObject(p), "east refused", refused("fleet namespace"))
@@ -101,7 +101,7 @@ func TestCredentialSecretsAreRefused(t *testing.T) {
 	secrets := []*corev1.Secret{
 		{
 			ObjectMeta: metav1.ObjectMeta{Name: "east-kubeconfig"},
-			Type:       registry.ClusterAPISecretType, Data: map[string][]byte{registry.ClusterAPIKey: kubeconfigs[0]},
+			Type:       registry.ClusterAPISecretType, Data: map[string][]byte{registry.ClusterAPIKey: suite.Kubeconfigs[0]},
 		},
 		{
 			ObjectMeta: metav1.ObjectMeta{Name: "pull", Labels: web},
@@ -118,7 +118,7 @@ func TestCredentialSecretsAreRefused(t *testing.T) {
 	}
 	for _, s := range secrets {
 		s.Namespace = f.team
-		if err := hubClient.Create(t.Context(), s); err != nil {
+		if err := f.hub.Client.Create(t.Context(), s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,22 +151,23 @@ func TestCredentialSecretsAreRefused(t *testing.T) {
 // identity whose Propagation it lacks.
 func TestTwoHubsSharingAMemberLeaveEachOthersCopies(t *testing.T) {
 	t.Parallel()
-	if hub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
+	suite.Need(t)
 	const member = 2
-	n := counter.Add(1)
-	team, name := fmt.Sprintf("shared-%d", n), fmt.Sprintf("shared-%d", n)
-	a := newFleetOn(t, hubServer{env: hub, client: hubClient}, "fleet-system", team)
-	b := newFleetOn(t, secondHub, "fleet-system", team)
-	createNamespace(t, memberCls[member], team)
+	team := suite.Name("shared")
+	name := team
+	hubs := suite.OwnHubs(t, 2)
+	a := prepareFleet(t, hubs[0], "fleet-system", team)
+	a.start(nil)
+	b := prepareFleet(t, hubs[1], "fleet-system", team)
+	b.start(nil)
+	fleettest.CreateNamespace(t, suite.MemberClients[member], team)
 	ghost := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "ghost", Labels: map[string]string{
 			fleetv1alpha1.FleetLabel: "fleet-system", fleetv1alpha1.PropagationLabel: "ghost",
 		}},
 		Data: map[string]string{"owner": "unknown"},
 	}
-	if err := memberCls[member].Create(t.Context(), ghost); err != nil {
+	if err := suite.MemberClients[member].Create(t.Context(), ghost); err != nil {
 		t.Fatal(err)
 	}
 
@@ -188,14 +189,14 @@ func TestTwoHubsSharingAMemberLeaveEachOthersCopies(t *testing.T) {
 	}
 	copyIn := func(name string) *corev1.ConfigMap {
 		cm := &corev1.ConfigMap{}
-		if err := memberCls[member].Get(t.Context(), types.NamespacedName{Namespace: team, Name: name}, cm); err != nil {
+		if err := suite.MemberClients[member].Get(t.Context(), types.NamespacedName{Namespace: team, Name: name}, cm); err != nil {
 			t.Fatalf("ConfigMap %s in the shared member: %v", name, err)
 		}
 		return cm
 	}
 	poll.Until(t, "b's own copy in the shared member", func() bool {
 		cm := &corev1.ConfigMap{}
-		return memberCls[member].Get(t.Context(), types.NamespacedName{Namespace: team, Name: "b-only"}, cm) == nil
+		return suite.MemberClients[member].Get(t.Context(), types.NamespacedName{Namespace: team, Name: "b-only"}, cm) == nil
 	})
 	a.waitStatus("web", "still Ready", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 1 })
 
@@ -234,7 +235,7 @@ func TestOldCopiesAreRestampedWhenProven(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
-	createNamespace(t, memberCls[0], f.team)
+	fleettest.CreateNamespace(t, suite.MemberClients[0], f.team)
 	web := f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
 	f.configMap("web-3", map[string]string{"color": "green"}, map[string]string{"app": "web"})
 	oldCopy := func(name, sourceUID, hash string) *corev1.ConfigMap {
@@ -252,7 +253,7 @@ func TestOldCopiesAreRestampedWhenProven(t *testing.T) {
 			},
 			Data: map[string]string{"color": "old"},
 		}
-		if err := memberCls[0].Create(t.Context(), cm, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
+		if err := suite.MemberClients[0].Create(t.Context(), cm, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
 			t.Fatal(err)
 		}
 		return cm
