@@ -75,6 +75,8 @@ func (f *testFleet) setData(name, v string) {
 	}
 }
 
+// TestUnrelatedHubChurnReconcilesNoMember runs alone: it reads the
+// reconciles of members east and west, as every fleet names them.
 func TestUnrelatedHubChurnReconcilesNoMember(t *testing.T) {
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -154,6 +156,7 @@ func hubConfigMapWatches(t *testing.T, h *fleettest.Hub) int {
 // own, where no other test's Propagation is read while it runs, and
 // counts the watches of ConfigMaps of a namespace its API server serves.
 func TestHubCacheStopsWithTheNamespacesLastPropagation(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	f.configMap("web", map[string]string{"v": "0"}, map[string]string{"app": "web"})
@@ -237,7 +240,8 @@ func conflictingClient(c *conflicts, mgr *fleet.Manager) (client.Client, error) 
 
 // TestWriteConflictIsRetriedNotAnError makes the controller's finalizer
 // and status writes conflict: each is tried again, and none is a
-// reconcile error.
+// reconcile error. It runs alone: it reads every fleet's reconcile errors
+// of the hub.
 func TestWriteConflictIsRetriedNotAnError(t *testing.T) {
 	suite.Need(t)
 	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))

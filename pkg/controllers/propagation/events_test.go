@@ -89,7 +89,9 @@ func memberFailed(member, reason string) func(p *fleetv1alpha1.Propagation) bool
 
 // A member's failure is one Warning Event, however often it is retried,
 // and its cure, a right granted in the member, shows within seconds (it
-// took up to the minute of the fixed retry) as a Normal Event.
+// took up to the minute of the fixed retry) as a Normal Event. It runs
+// alone: it counts every fleet's writes in member 1's audit log, and times
+// the cure.
 func TestMemberFailureIsOneEventAndItsCureShowsSoon(t *testing.T) {
 	f := newFleet(t)
 	user, kc := configMapReader(t, 1)
@@ -134,7 +136,9 @@ func TestMemberFailureIsOneEventAndItsCureShowsSoon(t *testing.T) {
 }
 
 // A member's new credential, which may have the rights a failure lacked,
-// asks again at once, however long the failure was backed off.
+// asks again at once, however long the failure was backed off. It runs
+// alone: it counts every fleet's writes in member 1's audit log, and times
+// the retry.
 func TestNewCredentialRetriesTheMembersFailures(t *testing.T) {
 	f := newFleet(t)
 	user, kc := configMapReader(t, 1)

@@ -23,6 +23,8 @@ import (
 // Probes that see the freeze would make the fleet hold the member's
 // requests: here they are rare, standing for the seconds before they see
 // it, and for a member whose trouble they do not see (its etcd frozen).
+// It runs alone: it times a change against the same change with no member
+// frozen.
 func TestFrozenMemberStallsNoOther(t *testing.T) {
 	suite.Need(t)
 	envs, err := controlplane.Start(1)

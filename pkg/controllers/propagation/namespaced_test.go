@@ -19,6 +19,7 @@ import (
 // Namespaces. The Propagation is Applied there, and its deletion removes
 // the copy.
 func TestNamespacedMemberReceivesPropagations(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	user := suite.Name("team-editor")
 	fleettest.CreateNamespace(t, suite.MemberClients[1], f.team)
@@ -49,6 +50,7 @@ func TestNamespacedMemberReceivesPropagations(t *testing.T) {
 // nor create Namespaces, and lacks the Propagation's namespace: that
 // member fails Forbidden, saying the namespace is missing.
 func TestMissingNamespaceTheManagerMayNotCreateFailsThatMember(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	user := suite.Name("configmap-writer")
 	kc := memberUser(t, 2, user, "",

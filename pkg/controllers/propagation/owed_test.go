@@ -94,6 +94,7 @@ func (f *testFleet) mirror() []corev1.ConfigMap {
 // again, as kubectl replace --force or unregister and register do: east,
 // back, still removes its copy.
 func TestReRegisteredMemberKeepsItsOwedRemoval(t *testing.T) {
+	t.Parallel()
 	f, proxy := newFleetOwingServiceAccounts(t)
 	f.deleteWhileEastIsDown(proxy)
 
@@ -128,6 +129,7 @@ func TestReRegisteredMemberKeepsItsOwedRemoval(t *testing.T) {
 // replica taking over the lead would: it learns the owed removal from the
 // hub, and carries it out when east is back.
 func TestFailoverCarriesOutOwedRemovals(t *testing.T) {
+	t.Parallel()
 	f, proxy := newFleetOwingServiceAccounts(t)
 	f.deleteWhileEastIsDown(proxy)
 	mirror := f.mirror()
@@ -163,6 +165,7 @@ func TestFailoverCarriesOutOwedRemovals(t *testing.T) {
 // copy cannot be proven gone, so the member owes its removal, which is
 // tried again until the member lets the manager list the kind.
 func TestUnlistableKindAtDeletionIsOwedAndRetried(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	user := suite.Name("unlisting")
 	write := []string{"get", "create", "patch", "update", "delete"}

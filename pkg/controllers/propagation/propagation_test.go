@@ -94,7 +94,36 @@ func prepareFleet(t *testing.T, h *fleettest.Hub, namespace, team string) *testF
 	f := &testFleet{t: t, hub: h, namespace: namespace, team: team, stateDir: t.TempDir()}
 	fleettest.CreateNamespace(t, h.Client, f.namespace)
 	fleettest.CreateNamespace(t, h.Client, f.team)
+	t.Cleanup(f.removePropagations)
 	return f
+}
+
+// removePropagations removes, once the fleet's managers stopped, the
+// Propagations the test left on its hub, finalizers and all: every
+// manager on a hub reconciles every Propagation of it, and the next
+// test's would reconcile these in every member too.
+func (f *testFleet) removePropagations() {
+	ctx := context.Background()
+	for _, ns := range []string{f.team, f.namespace} {
+		list := &fleetv1alpha1.PropagationList{}
+		if err := f.hub.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+			f.t.Errorf("listing the Propagations of %s: %v", ns, err)
+			return
+		}
+		for i := range list.Items {
+			p := &list.Items[i]
+			if len(p.Finalizers) > 0 {
+				before := p.DeepCopy()
+				p.Finalizers = nil
+				if err := client.IgnoreNotFound(f.hub.Client.Patch(ctx, p, client.MergeFrom(before))); err != nil {
+					f.t.Errorf("releasing Propagation %s/%s: %v", ns, p.Name, err)
+				}
+			}
+			if err := client.IgnoreNotFound(f.hub.Client.Delete(ctx, p)); err != nil {
+				f.t.Errorf("deleting Propagation %s/%s: %v", ns, p.Name, err)
+			}
+		}
+	}
 }
 
 // start starts the fleet's manager on its journal; health, if set, sets
@@ -329,6 +358,7 @@ func memberUser(t *testing.T, i int, user, namespace string, rules ...rbacv1.Pol
 }
 
 func TestPropagatesHubObjectsToSelectedMembers(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	f.register(1, "west", map[string]string{"env": "prod"})
@@ -416,6 +446,7 @@ func managersOf(obj metav1.Object) []string {
 }
 
 func TestDriftIsCorrectedOrReported(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
@@ -473,6 +504,8 @@ func TestDriftIsCorrectedOrReported(t *testing.T) {
 	f.waitStatus("web", "Ready again", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Drifted == 0 })
 }
 
+// TestFieldOfAnotherManagerIsLeftAlone runs alone: it counts every
+// fleet's writes in member 0's audit log.
 func TestFieldOfAnotherManagerIsLeftAlone(t *testing.T) {
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -543,6 +576,7 @@ func TestFieldOfAnotherManagerIsLeftAlone(t *testing.T) {
 }
 
 func TestPreexistingObjectIsAdoptedOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	fleettest.CreateNamespace(t, suite.MemberClients[0], f.team)
@@ -567,6 +601,7 @@ func TestPreexistingObjectIsAdoptedOnlyWhenAsked(t *testing.T) {
 }
 
 func TestDeselectedMemberLosesItsCopies(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	f.register(1, "west", map[string]string{"env": "prod"})
@@ -582,8 +617,10 @@ func TestDeselectedMemberLosesItsCopies(t *testing.T) {
 }
 
 func TestDeletedPropagationDeletesOrOrphansItsCopies(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []fleetv1alpha1.DeletionPolicy{fleetv1alpha1.DeletionDelete, fleetv1alpha1.DeletionOrphan} {
 		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
 			f := newFleet(t)
 			f.register(0, "east", map[string]string{"env": "prod"})
 			f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
@@ -635,8 +672,10 @@ func newFleetBehindProxy(t *testing.T, disconnectAfter time.Duration) (*testFlee
 // Disconnected (its caches torn down, its queued work dropped): neither
 // holds the Propagation, and each removes its copy when it is back.
 func TestUnreachableMemberOwesTheDeletion(t *testing.T) {
+	t.Parallel()
 	for _, state := range []fleetv1alpha1.MemberState{fleetv1alpha1.MemberStateUnhealthy, fleetv1alpha1.MemberStateDisconnected} {
 		t.Run(string(state), func(t *testing.T) {
+			t.Parallel()
 			disconnectAfter := time.Hour
 			if state == fleetv1alpha1.MemberStateDisconnected {
 				disconnectAfter = time.Second
@@ -678,6 +717,7 @@ func TestUnreachableMemberOwesTheDeletion(t *testing.T) {
 // still knows the owed removal, although no Propagation copies the kind
 // any more, and the copy goes.
 func TestOwedRemovalSurvivesARestart(t *testing.T) {
+	t.Parallel()
 	f, proxy := newFleetBehindProxy(t, time.Hour)
 
 	proxy.Down()
@@ -722,6 +762,7 @@ func TestOwedRemovalSurvivesARestart(t *testing.T) {
 // the journal knows since when: its entries stay until it has been gone
 // for ForgetAfter, then go; a registered member's stay.
 func TestMemberThatLeftWhileStoppedIsForgotten(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
@@ -771,7 +812,8 @@ func TestMemberThatLeftWhileStoppedIsForgotten(t *testing.T) {
 
 // TestLostJournalIsRebuiltFromTheMembers spoils the journal of a stopped
 // manager: the restarted one moves it aside, records again every copy it
-// finds in the members, and converges.
+// finds in the members, and converges. It runs alone: it reads the
+// process's fleet_propagation_journal_lost_timestamp_seconds.
 func TestLostJournalIsRebuiltFromTheMembers(t *testing.T) {
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -811,6 +853,7 @@ func TestLostJournalIsRebuiltFromTheMembers(t *testing.T) {
 }
 
 func TestObjectInvalidForOneMemberFailsOnlyThere(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	crd := widgetCRD()
 	for _, cfg := range []*envtest.Environment{f.hub.Env, suite.Members[0]} {
@@ -866,6 +909,8 @@ func widgetCRD() *apiextensionsv1.CustomResourceDefinition {
 	}
 }
 
+// TestUnchangedFleetMakesNoWrites runs alone: it counts every fleet's
+// writes in the members' audit logs.
 func TestUnchangedFleetMakesNoWrites(t *testing.T) {
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -899,6 +944,7 @@ func TestUnchangedFleetMakesNoWrites(t *testing.T) {
 }
 
 func TestPropagationOnlyReadsItsOwnNamespace(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	other := suite.Name("other")
@@ -920,6 +966,7 @@ func TestPropagationOnlyReadsItsOwnNamespace(t *testing.T) {
 }
 
 func TestClusterScopedKindIsRefused(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	f.propagation("nodes", func(p *fleetv1alpha1.Propagation) {
@@ -937,6 +984,7 @@ func TestClusterScopedKindIsRefused(t *testing.T) {
 // TestForbiddenWriteFailsOnlyThatMember registers a member whose user may
 // read ConfigMaps but not write them.
 func TestForbiddenWriteFailsOnlyThatMember(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	user := suite.Name("reader")
 	kc := memberUser(t, 1, user, "",
@@ -963,7 +1011,8 @@ func TestForbiddenWriteFailsOnlyThatMember(t *testing.T) {
 
 // TestStopLeavesNothingBehind runs a Propagation to Ready, with the hub
 // and copy caches it starts, then stops the manager: every goroutine the
-// manager started must end.
+// manager started must end. It runs alone: it reads the process's
+// goroutines.
 func TestStopLeavesNothingBehind(t *testing.T) {
 	suite.Need(t)
 	baseline := goleak.IgnoreCurrent()

@@ -21,6 +21,7 @@ import (
 // twice at once: both calls fail once syncTimeout has passed, as an error
 // to retry, and one informer asked the cluster, once.
 func TestWatchOfAFrozenClusterGivesUp(t *testing.T) {
+	t.Parallel()
 	frozen := listenAndHang(t)
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
