@@ -17,14 +17,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
@@ -38,51 +36,28 @@ const (
 	propagateKills, deleteKills = 12, 10
 )
 
-var (
-	scheme     = runtime.NewScheme()
-	hub        *envtest.Environment
-	hubClient  client.Client
-	members    []client.Client
-	kubeconfig []string // the members', then written to files
-	binary     string
-)
+// The package's API servers: a hub and the members.
+var suite = &fleettest.Suite{MemberCount: memberCount}
+
+// binary is the fleet-manager under test.
+var binary string
 
 func TestMain(m *testing.M) {
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = fleetv1alpha1.AddToScheme(scheme)
 	dir, err := os.MkdirTemp("", "crashtest-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := controlplane.RunTests(m.Run, 1+memberCount, func(envs []*envtest.Environment) error { return setup(envs, dir) })
+	suite.Setup = func(*fleettest.Suite) error { return build(dir) }
+	code := suite.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-func setup(envs []*envtest.Environment, dir string) error {
-	hub = envs[0]
-	if err := controlplane.InstallCRDs(hub); err != nil {
-		return err
-	}
-	var err error
-	if hubClient, err = client.New(hub.Config, client.Options{Scheme: scheme}); err != nil {
-		return err
-	}
-	for _, env := range envs[1:] {
-		cl, err := client.New(env.Config, client.Options{Scheme: scheme})
-		if err != nil {
-			return err
-		}
-		kc, err := controlplane.AdminKubeconfig(env, "fleet-manager")
-		if err != nil {
-			return err
-		}
-		members = append(members, cl)
-		kubeconfig = append(kubeconfig, string(kc))
-	}
-	// The manager under test, built as the tests are (-race shares their
-	// build cache), so that the child's races fail the test too.
+// build builds the manager under test into dir, as the tests are built
+// (-race shares their build cache), so that the child's races fail the
+// test too.
+func build(dir string) error {
 	binary = filepath.Join(dir, "fleet-manager")
 	args := []string{"build", "-o", binary}
 	if raceEnabled {
@@ -168,9 +143,7 @@ func (m *manager) output(t *testing.T) string {
 // the hub's data and every unwanted one go, deletes nothing else, and
 // leaves no orphan. CRASH_SEED replays a run.
 func TestKilledManagerConverges(t *testing.T) {
-	if hub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
+	suite.Need(t)
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("CRASH_SEED"); s != "" {
 		var err error
@@ -185,28 +158,25 @@ func TestKilledManagerConverges(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	hubKubeconfig := filepath.Join(dir, "hub.kubeconfig")
-	kc, err := controlplane.AdminKubeconfig(hub, "crashtest")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc := suite.AdminKubeconfig(t, suite.Hub, "crashtest")
 	if err := os.WriteFile(hubKubeconfig, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, ns := range []string{fleetNS, team} {
-		if err := hubClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		if err := suite.HubClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The first member is reached through a proxy that the test takes
 	// down and brings up.
-	proxied, p, err := controlplane.ViaProxy([]byte(kubeconfig[0]))
+	proxied, p, err := controlplane.ViaProxy(suite.Kubeconfigs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
 	proxy := &memberProxy{Proxy: p}
 	for i := range memberCount {
-		kc := []byte(kubeconfig[i])
+		kc := suite.Kubeconfigs[i]
 		if i == 0 {
 			kc = proxied
 		}
@@ -214,14 +184,14 @@ func TestKilledManagerConverges(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: fleetNS, Name: memberName(i), Labels: map[string]string{registry.KubeconfigLabel: "true"}},
 			Data:       map[string][]byte{registry.KubeconfigKey: kc},
 		}
-		if err := hubClient.Create(ctx, secret); err != nil {
+		if err := suite.HubClient.Create(ctx, secret); err != nil {
 			t.Fatal(err)
 		}
 		// A bystander in each member: not a copy, never to be touched.
-		if err := members[i].Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: team}}); err != nil {
+		if err := suite.MemberClients[i].Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: team}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := members[i].Create(ctx, bystander()); err != nil {
+		if err := suite.MemberClients[i].Create(ctx, bystander()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -230,7 +200,7 @@ func TestKilledManagerConverges(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: fmt.Sprintf("object-%03d", i), Labels: map[string]string{"app": "crash"}},
 			Data:       map[string]string{"i": strconv.Itoa(i)},
 		}
-		if err := hubClient.Create(ctx, cm); err != nil {
+		if err := suite.HubClient.Create(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -240,7 +210,7 @@ func TestKilledManagerConverges(t *testing.T) {
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "crash"}}}},
 		},
 	}
-	if err := hubClient.Create(ctx, prop); err != nil {
+	if err := suite.HubClient.Create(ctx, prop); err != nil {
 		t.Fatal(err)
 	}
 
@@ -267,7 +237,7 @@ func TestKilledManagerConverges(t *testing.T) {
 	// Deleting, killed at random points, the first member down, each
 	// start on one of two replicas' state directories.
 	proxy.set(t, true)
-	if err := hubClient.Delete(ctx, prop); err != nil {
+	if err := suite.HubClient.Delete(ctx, prop); err != nil {
 		t.Fatal(err)
 	}
 	replicas := []string{stateDir, filepath.Join(dir, "state-2")}
@@ -295,7 +265,7 @@ func TestKilledManagerConverges(t *testing.T) {
 	await(t, m, "nothing owed left in the hub's mirror", func() bool { return mirrored(t) == 0 })
 	m.stop(t)
 	for i := range memberCount {
-		if err := members[i].Get(ctx, client.ObjectKeyFromObject(bystander()), &corev1.ConfigMap{}); err != nil {
+		if err := suite.MemberClients[i].Get(ctx, client.ObjectKeyFromObject(bystander()), &corev1.ConfigMap{}); err != nil {
 			t.Errorf("%s: the bystander ConfigMap: %v", memberName(i), err)
 		}
 	}
@@ -316,16 +286,16 @@ func changeHub(t *testing.T, rnd *rand.Rand, k int) {
 	for range 10 {
 		cm := &corev1.ConfigMap{}
 		key := types.NamespacedName{Namespace: team, Name: fmt.Sprintf("object-%03d", propagateKills+rnd.IntN(objects-propagateKills))}
-		if err := hubClient.Get(t.Context(), key, cm); err != nil {
+		if err := suite.HubClient.Get(t.Context(), key, cm); err != nil {
 			t.Fatal(err)
 		}
 		cm.Data["changed"] = strconv.Itoa(k)
-		if err := hubClient.Update(t.Context(), cm); err != nil {
+		if err := suite.HubClient.Update(t.Context(), cm); err != nil {
 			t.Fatal(err)
 		}
 	}
 	gone := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: fmt.Sprintf("object-%03d", k)}}
-	if err := hubClient.Delete(t.Context(), gone); err != nil {
+	if err := suite.HubClient.Delete(t.Context(), gone); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -335,10 +305,10 @@ func changeHub(t *testing.T, rnd *rand.Rand, k int) {
 func membersMatchHub(t *testing.T) bool {
 	t.Helper()
 	hubList := &corev1.ConfigMapList{}
-	if err := hubClient.List(t.Context(), hubList, client.InNamespace(team), client.MatchingLabels{"app": "crash"}); err != nil {
+	if err := suite.HubClient.List(t.Context(), hubList, client.InNamespace(team), client.MatchingLabels{"app": "crash"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, cl := range members {
+	for _, cl := range suite.MemberClients {
 		list := &corev1.ConfigMapList{}
 		if err := cl.List(t.Context(), list, client.InNamespace(team), client.MatchingLabels{fleetv1alpha1.FleetLabel: fleetNS}); err != nil {
 			t.Fatal(err)
@@ -367,7 +337,7 @@ func bystander() *corev1.ConfigMap {
 func copies(t *testing.T) []int {
 	t.Helper()
 	n := make([]int, memberCount)
-	for i, cl := range members {
+	for i, cl := range suite.MemberClients {
 		list := &corev1.ConfigMapList{}
 		if err := cl.List(t.Context(), list, client.InNamespace(team), client.MatchingLabels{fleetv1alpha1.FleetLabel: fleetNS}); err != nil {
 			t.Fatal(err)
@@ -383,7 +353,7 @@ func mirrored(t *testing.T) int {
 	t.Helper()
 	n := 0
 	for _, name := range propagation.OwedRemovalsConfigMaps() {
-		err := hubClient.Get(t.Context(), types.NamespacedName{Namespace: fleetNS, Name: name}, &corev1.ConfigMap{})
+		err := suite.HubClient.Get(t.Context(), types.NamespacedName{Namespace: fleetNS, Name: name}, &corev1.ConfigMap{})
 		if err == nil {
 			n++
 		} else if !apierrors.IsNotFound(err) {
@@ -394,7 +364,7 @@ func mirrored(t *testing.T) int {
 }
 
 func propagationGone(t *testing.T) bool {
-	err := hubClient.Get(t.Context(), types.NamespacedName{Namespace: team, Name: "crash"}, &fleetv1alpha1.Propagation{})
+	err := suite.HubClient.Get(t.Context(), types.NamespacedName{Namespace: team, Name: "crash"}, &fleetv1alpha1.Propagation{})
 	return apierrors.IsNotFound(err)
 }
 
