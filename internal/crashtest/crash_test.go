@@ -48,7 +48,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	suite.Setup = func(*fleettest.Suite) error { return build(dir) }
+	// The build runs while the API servers start.
+	built := make(chan error, 1)
+	if os.Getenv("KUBEBUILDER_ASSETS") != "" {
+		go func() { built <- build(dir) }()
+	}
+	suite.Setup = func(*fleettest.Suite) error { return <-built }
 	code := suite.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
