@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 )
 
@@ -19,19 +20,23 @@ import (
 // fleet's CRDs, and a member. nil without $KUBEBUILDER_ASSETS.
 var testHub, testMember *envtest.Environment
 
-func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTests(func() int {
-		code := m.Run()
+// The tests set the process's loggers themselves (captureLogs).
+var suite = &fleettest.Suite{
+	MemberCount: 1,
+	OwnLoggers:  true,
+	Setup: func(s *fleettest.Suite) error {
+		testHub, testMember = s.Hub, s.Members[0]
+		return nil
+	},
+	Check: func(*fleettest.Suite) error {
 		if leaked, err := publishedCredential(); err != nil || leaked != "" {
-			fmt.Fprintf(os.Stderr, "credential material was published on the hub: %s %v\n", leaked, err)
-			return 1
+			return fmt.Errorf("credential material was published on the hub: %s %v", leaked, err)
 		}
-		return code
-	}, 2, func(envs []*envtest.Environment) error {
-		testHub, testMember = envs[0], envs[1]
-		return controlplane.InstallCRDs(testHub)
-	}))
+		return nil
+	},
 }
+
+func TestMain(m *testing.M) { os.Exit(suite.Run(m)) }
 
 // publishedCredential scans what the package's managers and commands
 // published on the hub for the credentials of every kubeconfig left in a
@@ -62,7 +67,5 @@ func publishedCredential() (string, error) {
 // needAPIServers skips t without the package's API servers.
 func needAPIServers(t *testing.T) {
 	t.Helper()
-	if testHub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
+	suite.Need(t)
 }

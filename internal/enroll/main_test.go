@@ -18,6 +18,7 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/enroll"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 )
 
 // The package's API servers: a hub with the fleet's CRDs, and a member.
@@ -30,24 +31,19 @@ func init() {
 	utilruntime.Must(fleetv1alpha1.AddToScheme(scheme))
 }
 
-func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTests(m.Run, 2, func(envs []*envtest.Environment) error {
-		hubEnv, memberEnv = envs[0], envs[1]
-		if err := controlplane.InstallCRDs(hubEnv); err != nil {
-			return err
-		}
-		return controlplane.AggregateClusterRoles(memberEnv.Config)
-	}))
-}
+var suite = &fleettest.Suite{MemberCount: 1, Setup: func(s *fleettest.Suite) error {
+	hubEnv, memberEnv = s.Hub, s.Members[0]
+	return controlplane.AggregateClusterRoles(memberEnv.Config)
+}}
+
+func TestMain(m *testing.M) { os.Exit(suite.Run(m)) }
 
 // clients returns admin clients of the hub and the member, and a fresh
 // fleet namespace on the hub. Whatever the test registers in the member
 // is removed when it ends, so the next test finds the member bare.
 func clients(t *testing.T) (hub, member client.Client, fleetNS string) {
 	t.Helper()
-	if hubEnv == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
+	suite.Need(t)
 	var err error
 	if hub, err = client.New(hubEnv.Config, client.Options{Scheme: scheme}); err != nil {
 		t.Fatal(err)

@@ -11,26 +11,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/pkg/controllers"
-	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
 
-// testHub is the package's API server; nil without $KUBEBUILDER_ASSETS.
-var testHub *envtest.Environment
+// The package's API server, a hub.
+var suite = &fleettest.Suite{}
 
-func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTests(m.Run, 1, func(envs []*envtest.Environment) error {
-		testHub = envs[0]
-		return nil
-	}))
-}
+func TestMain(m *testing.M) { os.Exit(suite.Run(m)) }
 
 func TestEnabled(t *testing.T) {
 	cases := []struct {
@@ -67,12 +56,10 @@ func TestValidate(t *testing.T) {
 // TestStartGivesEachControllerItsClient starts a table of two controllers,
 // one disabled, and checks the enabled one's client names it to the hub.
 func TestStartGivesEachControllerItsClient(t *testing.T) {
-	if testHub == nil {
-		t.Skip("needs KUBEBUILDER_ASSETS (run `make test`)")
-	}
+	suite.Need(t)
 	var mu sync.Mutex
 	agents := map[string]bool{}
-	cfg := rest.CopyConfig(testHub.Config)
+	cfg := rest.CopyConfig(suite.Hub.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 			mu.Lock()
@@ -81,14 +68,7 @@ func TestStartGivesEachControllerItsClient(t *testing.T) {
 			return rt.RoundTrip(r)
 		})
 	})
-	m, err := fleet.New(cfg, fleet.Options{Options: manager.Options{
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := suite.StartFleet(t, fleettest.FleetOptions{Config: cfg, Deferred: true}).Manager
 	var added []controllers.Context
 	add := func(c controllers.Context) error { added = append(added, c); return nil }
 	table := []controllers.Initializer{
