@@ -156,14 +156,13 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 			RetryPeriod:                   &f.retryPeriod,
 			Controller:                    config.Controller{CacheSyncTimeout: f.cacheSyncTimeout, SkipNameValidation: &f.skipNameValidation},
 		},
-		Namespace:         f.namespace,
-		SecretFormats:     formats,
-		ClusterProfiles:   profiles,
-		KubeconfigPolicy:  f.policy,
-		MemberQPS:         float32(f.memberQPS),
-		MemberBurst:       f.memberBurst,
-		MemberHealth:      f.health,
-		CredentialRenewal: fleet.RenewalOptions{Disabled: !f.renewTokens},
+		Namespace:        f.namespace,
+		SecretFormats:    formats,
+		ClusterProfiles:  profiles,
+		KubeconfigPolicy: f.policy,
+		MemberQPS:        float32(f.memberQPS),
+		MemberBurst:      f.memberBurst,
+		MemberHealth:     f.health,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the fleet manager: %w", err)
@@ -177,7 +176,7 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 		return err
 	}
 	defer j.close()
-	settings := controllers.Settings{Selection: f.controllers, Concurrency: concurrency, Journal: j.Journal, ClusterProfileNamespace: f.exportNamespace}
+	settings := controllers.Settings{Selection: f.controllers, Concurrency: concurrency, Journal: j.Journal, ClusterProfileNamespace: f.exportNamespace, TokenRenewalDisabled: !f.renewTokens}
 	if err := controllers.Start(mgr, controllers.Initializers(), settings); err != nil {
 		return err
 	}
@@ -237,7 +236,7 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 		f.concurrency[c.Name] = fs.Int("concurrent-"+c.Name+"-syncs", c.Concurrency, "How many objects the "+c.Name+" controller reconciles at once.")
 	}
 	fs.StringVar(&f.stateDir, "state-dir", "", "Directory of the journal, the manager's record of the copies it applied in each member and the removals members owe; only one manager may use it at a time. Default: a temporary directory removed at exit, so what is owed is forgotten by a restart (deploy/ mounts one).")
-	fs.BoolVar(&f.renewTokens, "renew-tokens", true, "Renew each member's service account token, in a native registration Secret, through the member's TokenRequest API at about 80% of its lifetime, and write it back into the Secret (needs update on Secrets in the fleet namespace).")
+	fs.BoolVar(&f.renewTokens, "renew-tokens", true, "Renew each member's service account token, in a native registration Secret, through the member's TokenRequest API at about 80% of its lifetime, and write it back into the Secret (needs update on Secrets in the fleet namespace). False keeps the tokenrenewal controller describing credentials without renewing them.")
 	bindPolicyFlags(fs, &f.policy)
 
 	// Registration formats besides the native one, which is always read.

@@ -11,8 +11,10 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/controllers/clusterprofile"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/tokenrenewal"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // Context is what an initializer adds its controller with.
@@ -31,6 +33,12 @@ type Context struct {
 	// ClusterProfileNamespace is where the clusterprofile controller
 	// publishes. Default: the fleet namespace.
 	ClusterProfileNamespace string
+	// Credentials are what the tokenrenewal controller publishes of each
+	// member's credential, and the membercluster controller shows.
+	Credentials *registry.Facts[registry.Credentials]
+	// TokenRenewalDisabled keeps the tokenrenewal controller from renewing
+	// tokens: it still describes every credential.
+	TokenRenewalDisabled bool
 }
 
 // Initializer adds one built-in controller to a manager.
@@ -52,7 +60,13 @@ func Initializers() []Initializer {
 		{
 			Name: "membercluster", OnByDefault: true, Concurrency: membercluster.DefaultWorkers,
 			Add: func(c Context) error {
-				return membercluster.Add(c.Manager, membercluster.Options{Workers: c.Concurrency, Client: c.Client})
+				return membercluster.Add(c.Manager, membercluster.Options{Workers: c.Concurrency, Client: c.Client, Credentials: c.Credentials})
+			},
+		},
+		{
+			Name: tokenrenewal.ControllerName, OnByDefault: true, Concurrency: tokenrenewal.DefaultWorkers,
+			Add: func(c Context) error {
+				return tokenrenewal.Add(c.Manager, tokenrenewal.Options{Workers: c.Concurrency, Client: c.Client, Credentials: c.Credentials, Disabled: c.TokenRenewalDisabled})
 			},
 		},
 		{
@@ -121,11 +135,15 @@ type Settings struct {
 	// ClusterProfileNamespace is where the clusterprofile controller
 	// publishes. Default: the fleet namespace.
 	ClusterProfileNamespace string
+	// TokenRenewalDisabled keeps the tokenrenewal controller from renewing
+	// tokens (--renew-tokens=false): it still describes every credential.
+	TokenRenewalDisabled bool
 }
 
 // Start adds to m each of initializers that s.Selection enables.
 func Start(m *fleet.Manager, initializers []Initializer, s Settings) error {
 	log := m.GetLogger().WithName("controllers")
+	credentials := tokenrenewal.NewCredentials()
 	for _, i := range initializers {
 		if !Enabled(s.Selection, i.Name, i.OnByDefault) {
 			log.Info("Controller disabled", "controller", i.Name)
@@ -140,7 +158,8 @@ func Start(m *fleet.Manager, initializers []Initializer, s Settings) error {
 		if err != nil {
 			return fmt.Errorf("building the %s controller's client: %w", i.Name, err)
 		}
-		c := Context{Manager: m, Concurrency: i.Concurrency, Client: cl, Config: cfg, Journal: s.Journal, ClusterProfileNamespace: s.ClusterProfileNamespace}
+		c := Context{Manager: m, Concurrency: i.Concurrency, Client: cl, Config: cfg, Journal: s.Journal,
+			ClusterProfileNamespace: s.ClusterProfileNamespace, Credentials: credentials, TokenRenewalDisabled: s.TokenRenewalDisabled}
 		if n, ok := s.Concurrency[i.Name]; ok && n > 0 {
 			c.Concurrency = n
 		}

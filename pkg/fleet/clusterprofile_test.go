@@ -55,7 +55,7 @@ func secretReaderPlugin(t *testing.T, namespace string) (plugin, hubKubeconfig s
 // the secretreader plugin.
 func profileMember(t *testing.T, i int, ns, secretName string) {
 	t.Helper()
-	kc, err := clientcmd.Load(serviceAccountMember(t, i, ns))
+	kc, err := clientcmd.Load(suite.ServiceAccountMember(t, i, ns, 600))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestClusterProfileCredentialsRenew(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", plugin, "./testdata/expiringplugin").CombinedOutput(); err != nil {
 		t.Fatalf("building the test plugin: %v\n%s", err, out)
 	}
-	kc, err := clientcmd.Load(serviceAccountMember(t, 0, ns))
+	kc, err := clientcmd.Load(suite.ServiceAccountMember(t, 0, ns, 600))
 	if err != nil {
 		t.Fatal(err)
 	}

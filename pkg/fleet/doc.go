@@ -26,8 +26,9 @@
 //     series on controller-runtime's registry follow the registry (a
 //     cluster that is removed or refused has no series);
 //   - the fleet controllers built on it, such as the MemberCluster
-//     controller (package controllers/membercluster), added with their
-//     own Add.
+//     controller (package controllers/membercluster) and the token
+//     renewal (package controllers/tokenrenewal), added with their own
+//     Add.
 //
 // # Usage
 //
@@ -61,16 +62,4 @@
 // is engaged again gets the requests of the hub objects that exist then.
 // A refused Secret is logged with its reason, reported as an Event on the Secret and
 // on its MemberCluster, and affects no other member.
-//
-// # Credentials
-//
-// The leader describes every accepted member's credential to the registry
-// (type, expiry, renewals) and renews a service account token with an
-// expiry, in a native registration Secret: at about [RenewalOptions]
-// RenewAfter of its lifetime it asks the member, through the member's own
-// client, for a new token for the same service account, and writes it
-// into the Secret with a resourceVersion precondition. The member takes it
-// in place, like any rotation. Failed renewals are retried with backoff; a
-// credential past WarnAfter of its lifetime is reported expiring.
-// [RenewalOptions] Disabled leaves tokens alone and still reports.
 package fleet

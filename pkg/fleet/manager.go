@@ -84,10 +84,6 @@ type Options struct {
 	// Unhealthy and Disconnected; see member.HealthOptions for defaults.
 	MemberHealth member.HealthOptions
 
-	// CredentialRenewal sets how members' tokens are renewed; see
-	// RenewalOptions for defaults.
-	CredentialRenewal RenewalOptions
-
 	// ConfigureMember, if set, adjusts each member's member.Options, for
 	// example its cache transforms, namespaces or selectors. It is called
 	// once per member with fresh options.
@@ -117,6 +113,7 @@ type Manager struct {
 	manager.Manager
 
 	namespace string
+	policy    kubeconfig.Policy
 	identity  *identity
 	registry  *registry.Registry
 	pool      *member.Pool
@@ -168,7 +165,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	}
 	log := hub.GetLogger()
 	setGCPercent(opts.GCPercent, log)
-	m := &Manager{Manager: hub, namespace: opts.Namespace}
+	m := &Manager{Manager: hub, namespace: opts.Namespace, policy: opts.KubeconfigPolicy}
 	m.identity = &identity{namespace: opts.Namespace, reader: hub.GetAPIReader(), writer: hub.GetClient(), log: log.WithName("identity"), resolved: make(chan struct{})}
 	if m.metrics, err = newFleetMetrics(crmetrics.Registry); err != nil {
 		return nil, err
@@ -210,7 +207,6 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 			return nil
 		}),
 		lifecycle{m: m, log: log.WithName("members"), recorder: hub.GetEventRecorder("fleet-manager")},
-		newCredentialRenewal(m, opts.CredentialRenewal, opts.KubeconfigPolicy, log.WithName("credentials")),
 	} {
 		if err := hub.Add(r); err != nil {
 			return nil, err
@@ -250,6 +246,14 @@ func (m *Manager) GetCluster(_ context.Context, clusterName string) (cluster.Clu
 	return m.pool.Get(clusterName)
 }
 
+// GetRunningCluster returns the running cluster of member clusterName
+// like GetCluster, but only while the member runs kubeconfig, byte for
+// byte; otherwise an error wrapping member.ErrOtherKubeconfig: the pool
+// has not caught up with the registration yet.
+func (m *Manager) GetRunningCluster(clusterName string, kubeconfig []byte) (cluster.Cluster, error) {
+	return m.pool.GetRunning(clusterName, kubeconfig)
+}
+
 // GetClusterEventRecorder returns an event recorder named name for the cluster
 // clusterName: Events it records about that cluster's objects are written
 // to that cluster. "" is the hub.
@@ -277,6 +281,9 @@ func (m *Manager) Registry() *registry.Registry { return m.registry }
 
 // Namespace returns the fleet namespace, which names the fleet.
 func (m *Manager) Namespace() string { return m.namespace }
+
+// KubeconfigPolicy returns the policy every member's kubeconfig meets.
+func (m *Manager) KubeconfigPolicy() kubeconfig.Policy { return m.policy }
 
 // MemberHealth returns how members are probed, defaults filled in.
 func (m *Manager) MemberHealth() member.HealthOptions { return m.pool.HealthOptions() }

@@ -25,15 +25,13 @@ const (
 )
 
 // fleetMetrics are the fleet's per-cluster series beside the member
-// pool's: engagements, reconciles per controller and cluster, and
-// credential expiry. A cluster's series exist only while the registry
+// pool's: engagements, and reconciles per controller and cluster. A cluster's series exist only while the registry
 // accepts the cluster: follow, fed from the registry's stream, deletes
 // every series of a cluster that is removed or refused, and observations
 // of a cluster that is not accepted create none.
 //
 // The methods are safe for concurrent use.
 type fleetMetrics struct {
-	credentialExpiry  *prometheus.GaugeVec
 	engageDuration    *prometheus.HistogramVec
 	engagements       *prometheus.CounterVec
 	reconciles        *prometheus.CounterVec
@@ -64,10 +62,6 @@ type reconcileSeries struct {
 // registered ones.
 func newFleetMetrics(reg prometheus.Registerer) (*fleetMetrics, error) {
 	m := &fleetMetrics{
-		credentialExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "fleet_member_credential_expiry_timestamp_seconds",
-			Help: "When the cluster's credential expires, in seconds since the Unix epoch; no series when it does not expire.",
-		}, []string{labelCluster}),
 		engageDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fleet_member_engage_duration_seconds",
 			Help:    "How long engaging the cluster with a controller took.",
@@ -99,7 +93,6 @@ func newFleetMetrics(reg prometheus.Registerer) (*fleetMetrics, error) {
 		reconcileSeries: map[reconcileKey]*reconcileSeries{},
 	}
 	if err := errors.Join(
-		metrics.Register(reg, &m.credentialExpiry),
 		metrics.Register(reg, &m.engageDuration),
 		metrics.Register(reg, &m.engagements),
 		metrics.Register(reg, &m.reconciles),
@@ -124,11 +117,6 @@ func (m *fleetMetrics) follow(clusterName string, c *registry.Cluster) {
 		return
 	}
 	m.live[clusterName] = true
-	if c.Credentials != nil && !c.Credentials.Expiry.IsZero() {
-		m.credentialExpiry.WithLabelValues(clusterName).Set(float64(c.Credentials.Expiry.Unix()))
-	} else {
-		m.credentialExpiry.DeleteLabelValues(clusterName)
-	}
 }
 
 // observeEngage records one engagement of a live cluster with a
@@ -198,7 +186,6 @@ func (m *fleetMetrics) lockedForget(clusterName string) {
 	}
 	match := prometheus.Labels{labelCluster: clusterName}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
-		m.credentialExpiry,
 		m.engageDuration,
 		m.engagements,
 		m.reconciles,

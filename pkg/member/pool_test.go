@@ -2,6 +2,7 @@ package member_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
@@ -21,6 +23,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/member"
@@ -304,4 +307,25 @@ func TestPoolChurnReturnsToBaseline(t *testing.T) {
 // engageNothing engages a member with nothing.
 func engageNothing(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} {
 	return ctx.Done()
+}
+
+// TestGetRunningOnlyForItsKubeconfig: the pool hands out a member for a
+// kubeconfig only while the member runs those very bytes.
+func TestGetRunningOnlyForItsKubeconfig(t *testing.T) {
+	pool, err := member.NewPool(member.Options{Registry: member.NewObservedRegistry(nil), Engage: engageNothing, Policy: kubeconfigtest.Permissive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := kubeconfigtest.Build(t, func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) { cl.Server, cl.CertificateAuthorityData = "https://127.0.0.1:1", nil })
+	other := kubeconfigtest.Build(t, func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) { cl.Server, cl.CertificateAuthorityData = "https://127.0.0.1:2", nil })
+	if err := pool.Set(registry.Registration{ClusterName: "running", Kubeconfig: ran}); err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Remove("running")
+	if _, err := pool.GetRunning("running", other); !errors.Is(err, member.ErrOtherKubeconfig) {
+		t.Errorf("GetRunning for another kubeconfig: %v, want ErrOtherKubeconfig", err)
+	}
+	if _, err := pool.GetRunning("running", ran); !errors.Is(err, member.ErrClusterNotConnected) {
+		t.Errorf("GetRunning for its kubeconfig, not started: %v, want ErrClusterNotConnected", err)
+	}
 }

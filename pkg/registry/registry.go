@@ -71,9 +71,6 @@ type Cluster struct {
 	State fleetv1alpha1.MemberState
 	// Probe is the member's last probe, nil before the first.
 	Probe *ProbeResult
-	// Credentials describe the accepted kubeconfig's credential and its
-	// renewals; nil until observed, and while refused.
-	Credentials *Credentials
 	// Owed are the removals of copies the member owes, oldest first; nil
 	// when none are, or before they are observed.
 	Owed []OwedRemoval
@@ -253,7 +250,7 @@ func (r *Registry) Refuse(name string, generation int64, refusal *kubeconfig.Ref
 	}
 	next := *cur
 	next.Refusal = refusal
-	next.State, next.Probe, next.Credentials = "", nil, nil
+	next.State, next.Probe = "", nil
 	r.lockedPublish(name, &next)
 }
 
@@ -282,8 +279,11 @@ func (r *Registry) ObserveOwed(name string, owed []OwedRemoval) {
 }
 
 // Credentials are what the manager knows of a cluster's credential, never
-// the credential itself.
+// the credential itself: the fact the token renewal publishes.
 type Credentials struct {
+	// Generation is the generation (see Cluster.Registration) of the
+	// kubeconfig described.
+	Generation int64
 	kubeconfig.Credential
 	// Renewable is true when the manager renews the token itself.
 	Renewable bool
@@ -298,22 +298,6 @@ type Credentials struct {
 	// RenewalError says why the last renewal failed; empty after a
 	// success.
 	RenewalError string
-}
-
-// ObserveCredentials records what the renewer found of the credential of
-// cluster name's kubeconfig of the given generation (see Registration).
-// It is ignored for a cluster that is not accepted, or whose kubeconfig
-// has changed since.
-func (r *Registry) ObserveCredentials(name string, generation int64, creds Credentials) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	cur := r.clusters[name]
-	if cur == nil || !cur.Accepted() || cur.generation != generation || (cur.Credentials != nil && *cur.Credentials == creds) {
-		return
-	}
-	next := *cur
-	next.Credentials = &creds
-	r.lockedPublish(name, &next)
 }
 
 // ObserveState records the state of the member of cluster name and, when
@@ -379,7 +363,7 @@ func (r *Registry) lockedSet(cur, next *Cluster) {
 	wasAccepted := cur != nil && cur.Accepted()
 	switch {
 	case !next.Accepted():
-		next.State, next.Probe, next.Credentials = "", nil, nil
+		next.State, next.Probe = "", nil
 	case !wasAccepted || !slices.Equal(cur.Claims[0].kubeconfig, first.kubeconfig):
 		next.generation++
 		if !wasAccepted {

@@ -51,9 +51,10 @@ const maxVersionBytes = 16 << 10
 // so a manager that starts, or becomes leader, deletes nothing that its
 // registrations still claim.
 type memberClusters struct {
-	m        *fleet.Manager
-	client   client.Client
-	recorder events.EventRecorder
+	m           *fleet.Manager
+	client      client.Client
+	recorder    events.EventRecorder
+	credentials *registry.Facts[registry.Credentials]
 	// probeTimeRefresh is how stale LastProbeTime may grow.
 	probeTimeRefresh time.Duration
 
@@ -70,6 +71,10 @@ type Options struct {
 	Workers int
 	// Client writes MemberClusters. Default: the manager's client.
 	Client client.Client
+	// Credentials, if set, are what the token renewal publishes of each
+	// member's credential, shown as the status's credentials and its
+	// CredentialsExpiring condition. Unset, the status shows neither.
+	Credentials *registry.Facts[registry.Credentials]
 }
 
 // Add adds the MemberCluster controller to m, configured by opts. A hub
@@ -91,14 +96,18 @@ func Add(m *fleet.Manager, opts Options) error {
 		recorder: m.GetEventRecorder("fleet-manager"),
 		versions: map[string]string{},
 
+		credentials: opts.Credentials,
+
 		probeTimeRefresh: ProbeTimeRefreshIntervals * m.MemberHealth().Interval,
 	}
-	return builder.ControllerManagedBy(m.Manager).
+	b := builder.ControllerManagedBy(m.Manager).
 		Named("fleet-memberclusters").
 		For(&fleetv1alpha1.MemberCluster{}).
-		WatchesRawSource(m.Registry().Source()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
-		Complete(mc)
+		WatchesRawSource(m.Registry().Source())
+	if opts.Credentials != nil {
+		b = b.WatchesRawSource(opts.Credentials.Source())
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).Complete(mc)
 }
 
 func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, retErr error) {
@@ -178,7 +187,7 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	if len(want.Status.RecentTransitions) > transitions || !exists {
 		mc.recordTransition(want, before.State)
 	}
-	if expiring := meta.FindStatusCondition(want.Status.Conditions, fleetv1alpha1.ConditionCredentialsExpiring); expiring.Status == metav1.ConditionTrue && !wasExpiring {
+	if expiring := meta.FindStatusCondition(want.Status.Conditions, fleetv1alpha1.ConditionCredentialsExpiring); expiring != nil && expiring.Status == metav1.ConditionTrue && !wasExpiring {
 		mc.recorder.Eventf(want, nil, corev1.EventTypeWarning, expiring.Reason, "CheckCredentials", expiring.Message)
 	}
 	return refresh, nil
@@ -289,8 +298,14 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 	}
 	meta.SetStatusCondition(&status.Conditions, ready)
 
-	status.Credentials = credentialStatus(c.Credentials)
-	meta.SetStatusCondition(&status.Conditions, expiringCondition(c.Credentials))
+	if mc.credentials != nil {
+		creds := mc.credentialsOf(c)
+		status.Credentials = credentialStatus(creds)
+		meta.SetStatusCondition(&status.Conditions, expiringCondition(creds))
+	} else {
+		status.Credentials = nil
+		meta.RemoveStatusCondition(&status.Conditions, fleetv1alpha1.ConditionCredentialsExpiring)
+	}
 	status.OwedRemovals, status.OwedRemovalCount = owedRemovals(c.Owed), int32(len(c.Owed))
 
 	status.ServerVersion = mc.serverVersion(ctx, c.Name, c.Accepted() && c.State == fleetv1alpha1.MemberStateReady)
@@ -313,6 +328,17 @@ func owedRemovals(owed []registry.OwedRemoval) []fleetv1alpha1.OwedRemoval {
 		})
 	}
 	return list
+}
+
+// credentialsOf returns what is published of the credential of c's
+// accepted kubeconfig, nil before it is.
+func (mc *memberClusters) credentialsOf(c *registry.Cluster) *registry.Credentials {
+	_, generation, accepted := c.Registration()
+	creds, published := mc.credentials.Get(c.Name)
+	if !accepted || !published || creds.Generation != generation {
+		return nil
+	}
+	return &creds
 }
 
 // credentialStatus describes creds, which may be nil, in the status.

@@ -1,29 +1,33 @@
-package fleet
+package tokenrenewal
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/pkg/registry"
-
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 )
 
-// SetMember runs reg in m's member pool, as the member sync does for a
-// registration: the renewal tests make the pool lag behind the registry.
-func SetMember(m *Manager, reg registry.Registration) error { return m.pool.Set(reg) }
-
-// RenewOnce evaluates cluster name's credential once, with opts and the
-// default kubeconfig policy, as the manager's renewal does when it wakes.
-func RenewOnce(ctx context.Context, m *Manager, opts RenewalOptions, name string) {
+// RenewOnce evaluates cluster name's credential once, with opts, as the
+// renewal does when it wakes. It reaches members through running, which
+// stands for the manager's GetRunningCluster.
+func RenewOnce(ctx context.Context, t *testing.T, m *fleet.Manager, opts Options, name string, running func(clusterName string, kubeconfig []byte) (cluster.Cluster, error)) {
+	t.Helper()
 	queue := workqueue.NewTypedDelayingQueue[string]()
 	defer queue.ShutDown()
-	newCredentialRenewal(m, opts, kubeconfig.Policy{}, m.GetLogger().WithName("credentials")).evaluate(ctx, queue, name)
+	opts.Credentials = NewCredentials()
+	r, err := newCredentialRenewal(m, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.running = running
+	r.evaluate(ctx, queue, name)
 }
 
 func TestPlanRenewal(t *testing.T) {

@@ -1,4 +1,4 @@
-package fleet
+package tokenrenewal
 
 import (
 	"bytes"
@@ -17,17 +17,36 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// RenewalOptions configure how the manager renews members' tokens.
-type RenewalOptions struct {
-	// Disabled turns renewal off. Expiry is still reported.
+// ControllerName names the controller in --controllers.
+const ControllerName = "tokenrenewal"
+
+// DefaultWorkers is how many clusters are evaluated at once.
+const DefaultWorkers = 4
+
+// Options configure the token renewal.
+type Options struct {
+	// Credentials is where each accepted cluster's credential is
+	// published. Required.
+	Credentials *registry.Facts[registry.Credentials]
+	// Disabled turns renewal off. Credentials are still described.
 	Disabled bool
+	// Workers is how many clusters are evaluated at once. Default:
+	// DefaultWorkers.
+	Workers int
+	// Client writes renewed tokens into registration Secrets. Default:
+	// the manager's client.
+	Client client.Client
 	// RenewAfter is the fraction of a token's lifetime after which it is
 	// renewed, jittered by ±RenewalJitter of itself. Default:
 	// DefaultRenewAfter.
@@ -51,11 +70,9 @@ const (
 	// renewalSettle is how long a renewed token may take to come back from
 	// the hub Secret, through the registry, before it is renewed again.
 	renewalSettle = 30 * time.Second
-	// renewalWorkers is how many clusters are evaluated at once.
-	renewalWorkers = 4
 )
 
-func (o RenewalOptions) withDefaults() RenewalOptions {
+func (o Options) withDefaults(m *fleet.Manager) Options {
 	if o.RenewAfter <= 0 || o.RenewAfter >= 1 {
 		o.RenewAfter = DefaultRenewAfter
 	}
@@ -64,6 +81,12 @@ func (o RenewalOptions) withDefaults() RenewalOptions {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.Client == nil {
+		o.Client = m.GetClient()
 	}
 	return o
 }
@@ -105,8 +128,8 @@ func nextWake(now time.Time, times ...time.Time) (time.Duration, bool) {
 	return next, found
 }
 
-// credentialRenewal describes every accepted cluster's credential to the
-// registry and renews the tokens it can: a service account token with an
+// credentialRenewal describes every accepted cluster's credential, as
+// Options.Credentials, and renews the tokens it can: a service account token with an
 // expiry, in a native registration Secret. It asks the member for a new
 // token for the same service account, as long-lived as the old one up to
 // fleetv1alpha1.MaxTokenLifetime (TokenRequest, through the member's own
@@ -117,10 +140,13 @@ func nextWake(now time.Time, times ...time.Time) (time.Duration, bool) {
 // whose server may be another, it waits. Renewals that fail are retried
 // with backoff.
 type credentialRenewal struct {
-	m      *Manager
-	opts   RenewalOptions
-	policy kubeconfig.Policy
-	log    logr.Logger
+	m       *fleet.Manager
+	opts    Options
+	log     logr.Logger
+	metrics *renewalMetrics
+	// running returns the member of a cluster while it runs a kubeconfig:
+	// the manager's GetRunningCluster.
+	running func(clusterName string, kubeconfig []byte) (cluster.Cluster, error)
 
 	// backoff spaces a cluster's failed renewals: 1 s, doubling to 5 min.
 	backoff workqueue.TypedRateLimiter[string]
@@ -145,11 +171,34 @@ type tracked struct {
 	retryAt time.Time
 }
 
-func newCredentialRenewal(m *Manager, opts RenewalOptions, policy kubeconfig.Policy, log logr.Logger) *credentialRenewal {
-	return &credentialRenewal{
-		m: m, opts: opts.withDefaults(), policy: policy, log: log, tracked: map[string]*tracked{},
-		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
+// NewCredentials returns an empty store of credentials for
+// Options.Credentials and their readers.
+func NewCredentials() *registry.Facts[registry.Credentials] {
+	return registry.NewFacts(func(a, b registry.Credentials) bool { return a == b })
+}
+
+// Add adds the token renewal to m, configured by opts.
+func Add(m *fleet.Manager, opts Options) error {
+	r, err := newCredentialRenewal(m, opts)
+	if err != nil {
+		return err
 	}
+	return m.Add(r)
+}
+
+func newCredentialRenewal(m *fleet.Manager, opts Options) (*credentialRenewal, error) {
+	if opts.Credentials == nil {
+		return nil, errors.New("token renewal: Options.Credentials is required")
+	}
+	metrics, err := newRenewalMetrics(crmetrics.Registry)
+	if err != nil {
+		return nil, err
+	}
+	return &credentialRenewal{
+		m: m, opts: opts.withDefaults(m), log: m.GetLogger().WithName("credentials"), metrics: metrics,
+		running: m.GetRunningCluster, tracked: map[string]*tracked{},
+		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
+	}, nil
 }
 
 // NeedLeaderElection is true: only the leader renews and reports.
@@ -158,7 +207,7 @@ func (*credentialRenewal) NeedLeaderElection() bool { return true }
 func (r *credentialRenewal) Start(ctx context.Context) error {
 	queue := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Clock: r.opts.Clock})
 	var wg sync.WaitGroup
-	for range renewalWorkers {
+	for range r.opts.Workers {
 		wg.Go(func() {
 			for {
 				name, shutdown := queue.Get()
@@ -170,22 +219,24 @@ func (r *credentialRenewal) Start(ctx context.Context) error {
 			}
 		})
 	}
-	r.m.registry.Subscribe(ctx).Run(ctx, 1, func(_ context.Context, e registry.Event) { queue.Add(e.Name) })
+	r.m.Registry().Subscribe(ctx).Run(ctx, 1, func(_ context.Context, e registry.Event) { queue.Add(e.Name) })
 	queue.ShutDown()
 	wg.Wait()
 	return nil
 }
 
-// evaluate describes cluster name's credential to the registry, renews
+// evaluate publishes cluster name's credential, renews
 // its token when due, and queues name again for its next due time.
 func (r *credentialRenewal) evaluate(ctx context.Context, queue workqueue.TypedDelayingInterface[string], name string) {
-	c, ok := r.m.registry.Get(name)
+	c, ok := r.m.Registry().Get(name)
 	reg, generation, accepted := registration(c, ok)
 	if !accepted {
 		r.mu.Lock()
 		delete(r.tracked, name)
 		r.mu.Unlock()
 		r.backoff.Forget(name)
+		r.opts.Credentials.Forget(name)
+		r.metrics.forget(name)
 		return
 	}
 	t, err := r.track(name, c, reg, generation)
@@ -253,7 +304,7 @@ func (r *credentialRenewal) track(name string, c *registry.Cluster, reg registry
 	if t != nil && t.generation == generation {
 		return t, nil
 	}
-	cfg, err := r.policy.Parse(reg.Kubeconfig)
+	cfg, err := r.m.KubeconfigPolicy().Parse(reg.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
@@ -275,6 +326,7 @@ func (r *credentialRenewal) track(name string, c *registry.Cluster, reg registry
 func (r *credentialRenewal) report(name string, t *tracked, now time.Time) {
 	r.mu.Lock()
 	creds := registry.Credentials{
+		Generation:   t.generation,
 		Credential:   t.credential,
 		Renewable:    t.renewable,
 		Expiring:     !t.plan.warnAt.IsZero() && !now.Before(t.plan.warnAt),
@@ -283,7 +335,8 @@ func (r *credentialRenewal) report(name string, t *tracked, now time.Time) {
 		RenewalError: t.renewalError,
 	}
 	r.mu.Unlock()
-	r.m.registry.ObserveCredentials(name, t.generation, creds)
+	r.opts.Credentials.Publish(name, creds)
+	r.metrics.observe(name, creds.Expiry)
 }
 
 // requeue queues name again at its next due time: a renewal, a retry, a
@@ -309,7 +362,7 @@ var errSecretChanged = errors.New("the registration Secret changed meanwhile")
 // the service account of t and writes it into t's Secret, whose
 // kubeconfig must still be kubeconfigData.
 func (r *credentialRenewal) renew(ctx context.Context, name string, t *tracked, kubeconfigData []byte) error {
-	running, err := r.m.pool.GetRunning(name, kubeconfigData)
+	running, err := r.running(name, kubeconfigData)
 	if errors.Is(err, member.ErrOtherKubeconfig) {
 		return err
 	}
@@ -345,7 +398,7 @@ func (r *credentialRenewal) renew(ctx context.Context, name string, t *tracked, 
 	}
 	// The Secret carries the resourceVersion it was read at: a Secret
 	// changed since is not overwritten.
-	if err := r.m.GetClient().Update(ctx, secret); err != nil {
+	if err := r.opts.Client.Update(ctx, secret); err != nil {
 		return fmt.Errorf("writing the renewed token into Secret %s: %w", t.secret.NamespacedName, err)
 	}
 	return nil

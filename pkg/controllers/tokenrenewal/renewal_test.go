@@ -1,6 +1,7 @@
-package fleet_test
+package tokenrenewal_test
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,68 +18,21 @@ import (
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
-	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/tokenrenewal"
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // renewSoon renews a 10-minute token after about 1.2 s.
-func renewSoon(o *fleet.Options) {
-	o.CredentialRenewal.RenewAfter = 0.002
-	o.CredentialRenewal.WarnAfter = 0.5
-}
-
-// serviceAccountMember sets up, in member i, what fleet-manager register
-// does: a service account in namespace ns that may request tokens for
-// itself, and returns a kubeconfig with a 10-minute token of it.
-func serviceAccountMember(t *testing.T, i int, ns string) []byte {
-	t.Helper()
-	return serviceAccountMemberFor(t, i, ns, 600)
-}
-
-// serviceAccountMemberFor is serviceAccountMember with a token of that
-// many seconds.
-func serviceAccountMemberFor(t *testing.T, i int, ns string, seconds int64) []byte {
-	t.Helper()
-	ctx, cl := t.Context(), suite.MemberClients[i]
-	fleettest.CreateNamespace(t, cl, ns)
-	const name = "fleet-manager"
-	for _, obj := range []client.Object{
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet-manager-token"}, Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}, ResourceNames: []string{name}},
-		}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet-manager-token"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fleet-manager-token"},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}},
-	} {
-		if err := cl.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(seconds)}}
-	if err := cl.SubResource("token").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, request); err != nil {
-		t.Fatal(err)
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["member"] = &clientcmdapi.Cluster{Server: suite.Members[i].Config.Host, CertificateAuthorityData: suite.Members[i].Config.CAData}
-	cfg.AuthInfos["fleet-manager"] = &clientcmdapi.AuthInfo{Token: request.Status.Token}
-	cfg.Contexts["member"] = &clientcmdapi.Context{Cluster: "member", AuthInfo: "fleet-manager"}
-	cfg.CurrentContext = "member"
-	kc, err := clientcmd.Write(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kc
-}
+var renewSoon = tokenrenewal.Options{RenewAfter: 0.002, WarnAfter: 0.5}
 
 // tokenOf returns the token of the kubeconfig in Secret key.
 func tokenOf(t *testing.T, key types.NamespacedName) string {
@@ -111,9 +65,9 @@ func whoIs(t *testing.T, i int, token string) string {
 
 func TestTokenIsRenewedInPlace(t *testing.T) {
 	t.Parallel()
-	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: renewSoon})
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: renewal(renewSoon)})
 	name := f.Namespace + "-renewed" // the member namespace, the cluster name: new on every run
-	s := f.Register(t, name, serviceAccountMember(t, 0, name))
+	s := f.Register(t, name, suite.ServiceAccountMember(t, 0, name, 600))
 	key := client.ObjectKeyFromObject(s)
 	first := tokenOf(t, key)
 	mc := suite.WaitMemberCluster(t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
@@ -167,13 +121,12 @@ func TestTokenIsRenewedInPlace(t *testing.T) {
 }
 
 func TestRefusedRenewalWarns(t *testing.T) {
-	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) {
-		fleettest.QuickHealth(o) // a registry event every 200 ms: none may hasten a retry
-		o.CredentialRenewal.RenewAfter = 0.002
-		o.CredentialRenewal.WarnAfter = 0.004 // 2.4 s of 10 minutes
-	}})
+	f := suite.StartFleet(t, fleettest.FleetOptions{
+		Configure: fleettest.QuickHealth,                                              // a registry event every 200 ms: none may hasten a retry
+		Setup:     renewal(tokenrenewal.Options{RenewAfter: 0.002, WarnAfter: 0.004}), // warned 2.4 s into 10 minutes
+	})
 	name := f.Namespace + "-unrenewable"
-	kc := serviceAccountMember(t, 1, name)
+	kc := suite.ServiceAccountMember(t, 1, name, 600)
 	if err := suite.MemberClients[1].Delete(t.Context(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "fleet-manager-token"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -224,8 +177,10 @@ func credentialExpiry(t *testing.T, clusterName string) float64 {
 			continue
 		}
 		for _, m := range mf.Metric {
-			if label(m, "cluster") == clusterName {
-				return m.GetGauge().GetValue()
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cluster" && l.GetValue() == clusterName {
+					return m.GetGauge().GetValue()
+				}
 			}
 		}
 	}
@@ -247,14 +202,14 @@ func credentialOf(t *testing.T, key types.NamespacedName) kubeconfig.Credential 
 }
 
 // renewNow renews a token from about 2 s into its life, however long.
-var renewNow = fleet.RenewalOptions{RenewAfter: 1e-6, WarnAfter: 0.5}
+var renewNow = tokenrenewal.Options{RenewAfter: 1e-6, WarnAfter: 0.5}
 
 func TestRenewalMintsOnlyThroughTheMemberOfItsKubeconfig(t *testing.T) {
 	t.Parallel()
 	// The manager's own renewal is off: the test renews, when it chooses.
-	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) { o.CredentialRenewal.Disabled = true }})
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: renewal(tokenrenewal.Options{Disabled: true})})
 	name := f.Namespace + "-behind"
-	onMember0, onMember1 := serviceAccountMember(t, 0, name), serviceAccountMember(t, 1, name)
+	onMember0, onMember1 := suite.ServiceAccountMember(t, 0, name, 600), suite.ServiceAccountMember(t, 1, name, 600)
 	s := f.Register(t, name, onMember1)
 	key := client.ObjectKeyFromObject(s)
 	registered := tokenOf(t, key)
@@ -270,12 +225,15 @@ func TestRenewalMintsOnlyThroughTheMemberOfItsKubeconfig(t *testing.T) {
 	}
 
 	// The pool lags behind the registry: it still runs an earlier
-	// kubeconfig, of another server, under the name.
-	if err := fleet.SetMember(f.Manager, registry.Registration{ClusterName: name, Kubeconfig: onMember0}); err != nil {
-		t.Fatal(err)
+	// kubeconfig, of another server, under the name, and answers for
+	// the Secret's as the pool does then (pkg/member tests that it does).
+	lagging := func(clusterName string, kc []byte) (cluster.Cluster, error) {
+		if !bytes.Equal(kc, onMember0) {
+			return nil, member.ErrOtherKubeconfig
+		}
+		return f.Manager.GetCluster(t.Context(), clusterName)
 	}
-	runsOn(0)
-	fleet.RenewOnce(t.Context(), f.Manager, renewNow, name)
+	tokenrenewal.RenewOnce(t.Context(), t, f.Manager, renewNow, name, lagging)
 	if got := tokenOf(t, key); got != registered {
 		t.Fatalf("renewed through the member of another kubeconfig: the Secret, which points at member 1, holds a token of %q", whoIs(t, 0, got))
 	}
@@ -284,11 +242,8 @@ func TestRenewalMintsOnlyThroughTheMemberOfItsKubeconfig(t *testing.T) {
 	}
 
 	// Once the pool runs the Secret's kubeconfig, the renewal goes ahead.
-	if err := fleet.SetMember(f.Manager, registry.Registration{ClusterName: name, Kubeconfig: onMember1}); err != nil {
-		t.Fatal(err)
-	}
 	runsOn(1)
-	fleet.RenewOnce(t.Context(), f.Manager, renewNow, name)
+	tokenrenewal.RenewOnce(t.Context(), t, f.Manager, renewNow, name, f.Manager.GetRunningCluster)
 	renewed := tokenOf(t, key)
 	if want := "system:serviceaccount:" + name + ":fleet-manager"; renewed == registered || whoIs(t, 1, renewed) != want {
 		t.Errorf("after the pool caught up: token renewed %v, want a token of %s on member 1", renewed != registered, want)
@@ -297,9 +252,9 @@ func TestRenewalMintsOnlyThroughTheMemberOfItsKubeconfig(t *testing.T) {
 
 func TestRenewalAsksForADayAtMost(t *testing.T) {
 	t.Parallel()
-	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters, Configure: func(o *fleet.Options) { o.CredentialRenewal.Disabled = true }})
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: renewal(tokenrenewal.Options{Disabled: true})})
 	name := f.Namespace + "-long"
-	s := f.Register(t, name, serviceAccountMemberFor(t, 0, name, 7*24*3600))
+	s := f.Register(t, name, suite.ServiceAccountMember(t, 0, name, 7*24*3600))
 	key := client.ObjectKeyFromObject(s)
 	if c := credentialOf(t, key); c.Lifetime() < 6*24*time.Hour {
 		t.Fatalf("the registered token lives %s, want a week", c.Lifetime())
@@ -308,7 +263,7 @@ func TestRenewalAsksForADayAtMost(t *testing.T) {
 		return mc.Status.State == fleetv1alpha1.MemberStateReady
 	})
 	time.Sleep(2 * time.Second) // past renewNow's renewal time
-	fleet.RenewOnce(t.Context(), f.Manager, renewNow, name)
+	tokenrenewal.RenewOnce(t.Context(), t, f.Manager, renewNow, name, f.Manager.GetRunningCluster)
 	c := credentialOf(t, key)
 	if c.Lifetime() == 0 || c.Lifetime() > fleetv1alpha1.MaxTokenLifetime {
 		t.Errorf("the renewed token lives %s, want at most %s", c.Lifetime(), fleetv1alpha1.MaxTokenLifetime)
