@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -23,7 +22,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -201,9 +199,13 @@ func openSockets() int {
 }
 
 // childBare starts a controller-runtime cluster per member, all at once
-// as the fleet's members are registered, each caching ConfigMaps with the
-// fleet's default transform and a connection of its own, as members on
-// different servers would have.
+// as the fleet's members are registered, built as a plain library user
+// (or multicluster-runtime) builds one: cluster.New with its defaults,
+// from the member's kubeconfig, with only the cache's selection of the
+// objects. No transform: the objects keep their managedFields. No
+// transport of its own: client-go's transport cache gives the clusters of
+// one kubeconfig one transport, so those of a member server share its
+// connection.
 func childBare(ctx context.Context, kubeconfigs []string, watch string, members int, readings memoryReadings) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -214,10 +216,8 @@ func childBare(ctx context.Context, kubeconfigs []string, watch string, members 
 		if err != nil {
 			return err
 		}
-		cfg.Dial = (&net.Dialer{}).DialContext // a transport of its own
 		if clusters[i], err = cluster.New(cfg, func(o *cluster.Options) {
 			cacheOnly(&o.Cache, watch, true)
-			o.Cache.DefaultTransform = cache.TransformStripManagedFields()
 		}); err != nil {
 			return err
 		}

@@ -54,8 +54,8 @@ func gogcLabel(gogc string) string {
 func (b *bench) memorySettings() []memorySetting {
 	return []memorySetting{{
 		table: memoryTable,
-		note: fmt.Sprintf("A fleet-manager process (ConfigMap controller, 2 workers) whose members each cache %d ConfigMaps of %d KiB, selected by a field selector on their namespace in a cache of every namespace, as a controller of every namespace caches them, read %s after settling: RSS and goroutines; then, at the smallest and the largest N, RSS again %s after settling, whose slope between the two is the steady RSS per member; then the live heap after two collections. No collection is forced before the RSS readings. Baseline: a process of bare controller-runtime clusters, started all at once, caching the same objects, each with a connection of its own and the same transform (managedFields stripped). Both run with no GOGC in their environment, as a library user's process and the Deployment do: the bare process collects at Go's default, 100; the fleet manager at %d, which fleet.New sets when GOGC is unset (fleet.DefaultGCPercent). A member has settled once each of its ConfigMaps was reconciled; the figures of a fleet-manager process whose members did not all settle within %s fail in that run. Slopes are least-squares fits over N, run by run. The objects ratio divides the RSS per member by %s, issue 16's estimate of what the objects themselves take.",
-			loadObjects, loadBytes>>10, childIdle, steadyAfter, fleet.DefaultGCPercent, settleDeadline, format(objectsPerMember, "MiB")),
+		note: fmt.Sprintf("A fleet-manager process (ConfigMap controller, 2 workers) whose members each cache %d ConfigMaps of %d KiB, selected by a field selector on their namespace in a cache of every namespace, as a controller of every namespace caches them, read %s after settling: RSS and goroutines; then, at the smallest and the largest N, RSS again %s after settling, whose slope between the two is the steady RSS per member; then the live heap after two collections. No collection is forced before the RSS readings. Baseline: a process of bare controller-runtime clusters, started all at once, caching the same objects, built as a plain library user or multicluster-runtime builds them: cluster.New with its defaults from the member server's kubeconfig, and only the cache's selection of the objects; so no transform (the objects keep their managedFields, which the fleet's members strip), and, through client-go's transport cache, one transport and connection per member server (%d servers) shared by its clusters, where each member has a connection of its own. Both run with no GOGC in their environment, as a library user's process and the Deployment do: the bare process collects at Go's default, 100; the fleet manager at %d, which fleet.New sets when GOGC is unset (fleet.DefaultGCPercent). A member has settled once each of its ConfigMaps was reconciled; the figures of a fleet-manager process whose members did not all settle within %s fail in that run. Slopes are least-squares fits over N, run by run. The objects ratio divides the RSS per member by %s, issue 16's estimate of what the objects themselves take.",
+			loadObjects, loadBytes>>10, childIdle, steadyAfter, memberServers, fleet.DefaultGCPercent, settleDeadline, format(objectsPerMember, "MiB")),
 		plot:         "memory",
 		rssPerMember: atMost(rssPerMemberTarget, "3.17–3.19 MiB"),
 		ratio:        atMost(0.9, ""),
@@ -72,9 +72,9 @@ func (b *bench) memorySettings() []memorySetting {
 // benchMemory measures, at each memory setting, a fleet manager process
 // whose n members each cache loadObjects ConfigMaps of loadBytes, once
 // settled, and a process of n bare controller-runtime clusters caching
-// the same objects with the same transform. The fleet's reconciles per
-// second over the initial lists, at the Deployment's GOGC, go to the
-// throughput table.
+// the same objects, built with cluster.New's defaults. The fleet's
+// reconciles per second over the initial lists, at the Deployment's GOGC,
+// go to the throughput table.
 func (b *bench) benchMemory(ctx context.Context, n int) error {
 	ns, err := b.lab.newNamespace(ctx)
 	if err != nil {
