@@ -45,7 +45,10 @@ type HealthOptions struct {
 	ReviewInterval time.Duration
 	// RetryInterval between probes after a failed one, so that a failure
 	// is confirmed, and a return noticed, quickly. A Disconnected member
-	// is probed every Interval instead. Defaults to 100ms.
+	// is probed every Interval instead, each probe waiting up to an
+	// Interval for its answer, and the next following at once a probe
+	// that timed out: one is always waiting on a frozen server, which
+	// answers it as it resumes. Defaults to 100ms.
 	RetryInterval time.Duration
 	// Timeout of one probe. A probe of a Ready member that times out
 	// while the member sent nothing, with a connection open for longer
@@ -293,10 +296,16 @@ func (p *prober) onGrid(d time.Duration) time.Duration {
 // or its connection broke.
 func (p *prober) probeOnce(ctx context.Context, start time.Time) (result registry.ProbeResult, state fleetv1alpha1.MemberState, retry, ok bool) {
 	opts := &p.health.opts
-	pctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	p.mu.Lock()
 	ready := p.health.state == fleetv1alpha1.MemberStateReady && p.health.failures == 0
+	timeout := opts.Timeout
+	if p.health.state == fleetv1alpha1.MemberStateDisconnected {
+		// Its probes follow one another: one is always waiting, and a
+		// frozen server that resumes answers it at once.
+		timeout = opts.Interval
+	}
 	p.mu.Unlock()
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	review := p.ping == nil || !ready || !p.connected() || start.Sub(p.reviewedAt) >= opts.ReviewInterval
 	var err error
 	if !review {
@@ -333,7 +342,7 @@ func (p *prober) probeOnce(ctx context.Context, start time.Time) (result registr
 			// connection does not count: its handshake may be a proxy's,
 			// in front of a dead server.
 			result.Err, result.Busy = nil, true
-		case result.Duration-opts.Timeout > opts.Timeout/4 && h.starved < opts.FailureThreshold:
+		case result.Duration-timeout > timeout/4 && h.starved < opts.FailureThreshold:
 			// The timeout was noticed late: this process was starved of
 			// CPU (a thousand members listing at once, or a machine that
 			// descheduled it), and the answer, or bytes that would have
@@ -364,13 +373,21 @@ func (p *prober) probeOnce(ctx context.Context, start time.Time) (result registr
 		}
 	}
 	h.starved = starved
+	if errors.Is(err, errClosing) {
+		// Refused by the member's own connection, being torn down: it
+		// proves nothing of the member, and is retried soon.
+		result.Excused, retry = true, true
+	}
 	if result.Excused {
 		result.ConsecutiveFailures = h.failures
 		return result, h.state, retry, true
 	}
 	state = h.record(start, result.Err, p.connected(), silent)
 	result.ConsecutiveFailures = h.failures
-	return result, state, result.Err != nil && state != fleetv1alpha1.MemberStateDisconnected, true
+	// A Disconnected member is probed every Interval, but for one whose
+	// probe timed out: another waits for it at once.
+	retry = result.Err != nil && (state != fleetv1alpha1.MemberStateDisconnected || timedOut)
+	return result, state, retry, true
 }
 
 // startedWithin reports whether the member's latest connection began

@@ -623,3 +623,39 @@ func TestJustStartedMemberIsNotUnhealthy(t *testing.T) {
 		}
 	}
 }
+
+// TestDisconnectedMemberProbeWaitsAnInterval: a Disconnected member's
+// probe waits up to an Interval for its answer, so that one is always
+// waiting for a frozen server to resume; other probes wait a Timeout.
+func TestDisconnectedMemberProbeWaitsAnInterval(t *testing.T) {
+	opts := DefaultHealthOptions()
+	for _, tc := range []struct {
+		state fleetv1alpha1.MemberState
+		want  time.Duration
+	}{
+		{fleetv1alpha1.MemberStateReady, opts.Timeout},
+		{fleetv1alpha1.MemberStateUnhealthy, opts.Timeout},
+		{fleetv1alpha1.MemberStateDisconnected, opts.Interval},
+	} {
+		var waited time.Duration
+		clk := clocktesting.NewFakeClock(time.Now())
+		p := &prober{
+			clock:  clk,
+			health: &health{opts: opts, state: tc.state},
+			review: func(ctx context.Context) error {
+				deadline, _ := ctx.Deadline()
+				waited = time.Until(deadline)
+				return errors.New("refused")
+			},
+			connected:     func() bool { return false },
+			heardSince:    func(time.Time, time.Time) bool { return false },
+			establishedAt: func(time.Time) bool { return false },
+		}
+		if _, _, _, ok := p.probeOnce(t.Context(), clk.Now()); !ok {
+			t.Fatal("probeOnce: not ok")
+		}
+		if waited > tc.want || waited < tc.want-time.Second/2 {
+			t.Errorf("%s member: the probe waits %s, want %s", tc.state, waited, tc.want)
+		}
+	}
+}

@@ -205,6 +205,7 @@ func (m *member) run(ctx context.Context) {
 	refreshed := false
 	for {
 		m.setState(fleetv1alpha1.MemberStateConnecting)
+		connectedAt := m.successes.Load()
 		var err error
 		refreshed, err = m.connect(ctx, refreshed)
 		if err != nil {
@@ -217,9 +218,12 @@ func (m *member) run(ctx context.Context) {
 			continue
 		}
 		// The connection has ended: only a probe that succeeds from now
-		// on reconnects the member.
+		// on reconnects the member. One that had worked, Ready at its
+		// end or with a probe that succeeded while it ran, is followed at
+		// once; backoff spaces connections that never worked.
 		since := m.successes.Load()
-		if m.State() == fleetv1alpha1.MemberStateReady {
+		worked := m.State() == fleetv1alpha1.MemberStateReady || since > connectedAt
+		if worked {
 			backoff = *opts.ReconnectBackoff
 		}
 		m.setState(fleetv1alpha1.MemberStateDisconnected)
@@ -229,6 +233,10 @@ func (m *member) run(ctx context.Context) {
 				return
 			case <-m.reconnect:
 			}
+		}
+		if worked {
+			m.log.Info("Reconnecting member")
+			continue
 		}
 		delay := backoff.Step()
 		m.log.Info("Reconnecting member", "after", delay)

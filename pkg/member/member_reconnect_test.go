@@ -137,8 +137,17 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 	}
 
 	disconnect()
-	// A probe succeeds: a reconnection is scheduled. Another succeeds
-	// during the backoff wait.
+	// A probe succeeds: the member, whose connection had worked, is
+	// connected again at once.
+	if s := probe(nil, 0); s != fleetv1alpha1.MemberStateConnecting {
+		t.Fatalf("disconnected, probed: %s, want Connecting", s)
+	}
+	waitEngaged()
+
+	// That connection never works: every probe fails. After it, a probe
+	// that succeeds schedules a reconnection after backoff, and another
+	// succeeds during the backoff wait.
+	disconnect()
 	if s := probe(nil, 1); s != fleetv1alpha1.MemberStateConnecting {
 		t.Fatalf("disconnected, probed: %s, want Connecting", s)
 	}
@@ -150,13 +159,11 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 	}
 
 	// The success during the backoff wait must not reconnect the member
-	// after its next disconnection.
+	// after its next disconnection; the one after it does, at once.
 	disconnect()
-	if s := probe(nil, 1); s != fleetv1alpha1.MemberStateConnecting {
+	if s := probe(nil, 0); s != fleetv1alpha1.MemberStateConnecting {
 		t.Fatalf("disconnected, probed: %s, want Connecting", s)
 	}
-	probe(nil, 0)
-	clk.Step(backoff - interval)
 	waitEngaged()
 
 	stop()
@@ -209,8 +216,8 @@ func TestProbeUnderWayWhenConnectionsDropProvesNothing(t *testing.T) {
 }
 
 // TestReconnectedMemberIsReadyAtOnce: a Disconnected member whose probe
-// succeeded is Ready as soon as its cluster starts again, not at its
-// next probe, up to an Interval later.
+// succeeded is connected again at once, and Ready as soon as its cluster
+// starts, not at its next probe, up to an Interval later.
 func TestReconnectedMemberIsReadyAtOnce(t *testing.T) {
 	const interval = 3 * time.Second
 	clk := clocktesting.NewFakeClock(time.Now())
@@ -235,9 +242,9 @@ func TestReconnectedMemberIsReadyAtOnce(t *testing.T) {
 	probes.fail(errors.New("connection refused"))
 	until("Disconnected", interval, func() bool { return m.State() == fleetv1alpha1.MemberStateDisconnected && m.conn.Load() == nil })
 	probes.fail(nil)
-	until("Connecting", interval, func() bool { return m.State() == fleetv1alpha1.MemberStateConnecting })
-	// The reconnection waits out its backoff, a second.
-	until("engaged again", 100*time.Millisecond, func() bool {
+	// The next probe succeeds, and the member, whose connection had
+	// worked, is connected again at once.
+	until("engaged again", interval, func() bool {
 		select {
 		case <-engaged:
 			return true

@@ -316,8 +316,12 @@ func TestGetRunningOnlyForItsKubeconfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ran := kubeconfigtest.Build(t, func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) { cl.Server, cl.CertificateAuthorityData = "https://127.0.0.1:1", nil })
-	other := kubeconfigtest.Build(t, func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) { cl.Server, cl.CertificateAuthorityData = "https://127.0.0.1:2", nil })
+	ran := kubeconfigtest.Build(t, func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) {
+		cl.Server, cl.CertificateAuthorityData = "https://127.0.0.1:1", nil
+	})
+	other := kubeconfigtest.Build(t, func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) {
+		cl.Server, cl.CertificateAuthorityData = "https://127.0.0.1:2", nil
+	})
 	if err := pool.Set(registry.Registration{ClusterName: "running", Kubeconfig: ran}); err != nil {
 		t.Fatal(err)
 	}
