@@ -64,7 +64,7 @@ func (b *bench) benchOutage(ctx context.Context) error {
 		return err
 	}
 
-	t := b.res.table(outageTable, "A member's kube-apiserver is killed (SIGKILL) and started again with the same flags, or frozen (SIGSTOP) and thawed (SIGCONT); its etcd keeps running. The member reaches it through a TCP proxy. Detection: from the outage until the member is Unhealthy (default probe settings). Recovery: from the member's server being restored until the first reconcile of a ConfigMap created at that moment. A killed server is restored when the proxy, down (refusing connections) from the kill until the restarted server serves, comes up again; a frozen one when it gets SIGCONT.")
+	t := b.res.table(outageTable, "A member's kube-apiserver is killed (SIGKILL) and started again with the same flags, or frozen (SIGSTOP) and thawed (SIGCONT), once as soon as the member is Unhealthy and once only after it was Disconnected (a minute of failed probes, the default DisconnectAfter), when the manager has torn its connection down; its etcd keeps running. The member reaches it through a TCP proxy. Detection: from the outage until the member is Unhealthy (default probe settings). Recovery: from the member's server being restored until the first reconcile of a ConfigMap created at that moment. A killed server is restored when the proxy, down (refusing connections) from the kill until the restarted server serves, comes up again; a frozen one when it gets SIGCONT.")
 	killed := func() error {
 		err := server.kill()
 		proxy.Down()
@@ -88,33 +88,39 @@ func (b *bench) benchOutage(ctx context.Context) error {
 		name    string
 		stop    func() error
 		restore func() (time.Time, error)
+		// until is the state the outage lasts until.
+		until fleetv1alpha1.MemberState
 		// recovery is multicluster-runtime's, from the outside measurement.
 		recovery string
 	}{
-		{"killed", killed, restarted, ""},
-		{"frozen", server.freeze, thawed, "18 ms"},
+		{"killed", killed, restarted, fleetv1alpha1.MemberStateUnhealthy, ""},
+		{"frozen", server.freeze, thawed, fleetv1alpha1.MemberStateUnhealthy, "18 ms"},
+		{"frozen until Disconnected", server.freeze, thawed, fleetv1alpha1.MemberStateDisconnected, ""},
 	}
-	for _, o := range outages {
-		detected, recovered, err := b.outage(ctx, f, name, ns+"-"+o.name, o.stop, o.restore)
+	for i, o := range outages {
+		detected, recovered, err := b.outage(ctx, f, name, fmt.Sprintf("%s-%d", ns, i), o.stop, o.restore, o.until)
 		if err != nil {
 			return fmt.Errorf("%s: %w", o.name, err)
 		}
-		t.addDuration(fmt.Sprintf("%s: outage to Unhealthy", o.name), detected, atMost(5000, "never noticed"))
+		if o.until == fleetv1alpha1.MemberStateUnhealthy {
+			t.addDuration(fmt.Sprintf("%s: outage to Unhealthy", o.name), detected, atMost(5000, "never noticed"))
+		}
 		t.addDuration(fmt.Sprintf("%s: restored to first reconcile", o.name), recovered, atMost(100, o.recovery))
 	}
 	return nil
 }
 
-// outage stops the member's server, waits until the member is Unhealthy,
-// restores the server, which returns when it did, and creates a ConfigMap.
-func (b *bench) outage(ctx context.Context, f *benchFleet, name, object string, stop func() error, restore func() (time.Time, error)) (detected, recovered time.Duration, err error) {
+// outage stops the member's server, waits until the member is in state
+// until, restores the server, which returns when it did, and creates a
+// ConfigMap.
+func (b *bench) outage(ctx context.Context, f *benchFleet, name, object string, stop func() error, restore func() (time.Time, error), until fleetv1alpha1.MemberState) (detected, recovered time.Duration, err error) {
 	down := time.Now()
 	if err := stop(); err != nil {
 		return 0, 0, err
 	}
-	if err := await(name+" Unhealthy", 2*time.Minute, func() bool {
+	if err := await(fmt.Sprintf("%s %s", name, until), 2*time.Minute, func() bool {
 		state, _ := f.mgr.MemberState(name)
-		return state == fleetv1alpha1.MemberStateUnhealthy
+		return state == until
 	}); err != nil {
 		_, restoreErr := restore()
 		return 0, 0, errors.Join(err, restoreErr)
