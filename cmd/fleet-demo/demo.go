@@ -30,9 +30,8 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/cli"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/pkg/controllers"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/configmapreport"
-	"github.com/fleetkube/fleet-manager/pkg/controllers/membercluster"
-	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -409,11 +408,9 @@ func (d *demo) newManager(hubCfg *rest.Config, j *journal.Journal) (*fleet.Manag
 	if err != nil {
 		return nil, fmt.Errorf("creating the fleet manager: %w", err)
 	}
-	if err := membercluster.Add(mgr, membercluster.Options{}); err != nil {
-		return nil, fmt.Errorf("adding the MemberCluster controller: %w", err)
-	}
-	if err := propagation.Add(mgr, propagation.Options{Journal: j}); err != nil {
-		return nil, fmt.Errorf("adding the Propagation controller: %w", err)
+	// The built-in controllers that fleet-manager run starts by default.
+	if err := controllers.Start(mgr, controllers.Initializers(), controllers.Settings{Selection: []string{"*"}, Journal: j}); err != nil {
+		return nil, err
 	}
 	reporter := &configmapreport.Reconciler{Fleet: mgr, Report: d.report}
 	// During the walk-through, copies a Propagation made are shown by its

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,6 +38,9 @@ type Context struct {
 	// Credentials are what the tokenrenewal controller publishes of each
 	// member's credential, and the membercluster controller shows.
 	Credentials *registry.Facts[registry.Credentials]
+	// OwedRemovals are the removals the propagation controller publishes
+	// as owed by each member, and the membercluster controller shows.
+	OwedRemovals *registry.Facts[[]fleetv1alpha1.OwedRemoval]
 	// TokenRenewalDisabled keeps the tokenrenewal controller from renewing
 	// tokens: it still describes every credential.
 	TokenRenewalDisabled bool
@@ -60,7 +65,7 @@ func Initializers() []Initializer {
 		{
 			Name: "membercluster", OnByDefault: true, Concurrency: membercluster.DefaultWorkers,
 			Add: func(c Context) error {
-				return membercluster.Add(c.Manager, membercluster.Options{Workers: c.Concurrency, Client: c.Client, Credentials: c.Credentials})
+				return membercluster.Add(c.Manager, membercluster.Options{Workers: c.Concurrency, Client: c.Client, Credentials: c.Credentials, OwedRemovals: c.OwedRemovals})
 			},
 		},
 		{
@@ -72,7 +77,7 @@ func Initializers() []Initializer {
 		{
 			Name: propagation.ControllerName, OnByDefault: true, Concurrency: propagation.DefaultWorkers,
 			Add: func(c Context) error {
-				return propagation.Add(c.Manager, propagation.Options{Workers: c.Concurrency, Client: c.Client, Config: c.Config, Journal: c.Journal})
+				return propagation.Add(c.Manager, propagation.Options{Workers: c.Concurrency, Client: c.Client, Config: c.Config, Journal: c.Journal, OwedRemovals: c.OwedRemovals})
 			},
 		},
 		{
@@ -143,7 +148,7 @@ type Settings struct {
 // Start adds to m each of initializers that s.Selection enables.
 func Start(m *fleet.Manager, initializers []Initializer, s Settings) error {
 	log := m.GetLogger().WithName("controllers")
-	credentials := tokenrenewal.NewCredentials()
+	credentials, owedRemovals := tokenrenewal.NewCredentials(), propagation.NewOwedRemovals()
 	for _, i := range initializers {
 		if !Enabled(s.Selection, i.Name, i.OnByDefault) {
 			log.Info("Controller disabled", "controller", i.Name)
@@ -159,7 +164,7 @@ func Start(m *fleet.Manager, initializers []Initializer, s Settings) error {
 			return fmt.Errorf("building the %s controller's client: %w", i.Name, err)
 		}
 		c := Context{Manager: m, Concurrency: i.Concurrency, Client: cl, Config: cfg, Journal: s.Journal,
-			ClusterProfileNamespace: s.ClusterProfileNamespace, Credentials: credentials, TokenRenewalDisabled: s.TokenRenewalDisabled}
+			ClusterProfileNamespace: s.ClusterProfileNamespace, Credentials: credentials, OwedRemovals: owedRemovals, TokenRenewalDisabled: s.TokenRenewalDisabled}
 		if n, ok := s.Concurrency[i.Name]; ok && n > 0 {
 			c.Concurrency = n
 		}

@@ -40,15 +40,15 @@
 //
 // The member pool reports each member's state and probes
 // ([Registry.ObserveState]) and each kubeconfig it could not build
-// ([Registry.Refuse]); the Propagation controller reports the removals
-// each member owes ([Registry.ObserveOwed]). Reports about a name that is
-// not accepted, or about an older kubeconfig, are ignored, so a member
-// that is stopping cannot overwrite the truth.
+// ([Registry.Refuse]). Reports about a name that is not accepted, or about
+// an older kubeconfig, are ignored, so a member that is stopping cannot
+// overwrite the truth.
 //
 // Other facts about a cluster are published by their owners, each kind
 // in a [Facts] of its own, so that a change wakes only its readers: the
 // token renewal publishes what it knows of each kubeconfig's credential
-// ([Credentials]).
+// ([Credentials]); the Propagation controller, the removals each member
+// owes.
 //
 // # Subscribing
 //

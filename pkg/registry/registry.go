@@ -71,9 +71,6 @@ type Cluster struct {
 	State fleetv1alpha1.MemberState
 	// Probe is the member's last probe, nil before the first.
 	Probe *ProbeResult
-	// Owed are the removals of copies the member owes, oldest first; nil
-	// when none are, or before they are observed.
-	Owed []OwedRemoval
 
 	// generation counts the accepted registrations of the name, so that
 	// a refusal of an older kubeconfig is not pinned on a newer one.
@@ -251,30 +248,6 @@ func (r *Registry) Refuse(name string, generation int64, refusal *kubeconfig.Ref
 	next := *cur
 	next.Refusal = refusal
 	next.State, next.Probe = "", nil
-	r.lockedPublish(name, &next)
-}
-
-// OwedRemoval is a removal of a Propagation's copies that a member owes.
-type OwedRemoval struct {
-	Namespace, Propagation string
-	// Reason says why it was not carried out when decided.
-	Reason string
-	// Since is when it was decided.
-	Since time.Time
-}
-
-// ObserveOwed records the removals the member of cluster name owes, as
-// the Propagation controller's journal holds them. It is ignored for a
-// cluster that is not accepted.
-func (r *Registry) ObserveOwed(name string, owed []OwedRemoval) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	cur := r.clusters[name]
-	if cur == nil || !cur.Accepted() || slices.Equal(cur.Owed, owed) {
-		return
-	}
-	next := *cur
-	next.Owed = slices.Clone(owed)
 	r.lockedPublish(name, &next)
 }
 

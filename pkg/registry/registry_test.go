@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -161,30 +160,6 @@ func TestRefuseAppliesOnlyToItsRegistration(t *testing.T) {
 	r.claim("a", claimOf(secret("native", "a"), "fixed", nil))
 	if c, _ = r.Get("a"); !c.Accepted() || c.State != fleetv1alpha1.MemberStatePending {
 		t.Fatalf("after a new kubeconfig: accepted %v, state %q; want accepted, Pending", c.Accepted(), c.State)
-	}
-}
-
-func TestOwedRemovalsOutliveANewKubeconfig(t *testing.T) {
-	r := New("native")
-	r.ObserveOwed("a", []OwedRemoval{{Namespace: "team", Propagation: "web"}})
-	if _, ok := r.Get("a"); ok {
-		t.Fatal("an unregistered name was published")
-	}
-	r.claim("a", claimOf(secret("native", "a"), "kc", nil))
-	s := r.Subscribe(t.Context())
-	next(t, s)
-	owed := []OwedRemoval{{Namespace: "team", Propagation: "web", Reason: "the member is Unhealthy", Since: time.Unix(1, 0)}}
-	r.ObserveOwed("a", owed)
-	if e := next(t, s); !slices.Equal(e.New.Owed, owed) {
-		t.Fatalf("event after ObserveOwed = %+v, want the owed removal", e.New)
-	}
-	r.claim("a", claimOf(secret("native", "a"), "rotated", map[string]string{"env": "prod"}))
-	if c, _ := r.Get("a"); !slices.Equal(c.Owed, owed) {
-		t.Errorf("after a new kubeconfig and labels, owed = %+v, want it kept: the journal is per name", c.Owed)
-	}
-	r.ObserveOwed("a", nil)
-	if c, _ := r.Get("a"); c.Owed != nil {
-		t.Errorf("owed = %+v after the removals were carried out", c.Owed)
 	}
 }
 

@@ -11,8 +11,10 @@
 //
 // # Lifecycle
 //
-// It follows the fleet's registry, a level-triggered stream, so it
-// converges however late it starts. Each MemberCluster carries the label
+// It follows the fleet's registry, a level-triggered stream, and the
+// facts other controllers publish about each member (Options.Credentials
+// from the token renewal, Options.OwedRemovals from Propagation), each
+// read whole at every reconcile, so it converges however late it starts. Each MemberCluster carries the label
 // fleet.fleetkube.io/fleet with the fleet namespace, and a manager touches
 // only its own fleet's. It deletes a MemberCluster only once the registry
 // has synced (every registration Secret read once) and no longer holds

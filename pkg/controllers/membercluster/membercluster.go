@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,7 @@ type memberClusters struct {
 	client      client.Client
 	recorder    events.EventRecorder
 	credentials *registry.Facts[registry.Credentials]
+	owed        *registry.Facts[[]fleetv1alpha1.OwedRemoval]
 	// probeTimeRefresh is how stale LastProbeTime may grow.
 	probeTimeRefresh time.Duration
 
@@ -75,6 +77,10 @@ type Options struct {
 	// member's credential, shown as the status's credentials and its
 	// CredentialsExpiring condition. Unset, the status shows neither.
 	Credentials *registry.Facts[registry.Credentials]
+	// OwedRemovals, if set, are the removals the Propagation controller
+	// publishes as owed by each member, shown as the status's
+	// owedRemovals and owedRemovalCount.
+	OwedRemovals *registry.Facts[[]fleetv1alpha1.OwedRemoval]
 }
 
 // Add adds the MemberCluster controller to m, configured by opts. A hub
@@ -97,6 +103,7 @@ func Add(m *fleet.Manager, opts Options) error {
 		versions: map[string]string{},
 
 		credentials: opts.Credentials,
+		owed:        opts.OwedRemovals,
 
 		probeTimeRefresh: ProbeTimeRefreshIntervals * m.MemberHealth().Interval,
 	}
@@ -106,6 +113,9 @@ func Add(m *fleet.Manager, opts Options) error {
 		WatchesRawSource(m.Registry().Source())
 	if opts.Credentials != nil {
 		b = b.WatchesRawSource(opts.Credentials.Source())
+	}
+	if opts.OwedRemovals != nil {
+		b = b.WatchesRawSource(opts.OwedRemovals.Source())
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).Complete(mc)
 }
@@ -306,7 +316,11 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 		status.Credentials = nil
 		meta.RemoveStatusCondition(&status.Conditions, fleetv1alpha1.ConditionCredentialsExpiring)
 	}
-	status.OwedRemovals, status.OwedRemovalCount = owedRemovals(c.Owed), int32(len(c.Owed))
+	var owed []fleetv1alpha1.OwedRemoval
+	if mc.owed != nil {
+		owed, _ = mc.owed.Get(c.Name)
+	}
+	status.OwedRemovals, status.OwedRemovalCount = slices.Clone(owed[:min(len(owed), fleetv1alpha1.MaxOwedRemovals)]), int32(len(owed))
 
 	status.ServerVersion = mc.serverVersion(ctx, c.Name, c.Accepted() && c.State == fleetv1alpha1.MemberStateReady)
 	status.EngagedControllers, status.ControllerConditions = nil, mc.controllerConditions(c.Name, status.ControllerConditions, now)
@@ -315,19 +329,6 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 			status.EngagedControllers = append(status.EngagedControllers, c.Name)
 		}
 	}
-}
-
-// owedRemovals lists the oldest of owed in the status.
-func owedRemovals(owed []registry.OwedRemoval) []fleetv1alpha1.OwedRemoval {
-	var list []fleetv1alpha1.OwedRemoval
-	for _, o := range owed[:min(len(owed), fleetv1alpha1.MaxOwedRemovals)] {
-		list = append(list, fleetv1alpha1.OwedRemoval{
-			Propagation: o.Namespace + "/" + o.Propagation,
-			Reason:      truncate(o.Reason, 512),
-			Since:       metav1.NewTime(o.Since.UTC().Truncate(time.Second)), // as the API server keeps it
-		})
-	}
-	return list
 }
 
 // credentialsOf returns what is published of the credential of c's

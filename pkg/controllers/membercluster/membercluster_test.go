@@ -143,25 +143,28 @@ func stateEvents(t *testing.T, name string) []eventsv1.Event {
 }
 
 // TestMemberClusterShowsOwedRemovals: the removals a member owes, as the
-// Propagation controller reports them to the registry, reach its
-// MemberCluster, the oldest 20 listed and all counted, and go with them.
+// Propagation controller publishes them, reach its MemberCluster, the
+// oldest 20 listed and all counted, and go with them.
 func TestMemberClusterShowsOwedRemovals(t *testing.T) {
 	t.Parallel()
-	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: memberClusters})
+	published := registry.NewFacts(slices.Equal[[]fleetv1alpha1.OwedRemoval])
+	f := suite.StartFleet(t, fleettest.FleetOptions{Setup: func(m *fleet.Manager) error {
+		return membercluster.Add(m, membercluster.Options{OwedRemovals: published})
+	}})
 	f.Register(t, "owing", suite.Kubeconfigs[0])
 	suite.WaitMemberCluster(t, "owing", "Ready", func(mc *fleetv1alpha1.MemberCluster) bool { return mc.Status.State == fleetv1alpha1.MemberStateReady })
 	decided := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	var owed []registry.OwedRemoval
+	var owed []fleetv1alpha1.OwedRemoval
 	for i := range 25 {
-		owed = append(owed, registry.OwedRemoval{Namespace: "team", Propagation: fmt.Sprintf("p-%02d", i), Reason: "the member is Unhealthy", Since: decided.Add(time.Duration(i) * time.Minute)})
+		owed = append(owed, fleetv1alpha1.OwedRemoval{Propagation: fmt.Sprintf("team/p-%02d", i), Reason: "the member is Unhealthy", Since: metav1.NewTime(decided.Add(time.Duration(i) * time.Minute))})
 	}
-	f.Manager.Registry().ObserveOwed("owing", owed)
+	published.Publish("owing", owed)
 	mc := suite.WaitMemberCluster(t, "owing", "25 owed removals", func(mc *fleetv1alpha1.MemberCluster) bool { return mc.Status.OwedRemovalCount == 25 })
 	if got := mc.Status.OwedRemovals; len(got) != fleetv1alpha1.MaxOwedRemovals || got[0].Propagation != "team/p-00" ||
 		got[0].Reason != "the member is Unhealthy" || !got[0].Since.Time.Equal(decided) {
 		t.Fatalf("owedRemovals = %+v, want the oldest 20, first team/p-00 decided at %s", got, decided)
 	}
-	f.Manager.Registry().ObserveOwed("owing", nil)
+	published.Publish("owing", nil)
 	suite.WaitMemberCluster(t, "owing", "no owed removal", func(mc *fleetv1alpha1.MemberCluster) bool {
 		return mc.Status.OwedRemovalCount == 0 && len(mc.Status.OwedRemovals) == 0
 	})

@@ -148,4 +148,7 @@
 // it left. They are written before the finalizer goes, merged into the
 // journal when the hub is engaged (only those with this fleet's identity),
 // and follow the journal within a second of a change and at every sweep.
+// Each member's owed removals are also published, oldest first, in
+// Options.OwedRemovals ([NewOwedRemovals]) when set, which the MemberCluster
+// controller shows.
 package propagation

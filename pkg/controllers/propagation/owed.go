@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,7 +21,6 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
-	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // releaseTimeout bounds how long a deleted Propagation waits for a Ready
@@ -199,9 +200,12 @@ func (r *reconciler) owe(ctx context.Context, p *fleetv1alpha1.Propagation, memb
 	return nil
 }
 
-// countOwed tells fleet_propagation_owed_deletions and the registry, and
-// so the member's MemberCluster, of the removals member owes, and has the
-// hub's mirror follow.
+// maxOwedReason is the API's limit on an OwedRemoval's reason.
+const maxOwedReason = 512
+
+// countOwed tells fleet_propagation_owed_deletions and Options.OwedRemovals,
+// and so the member's MemberCluster, of the removals member owes, and has
+// the hub's mirror follow.
 func (r *reconciler) countOwed(member string) {
 	r.owed.touch(member)
 	owed, err := r.journal.Owed(member)
@@ -209,11 +213,18 @@ func (r *reconciler) countOwed(member string) {
 		return
 	}
 	r.metrics.owedDeletions.WithLabelValues(member).Set(float64(len(owed)))
-	var removals []registry.OwedRemoval
-	for _, o := range owed {
-		removals = append(removals, registry.OwedRemoval{Namespace: o.Namespace, Propagation: o.Propagation, Reason: o.Reason, Since: o.Decided})
+	if r.owedRemovals == nil {
+		return
 	}
-	r.m.Registry().ObserveOwed(member, removals)
+	var removals []fleetv1alpha1.OwedRemoval
+	for _, o := range owed {
+		removals = append(removals, fleetv1alpha1.OwedRemoval{
+			Propagation: o.Namespace + "/" + o.Propagation,
+			Reason:      truncate(o.Reason, maxOwedReason),
+			Since:       metav1.NewTime(o.Decided.UTC().Truncate(time.Second)), // as the API server keeps it
+		})
+	}
+	r.owedRemovals.Publish(member, removals)
 }
 
 // release lets a deleted Propagation go once every member has removed its
@@ -393,6 +404,9 @@ func (r *reconciler) forgetMember(member string) {
 	if err := r.journal.ForgetMember(member); err != nil {
 		r.log.Error(err, "Forgetting a member that left in the journal", "cluster", member)
 		return
+	}
+	if r.owedRemovals != nil {
+		r.owedRemovals.Forget(member)
 	}
 	if _, err := r.journal.Compact(); err != nil {
 		r.log.Error(err, "Compacting the journal")

@@ -64,7 +64,9 @@ type testFleet struct {
 	team      string // the propagated objects'
 	stateDir  string // the journal's
 	journal   *journal.Journal
-	health    *member.HealthOptions // how members are probed, if set
+	// owedRemovals are what the running manager publishes as owed.
+	owedRemovals *registry.Facts[[]fleetv1alpha1.OwedRemoval]
+	health       *member.HealthOptions // how members are probed, if set
 	// forgetAfter, if set, is how long a member that left is remembered.
 	forgetAfter time.Duration
 	// client, if set, builds the controller's hub client.
@@ -136,6 +138,7 @@ func (f *testFleet) start(health *member.HealthOptions) {
 		f.t.Fatal(err)
 	}
 	f.journal = j
+	f.owedRemovals = propagation.NewOwedRemovals()
 	f.fleet = suite.StartFleet(f.t, fleettest.FleetOptions{
 		Hub:       f.hub,
 		Namespace: f.namespace,
@@ -145,7 +148,7 @@ func (f *testFleet) start(health *member.HealthOptions) {
 			}
 		},
 		Setup: func(m *fleet.Manager) error {
-			opts := propagation.Options{Journal: j, ForgetAfter: f.forgetAfter}
+			opts := propagation.Options{Journal: j, ForgetAfter: f.forgetAfter, OwedRemovals: f.owedRemovals}
 			if f.client != nil {
 				c, err := f.client(m)
 				if err != nil {
@@ -735,9 +738,9 @@ func TestOwedRemovalSurvivesARestart(t *testing.T) {
 
 	f.stop()
 	f.start(f.health)
-	poll.Until(t, "the restarted manager tells the registry east owes web's removal", func() bool {
-		c, ok := f.mgr.Registry().Get("east")
-		return ok && len(c.Owed) == 1 && c.Owed[0].Propagation == "web"
+	poll.Until(t, "the restarted manager publishes that east owes web's removal", func() bool {
+		owed, _ := f.owedRemovals.Get("east")
+		return len(owed) == 1 && owed[0].Propagation == f.team+"/web"
 	})
 	if f.copyIn(0, "web") == nil {
 		t.Fatal("the copy in east is gone while east was down: the test proves nothing")
@@ -751,9 +754,9 @@ func TestOwedRemovalSurvivesARestart(t *testing.T) {
 		copies, _ := f.journal.Copies("east")
 		return err == nil && len(owed) == 0 && len(copies) == 0
 	})
-	poll.Until(t, "the registry told east owes nothing", func() bool {
-		c, ok := f.mgr.Registry().Get("east")
-		return ok && len(c.Owed) == 0
+	poll.Until(t, "the manager publishes that east owes nothing", func() bool {
+		owed, published := f.owedRemovals.Get("east")
+		return published && len(owed) == 0
 	})
 }
 

@@ -68,6 +68,15 @@ type Options struct {
 	// ForgetAfter is how long a member may be gone from the fleet before
 	// the journal forgets what it owes. Default: DefaultForgetAfter.
 	ForgetAfter time.Duration
+	// OwedRemovals, if set, is where each member's owed removals are
+	// published, oldest first, for the MemberCluster controller.
+	OwedRemovals *registry.Facts[[]fleetv1alpha1.OwedRemoval]
+}
+
+// NewOwedRemovals returns an empty store of owed removals for
+// Options.OwedRemovals and their readers.
+func NewOwedRemovals() *registry.Facts[[]fleetv1alpha1.OwedRemoval] {
+	return registry.NewFacts(slices.Equal[[]fleetv1alpha1.OwedRemoval])
 }
 
 // reconciler reconciles two kinds of requests: one per member and
@@ -86,6 +95,8 @@ type reconciler struct {
 	results  *results
 	metrics  *propagationMetrics
 	owed     *owedKeeper
+	// owedRemovals, if not nil, publishes each member's owed removals.
+	owedRemovals *registry.Facts[[]fleetv1alpha1.OwedRemoval]
 	// queue takes the requests the controller makes itself.
 	queue controllerQueue
 
@@ -151,6 +162,8 @@ func Add(m *fleet.Manager, opts Options) error {
 		results:  newResults(),
 		metrics:  pm,
 		owed:     newOwedKeeper(apiReader, opts.ForgetAfter),
+
+		owedRemovals: opts.OwedRemovals,
 
 		lastStatus: map[propagationKey]time.Time{},
 		readiness:  map[propagationKey]string{},
