@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
@@ -163,7 +164,10 @@ func (m *member) newCluster() (cluster.Cluster, error) {
 		o.HTTPClient = m.httpClient
 		o.Cache.DefaultTransform = cache.TransformStripManagedFields()
 		o.Cache.ReaderFailOnMissingInformer = true
-		o.MapperProvider = newMapper
+		o.MapperProvider = func(cfg *rest.Config, httpClient *http.Client) (meta.RESTMapper, error) {
+			next, err := newMapper(cfg, httpClient)
+			return withCoreMappings{next}, err
+		}
 		if opts.Configure != nil {
 			opts.Configure(m.name, o)
 		}
