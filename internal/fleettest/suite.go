@@ -102,8 +102,8 @@ type Hub struct {
 }
 
 // Run is the body of a TestMain: it starts the API servers, runs the
-// tests with m, checks that no credential leaked, stops the API servers
-// and returns the exit code for os.Exit. Without $KUBEBUILDER_ASSETS it
+// tests with m, checks that no reconciler panicked and no credential
+// leaked, stops the API servers and returns the exit code for os.Exit. Without $KUBEBUILDER_ASSETS it
 // starts none and only runs the tests.
 func (s *Suite) Run(m *testing.M) int {
 	flag.Parse()
@@ -134,6 +134,10 @@ func (s *Suite) Run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
 		code = m.Run()
+		if line := s.Logs.First("Observed a panic"); line != "" {
+			fmt.Fprintln(os.Stderr, "a reconciler panicked:", line)
+			code = 1
+		}
 		if err := s.checkCredentials(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
