@@ -63,9 +63,9 @@ func (b *bench) memorySettings() []memorySetting {
 	}, {
 		gogc:  "100",
 		table: gogc100MemoryTable,
-		note:  "The processes of the Memory table, in the same run, with GOGC=100 in their environment: Go's default collector for both, since the fleet manager leaves a GOGC its operator set alone. This compares the two at the same collector settings.",
+		note:  "The processes of the Memory table, in the same run, with GOGC=100 in their environment: Go's default collector for both, since the fleet manager leaves a GOGC its operator set alone. This compares the two at the same collector settings. For reference, not measured in this run: issue 28's outside measurement (reported 2026-11; members of 500 ConfigMaps, GOGC=100 for both, 25 to 100 members, 2 runs) found an RSS slope of 3.80 MiB per member [3.41..4.19] for fleet-manager, against multicluster-runtime's 3.19 [3.10..3.28] in the same session; the ratio's target is issue 28's.",
 		plot:  "memory-gogc-100",
-		ratio: atMost(1.2, ""),
+		ratio: atMost(0.9, ""),
 	}}
 }
 
