@@ -7,23 +7,19 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
-// newMapper returns a member's REST mapper: a lazy mapper, as
-// controller-runtime's, reading the legacy discovery documents so that it
-// learns the resources of only the groups the member's clients use. With
-// aggregated discovery it would hold the resources of every group the
-// member serves, CRDs included, in every member; the price is a request
-// per group version used. What it learns is shared with the members that
-// learned the same (lazyMapper).
+// newMapper returns a member's REST mapper: controller-runtime's lazy
+// mapper, reading the legacy discovery documents so that it learns the
+// resources of only the groups the member's clients use. With aggregated
+// discovery it would hold the resources of every group the member serves,
+// CRDs included, in every member; the price is a request per group
+// version used.
 func newMapper(cfg *rest.Config, httpClient *http.Client) (meta.RESTMapper, error) {
 	c := *httpClient
 	c.Transport = legacyDiscovery{httpClient.Transport}
-	m, err := newLazyMapper(cfg, &c)
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
+	return apiutil.NewDynamicRESTMapper(cfg, &c)
 }
 
 // legacyDiscovery asks for the legacy discovery documents where a
