@@ -22,9 +22,10 @@
 // strips managedFields and fails reads of kinds no informer watches
 // (ReaderFailOnMissingInformer) instead of quietly starting a cluster-wide
 // informer in every member; read such kinds with GetAPIReader. Its REST
-// mapper reads the legacy discovery documents, so it holds the resources
-// of the API groups the member's clients use, not those of every group
-// the member serves. Options.Configure adjusts the rest per member.
+// mapper maps the core group's v1 kinds, which every API server serves,
+// without asking, and reads the legacy discovery documents for the
+// others, so it holds the resources of the API groups the member's
+// clients use, not those of every group the member serves. Options.Configure adjusts the rest per member.
 //
 // # Lifecycle
 //
