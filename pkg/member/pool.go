@@ -101,10 +101,10 @@ type Options struct {
 
 func (o *Options) setDefaults() error {
 	if o.Registry == nil {
-		return errors.New("cluster pool: Options.Registry is required")
+		return errors.New("member pool: Options.Registry is required")
 	}
 	if o.Engage == nil {
-		return errors.New("cluster pool: Options.Engage is required")
+		return errors.New("member pool: Options.Engage is required")
 	}
 	if o.Scheme == nil {
 		o.Scheme = clientgoscheme.Scheme
@@ -174,7 +174,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	p.mu.Lock()
 	if p.ctx != nil {
 		p.mu.Unlock()
-		return errors.New("cluster pool: already started")
+		return errors.New("member pool: already started")
 	}
 	p.ctx = ctx
 	for _, m := range p.members {
@@ -250,7 +250,7 @@ func (p *Pool) Set(reg registry.Registration) error {
 	if p.stopped {
 		p.mu.Unlock()
 		m.stop()
-		return errors.New("cluster pool: stopped")
+		return errors.New("member pool: stopped")
 	}
 	old = p.members[name]
 	p.members[name] = m
