@@ -128,7 +128,7 @@ func (m *fleetMetrics) observeEngage(clusterName, controller string, took time.D
 		return
 	}
 	m.engageDuration.WithLabelValues(clusterName, controller).Observe(took.Seconds())
-	countResult(m.engagements, err == nil, resultSuccess, resultFailure, clusterName, controller)
+	metrics.CountResult(m.engagements, err == nil, resultSuccess, resultFailure, clusterName, controller)
 }
 
 // observeReconcile records one reconcile by a controller for a cluster.
@@ -194,16 +194,4 @@ func (m *fleetMetrics) lockedForget(clusterName string) {
 	} {
 		v.DeletePartialMatch(match)
 	}
-}
-
-// countResult increments the counter of ok's result in v and creates the
-// other result's series at 0, so both exist from the first observation
-// and rates of either are defined. labels are v's labels before result.
-func countResult(v *prometheus.CounterVec, ok bool, success, failure string, labels ...string) {
-	hit, miss := success, failure
-	if !ok {
-		hit, miss = failure, success
-	}
-	v.WithLabelValues(append(labels, hit)...).Inc()
-	v.WithLabelValues(append(labels, miss)...).Add(0)
 }

@@ -107,14 +107,7 @@ func (m *poolMetrics) observe(name string, state fleetv1alpha1.MemberState, prob
 	}
 	m.consecutiveFailures.WithLabelValues(name).Set(float64(probe.ConsecutiveFailures))
 	m.probeDuration.WithLabelValues(name).Observe(probe.Duration.Seconds())
-	hit, miss := resultSuccess, resultFailure
-	if probe.Err != nil {
-		hit, miss = miss, hit
-	}
-	m.probes.WithLabelValues(name, hit).Inc()
-	// Both results exist from the first probe, so rates of either are
-	// defined.
-	m.probes.WithLabelValues(name, miss).Add(0)
+	metrics.CountResult(m.probes, probe.Err == nil, resultSuccess, resultFailure, name)
 }
 
 // forget deletes every series of a member the pool no longer holds.
