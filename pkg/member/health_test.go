@@ -3,6 +3,7 @@ package member
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -657,5 +658,25 @@ func TestDisconnectedMemberProbeWaitsAnInterval(t *testing.T) {
 		if waited > tc.want || waited < tc.want-time.Second/2 {
 			t.Errorf("%s member: the probe waits %s, want %s", tc.state, waited, tc.want)
 		}
+	}
+}
+
+// TestProbeRefusedByTeardownIsExcused: a probe that failed because the
+// member's own connection was being torn down proves nothing of the
+// member: it is excused, counts no failure, and is retried soon.
+func TestProbeRefusedByTeardownIsExcused(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	p := &prober{
+		clock:         clk,
+		health:        &health{opts: DefaultHealthOptions(), state: fleetv1alpha1.MemberStateDisconnected, failures: 3},
+		review:        func(context.Context) error { return fmt.Errorf("dial: %w", errClosing) },
+		connected:     func() bool { return false },
+		heardSince:    func(time.Time, time.Time) bool { return false },
+		establishedAt: func(time.Time) bool { return false },
+	}
+	result, state, retry, ok := p.probeOnce(t.Context(), clk.Now())
+	if !ok || !result.Excused || !retry || state != fleetv1alpha1.MemberStateDisconnected || p.health.failures != 3 {
+		t.Errorf("probe refused by the teardown: excused %t, retry %t, state %s, failures %d; want excused, retried soon, Disconnected, 3",
+			result.Excused, retry, state, p.health.failures)
 	}
 }
