@@ -56,11 +56,12 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 	// The member's cluster starts nothing that reaches its server.
 	m, probes, engaged, probed := scriptedMember(t, clk, interval, backoff)
 
-	// expectTimers waits for the prober's next timer, and run's backoff
-	// timer if backoffs is 1, in either order.
-	expectTimers := func(backoffs int) {
+	// expectTimers waits for the prober's next timer, run's backoff timer
+	// if backoffs is 1, and the member's connection if engagements is 1,
+	// in any order.
+	expectTimers := func(backoffs, engagements int) {
 		t.Helper()
-		for probers := 1; probers > 0 || backoffs > 0; {
+		for probers := 1; probers > 0 || backoffs > 0 || engagements > 0; {
 			select {
 			case d := <-clk.made:
 				switch {
@@ -74,21 +75,29 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 					t.Fatalf("unexpected timer of %s", d)
 				}
 			case <-engaged:
-				t.Fatal("the member was connected without a probe success since the disconnection")
+				if engagements == 0 {
+					t.Fatal("the member was connected without a probe success since the disconnection")
+				}
+				engagements--
 			case <-time.After(10 * time.Second):
-				t.Fatalf("no timer within 10s; still waiting for %d of the prober and %d of run", probers, backoffs)
+				t.Fatalf("no timer within 10s; still waiting for %d of the prober, %d of run and %d connections", probers, backoffs, engagements)
 			}
 		}
 	}
-	// probe lets the prober's interval pass, its probe return err, and
-	// returns the state reported.
-	probe := func(err error, backoffs int) fleetv1alpha1.MemberState {
+	// probeThen lets the prober's interval pass and its probe return err,
+	// waits for what expectTimers(backoffs, engagements) does, and returns
+	// the state reported.
+	probeThen := func(err error, backoffs, engagements int) fleetv1alpha1.MemberState {
 		t.Helper()
 		probes.fail(err)
 		clk.Step(interval)
 		s := <-probed
-		expectTimers(backoffs)
+		expectTimers(backoffs, engagements)
 		return s
+	}
+	probe := func(err error, backoffs int) fleetv1alpha1.MemberState {
+		t.Helper()
+		return probeThen(err, backoffs, 0)
 	}
 	waitEngaged := func() {
 		t.Helper()
@@ -131,7 +140,7 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 	t.Cleanup(stop)
 	waitEngaged()
 	<-probed // the first probe runs at once, maybe before the connection
-	expectTimers(0)
+	expectTimers(0, 0)
 	if s := probe(nil, 0); s != fleetv1alpha1.MemberStateReady {
 		t.Fatalf("connected, probed: %s, want Ready", s)
 	}
@@ -139,10 +148,9 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 	disconnect()
 	// A probe succeeds: the member, whose connection had worked, is
 	// connected again at once.
-	if s := probe(nil, 0); s != fleetv1alpha1.MemberStateConnecting {
+	if s := probeThen(nil, 0, 1); s != fleetv1alpha1.MemberStateConnecting {
 		t.Fatalf("disconnected, probed: %s, want Connecting", s)
 	}
-	waitEngaged()
 
 	// That connection never works: every probe fails. After it, a probe
 	// that succeeds schedules a reconnection after backoff, and another
@@ -161,10 +169,9 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 	// The success during the backoff wait must not reconnect the member
 	// after its next disconnection; the one after it does, at once.
 	disconnect()
-	if s := probe(nil, 0); s != fleetv1alpha1.MemberStateConnecting {
+	if s := probeThen(nil, 0, 1); s != fleetv1alpha1.MemberStateConnecting {
 		t.Fatalf("disconnected, probed: %s, want Connecting", s)
 	}
-	waitEngaged()
 
 	stop()
 	var leaked error
