@@ -71,6 +71,13 @@ type Cluster struct {
 	State fleetv1alpha1.MemberState
 	// Probe is the member's last probe, nil before the first.
 	Probe *ProbeResult
+	// Owner names the replica that owns the cluster when replicas share
+	// the fleet; empty when this replica works alone, or while no replica
+	// is live.
+	Owner string
+	// Ownership is what this replica does for the cluster: Owned when it
+	// works alone.
+	Ownership Ownership
 
 	// generation counts the accepted registrations of the name, so that
 	// a refusal of an older kubeconfig is not pinned on a newer one.
@@ -83,6 +90,30 @@ type Cluster struct {
 
 // Accepted reports whether a member should run for the cluster.
 func (c *Cluster) Accepted() bool { return c.Refusal == nil && len(c.Claims) > 0 }
+
+// RunsHere reports whether a member should run for the cluster on this
+// replica: it is accepted, and owned here or coming here.
+func (c *Cluster) RunsHere() bool { return c.Accepted() && c.Ownership != NotOwned }
+
+// Owned reports whether this replica does the cluster's work.
+func (c *Cluster) Owned() bool { return c.Ownership == Owned }
+
+// Ownership is what this replica does for a cluster when replicas share
+// the fleet (package shard assigns it).
+type Ownership string
+
+const (
+	// Owned: this replica runs the member and does all of its work. The
+	// zero value: a replica that works alone owns every cluster.
+	Owned Ownership = ""
+	// Incoming: this replica owns the cluster from the next handoff on.
+	// Its member runs and its caches sync, its work held, until the
+	// previous owner has let it go.
+	Incoming Ownership = "Incoming"
+	// NotOwned: another replica owns the cluster; nothing of its member
+	// runs here.
+	NotOwned Ownership = "NotOwned"
+)
 
 // Registration returns the accepted claim's registration and its
 // generation, for Refuse; false when the cluster is refused.
@@ -105,6 +136,9 @@ type Registry struct {
 	// fleetNamespace names clusters: a claim from elsewhere never takes a
 	// name one of its Secrets claims. Empty: no claim is the fleet's.
 	fleetNamespace string
+	// shared is true when replicas share the fleet: a new name is
+	// NotOwned until Assign says otherwise.
+	shared bool
 
 	// mu guards everything below.
 	mu       sync.Mutex
@@ -119,9 +153,17 @@ type Registry struct {
 
 // New returns an empty registry for sources of the named formats, in
 // order of preference: when one Secret is read by two formats, the first
-// one's reading wins. Synced waits for every one of them.
-func New(formats ...string) *Registry {
+// one's reading wins. Synced waits for every one of them. This replica
+// owns every cluster.
+func New(formats ...string) *Registry { return newRegistry(false, formats) }
+
+// NewShared is New for a replica that shares the fleet with others: each
+// cluster is NotOwned until Assign says otherwise.
+func NewShared(formats ...string) *Registry { return newRegistry(true, formats) }
+
+func newRegistry(shared bool, formats []string) *Registry {
 	r := &Registry{
+		shared:   shared,
 		formats:  slices.Clone(formats),
 		clusters: map[string]*Cluster{},
 		claimed:  map[Source]string{},
@@ -187,6 +229,8 @@ func (r *Registry) claim(name string, c Claim) (taken bool) {
 	next := &Cluster{Name: name}
 	if cur != nil {
 		*next = *cur
+	} else if r.shared {
+		next.Ownership = NotOwned
 	}
 	next.taken = withoutSource(next.taken, c.Source)
 	if !r.fromFleet(c.Source) && slices.ContainsFunc(next.Claims, func(x Claim) bool { return r.fromFleet(x.Source) }) {
@@ -251,6 +295,27 @@ func (r *Registry) Refuse(name string, generation int64, refusal *kubeconfig.Ref
 	r.lockedPublish(name, &next)
 }
 
+// Assign records which replica owns cluster name and what this replica
+// does for it. It is ignored for a name not registered, and in a registry
+// that is not shared.
+func (r *Registry) Assign(name, owner string, ownership Ownership) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.clusters[name]
+	if cur == nil || !r.shared || (cur.Owner == owner && cur.Ownership == ownership) {
+		return
+	}
+	next := *cur
+	next.Owner, next.Ownership = owner, ownership
+	switch {
+	case ownership == NotOwned:
+		next.State, next.Probe = "", nil // known to its owner only
+	case cur.Ownership == NotOwned && next.Accepted():
+		next.State = fleetv1alpha1.MemberStatePending
+	}
+	r.lockedPublish(name, &next)
+}
+
 // Credentials are what the manager knows of a cluster's credential, never
 // the credential itself: the fact the token renewal publishes.
 type Credentials struct {
@@ -275,7 +340,7 @@ type Credentials struct {
 
 // ObserveState records the state of the member of cluster name and, when
 // probe is not nil, its last probe. It is ignored for a cluster that is
-// not accepted: a member reporting as it stops. A probe that succeeded,
+// not accepted, or not run here: a member reporting as it stops. A probe that succeeded,
 // after one that did, in the same state, changes the snapshot without an
 // event: subscribers would otherwise be woken for every member every
 // probe interval, for nothing but its time. Its signature suits the
@@ -284,7 +349,7 @@ func (r *Registry) ObserveState(name string, state fleetv1alpha1.MemberState, pr
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.clusters[name]
-	if cur == nil || !cur.Accepted() {
+	if cur == nil || !cur.RunsHere() {
 		return
 	}
 	next := *cur
@@ -339,7 +404,7 @@ func (r *Registry) lockedSet(cur, next *Cluster) {
 		next.State, next.Probe = "", nil
 	case !wasAccepted || !slices.Equal(cur.Claims[0].kubeconfig, first.kubeconfig):
 		next.generation++
-		if !wasAccepted {
+		if !wasAccepted && next.Ownership != NotOwned {
 			next.State, next.Probe = fleetv1alpha1.MemberStatePending, nil
 		}
 	}

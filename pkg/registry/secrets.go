@@ -47,8 +47,9 @@ const DefaultWorkers = 16
 // becomes leader knows every registration at once.
 //
 // The native format's namespace is the fleet namespace: a registration
-// from elsewhere never takes a name one of its Secrets claims.
-func NewWithSecrets(mgr manager.Manager, formats []Format, workers int, profiles *ClusterProfiles) (*Registry, error) {
+// from elsewhere never takes a name one of its Secrets claims. A shared
+// registry is NewShared's: for a replica that shares the fleet.
+func NewWithSecrets(mgr manager.Manager, formats []Format, workers int, profiles *ClusterProfiles, shared bool) (*Registry, error) {
 	names := make([]string, len(formats))
 	for i, f := range formats {
 		names[i] = f.Name
@@ -56,7 +57,7 @@ func NewWithSecrets(mgr manager.Manager, formats []Format, workers int, profiles
 	if profiles != nil {
 		names = append(names, ClusterProfileFormat)
 	}
-	r := New(names...)
+	r := newRegistry(shared, names)
 	for _, f := range formats {
 		if f.Name == NativeFormatName && len(f.Namespaces) == 1 {
 			r.fleetNamespace = f.Namespaces[0]
