@@ -25,8 +25,8 @@ type Registry interface {
 const followWorkers = 16
 
 // follow keeps the pool in step with the registry until ctx ends: a
-// member runs for each accepted cluster, with its current kubeconfig, and
-// none for the others. A kubeconfig the pool refuses is recorded in the
+// member runs for each accepted cluster this replica owns or takes over,
+// with its current kubeconfig, and none for the others. A kubeconfig the pool refuses is recorded in the
 // registry as the cluster's refusal. Clusters settle in parallel, each
 // one at a time, so that a member that is slow to stop delays only its
 // own name.
@@ -35,16 +35,16 @@ func (p *Pool) follow(ctx context.Context) {
 }
 
 func (p *Pool) settle(ctx context.Context, e registry.Event) {
-	if e.New != nil {
+	if e.New != nil && e.New.RunsHere() {
 		if reg, generation, ok := e.New.Registration(); ok {
-			if accepted(e.Old) {
+			if runsHere(e.Old) {
 				if _, settled, _ := e.Old.Registration(); settled == generation {
 					return // only its state or labels changed: the pool has it
 				}
 			}
 			err := p.Set(reg)
 			if err == nil {
-				if !accepted(e.Old) {
+				if !runsHere(e.Old) {
 					p.opts.Logger.V(1).Info("Registration accepted", "cluster", e.Name)
 				}
 				return
@@ -65,4 +65,4 @@ func (p *Pool) settle(ctx context.Context, e registry.Event) {
 	}
 }
 
-func accepted(c *registry.Cluster) bool { return c != nil && c.Accepted() }
+func runsHere(c *registry.Cluster) bool { return c != nil && c.RunsHere() }

@@ -151,7 +151,10 @@ type Pool struct {
 	ctx     context.Context // nil until Start
 	stopped bool
 	members map[string]*member
-	indexes []index
+	// stopping counts the members of each name that were removed and
+	// have not stopped yet.
+	stopping map[string]int
+	indexes  []index
 }
 
 var _ manager.LeaderElectionRunnable = (*Pool)(nil)
@@ -165,7 +168,7 @@ func NewPool(opts Options) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pool{opts: opts, metrics: metrics, members: map[string]*member{}}, nil
+	return &Pool{opts: opts, metrics: metrics, members: map[string]*member{}, stopping: map[string]int{}}, nil
 }
 
 // Start starts the members already set and follows the registry until
@@ -208,7 +211,9 @@ func (p *Pool) report(name string, state fleetv1alpha1.MemberState, probe *regis
 // HealthOptions returns the pool's health options, defaults filled in.
 func (p *Pool) HealthOptions() HealthOptions { return p.opts.Health }
 
-// NeedLeaderElection is true: only the leader runs member caches.
+// NeedLeaderElection is true: only the leader runs member caches. When
+// replicas share the fleet, there is no leader: each runs the members the
+// registry says it owns.
 func (p *Pool) NeedLeaderElection() bool { return true }
 
 // Set adds the member reg registers. A member of that name whose
@@ -291,16 +296,31 @@ func (p *Pool) Remove(name string) bool {
 	p.mu.Lock()
 	m, ok := p.members[name]
 	delete(p.members, name)
+	if ok {
+		p.stopping[name]++
+	}
 	p.mu.Unlock()
 	if ok {
 		m.stop()
 		p.mu.Lock()
+		if p.stopping[name]--; p.stopping[name] == 0 {
+			delete(p.stopping, name)
+		}
 		if _, back := p.members[name]; !back {
 			p.metrics.forget(name)
 		}
 		p.mu.Unlock()
 	}
 	return ok
+}
+
+// Holds reports whether a member of that name runs, or was removed and
+// has not stopped yet: false means nothing of it is left.
+func (p *Pool) Holds(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, running := p.members[name]
+	return running || p.stopping[name] > 0
 }
 
 // Get returns the running cluster of member name, or an error wrapping
