@@ -1,0 +1,71 @@
+// Package shard shares one fleet between replicas of fleet-manager: each
+// member is owned by one live replica, which alone runs it (its
+// cluster.Cluster, cache, transport, probes and engagements) and does its
+// hub work (MemberCluster status, renewal). Ownership is written into the
+// registry (registry.Cluster.Ownership), which every part of the manager
+// already follows: the member pool runs only what this replica owns or
+// takes over, fleet controllers hold and drop the rest, and
+// fleet.Manager.GetCluster refuses it.
+//
+// # Membership
+//
+// Each replica holds a coordination.k8s.io Lease of its own in the fleet
+// namespace, named after it (the pod's name), labelled
+// fleet.fleetkube.io/replica, and renews it every RetryPeriod. Hub writes
+// grow with replicas, not members: one renewal per replica per
+// RetryPeriod, plus a few per handoff. The live replicas are those whose
+// Lease changed within its duration, as this replica saw it (below); the
+// view is the live replicas that are not leaving.
+//
+// # Ownership
+//
+// A cluster's owner is picked among the view by rendezvous hashing of its
+// name: every replica that sees the same view picks the same owner, and a
+// replica joining or leaving moves only the names it wins or held, about
+// 1/N of them.
+//
+// # Handoff
+//
+// A view change hands members over make-before-break, through marks on
+// the Leases, so that each step costs one write per replica, not per
+// member:
+//  1. each replica starts the members it now owns and did not run
+//     (Incoming): they connect, their caches sync, their work is held.
+//     Once all are warm (or HandoffTimeout passed) it marks the view
+//     prepared;
+//  2. once every replica of the view is prepared, each stops the members
+//     it no longer owns, waiting for their reconciles in flight, and
+//     marks the view released;
+//  3. once every live replica has released the view, each starts the
+//     work of its Incoming members.
+//
+// A member that stays with its owner never pauses; one that moves pauses
+// from its old owner's release to its new owner's start.
+//
+// # Fencing
+//
+// A replica that has not renewed its Lease for RenewDeadline is fenced:
+// it stops every member at once and takes none until it renews again. The
+// others take its members only once its Lease has not changed for
+// LeaseDuration, measured on their own clocks from when they saw it
+// change, never by comparing its renewTime with their clock, as
+// client-go's leader election does: clock skew between replicas does not
+// matter, only the rates of their clocks. The gap LeaseDuration −
+// RenewDeadline must cover a fenced replica's release: reconciles that
+// heed their context end at once; one that does not and runs longer could
+// overlap its member's next owner. Fencing tokens checked by the storage
+// are not possible: members' API servers are not ours to change.
+//
+// A replica leaving (its context ends, as on SIGTERM) marks its Lease
+// leaving, so that the view no longer holds it, hands its members over
+// while they still run (at most HandoffTimeout), then deletes its Lease.
+// A replica that crashed is dropped from the view once its Lease expires.
+//
+// # Lifecycle
+//
+// [New] builds a [Replica] from Options; fleet.New does it for
+// fleet.Options.Shard. [Replica.Start] runs until its context ends, then
+// hands over and returns; it runs beside the member pool, which stops
+// after it. [Replica.Owns] answers for hub work keyed by anything, such as
+// a Propagation's summary status.
+package shard
