@@ -121,6 +121,8 @@ const (
 	// ReasonDeregistered (an Event): the cluster's registration is gone
 	// and its MemberCluster was deleted.
 	ReasonDeregistered = "Deregistered"
+	// ReasonMoved (an Event): another replica owns the member now.
+	ReasonMoved = "Moved"
 
 	// ReasonNotProbed (Healthy Unknown): no probe has finished yet.
 	ReasonNotProbed = "NotProbed"
@@ -220,6 +222,7 @@ const MaxServerVersionLength = 64
 // +kubebuilder:printcolumn:name="Last Probe",type=date,JSONPath=`.status.lastProbeTime`,description="When the last probe finished, which State, Ready and Healthy are as of: older than 18 probe intervals (72s at the default 4s), no manager probes the member and they are stale (fleet-manager get members shows it Unknown)"
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.serverVersion`,description="Kubernetes version of the member's API server"
 // +kubebuilder:printcolumn:name="Failures",type=integer,JSONPath=`.status.consecutiveFailures`,description="Failed probes in a row"
+// +kubebuilder:printcolumn:name="Replica",type=string,JSONPath=`.status.replica`,priority=1,description="The replica that owns the member, when replicas share the fleet"
 // +kubebuilder:printcolumn:name="Format",type=string,JSONPath=`.spec.secretRef.format`,priority=1,description="Format of the registration Secret"
 // +kubebuilder:printcolumn:name="Credentials Expire",type=date,JSONPath=`.status.credentials.expirationTime`,priority=1,description="When the member's credential expires"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -282,6 +285,14 @@ type MemberClusterStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Replica names the fleet-manager replica that owns the member and
+	// writes this status, when replicas share the fleet (run --shard);
+	// empty when one manager works alone. State, Ready and Healthy are
+	// current while that replica's Lease in the fleet namespace is: the
+	// replica writes this status only when it changes.
+	// +optional
+	Replica string `json:"replica,omitempty"`
 
 	// State is where the member is in its life. Set from the first status
 	// write on.

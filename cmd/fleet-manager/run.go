@@ -35,6 +35,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
+	"github.com/fleetkube/fleet-manager/pkg/shard"
 )
 
 // leaderElectionID names the Lease replicas elect a leader with.
@@ -55,6 +56,9 @@ type runFlags struct {
 	leaseDuration    time.Duration
 	renewDeadline    time.Duration
 	retryPeriod      time.Duration
+	shard            bool
+	replicaName      string
+	shardLease       shard.Options
 	hubQPS           float64
 	hubBurst         int
 	memberQPS        float64
@@ -156,6 +160,7 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 			RetryPeriod:                   &f.retryPeriod,
 			Controller:                    config.Controller{CacheSyncTimeout: f.cacheSyncTimeout, SkipNameValidation: &f.skipNameValidation},
 		},
+		Shard:            f.shardOptions(),
 		Namespace:        f.namespace,
 		SecretFormats:    formats,
 		ClusterProfiles:  profiles,
@@ -192,12 +197,33 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 		return fmt.Errorf("adding the journal's readiness check: %w", err)
 	}
 
-	log.Info("Starting fleet manager", "host", cfg.Host, "user", user, "namespace", f.namespace, "leaderElection", f.leaderElect, "formats", formatNames)
+	log.Info("Starting fleet manager", "host", cfg.Host, "user", user, "namespace", f.namespace, "leaderElection", f.leaderElect, "shard", f.shard, "replica", f.replicaName, "formats", formatNames)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the fleet manager: %w", err)
 	}
 	log.Info("Fleet manager stopped")
 	return nil
+}
+
+// shardOptions returns the options of a replica that shares the fleet,
+// nil without --shard.
+func (f *runFlags) shardOptions() *shard.Options {
+	if !f.shard {
+		return nil
+	}
+	o := f.shardLease
+	o.Name = f.replicaName
+	return &o
+}
+
+// defaultReplicaName is $POD_NAME (deploy/ sets it from the downward API),
+// else the host name.
+func defaultReplicaName() string {
+	if name := os.Getenv("POD_NAME"); name != "" {
+		return name
+	}
+	name, _ := os.Hostname()
+	return name
 }
 
 // bindFlags binds the flags of run to f.
@@ -209,6 +235,12 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long the other replicas wait after the leader's last renewal before taking over.")
 	fs.DurationVar(&f.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew the Lease before it gives up and exits.")
 	fs.DurationVar(&f.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the Lease.")
+	fs.BoolVar(&f.shard, "shard", false, "Share the fleet with the other replicas started with --shard: each holds a Lease of its own in the fleet namespace, each member is owned by one live replica (rendezvous hashing of its name), which alone connects to it and does its work, and a member moves make-before-break when a replica joins or leaves. Excludes --leader-elect.")
+	fs.StringVar(&f.replicaName, "replica-name", defaultReplicaName(), "With --shard, this replica's name, and its Lease's: unique among the replicas. Default: $POD_NAME, else the host name.")
+	fs.DurationVar(&f.shardLease.LeaseDuration, "shard-lease-duration", shard.DefaultLeaseDuration, "With --shard, how long the other replicas wait after a replica's Lease last changed before they take its members over (whole seconds).")
+	fs.DurationVar(&f.shardLease.RenewDeadline, "shard-renew-deadline", shard.DefaultRenewDeadline, "With --shard, how long a replica works without renewing its Lease before it stops every member, until it renews again.")
+	fs.DurationVar(&f.shardLease.RetryPeriod, "shard-retry-period", shard.DefaultRetryPeriod, "With --shard, how often a replica renews its Lease.")
+	fs.DurationVar(&f.shardLease.HandoffTimeout, "shard-handoff-timeout", shard.DefaultHandoffTimeout, "With --shard, how long a handoff waits for the new owners' caches to sync, and a leaving replica for its handoff, before it goes on.")
 	fs.Float64Var(&f.hubQPS, "hub-qps", fleet.DefaultHubQPS, "Queries per second the manager's hub client may make.")
 	fs.IntVar(&f.hubBurst, "hub-burst", fleet.DefaultHubBurst, "Burst of queries the manager's hub client may make.")
 	fs.Float64Var(&f.memberQPS, "member-qps", 50, "Queries per second each member's client may make.")
@@ -315,6 +347,20 @@ func (f *runFlags) check(cmd *cobra.Command) error {
 	}
 	if f.retryPeriod <= 0 || float64(f.renewDeadline) <= leaderelection.JitterFactor*float64(f.retryPeriod) || f.leaseDuration <= f.renewDeadline {
 		return usageErrorf("the leader election durations must be positive, with --leader-elect-lease-duration > --leader-elect-renew-deadline > %g × --leader-elect-retry-period", leaderelection.JitterFactor)
+	}
+	if f.shard && f.leaderElect {
+		return usageErrorf("--shard and --leader-elect exclude each other: with --shard every replica works, on the members it owns")
+	}
+	if f.shard {
+		if err := registry.ValidateName(f.replicaName); err != nil || len(f.replicaName) > 63 {
+			return usageErrorf("--replica-name %q must be a DNS-1123 label, as a pod's name is", f.replicaName)
+		}
+		if l := f.shardLease; l.LeaseDuration%time.Second != 0 || !(l.LeaseDuration > l.RenewDeadline && l.RenewDeadline > l.RetryPeriod && l.RetryPeriod > 0) {
+			return usageErrorf("the shard durations must be positive, with --shard-lease-duration (whole seconds) > --shard-renew-deadline > --shard-retry-period")
+		}
+		if f.shardLease.HandoffTimeout <= 0 {
+			return usageErrorf("--shard-handoff-timeout must be positive")
+		}
 	}
 	if f.cacheSyncTimeout <= 0 {
 		return usageErrorf("--cache-sync-timeout must be positive")

@@ -207,10 +207,24 @@ func (c *controller) setQueue(q *fairqueue.Queue[Request]) {
 	}
 }
 
-// Reconcile runs the user's reconciler for requests of engaged clusters,
-// under a context that ends when the cluster leaves, and drops the rest:
-// requests that were being handed out as their cluster left.
+// incomingRetry is when a request of a member this replica is still
+// taking over is tried again, if its hold did not keep it queued.
+const incomingRetry = 100 * time.Millisecond
+
+// Reconcile runs the user's reconciler for requests of engaged clusters
+// this replica owns, under a context that ends when the cluster leaves,
+// and drops the rest: requests that were being handed out as their
+// cluster left, or went to another replica.
 func (c *controller) Reconcile(ctx context.Context, req Request) (reconcile.Result, error) {
+	if req.ClusterName != registry.HubName {
+		member, ok := c.registry.Get(req.ClusterName)
+		if ok && member.Ownership == registry.Incoming {
+			return reconcile.Result{RequeueAfter: incomingRetry}, nil
+		}
+		if !ok || !member.Owned() {
+			return reconcile.Result{}, nil
+		}
+	}
 	c.mu.Lock()
 	clusterCtx, ok := c.engaged[req.ClusterName]
 	if !ok || clusterCtx.Err() != nil {

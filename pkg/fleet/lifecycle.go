@@ -14,18 +14,23 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// held reports whether c's work is held: it is accepted and Unhealthy.
+// held reports whether c's work is held: it is accepted and Unhealthy,
+// or this replica does not own it (yet).
 func held(c *registry.Cluster) bool {
-	return c.Accepted() && c.State == fleetv1alpha1.MemberStateUnhealthy
+	return c.Accepted() && (c.State == fleetv1alpha1.MemberStateUnhealthy || !c.Owned())
 }
+
+// reportable reports whether c's refusal is this replica's to report.
+func reportable(c *registry.Cluster) bool { return c != nil && c.Refusal != nil && c.Owned() }
 
 var errRefused = errors.New("registration refused")
 
 // lifecycle brings each cluster's registration and state to the rest of
-// the manager: the work of an Unhealthy member is held in every fleet
-// controller's queue, cluster filters are asked again, the cluster's
+// the manager: the work of an Unhealthy member, or of one this replica
+// does not own yet, is held in every fleet controller's queue, cluster filters are asked again, the cluster's
 // metrics follow it, and each refusal is logged and reported as an Event
-// on the Secrets that claim the name. Refusals carry no credential.
+// on the Secrets that claim the name, by the replica that owns it.
+// Refusals carry no credential.
 type lifecycle struct {
 	m        *Manager
 	log      logr.Logger
@@ -34,7 +39,7 @@ type lifecycle struct {
 
 func (l lifecycle) Start(ctx context.Context) error {
 	l.m.registry.Subscribe(ctx).Run(ctx, 1, func(_ context.Context, e registry.Event) {
-		if e.Refused() {
+		if reportable(e.New) && !(reportable(e.Old) && *e.Old.Refusal == *e.New.Refusal) {
 			l.reportRefusal(e.New)
 		}
 		l.m.metrics.follow(e.Name, e.New)

@@ -27,6 +27,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/kubeconfig"
 	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
+	"github.com/fleetkube/fleet-manager/pkg/shard"
 )
 
 // DefaultNamespace is the default fleet namespace.
@@ -94,6 +95,13 @@ type Options struct {
 	// Secrets, under the names <namespace>.<name>.
 	ClusterProfiles *registry.ClusterProfiles
 
+	// Shard, if set, makes this manager one replica of several that share
+	// the fleet (package shard): each member is owned by one live
+	// replica, which alone runs it and does its work. Its Namespace,
+	// Registry, Running, Warm, Scheme, HTTPClient and Logger are the
+	// manager's. It excludes leader election.
+	Shard *shard.Options
+
 	// GCPercent is the garbage collector's target percentage New sets for
 	// the process (runtime/debug.SetGCPercent) when the environment sets
 	// no GOGC: the process is the fleet manager's, and the GOGC variable
@@ -117,8 +125,11 @@ type Manager struct {
 	identity  *identity
 	registry  *registry.Registry
 	pool      *member.Pool
-	engager   *engage.Engager
-	metrics   *fleetMetrics
+	// replica is this replica's part in a shared fleet; nil when it
+	// works alone.
+	replica *shard.Replica
+	engager *engage.Engager
+	metrics *fleetMetrics
 	// queueMetrics are the workqueue series of the fleet controllers.
 	queueMetrics *fairqueue.MetricsProvider
 
@@ -179,7 +190,10 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 			return nil, fmt.Errorf("registration format %q: the name must be one of %v, which MemberClusters can record", f.Name, fleetv1alpha1.RegistrationFormats)
 		}
 	}
-	if m.registry, err = registry.NewWithSecrets(hub, formats, hub.GetControllerOptions().MaxConcurrentReconciles, opts.ClusterProfiles); err != nil {
+	if opts.Shard != nil && opts.LeaderElection {
+		return nil, errors.New("a fleet shared by replicas (Options.Shard) elects no leader: every replica works")
+	}
+	if m.registry, err = registry.NewWithSecrets(hub, formats, hub.GetControllerOptions().MaxConcurrentReconciles, opts.ClusterProfiles, opts.Shard != nil); err != nil {
 		return nil, err
 	}
 	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.metrics.observeEngage})
@@ -197,9 +211,17 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range []manager.Runnable{
-		m.identity,
-		m.pool,
+	runnables := []manager.Runnable{m.identity, m.pool}
+	if opts.Shard != nil {
+		so := *opts.Shard
+		so.Namespace, so.Registry, so.Running, so.Warm = opts.Namespace, m.registry, m.pool.Holds, m.warm
+		so.Scheme, so.HTTPClient, so.Logger = hub.GetScheme(), hub.GetHTTPClient(), log.WithName("shard")
+		if m.replica, err = shard.New(cfg, so); err != nil {
+			return nil, err
+		}
+		runnables = append(runnables, m.replica)
+	}
+	for _, r := range append(runnables,
 		// The hub is engaged like a member, under the name "", for as
 		// long as this replica leads.
 		manager.RunnableFunc(func(ctx context.Context) error {
@@ -207,7 +229,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 			return nil
 		}),
 		lifecycle{m: m, log: log.WithName("members"), recorder: hub.GetEventRecorder("fleet-manager")},
-	} {
+	) {
 		if err := hub.Add(r); err != nil {
 			return nil, err
 		}
@@ -237,11 +259,19 @@ func (m *Manager) addController(c *controller) {
 	m.engager.Add(c)
 }
 
+// ErrNotOwned is wrapped by GetCluster for a member another replica owns,
+// or that this replica is still taking over.
+var ErrNotOwned = errors.New("cluster not owned by this replica")
+
 // GetCluster returns the cluster named clusterName: the hub for "", else
-// the member, or an error wrapping member.ErrClusterNotFound.
+// the member, or an error wrapping member.ErrClusterNotFound, or
+// ErrNotOwned when replicas share the fleet and this one does not own it.
 func (m *Manager) GetCluster(_ context.Context, clusterName string) (cluster.Cluster, error) {
 	if clusterName == registry.HubName {
 		return m.Manager, nil
+	}
+	if err := m.checkOwned(clusterName); err != nil {
+		return nil, err
 	}
 	return m.pool.Get(clusterName)
 }
@@ -251,7 +281,76 @@ func (m *Manager) GetCluster(_ context.Context, clusterName string) (cluster.Clu
 // byte; otherwise an error wrapping member.ErrOtherKubeconfig: the pool
 // has not caught up with the registration yet.
 func (m *Manager) GetRunningCluster(clusterName string, kubeconfig []byte) (cluster.Cluster, error) {
+	if err := m.checkOwned(clusterName); err != nil {
+		return nil, err
+	}
 	return m.pool.GetRunning(clusterName, kubeconfig)
+}
+
+// checkOwned returns an error wrapping ErrNotOwned unless this replica
+// owns registered member clusterName.
+func (m *Manager) checkOwned(clusterName string) error {
+	c, ok := m.registry.Get(clusterName)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %q", member.ErrClusterNotFound, clusterName)
+	case c.Ownership == registry.Incoming:
+		return fmt.Errorf("%w: %q: still taking it over", ErrNotOwned, clusterName)
+	case !c.Owned() && c.Owner == "":
+		return fmt.Errorf("%w: %q: no replica owns it now", ErrNotOwned, clusterName)
+	case !c.Owned():
+		return fmt.Errorf("%w: %q: replica %s owns it", ErrNotOwned, clusterName, c.Owner)
+	}
+	return nil
+}
+
+// Owns reports whether this replica does the work of cluster
+// clusterName: of a registered cluster, once it has taken it over; of a
+// name no longer registered (what it left on the hub), if the name's
+// owner among the live replicas is this one. A manager that works alone
+// owns every cluster.
+func (m *Manager) Owns(clusterName string) bool {
+	if c, ok := m.registry.Get(clusterName); ok {
+		return c.Owned()
+	}
+	return m.replica == nil || m.replica.Owns(clusterName)
+}
+
+// OwnsKey reports whether this replica is the one, among the live
+// replicas, to do the hub work named key, such as writing a hub object's
+// status that many members' results make up. Replicas pick key's owner
+// as they pick a cluster's; while they change, two may briefly both
+// think it theirs, so write with optimistic concurrency. A manager that
+// works alone owns every key.
+func (m *Manager) OwnsKey(key string) bool { return m.replica == nil || m.replica.Owns(key) }
+
+// ReplicaName names this replica when replicas share the fleet; "" when
+// it works alone.
+func (m *Manager) ReplicaName() string {
+	if m.replica == nil {
+		return ""
+	}
+	return m.replica.Name()
+}
+
+// warm reports whether a member taken over has synced every fleet
+// controller's sources, or cannot now: it is not accepted, or is
+// Disconnected.
+func (m *Manager) warm(clusterName string) bool {
+	c, ok := m.registry.Get(clusterName)
+	if !ok || !c.Accepted() || c.State == fleetv1alpha1.MemberStateDisconnected {
+		return true
+	}
+	engagements := m.engager.Engagements(clusterName)
+	if engagements == nil {
+		return false // not engaged yet
+	}
+	for _, e := range engagements {
+		if !e.Engaged {
+			return false
+		}
+	}
+	return true
 }
 
 // GetClusterEventRecorder returns an event recorder named name for the cluster
@@ -266,10 +365,10 @@ func (m *Manager) GetClusterEventRecorder(ctx context.Context, clusterName, name
 }
 
 // MemberState returns the state of member clusterName, and false if no
-// such member is registered.
+// such member is registered, or runs on this replica.
 func (m *Manager) MemberState(clusterName string) (fleetv1alpha1.MemberState, bool) {
 	c, ok := m.registry.Get(clusterName)
-	if !ok || !c.Accepted() {
+	if !ok || !c.RunsHere() {
 		return "", false
 	}
 	return c.State, true

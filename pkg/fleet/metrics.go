@@ -109,7 +109,7 @@ func newFleetMetrics(reg prometheus.Registerer) (*fleetMetrics, error) {
 func (m *fleetMetrics) follow(clusterName string, c *registry.Cluster) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if c == nil || !c.Accepted() {
+	if c == nil || !c.RunsHere() {
 		if m.live[clusterName] {
 			delete(m.live, clusterName)
 			m.lockedForget(clusterName)

@@ -118,6 +118,9 @@ func (p *profiles) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 		return reconcile.Result{}, nil
 	}
 	name := req.Name
+	if !p.m.Owns(name) {
+		return reconcile.Result{}, nil // its owner writes it
+	}
 	cp := &inventoryv1alpha1.ClusterProfile{}
 	err := p.client.Get(ctx, types.NamespacedName{Namespace: p.namespace, Name: name}, cp)
 	if err != nil && !apierrors.IsNotFound(err) {

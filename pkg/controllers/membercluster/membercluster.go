@@ -132,6 +132,9 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, nil
 	}
 	name := req.Name
+	if !mc.m.Owns(name) {
+		return reconcile.Result{}, nil // its owner writes it
+	}
 	c, registered := mc.m.Registry().Get(name)
 	obj := &fleetv1alpha1.MemberCluster{}
 	err := mc.client.Get(ctx, req.NamespacedName, obj)
@@ -186,8 +189,13 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	transitions := len(want.Status.RecentTransitions)
 	mc.setStatus(ctx, c, &want.Status)
 	// The registry sends no event for a probe that succeeds like the one
-	// before: LastProbeTime is refreshed on this schedule instead.
-	refresh := reconcile.Result{RequeueAfter: mc.probeTimeRefresh}
+	// before: LastProbeTime is refreshed on this schedule instead, unless
+	// replicas share the fleet: then the owner's Lease says the status is
+	// current, and it is written only when it changes.
+	var refresh reconcile.Result
+	if want.Status.Replica == "" {
+		refresh.RequeueAfter = mc.probeTimeRefresh
+	}
 	if mc.statusUnchanged(before, &want.Status) {
 		return refresh, nil
 	}
@@ -196,6 +204,9 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	}
 	if len(want.Status.RecentTransitions) > transitions || !exists {
 		mc.recordTransition(want, before.State)
+	}
+	if before.Replica != want.Status.Replica && before.Replica != "" && want.Status.Replica != "" {
+		mc.recorder.Eventf(want, nil, corev1.EventTypeNormal, fleetv1alpha1.ReasonMoved, "Move", "replica %s owns the member (was %s)", want.Status.Replica, before.Replica)
 	}
 	if expiring := meta.FindStatusCondition(want.Status.Conditions, fleetv1alpha1.ConditionCredentialsExpiring); expiring != nil && expiring.Status == metav1.ConditionTrue && !wasExpiring {
 		mc.recorder.Eventf(want, nil, corev1.EventTypeWarning, expiring.Reason, "CheckCredentials", expiring.Message)
@@ -263,6 +274,7 @@ func (mc *memberClusters) ours(obj *fleetv1alpha1.MemberCluster, registered bool
 // from the engager.
 func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, status *fleetv1alpha1.MemberClusterStatus) {
 	now := metav1.Now()
+	status.Replica = mc.m.ReplicaName()
 	refusal, probe := c.Refusal, c.Probe
 	probed := probe != nil
 	switch {
@@ -466,10 +478,11 @@ func (mc *memberClusters) forget(name string) {
 }
 
 // statusUnchanged reports whether after differs from before, the status
-// last written, at most in a LastProbeTime that is still fresh.
+// last written, at most in a LastProbeTime that is still fresh, or, when
+// replicas share the fleet, at most in LastProbeTime.
 func (mc *memberClusters) statusUnchanged(before, after *fleetv1alpha1.MemberClusterStatus) bool {
 	a := after.DeepCopy()
-	if before.LastProbeTime != nil && a.LastProbeTime != nil && a.LastProbeTime.Sub(before.LastProbeTime.Time) < mc.probeTimeRefresh {
+	if before.LastProbeTime != nil && a.LastProbeTime != nil && (a.Replica != "" || a.LastProbeTime.Sub(before.LastProbeTime.Time) < mc.probeTimeRefresh) {
 		a.LastProbeTime = before.LastProbeTime
 	}
 	return equality.Semantic.DeepEqual(before, a)

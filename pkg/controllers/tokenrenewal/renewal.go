@@ -201,7 +201,8 @@ func newCredentialRenewal(m *fleet.Manager, opts Options) (*credentialRenewal, e
 	}, nil
 }
 
-// NeedLeaderElection is true: only the leader renews and reports.
+// NeedLeaderElection is true: only the leader renews and reports. When
+// replicas share the fleet, each renews the members it owns.
 func (*credentialRenewal) NeedLeaderElection() bool { return true }
 
 func (r *credentialRenewal) Start(ctx context.Context) error {
@@ -289,8 +290,8 @@ func (r *credentialRenewal) evaluate(ctx context.Context, queue workqueue.TypedD
 }
 
 func registration(c *registry.Cluster, ok bool) (registry.Registration, int64, bool) {
-	if !ok {
-		return registry.Registration{}, 0, false
+	if !ok || !c.Owned() {
+		return registry.Registration{}, 0, false // another replica renews it
 	}
 	return c.Registration()
 }
