@@ -851,3 +851,45 @@ func TestPersistentStateComponent(t *testing.T) {
 		t.Errorf("the volume claims %s, the component adds %s/%s", v.PersistentVolumeClaim.ClaimName, claim.Namespace, claim.Name)
 	}
 }
+
+// TestShardedComponent renders deploy/ with the sharded component as its
+// comment says: three replicas sharing the fleet (--shard, not
+// --leader-elect), each named by its pod, with the rights on Leases the
+// replicas need.
+func TestShardedComponent(t *testing.T) {
+	overlay := t.TempDir()
+	base, err := filepath.Rel(overlay, deployDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomization := fmt.Sprintf("resources: [%q]\ncomponents: [%q]\n", base, filepath.Join(base, "components", "sharded"))
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	docs := splitDocuments(t, renderKustomization(t, overlay))
+	deploy := &appsv1.Deployment{}
+	decodeDocument(t, documentOfKind(t, docs, "Deployment"), deploy)
+	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas != 3 {
+		t.Errorf("replicas %v, want 3", deploy.Spec.Replicas)
+	}
+	manager := deploy.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(manager.Args, "--shard") || slices.Contains(manager.Args, "--leader-elect") {
+		t.Errorf("args %v: want --shard, not --leader-elect", manager.Args)
+	}
+	if i := slices.IndexFunc(manager.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAME" }); i < 0 || manager.Env[i].ValueFrom == nil || manager.Env[i].ValueFrom.FieldRef.FieldPath != "metadata.name" {
+		t.Errorf("env %v: want POD_NAME from metadata.name, which names the replica", manager.Env)
+	}
+	role := &rbacv1.Role{}
+	for _, doc := range docs {
+		if text := string(doc); strings.Contains(text, "name: fleet-manager-replicas") && strings.Contains(text, "kind: Role\n") {
+			decodeDocument(t, doc, role)
+		}
+	}
+	for _, verb := range []string{"create", "get", "list", "watch", "update", "delete"} {
+		if !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
+			return slices.Contains(r.Resources, "leases") && slices.Contains(r.Verbs, verb)
+		}) {
+			t.Errorf("the replicas' Role may not %s Leases: %+v", verb, role.Rules)
+		}
+	}
+}

@@ -236,7 +236,7 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew the Lease before it gives up and exits.")
 	fs.DurationVar(&f.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the Lease.")
 	fs.BoolVar(&f.shard, "shard", false, "Share the fleet with the other replicas started with --shard: each holds a Lease of its own in the fleet namespace, each member is owned by one live replica (rendezvous hashing of its name), which alone connects to it and does its work, and a member moves make-before-break when a replica joins or leaves. Excludes --leader-elect.")
-	fs.StringVar(&f.replicaName, "replica-name", defaultReplicaName(), "With --shard, this replica's name, and its Lease's: unique among the replicas. Default: $POD_NAME, else the host name.")
+	fs.StringVar(&f.replicaName, "replica-name", "", "With --shard, this replica's name, and its Lease's: unique among the replicas. Default: $POD_NAME, else the host name.")
 	fs.DurationVar(&f.shardLease.LeaseDuration, "shard-lease-duration", shard.DefaultLeaseDuration, "With --shard, how long the other replicas wait after a replica's Lease last changed before they take its members over (whole seconds).")
 	fs.DurationVar(&f.shardLease.RenewDeadline, "shard-renew-deadline", shard.DefaultRenewDeadline, "With --shard, how long a replica works without renewing its Lease before it stops every member, until it renews again.")
 	fs.DurationVar(&f.shardLease.RetryPeriod, "shard-retry-period", shard.DefaultRetryPeriod, "With --shard, how often a replica renews its Lease.")
@@ -352,6 +352,9 @@ func (f *runFlags) check(cmd *cobra.Command) error {
 		return usageErrorf("--shard and --leader-elect exclude each other: with --shard every replica works, on the members it owns")
 	}
 	if f.shard {
+		if f.replicaName == "" {
+			f.replicaName = defaultReplicaName()
+		}
 		if err := registry.ValidateName(f.replicaName); err != nil || len(f.replicaName) > 63 {
 			return usageErrorf("--replica-name %q must be a DNS-1123 label, as a pod's name is", f.replicaName)
 		}

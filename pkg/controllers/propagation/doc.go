@@ -109,7 +109,9 @@
 // # Lifecycle
 //
 // [Add] adds the controller to a fleet.Manager before it starts; it runs on
-// the leader with the manager. While the hub is engaged the hub caches run
+// the leader with the manager. On replicas that share the fleet
+// (fleet.Options.Shard) it does not run yet: Add logs that and adds
+// nothing. While the hub is engaged the hub caches run
 // and registry events ask every Propagation again about the member that
 // changed. A member's copy cache starts when the controller engages the
 // member, which then asks it about every Propagation, and stops when it
