@@ -30,12 +30,14 @@ const stateUnknown = "Unknown"
 
 // freshness judges whether the state a MemberCluster records is current:
 // a manager probes the member only while its last probe is recent and,
-// under leader election, while a manager holds its fleet's Lease.
+// under leader election, while a manager holds its fleet's Lease. When
+// replicas share the fleet, the status names its replica, which writes it
+// only on change: it is current while that replica holds its Lease.
 type freshness struct {
 	c          client.Client
 	staleAfter time.Duration
-	// leases are the fleet namespaces' Leases as read, nil where there
-	// is none or it cannot be read: the last probe alone judges then.
+	// leases are the Leases read, by namespace/name, nil where there is
+	// none or it cannot be read: the last probe alone judges then.
 	leases map[string]*coordinationv1.Lease
 }
 
@@ -47,16 +49,17 @@ func newFreshness(c client.Client, staleAfter time.Duration) *freshness {
 // again.
 func (f *freshness) refresh() { clear(f.leases) }
 
-// lease returns the Lease of the fleet of namespace ns, or nil.
-func (f *freshness) lease(ctx context.Context, ns string) *coordinationv1.Lease {
-	if l, read := f.leases[ns]; read {
+// lease returns the Lease name of namespace ns, or nil.
+func (f *freshness) lease(ctx context.Context, ns, name string) *coordinationv1.Lease {
+	key := ns + "/" + name
+	if l, read := f.leases[key]; read {
 		return l
 	}
 	l := &coordinationv1.Lease{}
-	if err := f.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: leaderElectionID}, l); err != nil {
-		l = nil // none (no leader election), or not ours to read
+	if err := f.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, l); err != nil {
+		l = nil // none (no leader election, a replica gone), or not ours to read
 	}
-	f.leases[ns] = l
+	f.leases[key] = l
 	return l
 }
 
@@ -68,8 +71,21 @@ func (f *freshness) stale(ctx context.Context, mc *fleetv1alpha1.MemberCluster, 
 	if st.LastProbeTime != nil {
 		probe = "last probed " + when(st.LastProbeTime, now)
 	}
-	if ns := mc.Labels[fleetv1alpha1.FleetLabel]; ns != "" {
-		if l := f.lease(ctx, ns); l != nil && !leaseHeld(l, now) {
+	ns := mc.Labels[fleetv1alpha1.FleetLabel]
+	if st.Replica != "" {
+		// Replicas share the fleet: the status is written on change only,
+		// and is current while its replica's Lease is held.
+		if l := f.lease(ctx, ns, st.Replica); l == nil || !leaseHeld(l, now) {
+			renewal := ""
+			if l != nil {
+				renewal = renewed(l, now)
+			}
+			return fmt.Sprintf("replica %s, which owns the member, no longer holds its Lease %s/%s%s; %s", st.Replica, ns, st.Replica, renewal, probe)
+		}
+		return ""
+	}
+	if ns != "" {
+		if l := f.lease(ctx, ns, leaderElectionID); l != nil && !leaseHeld(l, now) {
 			return fmt.Sprintf("no manager holds the Lease %s/%s%s; %s", ns, l.Name, renewed(l, now), probe)
 		}
 	}

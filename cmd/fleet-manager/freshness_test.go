@@ -84,3 +84,63 @@ func TestStaleByLease(t *testing.T) {
 	res = runCLI(t, nil, clk, "get", "members", "-l", getTestLabel+"=lease", hubFlag)
 	checkGolden(t, "members-lease-released.golden", res.stdout)
 }
+
+// TestStaleByReplicaLease: when replicas share the fleet, a member's
+// status names its replica, which writes it only on change: it is current
+// while that replica holds its own Lease, however old its last probe, and
+// Unknown once the replica's Lease is gone. -o wide and status name the
+// replica.
+func TestStaleByReplicaLease(t *testing.T) {
+	needAPIServers(t)
+	c, hubFlag := hubClient(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "shard-fleet-"}}
+	if err := c.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	mc := newMember("shard-east", "shard", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "shard-east", Format: fleetv1alpha1.FormatNative})
+	mc.Labels[fleetv1alpha1.FleetLabel] = ns.Name
+	createMember(t, c, mc)
+	now := mc.CreationTimestamp.Add(2 * time.Hour)
+	clk := clocktesting.NewFakeClock(now)
+	setStatus(t, c, mc, fleetv1alpha1.MemberClusterStatus{
+		Replica:    "fleet-manager-7d9f-b2x4q",
+		State:      fleetv1alpha1.MemberStateReady,
+		StateSince: ptrTime(now.Add(-time.Hour)),
+		Conditions: []metav1.Condition{
+			condition(fleetv1alpha1.ConditionReady, metav1.ConditionTrue, fleetv1alpha1.ReasonEngaged, "", now.Add(-time.Hour)),
+			condition(fleetv1alpha1.ConditionHealthy, metav1.ConditionTrue, fleetv1alpha1.ReasonProbeSucceeded, "", now.Add(-time.Hour)),
+		},
+		ServerVersion:   "v1.37.1",
+		LastProbeTime:   ptrTime(now.Add(-time.Hour)),
+		LastProbeResult: fleetv1alpha1.ProbeResultSuccess,
+	})
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "fleet-manager-7d9f-b2x4q"},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To("fleet-manager-7d9f-b2x4q_1"),
+			LeaseDurationSeconds: ptr.To[int32](15),
+			RenewTime:            &metav1.MicroTime{Time: now.Add(-2 * time.Second)},
+		},
+	}
+	if err := c.Create(t.Context(), lease); err != nil {
+		t.Fatal(err)
+	}
+	res := runCLI(t, nil, clk, "get", "members", "-o", "wide", "-l", getTestLabel+"=shard", hubFlag)
+	if res.code != 0 || res.stderr != "" {
+		t.Fatalf("get members: %+v", res)
+	}
+	checkGolden(t, "members-replica-held.golden", res.stdout)
+
+	// The replica is gone.
+	if err := c.Delete(t.Context(), lease); err != nil {
+		t.Fatal(err)
+	}
+	res = runCLI(t, nil, clk, "get", "members", "-o", "wide", "-l", getTestLabel+"=shard", hubFlag)
+	checkGolden(t, "members-replica-gone.golden", res.stdout)
+	res = runCLI(t, nil, clk, "status", "shard-east", hubFlag)
+	if res.code != 0 || res.stderr != "" {
+		t.Fatalf("status: %+v", res)
+	}
+	times := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
+	checkGolden(t, "status-replica-gone.golden", times.ReplaceAllString(strings.ReplaceAll(res.stdout, ns.Name, "FLEET"), "TIME"))
+}

@@ -195,6 +195,7 @@ var memberColumns = []metav1.TableColumnDefinition{
 	{Name: "Failures", Type: "integer", Description: "Failed probes in a row"},
 	{Name: "Last Probe", Type: "string"},
 	{Name: "Age", Type: "string"},
+	{Name: "Replica", Type: "string", Priority: 1, Description: "The replica that owns the member, when replicas share the fleet"},
 	{Name: "Format", Type: "string", Priority: 1},
 	{Name: "Secret", Type: "string", Priority: 1},
 	{Name: "Credentials", Type: "string", Priority: 1},
@@ -221,7 +222,7 @@ func memberRow(ctx context.Context, mc *fleetv1alpha1.MemberCluster, fresh *fres
 	return tableRow(mc,
 		mc.Name, state, ready, healthy, orNone(oneLine(st.ServerVersion)), int64(st.ConsecutiveFailures),
 		age(st.LastProbeTime, now), age(&mc.CreationTimestamp, now),
-		string(ref.Format), ref.Namespace+"/"+ref.Name, credType, expires, engaged(st),
+		orNone(st.Replica), string(ref.Format), ref.Namespace+"/"+ref.Name, credType, expires, engaged(st),
 	)
 }
 

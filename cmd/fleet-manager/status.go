@@ -102,6 +102,9 @@ func printStatus(w io.Writer, mc *fleetv1alpha1.MemberCluster, stale string, now
 	} else {
 		field("State", state)
 	}
+	if st.Replica != "" {
+		field("Replica", st.Replica+" (owns the member: connects to it and does its work)")
+	}
 	field("Format", string(ref.Format))
 	field("Secret", ref.Namespace+"/"+ref.Name)
 	field("Server version", orNone(oneLine(st.ServerVersion)))
