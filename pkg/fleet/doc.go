@@ -62,4 +62,15 @@
 // is engaged again gets the requests of the hub objects that exist then.
 // A refused Secret is logged with its reason, reported as an Event on the Secret and
 // on its MemberCluster, and affects no other member.
+//
+// # Replicas that share the fleet
+//
+// With Options.Shard (package shard) there is no leader: every replica
+// runs, and owns the members rendezvous hashing gives it among the live
+// replicas. Only the owner runs a member and reconciles its requests;
+// [Manager.GetCluster] of another's member returns an error wrapping
+// [ErrNotOwned]. A member this replica takes over runs with its work held
+// until the previous owner has let it go. [Manager.Owns] says whose
+// work a cluster's is, [Manager.OwnsKey] picks one replica for hub work
+// of any key. Hub requests reach every replica.
 package fleet

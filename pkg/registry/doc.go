@@ -44,6 +44,11 @@
 // an older kubeconfig, are ignored, so a member that is stopping cannot
 // overwrite the truth.
 //
+// When replicas share the fleet ([NewShared]), package shard assigns each
+// cluster's owner and this replica's part in it ([Registry.Assign],
+// [Ownership]); a cluster not run here has no state, and reports about it
+// are ignored.
+//
 // Other facts about a cluster are published by their owners, each kind
 // in a [Facts] of its own, so that a change wakes only its readers: the
 // token renewal publishes what it knows of each kubeconfig's credential
