@@ -791,15 +791,6 @@ func checkManifests(t *testing.T, rendered []byte) {
 
 	// The optional ServiceMonitor, in an overlay of deploy/ as the
 	// component's comment says.
-	overlay := t.TempDir()
-	base, err := filepath.Rel(overlay, deployDir(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kustomization := fmt.Sprintf("resources: [%q]\ncomponents: [%q]\n", base, filepath.Join(base, "components", "prometheus"))
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	var monitor struct {
 		metav1.ObjectMeta `json:"metadata"`
 		Spec              struct {
@@ -810,7 +801,7 @@ func checkManifests(t *testing.T, rendered []byte) {
 			} `json:"endpoints"`
 		} `json:"spec"`
 	}
-	withMonitor := splitDocuments(t, renderKustomization(t, overlay))
+	withMonitor := renderWithComponent(t, "prometheus")
 	decodeDocument(t, documentOfKind(t, withMonitor, "ServiceMonitor"), &monitor)
 	service := &corev1.Service{}
 	decodeDocument(t, documentOfKind(t, withMonitor, "Service"), service)
@@ -828,16 +819,7 @@ func checkManifests(t *testing.T, rendered []byte) {
 // component as its comment says: one replica, replaced with Recreate, its
 // journal on the claim the component adds.
 func TestPersistentStateComponent(t *testing.T) {
-	overlay := t.TempDir()
-	base, err := filepath.Rel(overlay, deployDir(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kustomization := fmt.Sprintf("resources: [%q]\ncomponents: [%q]\n", base, filepath.Join(base, "components", "persistent-state"))
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	docs := splitDocuments(t, renderKustomization(t, overlay))
+	docs := renderWithComponent(t, "persistent-state")
 	deploy := &appsv1.Deployment{}
 	decodeDocument(t, documentOfKind(t, docs, "Deployment"), deploy)
 	claim := &corev1.PersistentVolumeClaim{}
@@ -857,16 +839,7 @@ func TestPersistentStateComponent(t *testing.T) {
 // --leader-elect), each named by its pod, with the rights on Leases the
 // replicas need.
 func TestShardedComponent(t *testing.T) {
-	overlay := t.TempDir()
-	base, err := filepath.Rel(overlay, deployDir(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kustomization := fmt.Sprintf("resources: [%q]\ncomponents: [%q]\n", base, filepath.Join(base, "components", "sharded"))
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	docs := splitDocuments(t, renderKustomization(t, overlay))
+	docs := renderWithComponent(t, "sharded")
 	deploy := &appsv1.Deployment{}
 	decodeDocument(t, documentOfKind(t, docs, "Deployment"), deploy)
 	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas != 3 {
@@ -892,4 +865,20 @@ func TestShardedComponent(t *testing.T) {
 			t.Errorf("the replicas' Role may not %s Leases: %+v", verb, role.Rules)
 		}
 	}
+}
+
+// renderWithComponent renders deploy/ in an overlay with the component
+// named, as the components' comments say to, and splits its documents.
+func renderWithComponent(t *testing.T, component string) [][]byte {
+	t.Helper()
+	overlay := t.TempDir()
+	base, err := filepath.Rel(overlay, deployDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomization := fmt.Sprintf("resources: [%q]\ncomponents: [%q]\n", base, filepath.Join(base, "components", component))
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return splitDocuments(t, renderKustomization(t, overlay))
 }
