@@ -298,6 +298,51 @@ type PropagationStatus struct {
 	// +listMapKey=name
 	// +optional
 	Members []MemberPropagationStatus `json:"members,omitempty"`
+
+	// Shards are each replica's part of this status when replicas share
+	// the fleet (run --shard): each writes its own, from the members it
+	// owns, and one replica sums them up into the fields above.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=replica
+	// +optional
+	Shards []PropagationShard `json:"shards,omitempty"`
+}
+
+// MaxShardMembers bounds a shard's members: failing, drifted and pending
+// first.
+const MaxShardMembers = 100
+
+// PropagationShard is one replica's part of a Propagation's status: the
+// counts of the members it owns, and those of them not Applied.
+type PropagationShard struct {
+	// Replica names the replica.
+	Replica string `json:"replica"`
+	// ObservedGeneration is the generation the shard describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Selected, Applied, Drifted, Failed and PendingDeletions count the
+	// replica's members as the status's fields of those names count all.
+	// +optional
+	Selected int32 `json:"selected,omitempty"`
+	// +optional
+	Applied int32 `json:"applied,omitempty"`
+	// +optional
+	Drifted int32 `json:"drifted,omitempty"`
+	// +optional
+	Failed int32 `json:"failed,omitempty"`
+	// +optional
+	PendingDeletions int32 `json:"pendingDeletions,omitempty"`
+	// Members lists the replica's members that are not Applied, at most
+	// MaxShardMembers.
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=atomic
+	// +optional
+	Members []MemberPropagationStatus `json:"members,omitempty"`
+	// Released is true once the Propagation is deleted and every member of
+	// the replica has removed its copies or owes their removal.
+	// +optional
+	Released bool `json:"released,omitempty"`
 }
 
 // KindReference names a kind.

@@ -324,6 +324,16 @@ func (m *Manager) Owns(clusterName string) bool {
 // works alone owns every key.
 func (m *Manager) OwnsKey(key string) bool { return m.replica == nil || m.replica.Owns(key) }
 
+// Replicas returns the replicas that share the fleet as this one sees
+// them, itself included: the live ones that are not leaving. It is nil
+// when this replica works alone, and while it is fenced or leaving.
+func (m *Manager) Replicas() []string {
+	if m.replica == nil {
+		return nil
+	}
+	return m.replica.Replicas()
+}
+
 // ReplicaName names this replica when replicas share the fleet; "" when
 // it works alone.
 func (m *Manager) ReplicaName() string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -213,6 +214,14 @@ func (r *Replica) Owns(key string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.working != nil && ownerOf(key, r.working) == r.opts.Name
+}
+
+// Replicas returns the live replicas that are not leaving, this one
+// included, as this one sees them; nil while it is fenced or leaving.
+func (r *Replica) Replicas() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.working)
 }
 
 // Name returns the replica's name.

@@ -109,9 +109,7 @@
 // # Lifecycle
 //
 // [Add] adds the controller to a fleet.Manager before it starts; it runs on
-// the leader with the manager. On replicas that share the fleet
-// (fleet.Options.Shard) it does not run yet: Add logs that and adds
-// nothing. While the hub is engaged the hub caches run
+// the leader with the manager. While the hub is engaged the hub caches run
 // and registry events ask every Propagation again about the member that
 // changed. A member's copy cache starts when the controller engages the
 // member, which then asks it about every Propagation, and stops when it
@@ -153,4 +151,19 @@
 // Each member's owed removals are also published, oldest first, in
 // Options.OwedRemovals ([NewOwedRemovals]) when set, which the MemberCluster
 // controller shows.
+//
+// # Replicas that share the fleet
+//
+// With fleet.Options.Shard every replica runs the controller, and a
+// member's requests run only on its owner. Each replica writes its shard
+// of a Propagation's status (status.shards: the counts of the members it
+// owns, and those not Applied, at most MaxShardMembers), with optimistic
+// concurrency; the replica Manager.OwnsKey picks sums the shards of the
+// live replicas up into the status, dropping the others'. A deleted
+// Propagation goes once every live replica has marked its shard
+// released: its members removed their copies or owe their removal. Each
+// replica writes the mirror entries of the registered members it owns
+// only; a member it takes over has its mirrored owed removals merged into
+// the journal first, so the new owner carries out what the old one
+// recorded. A member that left keeps its mirror entry, as last written.
 package propagation

@@ -210,6 +210,9 @@ func (r *reconciler) mirrorOwed(ctx context.Context, members []string) error {
 // syncMirror makes the hub's mirror ConfigMaps of members (all when nil)
 // hold what the journal says each of their members owes, and nothing
 // else: the removals members carried out, and the members forgotten, go.
+// When replicas share the fleet, only the entries of the registered
+// members this replica owns, and has merged since it took them over, are
+// its to write; the others' are left as they are.
 func (r *reconciler) syncMirror(ctx context.Context, id string, members []string) error {
 	return r.updateShards(ctx, id, members, func(i int, mirrored map[string]mirroredMember) error {
 		journaled, err := r.journal.Members()
@@ -220,9 +223,10 @@ func (r *reconciler) syncMirror(ctx context.Context, id string, members []string
 		if err != nil {
 			return err
 		}
-		clear(mirrored)
+		mine := r.mirrorsOf()
+		maps.DeleteFunc(mirrored, func(member string, _ mirroredMember) bool { return mine(member) })
 		for _, member := range journaled {
-			if shardOf(member) != i {
+			if shardOf(member) != i || !mine(member) {
 				continue
 			}
 			m, owes, err := r.mirrored(member, departed)
@@ -237,10 +241,23 @@ func (r *reconciler) syncMirror(ctx context.Context, id string, members []string
 	})
 }
 
+// mirrorsOf returns whether this replica writes a member's entry in the
+// mirror: every member, unless replicas share the fleet.
+func (r *reconciler) mirrorsOf() func(member string) bool {
+	if r.m.ReplicaName() == "" {
+		return func(string) bool { return true }
+	}
+	unmerged := r.owed.unmergedMembers()
+	return func(member string) bool {
+		c, registered := r.m.Registry().Get(member)
+		return registered && c.Owned() && !unmerged[member]
+	}
+}
+
 // mergeMirror records in the journal the owed removals mirrored on the
-// hub that it lacks, and when their members left, and asks each engaged
-// member that owes more than before to carry them out.
-func (r *reconciler) mergeMirror(ctx context.Context, id string) error {
+// hub that it lacks for members (all when nil), and when they left, and
+// asks each engaged member that owes more than before to carry them out.
+func (r *reconciler) mergeMirror(ctx context.Context, id string, members map[string]bool) error {
 	var errs []error
 	for i := range mirrorShards {
 		sh, err := r.readShard(ctx, i, id)
@@ -249,8 +266,8 @@ func (r *reconciler) mergeMirror(ctx context.Context, id string) error {
 			continue
 		}
 		for member, m := range sh.members {
-			if shardOf(member) != i {
-				continue // not where this fleet writes it
+			if shardOf(member) != i || (members != nil && !members[member]) {
+				continue // not where this fleet writes it, or not asked for
 			}
 			known, err := r.journal.Owed(member)
 			if err != nil {

@@ -21,6 +21,7 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // releaseTimeout bounds how long a deleted Propagation waits for a Ready
@@ -109,6 +110,10 @@ type owedKeeper struct {
 	mu      sync.Mutex
 	replays map[*memberCopies]*replay
 	dirty   map[string]bool
+	// unmerged, when replicas share the fleet, are the members this
+	// replica took over whose mirrored owed removals its journal has not
+	// merged yet: their mirror is not written until it has.
+	unmerged map[string]bool
 }
 
 // replay is one request carrying out a member's owed removals.
@@ -124,7 +129,7 @@ func newOwedKeeper(hub client.Client, forgetAfter time.Duration) *owedKeeper {
 	if forgetAfter <= 0 {
 		forgetAfter = DefaultForgetAfter
 	}
-	return &owedKeeper{hub: hub, forgetAfter: forgetAfter, nudge: make(chan struct{}, 1), replays: map[*memberCopies]*replay{}, dirty: map[string]bool{}}
+	return &owedKeeper{hub: hub, forgetAfter: forgetAfter, nudge: make(chan struct{}, 1), replays: map[*memberCopies]*replay{}, dirty: map[string]bool{}, unmerged: map[string]bool{}}
 }
 
 // touch asks keepOwed to bring member's mirror in step with the journal
@@ -136,6 +141,34 @@ func (k *owedKeeper) touch(member string) {
 	select {
 	case k.nudge <- struct{}{}:
 	default:
+	}
+}
+
+// takeOver records that this replica took member over: its mirrored owed
+// removals are merged into the journal before its mirror is written.
+func (k *owedKeeper) takeOver(member string) {
+	k.mu.Lock()
+	k.unmerged[member] = true
+	k.mu.Unlock()
+	select {
+	case k.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// unmergedMembers returns the members taken over and not merged yet.
+func (k *owedKeeper) unmergedMembers() map[string]bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.unmerged)
+}
+
+// merged records that members' mirrored owed removals are merged.
+func (k *owedKeeper) merged(members map[string]bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for m := range members {
+		delete(k.unmerged, m)
 	}
 }
 
@@ -247,7 +280,7 @@ func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation) 
 	results := r.results.of(key)
 	timedOut := time.Since(p.DeletionTimestamp.Time) > releaseTimeout
 	var waiting, owed []string
-	for _, c := range r.acceptedMembers() {
+	for _, c := range r.ownedMembers() {
 		res, has := results[c.Name]
 		switch {
 		case has && res.removing && res.copies == 0 && res.result != fleetv1alpha1.ResultFailed:
@@ -275,6 +308,15 @@ func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation) 
 			return reconcile.Result{}, err
 		}
 	}
+	if r.m.ReplicaName() != "" {
+		released, err := r.releaseShard(ctx, p)
+		if err != nil {
+			return retryConflict(reconcile.Result{}, client.IgnoreNotFound(err))
+		}
+		if !released {
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		}
+	}
 	before := p.DeepCopy()
 	controllerutil.RemoveFinalizer(p, fleetv1alpha1.PropagationFinalizer)
 	if err := r.hub.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -286,6 +328,27 @@ func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation) 
 			"%d members owe the removal of copies, done when each is Ready: %s", len(owed), strings.Join(owed, ", "))
 	}
 	return reconcile.Result{}, nil
+}
+
+// releaseShard marks this replica's shard of deleted p released, its
+// members done with, and reports whether p may go: it is this replica's
+// to let go (Manager.OwnsKey), and every live replica has released it.
+func (r *reconciler) releaseShard(ctx context.Context, p *fleetv1alpha1.Propagation) (bool, error) {
+	if mine := replicaShard(p, r.m.ReplicaName()); !mine.Released {
+		mine.Released = true
+		before := p.DeepCopy()
+		p.Status.Shards = withShard(p.Status.Shards, mine)
+		return false, r.hub.Status().Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	}
+	if !r.m.OwnsKey(summaryKey(p)) {
+		return false, nil
+	}
+	for _, replica := range r.m.Replicas() {
+		if !replicaShard(p, replica).Released {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // keepOwed runs while the hub is engaged: once the registry has read every
@@ -306,13 +369,24 @@ func (r *reconciler) keepOwed(ctx context.Context) {
 	}
 	tick := time.NewTicker(min(max(r.owed.forgetAfter/4, 100*time.Millisecond), time.Minute))
 	defer tick.Stop()
-	merged, first, full := false, true, true
+	shared := r.m.ReplicaName() != ""
+	if shared {
+		go r.followTakeovers(ctx)
+	}
+	merged, first, full := shared, true, true
 	for {
 		if !merged {
-			if err := r.mergeMirror(ctx, id); err != nil {
+			if err := r.mergeMirror(ctx, id, nil); err != nil {
 				r.log.Error(err, "Reading the owed removals mirrored on the hub; trying again", "namespace", r.fleet)
 			} else {
 				merged = true
+			}
+		}
+		if unmerged := r.owed.unmergedMembers(); len(unmerged) > 0 {
+			if err := r.mergeMirror(ctx, id, unmerged); err != nil {
+				r.log.Error(err, "Reading the owed removals mirrored on the hub; trying again", "namespace", r.fleet)
+			} else {
+				r.owed.merged(unmerged)
 			}
 		}
 		if full {
@@ -343,6 +417,17 @@ func (r *reconciler) keepOwed(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// followTakeovers records each member this replica takes over, when
+// replicas share the fleet, for keepOwed to merge its mirrored owed
+// removals: those its previous owner recorded.
+func (r *reconciler) followTakeovers(ctx context.Context) {
+	r.m.Registry().Subscribe(ctx).Run(ctx, 1, func(_ context.Context, e registry.Event) {
+		if e.New != nil && e.New.Owned() && (e.Old == nil || !e.Old.Owned()) {
+			r.owed.takeOver(e.Name)
+		}
+	})
 }
 
 // sweepDeparted records when each member of the journal that is not

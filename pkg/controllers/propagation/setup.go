@@ -117,13 +117,6 @@ func Add(m *fleet.Manager, opts Options) error {
 		m.GetLogger().Info("The hub has no Propagation CRD: objects are not propagated (install deploy/crd)")
 		return nil
 	}
-	if m.ReplicaName() != "" {
-		// Its status summary, deletion and owed removals sum up every
-		// member's results, which one replica alone holds only with
-		// leader election.
-		m.GetLogger().Info("The Propagation controller does not run on replicas that share the fleet (--shard) yet: run it with --leader-elect")
-		return nil
-	}
 	if opts.Journal == nil {
 		return errors.New("the Propagation controller needs a journal")
 	}

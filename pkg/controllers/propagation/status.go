@@ -56,26 +56,93 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	if wait := r.statusWait(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	status := r.status(ctx, p, r.acceptedMembers())
+	var status fleetv1alpha1.PropagationStatus
+	patch := client.MergeFrom(p.DeepCopy())
+	if r.m.ReplicaName() == "" {
+		status = r.status(ctx, p, r.ownedMembers())
+	} else {
+		// Other replicas write their shards: a write over a newer
+		// version would undo theirs.
+		status = r.shardedStatus(ctx, p)
+		patch = client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	}
 	r.statusSummed(key)
 	r.setReadiness(key, string(conditionStatus(status.Conditions, fleetv1alpha1.PropagationReady)))
 	if equality.Semantic.DeepEqual(p.Status, status) {
 		return reconcile.Result{}, nil
 	}
-	before := p.DeepCopy()
 	p.Status = status
-	return written(r.hub.Status().Patch(ctx, p, client.MergeFrom(before)))
+	return written(r.hub.Status().Patch(ctx, p, patch))
 }
 
-// acceptedMembers lists the members the registry accepts.
-func (r *reconciler) acceptedMembers() []*registry.Cluster {
+// ownedMembers lists the members the registry accepts and this replica
+// owns: every accepted member, unless replicas share the fleet.
+func (r *reconciler) ownedMembers() []*registry.Cluster {
 	var members []*registry.Cluster
 	for _, c := range r.m.Registry().List() {
-		if c.Accepted() {
+		if c.Accepted() && c.Owned() {
 			members = append(members, c)
 		}
 	}
 	return members
+}
+
+// shardedStatus is p's status when replicas share the fleet: this
+// replica's shard, from the members it owns, replaced; and, when p's
+// summary is this replica's to write (Manager.OwnsKey), the sum of the
+// shards of the live replicas, the others' dropped.
+func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propagation) fleetv1alpha1.PropagationStatus {
+	own := r.status(ctx, p, r.ownedMembers())
+	st := *p.Status.DeepCopy()
+	mine := replicaShard(p, r.m.ReplicaName())
+	mine.ObservedGeneration = p.Generation
+	mine.Selected, mine.Applied, mine.Drifted, mine.Failed, mine.PendingDeletions = own.Selected, own.Applied, own.Drifted, own.Failed, own.PendingDeletions
+	mine.Members = own.Members[:min(len(own.Members), fleetv1alpha1.MaxShardMembers)]
+	st.Shards = withShard(st.Shards, mine)
+	if !r.m.OwnsKey(summaryKey(p)) {
+		return st
+	}
+	live := r.m.Replicas()
+	st.Shards = slices.DeleteFunc(st.Shards, func(s fleetv1alpha1.PropagationShard) bool { return !slices.Contains(live, s.Replica) })
+	st.ObservedGeneration, st.Kinds = p.Generation, copiedKindsStatus(p)
+	st.Selected, st.Applied, st.Drifted, st.Failed, st.PendingDeletions = 0, 0, 0, 0, 0
+	st.Members = nil
+	for _, s := range st.Shards {
+		st.Selected += s.Selected
+		st.Applied += s.Applied
+		st.Drifted += s.Drifted
+		st.Failed += s.Failed
+		st.PendingDeletions += s.PendingDeletions
+		st.Members = append(st.Members, s.Members...)
+	}
+	st.Members = sortMembers(st.Members)
+	r.setConditions(ctx, p, &st, nil)
+	return st
+}
+
+// summaryKey names the hub work of summing up p's status, for
+// Manager.OwnsKey.
+func summaryKey(p *fleetv1alpha1.Propagation) string {
+	return "propagation/" + p.Namespace + "/" + p.Name
+}
+
+// replicaShard returns replica's shard of p's status, empty if it has
+// none.
+func replicaShard(p *fleetv1alpha1.Propagation, replica string) fleetv1alpha1.PropagationShard {
+	for _, s := range p.Status.Shards {
+		if s.Replica == replica {
+			return *s.DeepCopy()
+		}
+	}
+	return fleetv1alpha1.PropagationShard{Replica: replica}
+}
+
+// withShard returns shards with s in place of its replica's, sorted.
+func withShard(shards []fleetv1alpha1.PropagationShard, s fleetv1alpha1.PropagationShard) []fleetv1alpha1.PropagationShard {
+	out := slices.DeleteFunc(slices.Clone(shards), func(x fleetv1alpha1.PropagationShard) bool { return x.Replica == s.Replica })
+	out = append(out, s)
+	slices.SortFunc(out, func(a, b fleetv1alpha1.PropagationShard) int { return strings.Compare(a.Replica, b.Replica) })
+	return out
 }
 
 // conflictRetry is when a write that lost to a newer version of the
@@ -175,15 +242,18 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 		}
 		listed = append(listed, entry)
 	}
-	slices.SortFunc(listed, func(a, b fleetv1alpha1.MemberPropagationStatus) int {
-		return cmp.Or(cmp.Compare(slices.Index(resultOrder, a.Result), slices.Index(resultOrder, b.Result)), strings.Compare(a.Name, b.Name))
-	})
-	if len(listed) > fleetv1alpha1.MaxListedMembers {
-		listed = listed[:fleetv1alpha1.MaxListedMembers]
-	}
-	st.Members = listed
+	st.Members = sortMembers(listed)
 	r.setConditions(ctx, p, &st, selectorErr)
 	return st
+}
+
+// sortMembers sorts members failing first, then by name, and keeps the
+// first MaxListedMembers.
+func sortMembers(members []fleetv1alpha1.MemberPropagationStatus) []fleetv1alpha1.MemberPropagationStatus {
+	slices.SortFunc(members, func(a, b fleetv1alpha1.MemberPropagationStatus) int {
+		return cmp.Or(cmp.Compare(slices.Index(resultOrder, a.Result), slices.Index(resultOrder, b.Result)), strings.Compare(a.Name, b.Name))
+	})
+	return members[:min(len(members), fleetv1alpha1.MaxListedMembers)]
 }
 
 // setConditions sets Ready, Applied and Drifted from the counts and the
