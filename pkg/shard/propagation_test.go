@@ -1,7 +1,9 @@
 package shard_test
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,11 +129,31 @@ func TestPropagationUnderSharding(t *testing.T) {
 		}
 	}
 	if leaving != "" {
+		moved := time.Now()
 		replicas[leaving].Stop(t)
 		delete(replicas, leaving)
 		ready("summed up without "+leaving, func(p *fleetv1alpha1.Propagation) bool {
 			return summed(p) && !slices.ContainsFunc(p.Status.Shards, func(s fleetv1alpha1.PropagationShard) bool { return s.Replica == leaving })
 		})
+		// The new owners found the copies in sync: nothing was written
+		// again (the audit log does show the first applies).
+		copyWrites := func(since time.Time) []string {
+			var out []string
+			for i, env := range suite.Members {
+				for _, w := range suite.Writes(t, env, "", since) {
+					if w.Namespace == team && w.Name == "settings" {
+						out = append(out, fmt.Sprintf("member %d: %s", i, w))
+					}
+				}
+			}
+			return out
+		}
+		if len(copyWrites(got.CreationTimestamp.Add(-time.Second))) == 0 {
+			t.Error("the audit log shows no apply of the copies")
+		}
+		if again := copyWrites(moved); len(again) > 0 {
+			t.Errorf("copies written again during the move:\n%s", strings.Join(again, "\n"))
+		}
 	}
 
 	// Deleted while a member is unreachable: the reachable members'

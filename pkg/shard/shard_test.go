@@ -27,8 +27,9 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/shard"
 )
 
-// One hub and three member API servers, each registered under ten names.
-var suite = &fleettest.Suite{MemberCount: 3}
+// One hub and three member API servers, each registered under ten names,
+// their writes audited.
+var suite = &fleettest.Suite{MemberCount: 3, Audit: true}
 
 func TestMain(m *testing.M) { os.Exit(suite.Run(m)) }
 
