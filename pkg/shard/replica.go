@@ -15,6 +15,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -87,8 +88,8 @@ type Options struct {
 
 func (o *Options) setDefaults() error {
 	switch {
-	case o.Name == "":
-		return errors.New("shard: Options.Name is required")
+	case len(validation.IsDNS1123Label(o.Name)) > 0:
+		return fmt.Errorf("shard: Options.Name %q must be a DNS-1123 label, as a pod's name is", o.Name)
 	case o.Namespace == "":
 		return errors.New("shard: Options.Namespace is required")
 	case o.Registry == nil || o.Running == nil:
