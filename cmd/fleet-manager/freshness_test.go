@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
@@ -20,26 +21,10 @@ import (
 func TestStaleByLease(t *testing.T) {
 	needAPIServers(t)
 	c, hubFlag := hubClient(t)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "lease-fleet-"}}
-	if err := c.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	mc := newMember("lease-east", "lease", fleetv1alpha1.SecretReference{Namespace: ns.Name, Name: "lease-east", Format: fleetv1alpha1.FormatNative})
-	mc.Labels[fleetv1alpha1.FleetLabel] = ns.Name
-	createMember(t, c, mc)
-	now := mc.CreationTimestamp.Add(2 * time.Hour)
-	clk := clocktesting.NewFakeClock(now)
-	setStatus(t, c, mc, fleetv1alpha1.MemberClusterStatus{
-		State:      fleetv1alpha1.MemberStateReady,
-		StateSince: ptrTime(now.Add(-time.Hour)),
-		Conditions: []metav1.Condition{
-			condition(fleetv1alpha1.ConditionReady, metav1.ConditionTrue, fleetv1alpha1.ReasonEngaged, "", now.Add(-time.Hour)),
-			condition(fleetv1alpha1.ConditionHealthy, metav1.ConditionTrue, fleetv1alpha1.ReasonProbeSucceeded, "", now.Add(-time.Hour)),
-		},
-		ServerVersion:   "v1.37.1",
-		LastProbeTime:   ptrTime(now.Add(-20 * time.Second)),
-		LastProbeResult: fleetv1alpha1.ProbeResultSuccess,
+	ns, now := readyMemberOfFleet(t, c, "lease", "", func(st *fleetv1alpha1.MemberClusterStatus, now time.Time) {
+		st.LastProbeTime = ptrTime(now.Add(-20 * time.Second))
 	})
+	clk := clocktesting.NewFakeClock(now)
 	// As a manager stopped with SIGTERM leaves it: released.
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: leaderElectionID},
@@ -93,27 +78,13 @@ func TestStaleByLease(t *testing.T) {
 func TestStaleByReplicaLease(t *testing.T) {
 	needAPIServers(t)
 	c, hubFlag := hubClient(t)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "shard-fleet-"}}
-	if err := c.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	mc := newMember("shard-east", "shard", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "shard-east", Format: fleetv1alpha1.FormatNative})
-	mc.Labels[fleetv1alpha1.FleetLabel] = ns.Name
-	createMember(t, c, mc)
-	now := mc.CreationTimestamp.Add(2 * time.Hour)
-	clk := clocktesting.NewFakeClock(now)
-	setStatus(t, c, mc, fleetv1alpha1.MemberClusterStatus{
-		Replica:    "fleet-manager-7d9f-b2x4q",
-		State:      fleetv1alpha1.MemberStateReady,
-		StateSince: ptrTime(now.Add(-time.Hour)),
-		Conditions: []metav1.Condition{
-			condition(fleetv1alpha1.ConditionReady, metav1.ConditionTrue, fleetv1alpha1.ReasonEngaged, "", now.Add(-time.Hour)),
-			condition(fleetv1alpha1.ConditionHealthy, metav1.ConditionTrue, fleetv1alpha1.ReasonProbeSucceeded, "", now.Add(-time.Hour)),
-		},
-		ServerVersion:   "v1.37.1",
-		LastProbeTime:   ptrTime(now.Add(-time.Hour)),
-		LastProbeResult: fleetv1alpha1.ProbeResultSuccess,
+	// Its Secret's namespace is not the generated fleet namespace, which
+	// the goldens cannot hold.
+	ns, now := readyMemberOfFleet(t, c, "shard", "fleet-system", func(st *fleetv1alpha1.MemberClusterStatus, now time.Time) {
+		st.Replica = "fleet-manager-7d9f-b2x4q"
+		st.LastProbeTime = ptrTime(now.Add(-time.Hour))
 	})
+	clk := clocktesting.NewFakeClock(now)
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "fleet-manager-7d9f-b2x4q"},
 		Spec: coordinationv1.LeaseSpec{
@@ -143,4 +114,37 @@ func TestStaleByReplicaLease(t *testing.T) {
 	}
 	times := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
 	checkGolden(t, "status-replica-gone.golden", times.ReplaceAllString(strings.ReplaceAll(res.stdout, ns.Name, "FLEET"), "TIME"))
+}
+
+// readyMemberOfFleet creates MemberCluster <prefix>-east of a new fleet
+// namespace, labelled <getTestLabel>=prefix, its Secret in secretNS (the
+// fleet namespace if ""), and records it Ready for an hour, probed
+// successfully, edited by edit. It returns the fleet namespace and the
+// test's now, two hours after the member was created.
+func readyMemberOfFleet(t *testing.T, c client.Client, prefix, secretNS string, edit func(st *fleetv1alpha1.MemberClusterStatus, now time.Time)) (*corev1.Namespace, time.Time) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-fleet-"}}
+	if err := c.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	if secretNS == "" {
+		secretNS = ns.Name
+	}
+	mc := newMember(prefix+"-east", prefix, fleetv1alpha1.SecretReference{Namespace: secretNS, Name: prefix + "-east", Format: fleetv1alpha1.FormatNative})
+	mc.Labels[fleetv1alpha1.FleetLabel] = ns.Name
+	createMember(t, c, mc)
+	now := mc.CreationTimestamp.Add(2 * time.Hour)
+	st := fleetv1alpha1.MemberClusterStatus{
+		State:      fleetv1alpha1.MemberStateReady,
+		StateSince: ptrTime(now.Add(-time.Hour)),
+		Conditions: []metav1.Condition{
+			condition(fleetv1alpha1.ConditionReady, metav1.ConditionTrue, fleetv1alpha1.ReasonEngaged, "", now.Add(-time.Hour)),
+			condition(fleetv1alpha1.ConditionHealthy, metav1.ConditionTrue, fleetv1alpha1.ReasonProbeSucceeded, "", now.Add(-time.Hour)),
+		},
+		ServerVersion:   "v1.37.1",
+		LastProbeResult: fleetv1alpha1.ProbeResultSuccess,
+	}
+	edit(&st, now)
+	setStatus(t, c, mc, st)
+	return ns, now
 }
