@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -271,6 +272,17 @@ func TestReplicasShareTheFleet(t *testing.T) {
 	since := time.Now()
 	for _, n := range names {
 		poll.Until(t, n+" reconciled by its owner", func() bool { return rs.runs.reconciledBy(n, owner[n], since) })
+	}
+	// Another replica neither reads nor writes through a member it does
+	// not own: GetCluster says whose it is.
+	for replica, f := range rs.fleet {
+		if replica == owner[names[0]] {
+			continue
+		}
+		_, err := f.Manager.GetCluster(t.Context(), names[0])
+		if !errors.Is(err, fleet.ErrNotOwned) || !strings.Contains(err.Error(), owner[names[0]]) {
+			t.Errorf("%s: GetCluster(%s) = %v, want ErrNotOwned naming %s", replica, names[0], err, owner[names[0]])
+		}
 	}
 
 	// A fourth replica joins: only its share moves, all of it to it.
