@@ -15,7 +15,9 @@
 // grow with replicas, not members: one renewal per replica per
 // RetryPeriod, plus a few per handoff. The live replicas are those whose
 // Lease changed within its duration, as this replica saw it (below); the
-// view is the live replicas that are not leaving.
+// view is the live replicas that are not leaving. A replica counts
+// itself one RetryPeriod after it first wrote its Lease, so that replicas
+// starting together see each other first and none takes every member.
 //
 // # Ownership
 //

@@ -24,7 +24,9 @@ import (
 //     Incoming clusters become Owned: their work starts.
 //
 // A replica whose Lease was not renewed for RenewDeadline is fenced: it
-// stops every member at once and takes none until it renews again.
+// stops every member at once and takes none until it renews again. A
+// replica counts itself among the view only from one RetryPeriod after
+// its Lease was first written.
 // done says a leaving replica has released everything and said so; busy,
 // that the pass waits on this replica's own members.
 func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool) {
@@ -60,7 +62,13 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool) {
 		}
 	}
 	r.seen.forget(present)
-	in := !fenced && !leaving
+	// A replica that just came waits one RetryPeriod before it counts
+	// itself: replicas that start together see each other's Leases by
+	// then, so that none takes every member for a moment.
+	if r.joined.IsZero() && !renewedAt.IsZero() {
+		r.joined = now
+	}
+	in := !fenced && !leaving && now.Sub(r.joined) >= r.opts.RetryPeriod
 	if in {
 		view = append(view, r.opts.Name)
 	}

@@ -150,6 +150,8 @@ type Replica struct {
 	view      []string
 	id        string
 	viewSince time.Time
+	// joined is when the loop first saw its Lease written.
+	joined time.Time
 
 	// mu guards working: the view, when this replica is in it; nil while
 	// it is fenced or leaving.
