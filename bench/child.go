@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -358,22 +359,10 @@ type child struct {
 // the bench's environment less its GOGC: a child's GOGC is its scenario's
 // choice (gogcEnv). The child is killed if the bench dies.
 func startChild(env []string, args ...string) (*child, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
 	c := &child{reports: make(chan childReport, 4), exited: make(chan struct{})}
-	c.cmd = exec.Command(self, append([]string{childCommand}, args...)...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GOGC=") {
-			c.cmd.Env = append(c.cmd.Env, kv)
-		}
-	}
-	c.cmd.Env = append(c.cmd.Env, env...)
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	c.cmd.Stderr = &c.stderr
-	if os.Getenv("BENCH_LOG") != "" {
-		c.cmd.Stderr = io.MultiWriter(&c.stderr, os.Stderr)
+	var err error
+	if c.cmd, err = childCmd(env, &c.stderr, args...); err != nil {
+		return nil, err
 	}
 	stdout, err := c.cmd.StdoutPipe()
 	if err != nil {
@@ -432,4 +421,22 @@ func (c *child) stop(timeout time.Duration) (time.Duration, error) {
 func (c *child) kill() {
 	_ = c.cmd.Process.Kill()
 	<-c.exited
+}
+
+// childCmd is the command of a bench child with args: the bench's own
+// binary, in its environment without GOGC plus env, killed with the
+// bench, its stderr kept in stderr (and shown too with BENCH_LOG).
+func childCmd(env []string, stderr io.Writer, args ...string) (*exec.Cmd, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, append([]string{childCommand}, args...)...)
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOGC=") }), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = stderr
+	if os.Getenv("BENCH_LOG") != "" {
+		cmd.Stderr = io.MultiWriter(stderr, os.Stderr)
+	}
+	return cmd, nil
 }

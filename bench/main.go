@@ -46,7 +46,7 @@ type bench struct {
 }
 
 // scenarioNames are the scenarios -only selects from.
-var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "churn", "journal", "thousand", "outage"}
+var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "churn", "journal", "thousand", "shard", "outage"}
 
 // selected reports whether scenario is selected.
 func (b *bench) selected(scenario string) bool { return len(b.only) == 0 || b.only[scenario] }
@@ -55,6 +55,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == childCommand {
 		if os.Getenv(propagationChildEnv) != "" {
 			os.Exit(runPropagationChild(os.Args[2:]))
+		}
+		if os.Getenv(shardChildEnv) != "" {
+			os.Exit(runShardChild(os.Args[2:]))
 		}
 		os.Exit(runChild(os.Args[2:]))
 	}
@@ -173,6 +176,7 @@ func (b *bench) scenarios(ctx context.Context, run int) error {
 		{"churn", b.benchChurn},
 		{"journal", b.benchJournal},
 		{"thousand", b.benchThousand},
+		{"shard", b.benchShard},
 		{"outage", b.benchOutage}, // last: it restarts a member server
 	}
 	for _, s := range once {
