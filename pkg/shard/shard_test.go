@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -302,6 +303,7 @@ func TestReplicasShareTheFleet(t *testing.T) {
 		poll.Until(t, n+" reconciled by its new owner", func() bool { return rs.runs.reconciledBy(n, after[n], joined) })
 		pause, _ := rs.runs.handoffPause(n, owner[n], joined)
 		t.Logf("%s: %s → %s, reconciles paused %s", n, owner[n], after[n], pause)
+		waitMovedEvent(t, n, owner[n], after[n])
 	}
 	t.Logf("%d of %d members moved to the fourth replica", moved, len(names))
 	if moved == 0 || moved > len(names)/2 {
@@ -360,4 +362,20 @@ func TestReplicasShareTheFleet(t *testing.T) {
 	}
 	rs.runs.mu.Unlock()
 	t.Logf("reconciles per replica: %v", counts)
+}
+
+// waitMovedEvent waits for the Event Moved on member name's MemberCluster
+// that says it moved from one replica to another.
+func waitMovedEvent(t *testing.T, name, from, to string) {
+	t.Helper()
+	note := fmt.Sprintf("replica %s owns the member (was %s)", to, from)
+	poll.Until(t, "Event Moved of "+name, func() bool {
+		events := &eventsv1.EventList{}
+		if err := suite.HubClient.List(t.Context(), events); err != nil {
+			return false
+		}
+		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.Kind == "MemberCluster" && e.Regarding.Name == name && e.Reason == fleetv1alpha1.ReasonMoved && e.Note == note
+		})
+	})
 }
