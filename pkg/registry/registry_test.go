@@ -301,3 +301,42 @@ func TestClaimFromElsewhereChangesNothingOfAFleetName(t *testing.T) {
 		t.Fatalf("two Secrets of the fleet namespace on one name: refusal %v, want %s", c.Refusal, ReasonClusterNameConflict)
 	}
 }
+
+// TestSharedRegistryAssigns: in a shared registry a new name runs nowhere
+// until assigned; a member's reports count only while it runs here; the
+// state of a name let go is its owner's to know, and one taken over
+// starts Pending. An unshared registry ignores assignments.
+func TestSharedRegistryAssigns(t *testing.T) {
+	r := NewShared("native")
+	r.claim("a", claimOf(secret("native", "a"), "kc", nil))
+	c, _ := r.Get("a")
+	if c.Ownership != NotOwned || c.RunsHere() || c.State != "" {
+		t.Fatalf("a new name in a shared registry: ownership %q, state %q, runs here %v", c.Ownership, c.State, c.RunsHere())
+	}
+	r.ObserveState("a", fleetv1alpha1.MemberStateReady, nil)
+	if c, _ := r.Get("a"); c.State != "" {
+		t.Errorf("a report about a member that does not run here was recorded: %q", c.State)
+	}
+
+	r.Assign("a", "replica-1", Incoming)
+	c, _ = r.Get("a")
+	if !c.RunsHere() || c.Owned() || c.State != fleetv1alpha1.MemberStatePending || c.Owner != "replica-1" {
+		t.Errorf("incoming: runs here %v, owned %v, state %q, owner %q", c.RunsHere(), c.Owned(), c.State, c.Owner)
+	}
+	r.ObserveState("a", fleetv1alpha1.MemberStateReady, nil)
+	r.Assign("a", "replica-1", Owned)
+	if c, _ := r.Get("a"); !c.Owned() || c.State != fleetv1alpha1.MemberStateReady {
+		t.Errorf("owned: owned %v, state %q", c.Owned(), c.State)
+	}
+	r.Assign("a", "replica-2", NotOwned)
+	if c, _ := r.Get("a"); c.RunsHere() || c.State != "" || c.Owner != "replica-2" {
+		t.Errorf("let go: runs here %v, state %q, owner %q", c.RunsHere(), c.State, c.Owner)
+	}
+
+	alone := New("native")
+	alone.claim("a", claimOf(secret("native", "a"), "kc", nil))
+	alone.Assign("a", "replica-2", NotOwned)
+	if c, _ := alone.Get("a"); !c.Owned() || c.Owner != "" {
+		t.Errorf("an unshared registry took an assignment: ownership %q, owner %q", c.Ownership, c.Owner)
+	}
+}
