@@ -86,10 +86,12 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool) {
 	r.mu.Unlock()
 
 	clusters := r.opts.Registry.List()
+	owners := make([]string, len(clusters))
 	warming := false
-	var outgoing []*registry.Cluster
-	for _, c := range clusters {
+	var outgoing []int
+	for i, c := range clusters {
 		owner := ownerOf(c.Name, r.view)
+		owners[i] = owner
 		switch {
 		case owner == r.opts.Name:
 			ownership := c.Ownership
@@ -101,7 +103,7 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool) {
 				warming = true
 			}
 		case c.Ownership == registry.Owned:
-			outgoing = append(outgoing, c)
+			outgoing = append(outgoing, i)
 		default:
 			r.opts.Registry.Assign(c.Name, owner, registry.NotOwned)
 		}
@@ -120,12 +122,12 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool) {
 	}
 	stopping := false
 	if allPrepared || fenced {
-		for _, c := range outgoing {
-			r.opts.Registry.Assign(c.Name, ownerOf(c.Name, r.view), registry.NotOwned)
+		for _, i := range outgoing {
+			r.opts.Registry.Assign(clusters[i].Name, owners[i], registry.NotOwned)
 			r.metrics.moves.WithLabelValues(directionOut).Inc()
 		}
-		for _, c := range clusters {
-			if ownerOf(c.Name, r.view) != r.opts.Name && r.opts.Running(c.Name) {
+		for i, c := range clusters {
+			if owners[i] != r.opts.Name && r.opts.Running(c.Name) {
 				stopping = true
 			}
 		}
@@ -147,8 +149,8 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool) {
 		}
 	}
 	owned := 0
-	for _, c := range clusters {
-		if ownerOf(c.Name, r.view) != r.opts.Name {
+	for i, c := range clusters {
+		if owners[i] != r.opts.Name {
 			continue
 		}
 		owned++
