@@ -134,21 +134,16 @@ func newOwedKeeper(hub client.Client, forgetAfter time.Duration) *owedKeeper {
 
 // touch asks keepOwed to bring member's mirror in step with the journal
 // soon.
-func (k *owedKeeper) touch(member string) {
-	k.mu.Lock()
-	k.dirty[member] = true
-	k.mu.Unlock()
-	select {
-	case k.nudge <- struct{}{}:
-	default:
-	}
-}
+func (k *owedKeeper) touch(member string) { k.mark(k.dirty, member) }
 
 // takeOver records that this replica took member over: its mirrored owed
 // removals are merged into the journal before its mirror is written.
-func (k *owedKeeper) takeOver(member string) {
+func (k *owedKeeper) takeOver(member string) { k.mark(k.unmerged, member) }
+
+// mark adds member to set, one of the keeper's, and nudges keepOwed.
+func (k *owedKeeper) mark(set map[string]bool, member string) {
 	k.mu.Lock()
-	k.unmerged[member] = true
+	set[member] = true
 	k.mu.Unlock()
 	select {
 	case k.nudge <- struct{}{}:

@@ -57,22 +57,23 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	var status fleetv1alpha1.PropagationStatus
-	patch := client.MergeFrom(p.DeepCopy())
+	var lock []client.MergeFromOption
 	if r.m.ReplicaName() == "" {
 		status = r.status(ctx, p, r.ownedMembers())
 	} else {
 		// Other replicas write their shards: a write over a newer
 		// version would undo theirs.
 		status = r.shardedStatus(ctx, p)
-		patch = client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		lock = append(lock, client.MergeFromWithOptimisticLock{})
 	}
 	r.statusSummed(key)
 	r.setReadiness(key, string(conditionStatus(status.Conditions, fleetv1alpha1.PropagationReady)))
 	if equality.Semantic.DeepEqual(p.Status, status) {
 		return reconcile.Result{}, nil
 	}
+	before := p.DeepCopy()
 	p.Status = status
-	return written(r.hub.Status().Patch(ctx, p, patch))
+	return written(r.hub.Status().Patch(ctx, p, client.MergeFromWithOptions(before, lock...)))
 }
 
 // ownedMembers lists the members the registry accepts and this replica
