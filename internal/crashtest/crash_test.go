@@ -83,15 +83,21 @@ type manager struct {
 
 func startManager(t *testing.T, hubKubeconfig, stateDir string) *manager {
 	t.Helper()
-	log, err := os.CreateTemp(t.TempDir(), "manager-*.log")
+	return startRun(t, "manager", "--hub-kubeconfig="+hubKubeconfig, "--namespace="+fleetNS, "--state-dir="+stateDir,
+		"--probe-interval=300ms", "--probe-retry-interval=100ms", "--probe-timeout=1s", "--probe-failure-threshold=2")
+}
+
+// startRun starts fleet-manager run with args, without metrics or probe
+// endpoints, logging to a file named after name.
+func startRun(t *testing.T, name string, args ...string) *manager {
+	t.Helper()
+	log, err := os.CreateTemp(t.TempDir(), name+"-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = log.Close() })
 	m := &manager{log: log}
-	m.cmd = exec.Command(binary, "run", "--hub-kubeconfig="+hubKubeconfig, "--namespace="+fleetNS, "--state-dir="+stateDir,
-		"--metrics-bind-address=0", "--health-probe-bind-address=0",
-		"--probe-interval=300ms", "--probe-retry-interval=100ms", "--probe-timeout=1s", "--probe-failure-threshold=2")
+	m.cmd = exec.Command(binary, append([]string{"run", "--metrics-bind-address=0", "--health-probe-bind-address=0"}, args...)...)
 	m.cmd.Stdout, m.cmd.Stderr = log, log
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package crashtest
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,19 +27,8 @@ const (
 // startReplica starts fleet-manager run --shard as replica name.
 func startReplica(t *testing.T, hubKubeconfig, name string) *manager {
 	t.Helper()
-	log, err := os.CreateTemp(t.TempDir(), name+"-*.log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = log.Close() })
-	m := &manager{log: log}
-	m.cmd = exec.Command(binary, "run", "--hub-kubeconfig="+hubKubeconfig, "--namespace="+shardFleetNS, "--state-dir="+t.TempDir(),
-		"--metrics-bind-address=0", "--health-probe-bind-address=0",
+	m := startRun(t, name, "--hub-kubeconfig="+hubKubeconfig, "--namespace="+shardFleetNS, "--state-dir="+t.TempDir(),
 		"--shard", "--replica-name="+name, fmt.Sprintf("--shard-lease-duration=%s", shardLease), "--shard-renew-deadline=2s", "--shard-retry-period=250ms")
-	m.cmd.Stdout, m.cmd.Stderr = log, log
-	if err := m.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		if m.cmd.ProcessState == nil {
 			m.kill(t)

@@ -20,7 +20,6 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
-	"github.com/fleetkube/fleet-manager/pkg/shard"
 )
 
 // TestPropagationUnderSharding: three replicas share a fleet of three
@@ -43,7 +42,7 @@ func TestPropagationUnderSharding(t *testing.T) {
 			Namespace: ns,
 			Configure: func(o *fleet.Options) {
 				fleettest.QuickHealth(o)
-				o.Shard = &shard.Options{Name: name, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
+				o.Shard = quickShard(name)
 			},
 			Setup: func(m *fleet.Manager) error { return propagation.Add(m, propagation.Options{Journal: j}) },
 		})

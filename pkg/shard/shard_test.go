@@ -35,6 +35,12 @@ var suite = &fleettest.Suite{MemberCount: 3, Audit: true}
 
 func TestMain(m *testing.M) { os.Exit(suite.Run(m)) }
 
+// quickShard is replica name's part in a test's fleet, with a Lease short
+// enough for a test to see it expire.
+func quickShard(name string) *shard.Options {
+	return &shard.Options{Name: name, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
+}
+
 const (
 	memberNames = 30
 	slowMember  = "member-02"
@@ -128,7 +134,7 @@ func (rs *replicas) start(name string, cfg *rest.Config) *fleettest.Fleet {
 		Namespace: rs.ns,
 		Config:    cfg,
 		Configure: func(o *fleet.Options) {
-			o.Shard = &shard.Options{Name: name, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
+			o.Shard = quickShard(name)
 		},
 		Setup: func(m *fleet.Manager) error {
 			if err := membercluster.Add(m, membercluster.Options{}); err != nil {
