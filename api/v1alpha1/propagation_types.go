@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -68,8 +69,9 @@ const FieldManager = "fleet-manager"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="the name must be at most 63 characters: copies carry it in a label"
 // +kubebuilder:printcolumn:name="Selected",type=integer,JSONPath=`.status.selected`,description="Members selected"
 // +kubebuilder:printcolumn:name="Applied",type=integer,JSONPath=`.status.applied`,description="Members whose copies are applied and in sync"
-// +kubebuilder:printcolumn:name="Drifted",type=integer,JSONPath=`.status.drifted`,description="Members whose copies drifted"
-// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failed`,description="Members where applying failed"
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.available`,description="Members whose copies are applied, in sync and available"
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failed`,description="Members where applying failed, or that missed the progress deadline"
+// +kubebuilder:printcolumn:name="Drifted",type=integer,JSONPath=`.status.drifted`,description="Members whose copies drifted",priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Status of the Ready condition"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Propagation struct {
@@ -127,6 +129,92 @@ type PropagationSpec struct {
 	//
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// Overrides change the copies of some members: each rule selects
+	// members and copies, and patches what would be applied there. The
+	// patched copy is the intent: drift is judged against it. Rules apply
+	// in order.
+	//
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Overrides []Override `json:"overrides,omitempty"`
+
+	// ProgressDeadlineSeconds is how long a member may take to have every
+	// copy applied and Available, from when it is given a change or its
+	// copies stop being Available; after it, the member is Failed, reason
+	// ProgressDeadlineExceeded. Unset: no deadline.
+	//
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
+}
+
+// Override patches the copies of the members it selects.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.jsonPatch) != has(self.mergePatch)",message="exactly one of jsonPatch and mergePatch must be set"
+type Override struct {
+	// Name names the rule in status and Events.
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Members select the members whose copies the rule patches, as
+	// spec.members does. Empty: every selected member.
+	//
+	// +optional
+	Members MemberSelector `json:"members,omitempty"`
+	// Target selects the copies the rule patches, by kind and, if set,
+	// name.
+	Target OverrideTarget `json:"target"`
+	// JSONPatch is an RFC 6902 JSON patch of the copy. String values may
+	// hold ${MEMBER_NAME} and ${MEMBER_LABEL:<key>}, replaced by the
+	// member's name and the value of its label key.
+	//
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	JSONPatch []JSONPatchOperation `json:"jsonPatch,omitempty"`
+	// MergePatch is an RFC 7386 JSON merge patch of the copy, with the
+	// same variables as JSONPatch.
+	//
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	// +optional
+	MergePatch *apiextensionsv1.JSON `json:"mergePatch,omitempty"`
+}
+
+// OverrideTarget selects copies by kind and name.
+type OverrideTarget struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	APIVersion string `json:"apiVersion"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+	// Name selects one copy; empty selects every copy of the kind.
+	//
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Name string `json:"name,omitempty"`
+}
+
+// JSONPatchOperation is one operation of an RFC 6902 JSON patch.
+type JSONPatchOperation struct {
+	// +kubebuilder:validation:Enum=add;remove;replace;test
+	Op string `json:"op"`
+	// Path is a JSON pointer, such as /spec/replicas.
+	//
+	// +kubebuilder:validation:MaxLength=1024
+	Path string `json:"path"`
+	// Value is the operation's value, for add, replace and test.
+	//
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +optional
+	Value *apiextensionsv1.JSON `json:"value,omitempty"`
 }
 
 // ResourceSelector selects hub objects of one kind, by name or by labels.
@@ -152,6 +240,23 @@ type ResourceSelector struct {
 	//
 	// +optional
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+	// Wave orders the copies in each member: those of a lower wave are
+	// applied and Available before any of a higher wave is applied, and
+	// removed after. Within a wave, Namespaces and CustomResourceDefinitions
+	// come first. Default 0.
+	//
+	// +kubebuilder:validation:Minimum=-100
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Wave int32 `json:"wave,omitempty"`
+	// AvailableWhen is a CEL expression over a copy in its member, as
+	// self, that is true once the copy is available, such as
+	// `self.status.phase == "Ready"`. It takes the place of the kind's
+	// built-in rule, or tracks a kind that has none.
+	//
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	AvailableWhen string `json:"availableWhen,omitempty"`
 }
 
 // MemberSelector selects member clusters. A member is selected when it
@@ -178,6 +283,9 @@ const (
 	PropagationApplied = "Applied"
 	// PropagationDrifted: some member's copies drifted.
 	PropagationDrifted = "Drifted"
+	// PropagationAvailable: every selected member has every copy applied
+	// and Available.
+	PropagationAvailable = "Available"
 )
 
 // MemberResult is where a Propagation stands in one member.
@@ -229,6 +337,26 @@ const (
 	// ReasonDeletionOwed: a member that is not Ready owes the removal of
 	// copies.
 	ReasonDeletionOwed = "DeletionOwed"
+	// ReasonNotAvailable: copies are applied and some are not available
+	// yet; the message names the first and what it waits for.
+	ReasonNotAvailable = "NotAvailable"
+	// ReasonAvailable: every copy is applied and available.
+	ReasonAvailable = "Available"
+	// ReasonWaitingForWave: copies of a later wave wait for those of an
+	// earlier one to be Available (Namespaces and CRDs come first).
+	ReasonWaitingForWave = "WaitingForWave"
+	// ReasonWaitingForKind: the member does not serve a kind yet; its
+	// copies wait for its CRD.
+	ReasonWaitingForKind = "WaitingForKind"
+	// ReasonProgressDeadlineExceeded: a member did not have every copy
+	// Available within spec.progressDeadlineSeconds.
+	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	// ReasonOverrideFailed: an override rule does not apply to a copy;
+	// the message names the rule.
+	ReasonOverrideFailed = "OverrideFailed"
+	// ReasonInvalidAvailableWhen: a resource's availableWhen does not
+	// compile.
+	ReasonInvalidAvailableWhen = "InvalidAvailableWhen"
 	// ReasonJournalLost, of a Warning Event on a MemberCluster: the
 	// manager's journal could not be used and was started anew.
 	ReasonJournalLost = "JournalLost"
@@ -270,6 +398,11 @@ type PropagationStatus struct {
 	// +kubebuilder:default=0
 	// +optional
 	Applied int32 `json:"applied"`
+	// Available counts the members whose copies are applied, in sync and
+	// available.
+	// +kubebuilder:default=0
+	// +optional
+	Available int32 `json:"available"`
 	// Drifted counts the members whose copies drifted.
 	// +kubebuilder:default=0
 	// +optional
@@ -290,8 +423,8 @@ type PropagationStatus struct {
 	// +optional
 	Kinds []KindReference `json:"kinds,omitempty"`
 
-	// Members lists every member that is not Applied (at most
-	// MaxListedMembers of them, failing first); Applied members are
+	// Members lists every member that is not Applied and Available (at
+	// most MaxListedMembers of them, failing first); the others are
 	// counted only.
 	// +kubebuilder:validation:MaxItems=1000
 	// +listType=map
@@ -321,12 +454,14 @@ type PropagationShard struct {
 	// ObservedGeneration is the generation the shard describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Selected, Applied, Drifted, Failed and PendingDeletions count the
+	// Selected, Applied, Available, Drifted, Failed and PendingDeletions count the
 	// replica's members as the status's fields of those names count all.
 	// +optional
 	Selected int32 `json:"selected,omitempty"`
 	// +optional
 	Applied int32 `json:"applied,omitempty"`
+	// +optional
+	Available int32 `json:"available,omitempty"`
 	// +optional
 	Drifted int32 `json:"drifted,omitempty"`
 	// +optional
@@ -374,9 +509,19 @@ type MemberPropagationStatus struct {
 	// +listType=atomic
 	// +optional
 	DriftedFields []string `json:"driftedFields,omitempty"`
+	// Available says whether every copy is available: True, False, or
+	// Unknown while the member is not Ready or not applied yet.
+	// +kubebuilder:validation:Enum=True;False;Unknown
+	// +optional
+	Available metav1.ConditionStatus `json:"available,omitempty"`
 	// ObservedGeneration is the Propagation's generation the result is for.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// LastConfirmedTime is when the manager last read the member's copies
+	// and found this result; a member that is not Ready keeps the time it
+	// was last confirmed.
+	// +optional
+	LastConfirmedTime *metav1.Time `json:"lastConfirmedTime,omitempty"`
 	// LastTransitionTime is when the result last changed.
 	// +optional
 	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
