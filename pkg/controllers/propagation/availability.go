@@ -1,0 +1,411 @@
+package propagation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/ext"
+	"github.com/google/cel-go/interpreter"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// availability is whether a copy in a member is available.
+type availability struct {
+	state availabilityState
+	// message says, in the manager's words, what a copy that is not
+	// available waits for, naming it: "Deployment web: 1 of 3 replicas
+	// available". Empty when available or not tracked.
+	message string
+}
+
+type availabilityState int
+
+const (
+	// available: the copy is available.
+	available availabilityState = iota
+	// notAvailable: not yet, message says why.
+	notAvailable
+	// notTracked: no rule for its kind and no availableWhen; counted as
+	// available.
+	notTracked
+)
+
+// availabilityOf says whether obj, a copy as its member holds it (with
+// status), is available: by rule when rule is not nil, else by its kind's
+// built-in rule.
+func availabilityOf(obj *unstructured.Unstructured, rule *availableWhen) availability {
+	if rule != nil {
+		return rule.availability(obj)
+	}
+	if builtIn, ok := availabilityRules[obj.GroupVersionKind().GroupKind()]; ok {
+		return builtIn(obj)
+	}
+	return availability{state: notTracked}
+}
+
+// availabilityRules are the built-in rules, by kind. A kind without one is
+// not tracked unless its resource has availableWhen.
+var availabilityRules = map[schema.GroupKind]func(*unstructured.Unstructured) availability{
+	{Group: "apps", Kind: "Deployment"}:                               deploymentAvailability,
+	{Group: "apps", Kind: "StatefulSet"}:                              statefulSetAvailability,
+	{Group: "apps", Kind: "DaemonSet"}:                                daemonSetAvailability,
+	{Group: "batch", Kind: "Job"}:                                     jobAvailability,
+	{Kind: "Service"}:                                                 serviceAvailability,
+	{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}: crdAvailability,
+	{Group: "policy", Kind: "PodDisruptionBudget"}:                    podDisruptionBudgetAvailability,
+
+	// Data: available once it exists.
+	{Kind: "ConfigMap"}:      dataAvailability,
+	{Kind: "Secret"}:         dataAvailability,
+	{Kind: "ServiceAccount"}: dataAvailability,
+	{Kind: "Namespace"}:      dataAvailability,
+	{Kind: "ResourceQuota"}:  dataAvailability,
+	{Kind: "LimitRange"}:     dataAvailability,
+	{Kind: "Endpoints"}:      dataAvailability,
+	{Group: "rbac.authorization.k8s.io", Kind: "Role"}:                                dataAvailability,
+	{Group: "rbac.authorization.k8s.io", Kind: "RoleBinding"}:                         dataAvailability,
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}:                         dataAvailability,
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"}:                  dataAvailability,
+	{Group: "networking.k8s.io", Kind: "NetworkPolicy"}:                               dataAvailability,
+	{Group: "networking.k8s.io", Kind: "IngressClass"}:                                dataAvailability,
+	{Group: "scheduling.k8s.io", Kind: "PriorityClass"}:                               dataAvailability,
+	{Group: "storage.k8s.io", Kind: "StorageClass"}:                                   dataAvailability,
+	{Group: "admissionregistration.k8s.io", Kind: "ValidatingWebhookConfiguration"}:   dataAvailability,
+	{Group: "admissionregistration.k8s.io", Kind: "MutatingWebhookConfiguration"}:     dataAvailability,
+	{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"}:        dataAvailability,
+	{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicyBinding"}: dataAvailability,
+}
+
+// dataAvailability: data is available once it exists.
+func dataAvailability(*unstructured.Unstructured) availability { return availability{state: available} }
+
+// deploymentAvailability is kubectl rollout status's rule.
+func deploymentAvailability(obj *unstructured.Unstructured) availability {
+	if a, waiting := generationNotSeen(obj); waiting {
+		return a
+	}
+	if _, reason := conditionOf(obj, "Progressing"); reason == "ProgressDeadlineExceeded" {
+		return copyNotAvailable(obj, ": its rollout exceeded its progress deadline")
+	}
+	replicas := specReplicas(obj)
+	updated := statusCount(obj, "updatedReplicas")
+	total := statusCount(obj, "replicas")
+	availableReplicas := statusCount(obj, "availableReplicas")
+	switch {
+	case updated < replicas:
+		return copyNotAvailable(obj, ": %d of %d replicas updated", updated, replicas)
+	case total > updated:
+		return copyNotAvailable(obj, ": %d old replicas pending termination", total-updated)
+	case availableReplicas < updated:
+		return copyNotAvailable(obj, ": %d of %d replicas available", availableReplicas, updated)
+	}
+	return availability{state: available}
+}
+
+// statefulSetAvailability is kubectl rollout status's rule, which has none
+// for OnDelete: there ready replicas tell. Available replicas tell too, by
+// a member that counts them.
+func statefulSetAvailability(obj *unstructured.Unstructured) availability {
+	if a, waiting := generationNotSeen(obj); waiting {
+		return a
+	}
+	replicas := specReplicas(obj)
+	if ready := statusCount(obj, "readyReplicas"); ready < replicas {
+		return copyNotAvailable(obj, ": %d of %d replicas ready", ready, replicas)
+	}
+	if strategy, _, _ := unstructured.NestedString(obj.Object, "spec", "updateStrategy", "type"); strategy != "OnDelete" {
+		updated := statusCount(obj, "updatedReplicas")
+		updateRevision, _, _ := unstructured.NestedString(obj.Object, "status", "updateRevision")
+		currentRevision, _, _ := unstructured.NestedString(obj.Object, "status", "currentRevision")
+		if partition, ok := integerAt(obj, "spec", "updateStrategy", "rollingUpdate", "partition"); ok {
+			if updated < replicas-partition {
+				return copyNotAvailable(obj, ": %d of %d replicas updated", updated, replicas-partition)
+			}
+		} else if updateRevision != currentRevision {
+			if !revisionName.MatchString(updateRevision) {
+				return copyNotAvailable(obj, ": rolling update: %d of %d replicas updated", updated, replicas)
+			}
+			return copyNotAvailable(obj, ": rolling update to revision %s: %d of %d replicas updated", updateRevision, updated, replicas)
+		}
+	}
+	if availableReplicas, ok := integerAt(obj, "status", "availableReplicas"); ok && availableReplicas < replicas {
+		return copyNotAvailable(obj, ": %d of %d replicas available", availableReplicas, replicas)
+	}
+	return availability{state: available}
+}
+
+// revisionName matches a ControllerRevision's name, which a StatefulSet's
+// status names: only such a name is shown.
+var revisionName = regexp.MustCompile(`^[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$`)
+
+// daemonSetAvailability is kubectl rollout status's rule, which has none
+// for OnDelete: there available pods tell.
+func daemonSetAvailability(obj *unstructured.Unstructured) availability {
+	if a, waiting := generationNotSeen(obj); waiting {
+		return a
+	}
+	desired := statusCount(obj, "desiredNumberScheduled")
+	if strategy, _, _ := unstructured.NestedString(obj.Object, "spec", "updateStrategy", "type"); strategy != "OnDelete" {
+		if updated := statusCount(obj, "updatedNumberScheduled"); updated < desired {
+			return copyNotAvailable(obj, ": %d of %d pods updated", updated, desired)
+		}
+	}
+	if availablePods := statusCount(obj, "numberAvailable"); availablePods < desired {
+		return copyNotAvailable(obj, ": %d of %d pods available", availablePods, desired)
+	}
+	return availability{state: available}
+}
+
+// jobAvailability: a Job is available once complete.
+func jobAvailability(obj *unstructured.Unstructured) availability {
+	if status, _ := conditionOf(obj, "Complete"); status == "True" {
+		return availability{state: available}
+	}
+	if status, reason := conditionOf(obj, "Failed"); status == "True" {
+		if camelCase.MatchString(reason) {
+			return copyNotAvailable(obj, " failed: %s", reason)
+		}
+		return copyNotAvailable(obj, " failed")
+	}
+	return copyNotAvailable(obj, ": not complete yet (%d succeeded)", statusCount(obj, "succeeded"))
+}
+
+// serviceAvailability: a Service is available once the member gave it an
+// address. Its backends are workloads, tracked by their own rules.
+func serviceAvailability(obj *unstructured.Unstructured) availability {
+	switch serviceType, _, _ := unstructured.NestedString(obj.Object, "spec", "type"); serviceType {
+	case "ExternalName":
+		return availability{state: available}
+	case "LoadBalancer":
+		ingress, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "status", "loadBalancer", "ingress")
+		if list, _ := ingress.([]any); len(list) > 0 {
+			return availability{state: available}
+		}
+		return copyNotAvailable(obj, ": waiting for a load balancer ingress")
+	}
+	if ip, _, _ := unstructured.NestedString(obj.Object, "spec", "clusterIP"); ip != "" {
+		return availability{state: available} // None, for a headless Service, too
+	}
+	return copyNotAvailable(obj, ": no cluster IP allocated yet")
+}
+
+// crdAvailability: a CustomResourceDefinition is available once
+// Established, its names accepted.
+func crdAvailability(obj *unstructured.Unstructured) availability {
+	if namesAccepted, _ := conditionOf(obj, "NamesAccepted"); namesAccepted == "False" {
+		return copyNotAvailable(obj, ": its names were not accepted")
+	}
+	if established, _ := conditionOf(obj, "Established"); established != "True" {
+		return copyNotAvailable(obj, ": not Established yet")
+	}
+	return availability{state: available}
+}
+
+// podDisruptionBudgetAvailability: a PodDisruptionBudget is available once
+// as many pods are healthy as it wants.
+func podDisruptionBudgetAvailability(obj *unstructured.Unstructured) availability {
+	if a, waiting := generationNotSeen(obj); waiting {
+		return a
+	}
+	if healthy, desired := statusCount(obj, "currentHealthy"), statusCount(obj, "desiredHealthy"); healthy < desired {
+		return copyNotAvailable(obj, ": %d of %d pods healthy", healthy, desired)
+	}
+	return availability{state: available}
+}
+
+// generationNotSeen says why obj is not available while its member's
+// controller has not seen its generation: a copy without status has not
+// been seen.
+func generationNotSeen(obj *unstructured.Unstructured) (availability, bool) {
+	generation, _ := integerAt(obj, "metadata", "generation")
+	if observed, ok := integerAt(obj, "status", "observedGeneration"); ok && observed >= generation {
+		return availability{}, false
+	}
+	return copyNotAvailable(obj, ": the member's controller has not seen generation %d yet", generation), true
+}
+
+// copyNotAvailable is obj not available, the message naming it, then saying
+// format.
+func copyNotAvailable(obj *unstructured.Unstructured, format string, args ...any) availability {
+	return availability{state: notAvailable, message: obj.GetKind() + " " + obj.GetName() + fmt.Sprintf(format, args...)}
+}
+
+// specReplicas is obj's spec.replicas, 1 when unset.
+func specReplicas(obj *unstructured.Unstructured) int64 {
+	if n, ok := integerAt(obj, "spec", "replicas"); ok {
+		return n
+	}
+	return 1
+}
+
+// statusCount is obj's status field of that name, 0 when unset.
+func statusCount(obj *unstructured.Unstructured, field string) int64 {
+	n, _ := integerAt(obj, "status", field)
+	return n
+}
+
+// integerAt is obj's integer at path, if it has one there.
+func integerAt(obj *unstructured.Unstructured, path ...string) (int64, bool) {
+	v, _, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case int32:
+		return int64(n), true
+	case int:
+		return int64(n), true
+	case float64:
+		return int64(n), n == float64(int64(n))
+	}
+	return 0, false
+}
+
+// conditionOf is the status and reason of obj's condition of type
+// conditionType, empty when it has none.
+func conditionOf(obj *unstructured.Unstructured, conditionType string) (status, reason string) {
+	conditions, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "status", "conditions")
+	list, _ := conditions.([]any)
+	for _, c := range list {
+		c, _ := c.(map[string]any)
+		if t, _, _ := unstructured.NestedString(c, "type"); t == conditionType {
+			status, _, _ = unstructured.NestedString(c, "status")
+			reason, _, _ = unstructured.NestedString(c, "reason")
+			return status, reason
+		}
+	}
+	return "", ""
+}
+
+// availableWhen is a compiled CEL availability rule
+// (ResourceSelector.AvailableWhen). It is safe for concurrent use.
+type availableWhen struct {
+	program cel.Program
+}
+
+const (
+	// availableWhenCostLimit bounds an evaluation's cost, in CEL's units:
+	// a few tens of milliseconds of CPU. A rule over a copy's conditions
+	// costs tens.
+	availableWhenCostLimit = 100_000
+	// availableWhenTimeout bounds an evaluation's time, as a backstop to
+	// the cost limit for functions whose cost CEL underestimates.
+	availableWhenTimeout = time.Second
+	// maxCompiledAvailableWhen bounds the compiled rules kept.
+	maxCompiledAvailableWhen = 256
+)
+
+// compiledAvailableWhen is what compiling an expression gave.
+type compiledAvailableWhen struct {
+	rule *availableWhen
+	err  error
+}
+
+// compiledAvailableWhens caches compiled rules by expression text, as
+// every member reconcile asks; at most maxCompiledAvailableWhen, evicted
+// arbitrarily.
+var compiledAvailableWhens = struct {
+	sync.Mutex
+	byExpression map[string]compiledAvailableWhen
+}{byExpression: map[string]compiledAvailableWhen{}}
+
+// availableWhenEnv is the CEL environment of availableWhen: the copy as
+// self, and the libraries of cel-go that Kubernetes enables for CRD
+// validation rules.
+var availableWhenEnv = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(
+		cel.Variable("self", cel.DynType),
+		cel.HomogeneousAggregateLiterals(),
+		cel.DefaultUTCTimeZone(true),
+		cel.CrossTypeNumericComparisons(true),
+		cel.OptionalTypes(),
+		ext.Strings(ext.StringsVersion(2)),
+		ext.Sets(),
+	)
+})
+
+// compileAvailableWhen compiles expr, a CEL expression over the copy as
+// self, of type bool (or dyn, such as self.status.ready, checked when
+// evaluated). An error names the problem in CEL's words. It is safe for
+// concurrent use; a rule and an error alike are cached.
+func compileAvailableWhen(expr string) (*availableWhen, error) {
+	cache := &compiledAvailableWhens
+	cache.Lock()
+	c, ok := cache.byExpression[expr]
+	cache.Unlock()
+	if ok {
+		return c.rule, c.err
+	}
+	c.rule, c.err = newAvailableWhen(expr)
+	cache.Lock()
+	defer cache.Unlock()
+	if len(cache.byExpression) >= maxCompiledAvailableWhen {
+		for k := range cache.byExpression {
+			delete(cache.byExpression, k)
+			break
+		}
+	}
+	cache.byExpression[expr] = c
+	return c.rule, c.err
+}
+
+// newAvailableWhen compiles expr, uncached.
+func newAvailableWhen(expr string) (*availableWhen, error) {
+	env, err := availableWhenEnv()
+	if err != nil {
+		return nil, err
+	}
+	ast, issues := env.Compile(expr)
+	if err := issues.Err(); err != nil {
+		return nil, err
+	}
+	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
+		return nil, fmt.Errorf("availableWhen must be a boolean expression, not %s", t)
+	}
+	program, err := env.Program(ast, cel.CostLimit(availableWhenCostLimit), cel.InterruptCheckFrequency(100))
+	if err != nil {
+		return nil, err
+	}
+	return &availableWhen{program: program}, nil
+}
+
+// availability evaluates the rule over obj.
+func (r *availableWhen) availability(obj *unstructured.Unstructured) availability {
+	ctx, cancel := context.WithTimeout(context.Background(), availableWhenTimeout)
+	defer cancel()
+	out, _, err := r.program.ContextEval(ctx, map[string]any{"self": obj.Object})
+	if err != nil {
+		return copyNotAvailable(obj, ": availableWhen did not hold (%s)", evaluationFailure(err))
+	}
+	switch holds, ok := out.Value().(bool); {
+	case !ok:
+		return copyNotAvailable(obj, ": availableWhen did not hold (not a boolean)")
+	case !holds:
+		return copyNotAvailable(obj, ": availableWhen is false")
+	}
+	return availability{state: available}
+}
+
+// evaluationFailure names the class of err, an evaluation's error. CEL's
+// text may hold values of the member's copy: only its class is told.
+func evaluationFailure(err error) string {
+	var cancelled interpreter.EvalCancelledError
+	switch {
+	case errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded:
+		return "cost limit exceeded"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timed out"
+	}
+	for _, class := range []string{"no such key", "no such overload", "index out of range", "division by zero"} {
+		if strings.Contains(err.Error(), class) {
+			return class
+		}
+	}
+	return "evaluation error"
+}
