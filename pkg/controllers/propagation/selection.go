@@ -174,17 +174,26 @@ func metaLabelSelector(sel fleetv1alpha1.ResourceSelector) (labels.Selector, err
 
 // selects reports whether p selects the member named name, labelled l.
 func selects(p *fleetv1alpha1.Propagation, name string, l map[string]string) (bool, error) {
-	if len(p.Spec.Members.Names) > 0 && !slices.Contains(p.Spec.Members.Names, name) {
-		return false, nil
-	}
-	if p.Spec.Members.Selector == nil {
-		return true, nil
-	}
-	s, err := metav1.LabelSelectorAsSelector(p.Spec.Members.Selector)
+	selected, err := selectsMember(p.Spec.Members, memberFacts{name: name, labels: l})
 	if err != nil {
 		return false, &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the members selector: %v", err)}
 	}
-	return s.Matches(labels.Set(l)), nil
+	return selected, nil
+}
+
+// selectsMember reports whether sel selects member, as spec.members does.
+func selectsMember(sel fleetv1alpha1.MemberSelector, member memberFacts) (bool, error) {
+	if len(sel.Names) > 0 && !slices.Contains(sel.Names, member.name) {
+		return false, nil
+	}
+	if sel.Selector == nil {
+		return true, nil
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel.Selector)
+	if err != nil {
+		return false, err
+	}
+	return s.Matches(labels.Set(member.labels)), nil
 }
 
 // propagationKey names a Propagation.
