@@ -61,15 +61,15 @@ var hubOnlyAnnotations = []string{
 	"deployment.kubernetes.io/revision",
 }
 
-// desiredCopy is what a member should hold for a hub object: the object
+// desiredCopy is what member should hold for a hub object: the object
 // as the hub's author wrote it (no status, no server-set metadata or
-// fields), carrying the labels and annotations that make it a copy of
-// Propagation p in the fleet of namespace fleet and identity fleetID. Its
-// content hash covers all of that.
-func desiredCopy(hub *unstructured.Unstructured, p *fleetv1alpha1.Propagation, fleet, fleetID string) *unstructured.Unstructured {
-	src := hub.Object
+// fields), patched by p's overrides that select the member, carrying the
+// labels and annotations that make it a copy of Propagation p in the fleet
+// of namespace fleet and identity fleetID. Its content hash covers all of
+// that. An override that does not apply is an error naming it.
+func desiredCopy(hub *unstructured.Unstructured, p *fleetv1alpha1.Propagation, fleet, fleetID string, member memberFacts) (*unstructured.Unstructured, error) {
 	obj := map[string]any{"apiVersion": hub.GetAPIVersion(), "kind": hub.GetKind()}
-	for k, v := range src {
+	for k, v := range hub.Object {
 		switch k {
 		case "apiVersion", "kind", "metadata", "status":
 		default:
@@ -80,7 +80,17 @@ func desiredCopy(hub *unstructured.Unstructured, p *fleetv1alpha1.Propagation, f
 	removeServerFields(obj, hub.GroupVersionKind().GroupKind())
 	c.SetName(hub.GetName())
 	c.SetNamespace(hub.GetNamespace())
-	labels := maps.Clone(hub.GetLabels())
+	c.SetLabels(hub.GetLabels())
+	annotations := maps.Clone(hub.GetAnnotations())
+	for _, a := range hubOnlyAnnotations {
+		delete(annotations, a)
+	}
+	delete(annotations, fleetv1alpha1.ContentHashAnnotation)
+	c.SetAnnotations(annotations)
+	if _, err := override(c, p.Spec.Overrides, member); err != nil {
+		return nil, err
+	}
+	labels := c.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}
 	}
@@ -88,21 +98,18 @@ func desiredCopy(hub *unstructured.Unstructured, p *fleetv1alpha1.Propagation, f
 	labels[fleetv1alpha1.FleetIDLabel] = fleetID
 	labels[fleetv1alpha1.PropagationLabel] = p.Name
 	c.SetLabels(labels)
-	annotations := maps.Clone(hub.GetAnnotations())
+	annotations = c.GetAnnotations()
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	for _, a := range hubOnlyAnnotations {
-		delete(annotations, a)
-	}
-	delete(annotations, fleetv1alpha1.ContentHashAnnotation)
 	annotations[fleetv1alpha1.SourceAnnotation] = sourceOf(hub)
 	annotations[fleetv1alpha1.SourceUIDAnnotation] = string(hub.GetUID())
 	annotations[fleetv1alpha1.DeletionAnnotation] = string(deletionPolicy(p))
+	delete(annotations, fleetv1alpha1.ContentHashAnnotation)
 	c.SetAnnotations(annotations)
 	annotations[fleetv1alpha1.ContentHashAnnotation] = contentHash(c)
 	c.SetAnnotations(annotations)
-	return c
+	return c, nil
 }
 
 // removeServerFields removes serverFields from obj, a hub object of kind
@@ -235,19 +242,20 @@ func (run *memberRun) proven(obj, hub *unstructured.Unstructured) bool {
 }
 
 // apply makes the member's copy what desired, a copy of hub, says, with no
-// request when it already is. live is this fleet's copy, if the member
+// request when it already is, and returns the copy as the member holds it
+// then, or nil if it holds none. live is this fleet's copy, if the member
 // holds one. Another fleet's copy is left alone, and an object that is no
 // copy taken over only under adopt.
-func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *unstructured.Unstructured) error {
+func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	if run.skipRemoval[k.gvk] {
-		return nil // the member cannot list the kind: existing reported it
+		return nil, nil // the member cannot list the kind: existing reported it
 	}
 	p, name := run.p, run.member.name
 	adopted := false
 	if live == nil {
 		if !run.namespaced {
 			if err := run.ensureNamespace(ctx); err != nil {
-				return run.failed(err, "create", namespaceKey(run.key.Namespace))
+				return nil, run.failed(err, "create", namespaceKey(run.key.Namespace))
 			}
 			run.namespaced = true
 		}
@@ -259,7 +267,7 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 			if apierrors.IsNotFound(err) {
 				found = nil
 			} else if err != nil {
-				return run.failed(err, "get", k)
+				return nil, run.failed(err, "get", k)
 			}
 		}
 		if found != nil {
@@ -268,14 +276,14 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 				live = found
 			case otherFleet:
 				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is another fleet's copy: it is left alone (adopt does not take it)", k)})
-				return nil
+				return nil, nil
 			case unproven:
 				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member as a copy without a fleet identity that is not provably this fleet's: it is left alone (adopt does not take it)", k)})
-				return nil
+				return nil, nil
 			case notACopy:
 				if !p.Spec.Adopt {
 					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is not a copy (managers: %s); set adopt to take it over", k, managersOf(found))})
-					return nil
+					return nil, nil
 				}
 				live, adopted = found, true
 			}
@@ -287,11 +295,11 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 		switch {
 		case sameHub && len(changedFields) == 0:
 			run.hold(k.gvk)
-			return nil
+			return live, nil
 		case sameHub && p.Spec.Drift == fleetv1alpha1.DriftReport:
 			run.hold(k.gvk)
 			run.reportDrift(k, changedFields)
-			return nil
+			return live, nil
 		case sameHub:
 			run.r.metrics.driftDetected.WithLabelValues(name).Inc()
 			defer func() { run.r.metrics.driftCorrected.WithLabelValues(name).Inc() }()
@@ -306,11 +314,11 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	run.r.metrics.applyDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	if err != nil {
 		run.r.metrics.applies.WithLabelValues(name, applyFailed).Inc()
-		return run.failed(err, "patch", k)
+		return nil, run.failed(err, "patch", k)
 	}
 	run.r.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
 	run.hold(k.gvk)
-	return nil
+	return desired, nil // the apply's response: the copy as the member holds it now
 }
 
 // reportDrift records drifted fields of a copy, and tells of drift that
@@ -401,7 +409,7 @@ func (run *memberRun) failed(err error, verb string, k copyKey) error {
 	where := "in namespace " + run.key.Namespace
 	switch {
 	case meta.IsNoMatchError(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonKindNotFound, message: fmt.Sprintf("the member has no kind %s (is its CRD installed?)", k.gvk.Kind)})
+		run.waitForKind(k.gvk)
 	case apierrors.IsForbidden(err):
 		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s (%s) %s", verb, run.r.resourceOf(k.gvk), k, where)})
 	case apierrors.IsNotFound(err) && run.namespaceUnknown:

@@ -530,7 +530,7 @@ func TestFieldOfAnotherManagerIsLeftAlone(t *testing.T) {
 	f.propagation("web", func(p *fleetv1alpha1.Propagation) {
 		p.Spec.Resources = []fleetv1alpha1.ResourceSelector{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"}}
 	})
-	f.waitStatus("web", "Ready", ready)
+	f.waitStatus("web", "applied", func(p *fleetv1alpha1.Propagation) bool { return p.Status.Applied == 1 })
 
 	// An autoscaler scales the copy through the scale subresource.
 	copyKey := types.NamespacedName{Namespace: f.team, Name: "web"}
@@ -557,7 +557,7 @@ func TestFieldOfAnotherManagerIsLeftAlone(t *testing.T) {
 	if writes := memberWrites(t, 0, since); len(writes) != 0 {
 		t.Errorf("the manager wrote %v after the autoscaler scaled the copy, want nothing", writes)
 	}
-	p := f.waitStatus("web", "still Ready", ready)
+	p := f.waitStatus("web", "still applied", func(p *fleetv1alpha1.Propagation) bool { return p.Status.Applied == 1 })
 	if p.Status.Drifted != 0 {
 		t.Errorf("drifted = %d: a field the autoscaler owns counted as drift", p.Status.Drifted)
 	}
@@ -855,7 +855,7 @@ func TestLostJournalIsRebuiltFromTheMembers(t *testing.T) {
 	})
 }
 
-func TestObjectInvalidForOneMemberFailsOnlyThere(t *testing.T) {
+func TestKindOneMemberLacksWaitsOnlyThere(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	crd := widgetCRD()
@@ -878,9 +878,9 @@ func TestObjectInvalidForOneMemberFailsOnlyThere(t *testing.T) {
 	f.propagation("web", func(p *fleetv1alpha1.Propagation) {
 		p.Spec.Resources = append(p.Spec.Resources, fleetv1alpha1.ResourceSelector{APIVersion: "test.fleetkube.io/v1", Kind: "Widget", Name: "gear"})
 	})
-	p := f.waitStatus("web", "west failed with KindNotFound", func(p *fleetv1alpha1.Propagation) bool {
-		return p.Status.Failed == 1 && p.Status.Applied == 1 && len(p.Status.Members) == 1 &&
-			p.Status.Members[0].Name == "west" && p.Status.Members[0].Reason == fleetv1alpha1.ReasonKindNotFound
+	p := f.waitStatus("web", "west waits for the kind", func(p *fleetv1alpha1.Propagation) bool {
+		return p.Status.Failed == 0 && p.Status.Applied == 1 && len(p.Status.Members) == 1 &&
+			p.Status.Members[0].Name == "west" && p.Status.Members[0].Reason == fleetv1alpha1.ReasonWaitingForKind
 	})
 	if !strings.Contains(p.Status.Members[0].Message, "Widget") {
 		t.Errorf("message %q does not name the kind", p.Status.Members[0].Message)

@@ -2,6 +2,8 @@ package propagation
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -71,8 +73,20 @@ type memberRun struct {
 	// copies stamped without an identity this fleet's.
 	journaled map[string][]journal.Copy
 
+	// labels are the member's labels, and selectedBy the resource that
+	// selects each hub object wanted.
+	labels     map[string]string
+	selectedBy map[copyKey]fleetv1alpha1.ResourceSelector
+
 	failures []failure
 	drifted  []string
+	// unavailable says what copies that are not available wait for, and
+	// notTracked counts the copies of kinds without a rule.
+	unavailable []string
+	notTracked  int
+	// waiting is set when copies wait: for a kind the member does not
+	// serve yet, or for those of an earlier step to be Available.
+	waiting *failure
 	// skipRemoval holds kinds whose hub objects could not be read: none of
 	// their copies can be proven unwanted.
 	skipRemoval map[schema.GroupVersionKind]bool
@@ -132,6 +146,7 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 	run := &memberRun{
 		r: r, member: mc, p: p, key: key, id: id, skipRemoval: map[schema.GroupVersionKind]bool{},
 		others: map[copyKey]*unstructured.Unstructured{}, journaled: map[string][]journal.Copy{},
+		selectedBy: map[copyKey]fleetv1alpha1.ResourceSelector{},
 	}
 	want, removing, err := run.wanted(ctx)
 	if err != nil {
@@ -144,31 +159,34 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	desired := make(map[copyKey]*unstructured.Unstructured, len(want))
-	recorded := make([]journal.Copy, 0, len(want))
-	for k, hubObj := range want {
-		desired[k] = desiredCopy(hubObj, p, r.fleet, id)
-		recorded = append(recorded, journalCopy(desired[k]))
+	desired := run.desiredCopies(want)
+	recorded := make([]journal.Copy, 0, len(desired))
+	for _, d := range desired {
+		recorded = append(recorded, journalCopy(d))
 	}
 	if err := r.journal.Record(mc.name, recorded); err != nil {
 		return reconcile.Result{}, fmt.Errorf("recording copies in the journal: %w", err)
 	}
-	for k, d := range desired {
-		if err := run.apply(ctx, k, d, have[k], want[k]); err != nil {
-			return reconcile.Result{}, err
+	if err := run.applyInOrder(ctx, desired, have, want); err != nil {
+		return reconcile.Result{}, err
+	}
+	unwanted := make([]copyKey, 0, len(have))
+	for k := range have {
+		if _, ok := want[k]; !ok && !run.skipRemoval[k.gvk] {
+			unwanted = append(unwanted, k)
 		}
 	}
 	var removed []journal.Copy
-	for k, live := range have {
-		if _, ok := want[k]; ok || run.skipRemoval[k.gvk] {
-			continue
-		}
-		failures := len(run.failures)
-		if err := run.remove(ctx, live); err != nil {
-			return reconcile.Result{}, err
-		}
-		if len(run.failures) == failures {
-			removed = append(removed, journalCopy(live))
+	steps := applyOrder(unwanted, func(k copyKey) int32 { return kindWave(p, k.gvk) })
+	for _, st := range slices.Backward(steps) {
+		for _, k := range st {
+			failures := len(run.failures)
+			if err := run.remove(ctx, have[k]); err != nil {
+				return reconcile.Result{}, err
+			}
+			if len(run.failures) == failures {
+				removed = append(removed, journalCopy(have[k]))
+			}
 		}
 	}
 	if err := r.journal.Forget(mc.name, removed); err != nil {
@@ -184,7 +202,7 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 			return reconcile.Result{}, fmt.Errorf("recording removed copies in the journal: %w", err)
 		}
 	}
-	return run.record(ctx, removing, len(want))
+	return run.record(ctx, removing, len(want), intentOf(recorded))
 }
 
 // wanted returns the hub objects that the member should hold copies of,
@@ -195,11 +213,10 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if p == nil || !p.DeletionTimestamp.IsZero() {
 		return nil, true, nil
 	}
-	var memberLabels map[string]string
 	if c, ok := run.r.m.Registry().Get(run.member.name); ok {
-		memberLabels = c.Labels
+		run.labels = c.Labels
 	}
-	if selected, err := selects(p, run.member.name, memberLabels); err != nil || !selected {
+	if selected, err := selects(p, run.member.name, run.labels); err != nil || !selected {
 		return nil, true, nil // an invalid selector selects nothing; the status says why
 	}
 	want := map[copyKey]*unstructured.Unstructured{}
@@ -224,10 +241,42 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 				run.fail(failure{reason: fleetv1alpha1.ReasonRefused, message: fmt.Sprintf("%s %s is refused: %s", o.GetKind(), o.GetName(), rule)})
 				continue
 			}
-			want[copyKey{gvk: o.GroupVersionKind(), name: o.GetName()}] = o
+			k := copyKey{gvk: o.GroupVersionKind(), name: o.GetName()}
+			if _, ok := want[k]; !ok {
+				want[k], run.selectedBy[k] = o, sel
+			}
 		}
 	}
 	return want, false, nil
+}
+
+// desiredCopies returns the copy the member should hold of each hub
+// object wanted. A hub object an override fails to patch gets none: the
+// run fails, naming the rule, and its copy stays as it is.
+func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured) map[copyKey]*unstructured.Unstructured {
+	desired := make(map[copyKey]*unstructured.Unstructured, len(want))
+	member := memberFacts{name: run.member.name, labels: run.labels}
+	for k, hubObj := range want {
+		d, err := desiredCopy(hubObj, run.p, run.r.fleet, run.id, member)
+		if err != nil {
+			run.fail(failure{reason: fleetv1alpha1.ReasonOverrideFailed, message: err.Error()})
+			continue
+		}
+		desired[k] = d
+	}
+	return desired
+}
+
+// intentOf sums up what a run applies, by the copies' content hashes: a
+// member whose intent changed is given a change.
+func intentOf(copies []journal.Copy) string {
+	hashes := make([]string, 0, len(copies))
+	for _, c := range copies {
+		hashes = append(hashes, c.Hash)
+	}
+	slices.Sort(hashes)
+	sum := sha256.Sum256([]byte(strings.Join(hashes, ",")))
+	return hex.EncodeToString(sum[:8])
 }
 
 // existing returns this fleet's copies of the Propagation in the member,
@@ -261,6 +310,10 @@ func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructur
 			}
 			run.skipRemoval[gvk] = true
 			inSpec := run.p != nil && slices.ContainsFunc(run.p.Spec.Resources, func(s fleetv1alpha1.ResourceSelector) bool { k, _ := resourceKind(s); return k == gvk })
+			if inSpec && !removing && kerr.reason == fleetv1alpha1.ReasonKindNotFound {
+				run.waitForKind(gvk)
+				continue
+			}
 			if inSpec || (removing && slices.Contains(copied, gvk) && kerr.reason != fleetv1alpha1.ReasonClusterScoped) {
 				run.fail(failure{reason: kerr.reason, message: kerr.message})
 			}
@@ -292,26 +345,44 @@ func (run *memberRun) hold(gvk schema.GroupVersionKind) {
 }
 
 // record stores the run's result, asks for a status write when it
-// changed, tells a failure or a recovery (see tell), and retries a
-// failure with back-off (see retryAfter).
-func (run *memberRun) record(ctx context.Context, removing bool, wanted int) (reconcile.Result, error) {
+// changed, tells a failure or a recovery (see tell), retries a failure,
+// or a kind the member does not serve yet, with back-off (see
+// retryAfter), and fails a member not Available within the progress
+// deadline (see deadline). intent sums up what the run applies.
+func (run *memberRun) record(ctx context.Context, removing bool, wanted int, intent string) (reconcile.Result, error) {
 	gen := int64(0)
 	if run.p != nil {
 		gen = run.p.Generation
 	}
-	res := memberResult{result: fleetv1alpha1.ResultApplied, reason: fleetv1alpha1.ReasonApplied, generation: gen, since: metav1.Now(), copies: run.copies, kinds: run.kinds, removing: removing}
+	now := metav1.Now()
+	res := memberResult{
+		result: fleetv1alpha1.ResultApplied, reason: fleetv1alpha1.ReasonApplied, available: metav1.ConditionTrue,
+		generation: gen, since: now, confirmed: now, intent: intent, copies: run.copies, kinds: run.kinds, removing: removing,
+	}
 	switch {
 	case len(run.failures) > 0:
 		f := run.failures[0]
-		res.result, res.reason, res.message, res.failedRuns = fleetv1alpha1.ResultFailed, f.reason, f.message, 1
+		res.result, res.reason, res.message, res.failedRuns, res.available = fleetv1alpha1.ResultFailed, f.reason, f.message, 1, metav1.ConditionFalse
 		if n := len(run.failures); n > 1 {
 			res.message = fmt.Sprintf("%s (and %d more)", f.message, n-1)
 		}
+	case run.waiting != nil:
+		res.result, res.reason, res.message, res.available = fleetv1alpha1.ResultPending, run.waiting.reason, run.waiting.message, metav1.ConditionFalse
 	case len(run.drifted) > 0:
 		res.result, res.reason, res.drifted = fleetv1alpha1.ResultDrifted, fleetv1alpha1.ReasonDrifted, run.drifted
 		res.message = "copies were changed in the member: " + strings.Join(run.drifted, "; ")
+		if len(run.unavailable) > 0 {
+			res.available = metav1.ConditionFalse
+		}
+	case len(run.unavailable) > 0:
+		res.reason, res.message, res.available = fleetv1alpha1.ReasonNotAvailable, run.unavailable[0], metav1.ConditionFalse
+		if n := len(run.unavailable); n > 1 {
+			res.message = fmt.Sprintf("%s (and %d more)", res.message, n-1)
+		}
+	case run.notTracked > 0:
+		res.message = fmt.Sprintf("%d objects applied and available (%d of kinds whose availability is not tracked)", wanted, run.notTracked)
 	default:
-		res.message = fmt.Sprintf("%d objects applied", wanted)
+		res.message = fmt.Sprintf("%d objects applied and available", wanted)
 	}
 	res.message = truncate(res.message, fleetv1alpha1.MaxMemberMessageLength)
 	if len(res.drifted) > fleetv1alpha1.MaxDriftedFields {
@@ -328,16 +399,59 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int) (re
 		// Gone, with copies left: they stay owed.
 		res.result, res.reason = fleetv1alpha1.ResultDeletionOwed, fleetv1alpha1.ReasonDeletionOwed
 	}
-	old, now := run.r.results.set(run.key, run.member.name, res)
-	if !old.same(now) {
+	prev, _ := run.r.results.get(run.key, run.member.name)
+	left := run.deadline(&res, prev)
+	if res.reason == fleetv1alpha1.ReasonWaitingForKind {
+		res.waitRuns = 1
+		if prev.reason == res.reason {
+			res.waitRuns += prev.waitRuns
+		}
+	}
+	old, recorded := run.r.results.set(run.key, run.member.name, res)
+	if !old.same(recorded) {
 		run.r.countOwed(run.member.name)
 		run.r.queue.add(fleet.Request{NamespacedName: run.key})
 	}
-	run.tell(ctx, old, now)
-	if now.failedRuns == 0 {
+	run.tell(ctx, old, recorded)
+	var after []time.Duration
+	if recorded.failedRuns > 0 {
+		after = append(after, retryAfter(recorded.failedRuns))
+	}
+	if recorded.waitRuns > 0 {
+		after = append(after, retryAfter(recorded.waitRuns))
+	}
+	if left > 0 {
+		after = append(after, left)
+	}
+	if len(after) == 0 {
 		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{RequeueAfter: retryAfter(now.failedRuns)}, nil
+	return reconcile.Result{RequeueAfter: slices.Min(after)}, nil
+}
+
+// deadline keeps, in res, since when the member has not converged (every
+// copy applied and Available) to the intent it was last given, from its
+// previous result prev, and turns res into a failure once that outlasts
+// spec.progressDeadlineSeconds. It returns how long is left before it
+// does, 0 if no deadline runs.
+func (run *memberRun) deadline(res *memberResult, prev memberResult) time.Duration {
+	if res.converged() || res.removing || run.p == nil {
+		return 0
+	}
+	res.unconvergedSince = res.confirmed.Time
+	if prev.intent == res.intent && !prev.unconvergedSince.IsZero() {
+		res.unconvergedSince = prev.unconvergedSince
+	}
+	if run.p.Spec.ProgressDeadlineSeconds == nil || (res.result == fleetv1alpha1.ResultFailed && res.reason != fleetv1alpha1.ReasonProgressDeadlineExceeded) {
+		return 0
+	}
+	limit := time.Duration(*run.p.Spec.ProgressDeadlineSeconds) * time.Second
+	if left := limit - res.confirmed.Sub(res.unconvergedSince); left > 0 {
+		return left
+	}
+	res.message = truncate(fmt.Sprintf("not Available within %s: %s", limit, res.message), fleetv1alpha1.MaxMemberMessageLength)
+	res.result, res.reason, res.failedRuns, res.available = fleetv1alpha1.ResultFailed, fleetv1alpha1.ReasonProgressDeadlineExceeded, 1, metav1.ConditionFalse
+	return 0
 }
 
 // retryAfter is when a member run that failed runs times in a row for

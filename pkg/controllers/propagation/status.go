@@ -97,7 +97,7 @@ func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propaga
 	st := *p.Status.DeepCopy()
 	mine := replicaShard(p, r.m.ReplicaName())
 	mine.ObservedGeneration = p.Generation
-	mine.Selected, mine.Applied, mine.Drifted, mine.Failed, mine.PendingDeletions = own.Selected, own.Applied, own.Drifted, own.Failed, own.PendingDeletions
+	mine.Selected, mine.Applied, mine.Available, mine.Drifted, mine.Failed, mine.PendingDeletions = own.Selected, own.Applied, own.Available, own.Drifted, own.Failed, own.PendingDeletions
 	mine.Members = own.Members[:min(len(own.Members), fleetv1alpha1.MaxShardMembers)]
 	st.Shards = withShard(st.Shards, mine)
 	if !r.m.OwnsKey(summaryKey(p)) {
@@ -106,11 +106,12 @@ func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propaga
 	live := r.m.Replicas()
 	st.Shards = slices.DeleteFunc(st.Shards, func(s fleetv1alpha1.PropagationShard) bool { return !slices.Contains(live, s.Replica) })
 	st.ObservedGeneration, st.Kinds = p.Generation, copiedKindsStatus(p)
-	st.Selected, st.Applied, st.Drifted, st.Failed, st.PendingDeletions = 0, 0, 0, 0, 0
+	st.Selected, st.Applied, st.Available, st.Drifted, st.Failed, st.PendingDeletions = 0, 0, 0, 0, 0, 0
 	st.Members = nil
 	for _, s := range st.Shards {
 		st.Selected += s.Selected
 		st.Applied += s.Applied
+		st.Available += s.Available
 		st.Drifted += s.Drifted
 		st.Failed += s.Failed
 		st.PendingDeletions += s.PendingDeletions
@@ -200,15 +201,20 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 		}
 		res, has := results[c.Name]
 		ready := c.State == fleetv1alpha1.MemberStateReady
-		entry := fleetv1alpha1.MemberPropagationStatus{Name: c.Name, ObservedGeneration: p.Generation}
+		entry := fleetv1alpha1.MemberPropagationStatus{Name: c.Name, ObservedGeneration: p.Generation, Available: metav1.ConditionUnknown}
+		if has && !res.confirmed.IsZero() {
+			entry.LastConfirmedTime = &res.confirmed
+		}
 		switch {
 		case selected && !ready:
-			entry.Result, entry.Reason, entry.Message = fleetv1alpha1.ResultPending, fleetv1alpha1.ReasonMemberUnhealthy, fmt.Sprintf("the member is %s", c.State)
+			// What was known of it is stale: counted neither applied nor
+			// available; LastTransitionTime says since when.
+			entry.Result, entry.Reason, entry.Message = fleetv1alpha1.ResultPending, fleetv1alpha1.ReasonMemberUnhealthy, fmt.Sprintf("the member is %s: its copies are not known", c.State)
 		case selected && (!has || res.generation != p.Generation || res.removing):
 			entry.Result, entry.Reason, entry.Message = fleetv1alpha1.ResultPending, "Applying", "not applied yet"
 		case selected:
 			entry.Result, entry.Reason, entry.Message, entry.DriftedFields = res.result, res.reason, res.message, res.drifted
-			entry.ObservedGeneration, entry.LastTransitionTime = res.generation, res.since
+			entry.ObservedGeneration, entry.LastTransitionTime, entry.Available = res.generation, res.since, res.available
 		case has && (res.copies > 0 || res.result == fleetv1alpha1.ResultDeletionOwed || !res.removing):
 			if !ready {
 				if err := r.owe(ctx, p, c.Name, fmt.Sprintf("the member is %s: its copies are removed when it is Ready", c.State)); err != nil {
@@ -228,7 +234,10 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 		switch entry.Result {
 		case fleetv1alpha1.ResultApplied:
 			st.Applied++
-			continue // counted, not listed
+			if entry.Available == metav1.ConditionTrue {
+				st.Available++
+				continue // counted, not listed
+			}
 		case fleetv1alpha1.ResultDrifted:
 			st.Drifted++
 		case fleetv1alpha1.ResultFailed:
@@ -236,7 +245,7 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 		case fleetv1alpha1.ResultDeletionOwed:
 			st.PendingDeletions++
 		}
-		if prev, ok := previous[c.Name]; ok && prev.Result == entry.Result && prev.Reason == entry.Reason {
+		if prev, ok := previous[c.Name]; ok && prev.Result == entry.Result && prev.Reason == entry.Reason && (prev.Reason != fleetv1alpha1.ReasonMemberUnhealthy || prev.Message == entry.Message) {
 			entry.LastTransitionTime = prev.LastTransitionTime
 		} else if entry.LastTransitionTime.IsZero() {
 			entry.LastTransitionTime = metav1.Now()
@@ -284,7 +293,9 @@ func (r *reconciler) setConditions(ctx context.Context, p *fleetv1alpha1.Propaga
 		case st.Failed > 0:
 			return fleetv1alpha1.ReasonMembersFailed, fmt.Sprintf("%d of %d members failed; first: %s", st.Failed, st.Selected, firstMessage(st.Members))
 		case pending > 0:
-			return fleetv1alpha1.ReasonMembersPending, fmt.Sprintf("%d of %d members are not applied yet", pending, st.Selected)
+			return fleetv1alpha1.ReasonMembersPending, fmt.Sprintf("%d of %d members are not applied yet; first: %s", pending, st.Selected, firstMessage(st.Members))
+		case st.Available < st.Applied:
+			return fleetv1alpha1.ReasonNotAvailable, fmt.Sprintf("%d of %d members are not available yet; first: %s", st.Applied-st.Available, st.Selected, firstMessage(st.Members))
 		case st.Drifted > 0:
 			return fleetv1alpha1.ReasonDrifted, fmt.Sprintf("%d of %d members hold changed copies", st.Drifted, st.Selected)
 		case st.PendingDeletions > 0:
@@ -294,9 +305,17 @@ func (r *reconciler) setConditions(ctx context.Context, p *fleetv1alpha1.Propaga
 	}
 	reason, message := notReady()
 	if reason == "" {
-		set(fleetv1alpha1.PropagationReady, true, fleetv1alpha1.ReasonApplied, fmt.Sprintf("every copy is applied and in sync in all %d selected members", st.Selected))
+		set(fleetv1alpha1.PropagationReady, true, fleetv1alpha1.ReasonApplied, fmt.Sprintf("every copy is applied, in sync and available in all %d selected members", st.Selected))
 	} else {
 		set(fleetv1alpha1.PropagationReady, false, reason, message)
+	}
+	switch {
+	case st.Selected > 0 && st.Available == st.Selected && r.hubProblem(ctx, p) == nil:
+		set(fleetv1alpha1.PropagationAvailable, true, fleetv1alpha1.ReasonAvailable, fmt.Sprintf("every copy is available in all %d selected members", st.Selected))
+	case reason != "" && reason != fleetv1alpha1.ReasonDrifted && reason != fleetv1alpha1.ReasonDeletionOwed:
+		set(fleetv1alpha1.PropagationAvailable, false, reason, message)
+	default:
+		set(fleetv1alpha1.PropagationAvailable, false, fleetv1alpha1.ReasonNotAvailable, fmt.Sprintf("available in %d of %d selected members", st.Available, st.Selected))
 	}
 	switch applied := st.Applied + st.Drifted; {
 	case st.Selected > 0 && applied == st.Selected && r.hubProblem(ctx, p) == nil:
@@ -407,8 +426,16 @@ type memberResult struct {
 	message    string
 	drifted    []string
 	generation int64
-	// since is when result and reason last changed.
-	since metav1.Time
+	// available says whether every copy is available.
+	available metav1.ConditionStatus
+	// since is when result and reason last changed, and confirmed when a
+	// member run last found them.
+	since, confirmed metav1.Time
+	// intent sums up what the run applied (see intentOf), and
+	// unconvergedSince is since when the member has not converged to it
+	// (zero once it has): the progress deadline runs from then.
+	intent           string
+	unconvergedSince time.Time
 	// copies counts the copies left in the member, and kinds are their
 	// kinds.
 	copies int
@@ -422,11 +449,18 @@ type memberResult struct {
 	// logged is when the failure was last logged.
 	failedRuns int
 	logged     time.Time
+	// waitRuns counts the runs in a row that waited for a kind.
+	waitRuns int
 }
 
 func (a memberResult) same(b memberResult) bool {
 	return a.result == b.result && a.reason == b.reason && a.message == b.message && a.generation == b.generation &&
-		a.copies == b.copies && a.removing == b.removing && slices.Equal(a.drifted, b.drifted)
+		a.copies == b.copies && a.removing == b.removing && a.available == b.available && slices.Equal(a.drifted, b.drifted)
+}
+
+// converged reports whether every copy is applied and Available.
+func (a memberResult) converged() bool {
+	return (a.result == fleetv1alpha1.ResultApplied || a.result == fleetv1alpha1.ResultDrifted) && a.available == metav1.ConditionTrue
 }
 
 // results holds every member result of every Propagation, in memory: a
