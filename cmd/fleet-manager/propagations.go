@@ -179,26 +179,27 @@ var propagationColumns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name"},
 	{Name: "Selected", Type: "integer"},
 	{Name: "Applied", Type: "integer"},
-	{Name: "Drifted", Type: "integer"},
+	{Name: "Available", Type: "integer"},
 	{Name: "Failed", Type: "integer"},
 	{Name: "Ready", Type: "string"},
 	{Name: "Age", Type: "string"},
+	{Name: "Drifted", Type: "integer", Priority: 1},
 	{Name: "Deletions Owed", Type: "integer", Priority: 1, Description: "Members that owe the removal of copies"},
-	{Name: "Not Applied", Type: "string", Priority: 1, Description: "Members not applied, with their result and reason"},
+	{Name: "Not Available", Type: "string", Priority: 1, Description: "Members not applied and available, with their result and reason"},
 }
 
 func propagationRow(prop *fleetv1alpha1.Propagation, now time.Time) metav1.TableRow {
 	st := prop.Status
 	return tableRow(prop,
-		prop.Name, int64(st.Selected), int64(st.Applied), int64(st.Drifted), int64(st.Failed),
+		prop.Name, int64(st.Selected), int64(st.Applied), int64(st.Available), int64(st.Failed),
 		conditionStatus(st.Conditions, fleetv1alpha1.PropagationReady), age(&prop.CreationTimestamp, now),
-		int64(st.PendingDeletions), notApplied(st.Members),
+		int64(st.Drifted), int64(st.PendingDeletions), notAvailable(st.Members),
 	)
 }
 
-// notApplied names the first members, "east:Failed(Forbidden)", and
+// notAvailable names the first members, "east:Failed(Forbidden)", and
 // counts the others, as kubectl's endpoints column does.
-func notApplied(members []fleetv1alpha1.MemberPropagationStatus) string {
+func notAvailable(members []fleetv1alpha1.MemberPropagationStatus) string {
 	var shown []string
 	for _, m := range members[:min(len(members), shownMembers)] {
 		s := m.Name + ":" + string(m.Result)
@@ -220,7 +221,7 @@ func propagationStatusCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Comm
 	cmd := &cobra.Command{
 		Use:               "propagation NAME",
 		Aliases:           []string{"propagations", "prop"},
-		Short:             "Show where a Propagation stands: its spec, counts, conditions, and each member not applied",
+		Short:             "Show where a Propagation stands: its spec, counts, conditions, and each member not applied and available",
 		Args:              exactArgs(1, "a Propagation NAME"),
 		ValidArgsFunction: completeOnlyFirst(completePropagations(hub, &ns.namespace)),
 	}
@@ -282,7 +283,17 @@ func printPropagationStatus(w io.Writer, prop *fleetv1alpha1.Propagation, now ti
 	field("Deletion", string(spec.Deletion))
 	field("Adopt", strconv.FormatBool(spec.Adopt))
 	field("Suspend", strconv.FormatBool(spec.Suspend))
-	field("Selected", fmt.Sprintf("%d: %d applied, %d drifted, %d failed, %d owe deletions", st.Selected, st.Applied, st.Drifted, st.Failed, st.PendingDeletions))
+	if spec.ProgressDeadlineSeconds != nil {
+		field("Progress deadline", (time.Duration(*spec.ProgressDeadlineSeconds) * time.Second).String())
+	}
+	for i, o := range spec.Overrides {
+		if i == 0 {
+			field("Overrides", overrideRule(o))
+		} else {
+			fmt.Fprintf(tw, "\t%s\n", overrideRule(o))
+		}
+	}
+	field("Selected", fmt.Sprintf("%d: %d applied, %d available, %d drifted, %d failed, %d owe deletions", st.Selected, st.Applied, st.Available, st.Drifted, st.Failed, st.PendingDeletions))
 	kinds := make([]string, len(st.Kinds))
 	for i, k := range st.Kinds {
 		kinds[i] = k.APIVersion + " " + k.Kind
@@ -298,12 +309,16 @@ func printPropagationStatus(w io.Writer, prop *fleetv1alpha1.Propagation, now ti
 	members := make([][]string, len(st.Members))
 	var drifted [][]string
 	for i, m := range st.Members {
-		members[i] = []string{m.Name, string(m.Result), orNone(m.Reason), age(&m.LastTransitionTime, now), orNone(oneLine(m.Message))}
+		confirmed := "<never>"
+		if m.LastConfirmedTime != nil {
+			confirmed = age(m.LastConfirmedTime, now)
+		}
+		members[i] = []string{m.Name, string(m.Result), string(orUnknown(m.Available)), orNone(m.Reason), age(&m.LastTransitionTime, now), confirmed, orNone(oneLine(m.Message))}
 		for _, f := range m.DriftedFields {
 			drifted = append(drifted, []string{m.Name, oneLine(f)})
 		}
 	}
-	if err := section(w, "Members not applied", []string{"NAME", "RESULT", "REASON", "AGE", "MESSAGE"}, members); err != nil {
+	if err := section(w, "Members not applied and available", []string{"NAME", "RESULT", "AVAILABLE", "REASON", "AGE", "CONFIRMED", "MESSAGE"}, members); err != nil {
 		return err
 	}
 	if len(drifted) == 0 {
@@ -312,14 +327,47 @@ func printPropagationStatus(w io.Writer, prop *fleetv1alpha1.Propagation, now ti
 	return section(w, "Drifted fields", []string{"MEMBER", "FIELD"}, drifted)
 }
 
+// overrideRule says what an override rule patches, and where:
+// "eu-replicas: apps/v1 Deployment web in region=eu (json patch, 1 operation)".
+func overrideRule(o fleetv1alpha1.Override) string {
+	s := o.Name + ": " + o.Target.APIVersion + " " + o.Target.Kind
+	if o.Target.Name != "" {
+		s += " " + o.Target.Name
+	}
+	s += " in " + memberSelector(o.Members)
+	if o.MergePatch != nil {
+		return s + " (merge patch)"
+	}
+	if len(o.JSONPatch) == 1 {
+		return s + " (json patch, 1 operation)"
+	}
+	return s + fmt.Sprintf(" (json patch, %d operations)", len(o.JSONPatch))
+}
+
+// orUnknown is s, or Unknown when it is not set.
+func orUnknown(s metav1.ConditionStatus) metav1.ConditionStatus {
+	if s == "" {
+		return metav1.ConditionUnknown
+	}
+	return s
+}
+
 // resourceSelector says what r selects: "apps/v1 Deployment web" or
-// "v1 ConfigMap app=web".
+// "v1 ConfigMap app=web", with its wave and availableWhen if set.
 func resourceSelector(r fleetv1alpha1.ResourceSelector) string {
 	s := r.APIVersion + " " + r.Kind + " "
 	if r.Selector != nil {
-		return s + selectorString(r.Selector)
+		s += selectorString(r.Selector)
+	} else {
+		s += r.Name
 	}
-	return s + r.Name
+	if r.Wave != 0 {
+		s += fmt.Sprintf(" (wave %d)", r.Wave)
+	}
+	if r.AvailableWhen != "" {
+		s += ", available when " + oneLine(r.AvailableWhen)
+	}
+	return s
 }
 
 // memberSelector says which members s selects.

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -64,12 +66,24 @@ func TestGetPropagations(t *testing.T) {
 		},
 		Members: fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}, Names: []string{"east", "north", "south", "west", "up"}},
 		Drift:   fleetv1alpha1.DriftReport,
+		Overrides: []fleetv1alpha1.Override{{
+			Name:      "eu-replicas",
+			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}},
+			Target:    fleetv1alpha1.OverrideTarget{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
+			JSONPatch: []fleetv1alpha1.JSONPatchOperation{{Op: "replace", Path: "/spec/replicas", Value: &apiextensionsv1.JSON{Raw: []byte("3")}}},
+		}},
+		ProgressDeadlineSeconds: ptr.To[int32](600),
 	})
+	web.Spec.Resources[1].Wave = 1
+	web.Spec.Resources[1].AvailableWhen = "true"
 	api := newPropagation("prop-team-a", "api", fleetv1alpha1.PropagationSpec{Resources: configMap})
 	db := newPropagation("prop-team-b", "db", fleetv1alpha1.PropagationSpec{Resources: configMap})
 	for _, p := range []*fleetv1alpha1.Propagation{web, api, db} {
 		createPropagation(t, c, p)
 	}
+	up := newMember("up", "prop", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "up", Format: fleetv1alpha1.FormatNative})
+	up.Labels["env"] = "prod"
+	createMember(t, c, up)
 	// Every Propagation is 3 days old at now, whenever the test runs.
 	now := db.CreationTimestamp.Add(3 * 24 * time.Hour)
 	clk := clocktesting.NewFakeClock(now)
@@ -79,17 +93,18 @@ func TestGetPropagations(t *testing.T) {
 			condition(fleetv1alpha1.PropagationReady, metav1.ConditionFalse, fleetv1alpha1.ReasonMembersFailed, "2 members failed", now.Add(-3*time.Minute)),
 			condition(fleetv1alpha1.PropagationDrifted, metav1.ConditionTrue, fleetv1alpha1.ReasonDrifted, "1 member drifted", now.Add(-time.Minute)),
 		},
-		Selected: 5, Applied: 1, Drifted: 1, Failed: 2, PendingDeletions: 1,
+		Selected: 5, Applied: 1, Available: 0, Drifted: 1, Failed: 2, PendingDeletions: 1,
 		Kinds: []fleetv1alpha1.KindReference{{APIVersion: "apps/v1", Kind: "Deployment"}, {APIVersion: "v1", Kind: "ConfigMap"}},
 		Members: []fleetv1alpha1.MemberPropagationStatus{
-			{Name: "east", Result: fleetv1alpha1.ResultFailed, Reason: fleetv1alpha1.ReasonForbidden, Message: "the member forbids the manager to create namespaces", LastTransitionTime: metav1.NewTime(now.Add(-3 * time.Minute))},
+			{Name: "east", Result: fleetv1alpha1.ResultFailed, Available: metav1.ConditionFalse, Reason: fleetv1alpha1.ReasonForbidden, Message: "the member forbids the manager to create namespaces", LastTransitionTime: metav1.NewTime(now.Add(-3 * time.Minute)), LastConfirmedTime: ptrTime(now.Add(-10 * time.Second))},
 			{Name: "north", Result: fleetv1alpha1.ResultFailed, Reason: fleetv1alpha1.ReasonKindNotFound, Message: "apps/v1 Deployment is not served", LastTransitionTime: metav1.NewTime(now.Add(-3 * time.Minute))},
 			{Name: "west", Result: fleetv1alpha1.ResultDrifted, Reason: fleetv1alpha1.ReasonDrifted, DriftedFields: []string{"Deployment web: .spec.replicas", "ConfigMap web-env: .data.color"}, LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))},
 			{Name: "south", Result: fleetv1alpha1.ResultDeletionOwed, Reason: fleetv1alpha1.ReasonMemberUnhealthy, Message: "the member is Unhealthy", LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))},
+			{Name: "up", Result: fleetv1alpha1.ResultApplied, Available: metav1.ConditionFalse, Reason: fleetv1alpha1.ReasonNotAvailable, Message: "Deployment web: 1 of 3 replicas available", LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Minute)), LastConfirmedTime: ptrTime(now.Add(-5 * time.Second))},
 		},
 	}
 	api.Status = fleetv1alpha1.PropagationStatus{
-		Selected: 2, Applied: 2,
+		ObservedGeneration: api.Generation, Selected: 2, Applied: 2, Available: 2,
 		Conditions: []metav1.Condition{condition(fleetv1alpha1.PropagationReady, metav1.ConditionTrue, fleetv1alpha1.ReasonApplied, "", now.Add(-time.Hour))},
 	}
 	for _, p := range []*fleetv1alpha1.Propagation{web, api} {
@@ -105,6 +120,7 @@ func TestGetPropagations(t *testing.T) {
 		{"propagations-named.golden", "get propagation web api -n prop-team-a --no-headers"},
 		{"status-propagation-web.golden", "status propagation web -n prop-team-a"},
 		{"status-propagation-db.golden", "status prop db -n prop-team-b"},
+		{"status-up.golden", "status up"},
 	} {
 		res := runCLI(t, nil, clk, append(strings.Fields(tc.args), hubFlag)...)
 		if res.code != 0 || res.stderr != "" {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -30,7 +31,8 @@ func statusCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
 	status := memberStatusCommand(hub, clk, "status NAME")
 	status.Short = "Show how the manager sees a member (status NAME) or where a Propagation stands (status propagation NAME)"
 	status.Long = `Show how the manager sees one member: its state, conditions, transitions,
-controllers, owed removals and credentials. A member no manager is probing is
+controllers, owed removals, credentials, and where each Propagation that
+selects it stands there (applied, available, or why not). A member no manager is probing is
 Unknown: its last probe is older than --stale-after, or no manager holds its
 fleet's Lease (leader election); the state it records is shown beside.
 "status member NAME" is the same, for a member named like a subcommand;
@@ -48,7 +50,7 @@ func memberStatusCommand(hub *hubFlags, clk clock.PassiveClock, use string) *cob
 	staleAfter := defaultStaleAfter
 	cmd := &cobra.Command{
 		Use:               use,
-		Short:             "Show how the manager sees one member: state, conditions, transitions, controllers, owed removals, credentials",
+		Short:             "Show how the manager sees one member: state, conditions, transitions, controllers, owed removals, credentials, Propagations",
 		Args:              exactArgs(1, "a member NAME"),
 		ValidArgsFunction: completeMember(hub),
 	}
@@ -77,7 +79,15 @@ func memberStatusCommand(hub *hubFlags, clk clock.PassiveClock, use string) *cob
 			return p.printObjects(cmd.OutOrStdout(), []client.Object{&mc}, true)
 		}
 		now := clk.Now()
-		return printStatus(cmd.OutOrStdout(), &mc, newFreshness(c, staleAfter).stale(cmd.Context(), &mc, now), now)
+		if err := printStatus(cmd.OutOrStdout(), &mc, newFreshness(c, staleAfter).stale(cmd.Context(), &mc, now), now); err != nil {
+			return err
+		}
+		var props fleetv1alpha1.PropagationList
+		if err := c.List(cmd.Context(), &props); err != nil {
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "\nPropagations: cannot list them: %v\n", propagationReadError(err))
+			return err
+		}
+		return memberPropagationsSection(cmd.OutOrStdout(), &mc, props.Items, now)
 	}
 	return cmd
 }
@@ -166,6 +176,38 @@ func printStatus(w io.Writer, mc *fleetv1alpha1.MemberCluster, stale string, now
 	field("  Last renewal", when(cred.LastRenewalTime, now))
 	field("  Last renewal error", orNone(oneLine(cred.LastRenewalError)))
 	return tw.Flush()
+}
+
+// memberPropagationsSection writes where each Propagation that selects mc,
+// or still lists it, stands there. A selected member a Propagation does
+// not list is applied and available: status lists only the others.
+func memberPropagationsSection(w io.Writer, mc *fleetv1alpha1.MemberCluster, props []fleetv1alpha1.Propagation, now time.Time) error {
+	var rows [][]string
+	for i := range props {
+		p := &props[i]
+		name := p.Namespace + "/" + p.Name
+		listed := slices.IndexFunc(p.Status.Members, func(m fleetv1alpha1.MemberPropagationStatus) bool { return m.Name == mc.Name })
+		switch {
+		case listed >= 0:
+			m := p.Status.Members[listed]
+			rows = append(rows, []string{name, string(m.Result), string(orUnknown(m.Available)), orNone(m.Reason), age(&m.LastTransitionTime, now), orNone(oneLine(m.Message))})
+		case !selectsMember(p.Spec.Members, mc):
+		case p.Status.ObservedGeneration != p.Generation:
+			rows = append(rows, []string{name, string(fleetv1alpha1.ResultPending), string(metav1.ConditionUnknown), none, none, "the Propagation's status is not of its generation yet"})
+		default:
+			rows = append(rows, []string{name, string(fleetv1alpha1.ResultApplied), string(metav1.ConditionTrue), fleetv1alpha1.ReasonAvailable, none, none})
+		}
+	}
+	return section(w, "Propagations", []string{"PROPAGATION", "RESULT", "AVAILABLE", "REASON", "AGE", "MESSAGE"}, rows)
+}
+
+// selectsMember reports whether s selects mc, as the manager decides.
+func selectsMember(s fleetv1alpha1.MemberSelector, mc *fleetv1alpha1.MemberCluster) bool {
+	if len(s.Names) > 0 && !slices.Contains(s.Names, mc.Name) {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(s.Selector)
+	return err == nil && (s.Selector == nil || sel.Matches(labels.Set(mc.Labels)))
 }
 
 // section writes a titled table of rows under header, or the title and
