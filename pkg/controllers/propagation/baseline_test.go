@@ -1,6 +1,7 @@
 package propagation_test
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -23,6 +25,7 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/member"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // deployment creates Deployment name of replicas in f's team namespace on
@@ -398,5 +401,89 @@ func TestProgressDeadlineAndStaleMembers(t *testing.T) {
 	}
 	if ready(p) {
 		t.Error("Ready with a member not known")
+	}
+}
+
+// envelope creates Envelope name in f's team namespace holding manifests.
+func (f *testFleet) envelope(name string, manifests ...map[string]any) *fleetv1alpha1.Envelope {
+	f.t.Helper()
+	env := &fleetv1alpha1.Envelope{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: name}}
+	for _, m := range manifests {
+		raw, err := json.Marshal(m)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		env.Manifests = append(env.Manifests, runtime.RawExtension{Raw: raw})
+	}
+	if err := f.hub.Client.Create(f.t.Context(), env); err != nil {
+		f.t.Fatal(err)
+	}
+	return env
+}
+
+// TestEnvelopeIsLiveInMembersOnly: an Envelope's Deployment and ConfigMap
+// are applied in the members and exist on the hub as data only; its
+// manifests that break a rule fail the members, each named, and the
+// others are applied; a manifest taken out of the Envelope is removed.
+func TestEnvelopeIsLiveInMembersOnly(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	deployment := map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web", "labels": map[string]any{"app": "web"}},
+		"spec": map[string]any{
+			"selector": map[string]any{"matchLabels": map[string]any{"app": "web"}},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
+				"spec":     map[string]any{"containers": []any{map[string]any{"name": "web", "image": "registry.example/web:1"}}},
+			},
+		},
+	}
+	settings := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "settings"}, "data": map[string]any{"color": "blue"}}
+	credentials := map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "kubeconfig", "labels": map[string]any{registry.KubeconfigLabel: "true"}}}
+	elsewhere := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "elsewhere", "namespace": "kube-system"}}
+	clusterScoped := map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": map[string]any{"name": "admin-too"}}
+	f.envelope("app", deployment, settings, credentials, elsewhere, clusterScoped)
+	f.propagation("app", func(p *fleetv1alpha1.Propagation) {
+		p.Spec.Resources = []fleetv1alpha1.ResourceSelector{{APIVersion: "fleet.fleetkube.io/v1alpha1", Kind: "Envelope", Name: "app"}}
+	})
+	poll.Until(t, "the Deployment and the ConfigMap in east", func() bool { return f.deploymentIn(0, "web") != nil && f.copyIn(0, "settings") != nil })
+	if d := f.deploymentIn(0, "web"); d.Labels[fleetv1alpha1.EnvelopeLabel] != "app" {
+		t.Errorf("the copy's labels %v, want %s naming the Envelope", d.Labels, fleetv1alpha1.EnvelopeLabel)
+	}
+	err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, &appsv1.Deployment{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("a Deployment web on the hub: %v; want none, the Envelope holds it as data", err)
+	}
+	p := f.waitStatus("app", "east failed by the manifests that break rules", listedAs("east", fleetv1alpha1.ResultFailed, fleetv1alpha1.ReasonRefused))
+	if e, _ := entry(p, "east"); !strings.Contains(e.Message, "manifest 2 (Secret kubeconfig) of Envelope app is refused") || !strings.Contains(e.Message, "(and 2 more)") {
+		t.Errorf("east's message %q, want the refused manifest named, and two more", e.Message)
+	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady); c == nil || c.Reason != fleetv1alpha1.ReasonRefused {
+		t.Errorf("Ready %+v, want the hub's problem, Refused", c)
+	}
+	for _, o := range []struct{ kind, namespace, name string }{{"Secret", f.team, "kubeconfig"}, {"ConfigMap", "kube-system", "elsewhere"}} {
+		obj := &unstructured.Unstructured{}
+		obj.SetAPIVersion("v1")
+		obj.SetKind(o.kind)
+		if err := suite.MemberClients[0].Get(t.Context(), types.NamespacedName{Namespace: o.namespace, Name: o.name}, obj); !apierrors.IsNotFound(err) {
+			t.Errorf("%s %s/%s in east: %v; want none", o.kind, o.namespace, o.name, err)
+		}
+	}
+
+	// Only the good manifests left, the ConfigMap taken out: it goes.
+	env := &fleetv1alpha1.Envelope{}
+	if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "app"}, env); err != nil {
+		t.Fatal(err)
+	}
+	env.Manifests = env.Manifests[:1]
+	if err := f.hub.Client.Update(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCopy(0, "settings", "removed with its manifest", gone)
+	f.rolledOut(0, "web")
+	p = f.waitStatus("app", "Ready", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Available == 1 })
+	if !slices.Contains(p.Status.Kinds, fleetv1alpha1.KindReference{APIVersion: "apps/v1", Kind: "Deployment"}) {
+		t.Errorf("status.kinds %v, want the manifests' kinds", p.Status.Kinds)
 	}
 }

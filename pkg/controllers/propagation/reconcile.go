@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -241,13 +242,34 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 				run.fail(failure{reason: fleetv1alpha1.ReasonRefused, message: fmt.Sprintf("%s %s is refused: %s", o.GetKind(), o.GetName(), rule)})
 				continue
 			}
-			k := copyKey{gvk: o.GroupVersionKind(), name: o.GetName()}
-			if _, ok := want[k]; !ok {
-				want[k], run.selectedBy[k] = o, sel
+			if !isEnvelope(o.GroupVersionKind()) {
+				run.want(want, o, sel)
+				continue
+			}
+			manifests, failures := run.r.unpack(o)
+			for _, f := range failures {
+				run.fail(f)
+			}
+			for _, m := range manifests {
+				run.want(want, m, sel)
 			}
 		}
 	}
 	return want, false, nil
+}
+
+// want adds obj, a hub object sel selects, to want, unless an object of
+// its kind and name is there: the same object selected twice is applied
+// once, and another one of that name (an Envelope's manifest) fails.
+func (run *memberRun) want(want map[copyKey]*unstructured.Unstructured, obj *unstructured.Unstructured, sel fleetv1alpha1.ResourceSelector) {
+	k := copyKey{gvk: obj.GroupVersionKind(), name: obj.GetName()}
+	first, ok := want[k]
+	switch {
+	case !ok:
+		want[k], run.selectedBy[k] = obj, sel
+	case first.GetUID() != obj.GetUID() || first.GetLabels()[fleetv1alpha1.EnvelopeLabel] != obj.GetLabels()[fleetv1alpha1.EnvelopeLabel]:
+		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("%s is selected twice, from different sources: the first is applied", k)})
+	}
 }
 
 // desiredCopies returns the copy the member should hold of each hub
@@ -294,6 +316,9 @@ func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructur
 		copied = append(copied, kindsOf(run.p)...)
 	}
 	kinds := slices.Clone(copied)
+	for k := range want {
+		kinds = append(kinds, k.gvk) // an Envelope's manifests' too
+	}
 	if run.p == nil {
 		// Its kinds went with it: look in every kind copied, or watched.
 		kinds = append(kinds, append(run.r.copiedKinds(ctx), run.member.watched()...)...)
@@ -309,7 +334,8 @@ func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructur
 				continue
 			}
 			run.skipRemoval[gvk] = true
-			inSpec := run.p != nil && slices.ContainsFunc(run.p.Spec.Resources, func(s fleetv1alpha1.ResourceSelector) bool { k, _ := resourceKind(s); return k == gvk })
+			inSpec := slices.ContainsFunc(slices.Collect(maps.Keys(want)), func(k copyKey) bool { return k.gvk == gvk }) ||
+				run.p != nil && slices.ContainsFunc(run.p.Spec.Resources, func(s fleetv1alpha1.ResourceSelector) bool { k, _ := resourceKind(s); return k == gvk })
 			if inSpec && !removing && kerr.reason == fleetv1alpha1.ReasonKindNotFound {
 				run.waitForKind(gvk)
 				continue

@@ -133,7 +133,8 @@ func (r *reconciler) memberPropagations(ctx context.Context, member string) []pr
 	return keys
 }
 
-// kindsOf lists the kinds p copies now and those it copied before.
+// kindsOf lists the kinds p copies now and those it copied before, or
+// copies from Envelopes (status.kinds).
 func kindsOf(p *fleetv1alpha1.Propagation) []schema.GroupVersionKind {
 	var kinds []schema.GroupVersionKind
 	add := func(apiVersion, kind string) {
@@ -148,6 +149,8 @@ func kindsOf(p *fleetv1alpha1.Propagation) []schema.GroupVersionKind {
 	for _, res := range p.Spec.Resources {
 		add(res.APIVersion, res.Kind)
 	}
+	// An Envelope is never copied: status.kinds has its manifests' kinds.
+	kinds = slices.DeleteFunc(kinds, isEnvelope)
 	for _, k := range p.Status.Kinds {
 		add(k.APIVersion, k.Kind)
 	}

@@ -105,7 +105,7 @@ func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propaga
 	}
 	live := r.m.Replicas()
 	st.Shards = slices.DeleteFunc(st.Shards, func(s fleetv1alpha1.PropagationShard) bool { return !slices.Contains(live, s.Replica) })
-	st.ObservedGeneration, st.Kinds = p.Generation, copiedKindsStatus(p)
+	st.ObservedGeneration, st.Kinds = p.Generation, r.copiedKindsStatus(ctx, p)
 	st.Selected, st.Applied, st.Available, st.Drifted, st.Failed, st.PendingDeletions = 0, 0, 0, 0, 0, 0
 	st.Members = nil
 	for _, s := range st.Shards {
@@ -185,7 +185,7 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 	st := fleetv1alpha1.PropagationStatus{
 		ObservedGeneration: p.Generation,
 		Conditions:         slices.Clone(p.Status.Conditions),
-		Kinds:              copiedKindsStatus(p),
+		Kinds:              r.copiedKindsStatus(ctx, p),
 	}
 	results := r.results.of(key)
 	previous := map[string]fleetv1alpha1.MemberPropagationStatus{}
@@ -333,7 +333,8 @@ func (r *reconciler) setConditions(ctx context.Context, p *fleetv1alpha1.Propaga
 }
 
 // hubProblem is the first of p's resources the hub cannot give, or the
-// first hub object it selects that is refused.
+// first hub object it selects that is refused, or the first manifest of
+// an Envelope it selects that is not applied.
 func (r *reconciler) hubProblem(ctx context.Context, p *fleetv1alpha1.Propagation) *kindError {
 	for _, sel := range p.Spec.Resources {
 		objs, err := r.objects.list(ctx, p.Namespace, sel)
@@ -343,6 +344,12 @@ func (r *reconciler) hubProblem(ctx context.Context, p *fleetv1alpha1.Propagatio
 		for i := range objs {
 			if rule, refused := refusal(&objs[i], r.fleet); refused {
 				return &kindError{reason: fleetv1alpha1.ReasonRefused, message: fmt.Sprintf("%s %s is refused: %s", objs[i].GetKind(), objs[i].GetName(), rule)}
+			}
+			if !isEnvelope(objs[i].GroupVersionKind()) {
+				continue
+			}
+			if _, failures := r.unpack(&objs[i]); len(failures) > 0 {
+				return &kindError{reason: failures[0].reason, message: failures[0].message}
 			}
 		}
 	}
@@ -364,13 +371,26 @@ func conditionStatus(conditions []metav1.Condition, t string) metav1.ConditionSt
 }
 
 // copiedKindsStatus is status.kinds: the kinds p copied before, then
-// those it copies now.
-func copiedKindsStatus(p *fleetv1alpha1.Propagation) []fleetv1alpha1.KindReference {
+// those it copies now, an Envelope's manifests' in its place.
+func (r *reconciler) copiedKindsStatus(ctx context.Context, p *fleetv1alpha1.Propagation) []fleetv1alpha1.KindReference {
 	kinds := slices.Clone(p.Status.Kinds)
-	for _, res := range p.Spec.Resources {
-		k := fleetv1alpha1.KindReference{APIVersion: res.APIVersion, Kind: res.Kind}
-		if !slices.Contains(kinds, k) {
+	add := func(apiVersion, kind string) {
+		if k := (fleetv1alpha1.KindReference{APIVersion: apiVersion, Kind: kind}); !slices.Contains(kinds, k) {
 			kinds = append(kinds, k)
+		}
+	}
+	for _, res := range p.Spec.Resources {
+		gvk, err := resourceKind(res)
+		if err != nil || !isEnvelope(gvk) {
+			add(res.APIVersion, res.Kind)
+			continue
+		}
+		envelopes, _ := r.objects.list(ctx, p.Namespace, res)
+		for i := range envelopes {
+			manifests, _ := r.unpack(&envelopes[i])
+			for _, m := range manifests {
+				add(m.GetAPIVersion(), m.GetKind())
+			}
 		}
 	}
 	if len(kinds) > 64 {

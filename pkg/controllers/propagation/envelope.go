@@ -1,0 +1,80 @@
+package propagation
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+)
+
+// envelopeKind is the kind of an Envelope, whose manifests are applied in
+// its place.
+var envelopeKind = fleetv1alpha1.GroupVersion.WithKind("Envelope")
+
+func isEnvelope(gvk schema.GroupVersionKind) bool { return gvk.GroupKind() == envelopeKind.GroupKind() }
+
+// unpack returns the manifests of env, an Envelope on the hub, as the hub
+// objects they stand for: of env's namespace and UID, labelled with
+// EnvelopeLabel. A manifest that breaks a rule is left out, with a
+// failure naming it: one that is no object, names another namespace, is
+// of a cluster-scoped kind (as the hub knows the kind: one it does not
+// know may be served by members), is an Envelope, or is refused (see
+// refusal). Manifests are never cut: the hub bounds an Envelope when it
+// is written.
+func (r *reconciler) unpack(env *unstructured.Unstructured) ([]*unstructured.Unstructured, []failure) {
+	raw, _, err := unstructured.NestedSlice(env.Object, "manifests")
+	if err != nil {
+		return nil, []failure{{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("Envelope %s: manifests is not a list", env.GetName())}}
+	}
+	var objs []*unstructured.Unstructured
+	var failures []failure
+	for i, m := range raw {
+		fields, ok := m.(map[string]any)
+		if !ok {
+			failures = append(failures, failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("manifest %d of Envelope %s is not an object", i, env.GetName())})
+			continue
+		}
+		obj := &unstructured.Unstructured{Object: fields}
+		name := fmt.Sprintf("manifest %d (%s %s) of Envelope %s", i, obj.GetKind(), obj.GetName(), env.GetName())
+		if reason, problem := r.manifestProblem(obj, env.GetNamespace()); problem != "" {
+			failures = append(failures, failure{reason: reason, message: name + " " + problem})
+			continue
+		}
+		obj = obj.DeepCopy()
+		obj.SetNamespace(env.GetNamespace())
+		obj.SetUID(env.GetUID())
+		labels := obj.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[fleetv1alpha1.EnvelopeLabel] = env.GetName()
+		obj.SetLabels(labels)
+		if rule, refused := refusal(obj, r.fleet); refused {
+			failures = append(failures, failure{reason: fleetv1alpha1.ReasonRefused, message: name + " is refused: " + rule})
+			continue
+		}
+		objs = append(objs, obj)
+	}
+	return objs, failures
+}
+
+// manifestProblem says what makes obj, a manifest of an Envelope of
+// namespace, one that is not applied, and the reason; "" if nothing does.
+func (r *reconciler) manifestProblem(obj *unstructured.Unstructured, namespace string) (reason, problem string) {
+	gv, err := schema.ParseGroupVersion(obj.GetAPIVersion())
+	switch {
+	case err != nil || obj.GetAPIVersion() == "" || obj.GetKind() == "" || obj.GetName() == "":
+		return fleetv1alpha1.ReasonInvalid, "needs apiVersion, kind and metadata.name"
+	case isEnvelope(gv.WithKind(obj.GetKind())):
+		return fleetv1alpha1.ReasonInvalid, "is an Envelope: Envelopes do not nest"
+	case obj.GetNamespace() != "" && obj.GetNamespace() != namespace:
+		return fleetv1alpha1.ReasonInvalid, fmt.Sprintf("names namespace %s: an Envelope holds objects of its own namespace", obj.GetNamespace())
+	}
+	if mapping, err := r.m.GetRESTMapper().RESTMapping(gv.WithKind(obj.GetKind()).GroupKind(), gv.Version); err == nil && mapping.Scope.Name() == meta.RESTScopeNameRoot {
+		return fleetv1alpha1.ReasonClusterScoped, "is of a cluster-scoped kind: a Propagation applies objects of its own namespace"
+	}
+	return "", ""
+}
