@@ -17,14 +17,13 @@ const EnvelopeLabel = "fleet.fleetkube.io/envelope"
 
 // Envelope holds manifests of objects that are applied in members only:
 // nothing of it is live on the hub, so a Deployment in it runs in no hub
-// node, and a webhook or a quota in it acts on no hub request. A
+// node, and a quota or a NetworkPolicy in it acts on nothing of the hub. A
 // Propagation that selects it (apiVersion fleet.fleetkube.io/v1alpha1,
 // kind Envelope) applies each manifest in the Envelope's namespace of its
 // members, as it would a hub object of that namespace.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:categories=fleet
-// +kubebuilder:printcolumn:name="Manifests",type=integer,JSONPath=`.manifests.size()`,description="Manifests held",priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Envelope struct {
 	metav1.TypeMeta   `json:",inline"`

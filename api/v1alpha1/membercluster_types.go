@@ -381,7 +381,8 @@ const MaxOwedRemovals = 20
 
 // OwedRemoval is a removal of a Propagation's copies a member owes.
 type OwedRemoval struct {
-	// Propagation is the Propagation's namespace/name.
+	// Propagation is the Propagation's namespace/name, or a
+	// ClusterPropagation's name.
 	// +kubebuilder:validation:MaxLength=317
 	Propagation string `json:"propagation"`
 

@@ -88,7 +88,8 @@ type PropagationSpec struct {
 	// Resources select objects of the Propagation's own namespace on the
 	// hub. Each is copied into the same namespace of every selected member,
 	// which is created there when missing. Cluster-scoped kinds are
-	// refused.
+	// refused. A ClusterPropagation's select cluster-scoped objects, and
+	// refuse namespaced kinds.
 	//
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=64
@@ -328,8 +329,12 @@ const (
 	// ReasonInvalid: the member rejected a copy, or the Propagation names
 	// an invalid apiVersion.
 	ReasonInvalid = "Invalid"
-	// ReasonClusterScoped: a resource is of a cluster-scoped kind.
+	// ReasonClusterScoped: a Propagation's resource is of a cluster-scoped
+	// kind (a ClusterPropagation copies it).
 	ReasonClusterScoped = "ClusterScopedKind"
+	// ReasonNamespacedKind: a ClusterPropagation's resource is of a
+	// namespaced kind (a Propagation of its namespace copies it).
+	ReasonNamespacedKind = "NamespacedKind"
 	// ReasonInvalidSelector: a label selector does not parse.
 	ReasonInvalidSelector = "InvalidSelector"
 	// ReasonSuspended: spec.suspend is set.
@@ -536,6 +541,44 @@ type PropagationList struct {
 	Items           []Propagation `json:"items"`
 }
 
+// ClusterPropagation keeps cluster-scoped hub objects (Namespaces,
+// CustomResourceDefinitions, ClusterRoles and their bindings, webhook
+// configurations...) present and identical in the selected members, with
+// a Propagation's spec and status. Only who may create cluster-scoped
+// objects, a cluster admin, should be granted ClusterPropagations:
+// through one, the manager writes cluster-scoped objects in members with
+// its own rights. Namespaced kinds are refused (NamespacedKind): they go
+// through a Propagation of their namespace, or an Envelope.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=clusterprop,categories=fleet
+// +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="the name must be at most 63 characters: copies carry it in a label"
+// +kubebuilder:printcolumn:name="Selected",type=integer,JSONPath=`.status.selected`,description="Members selected"
+// +kubebuilder:printcolumn:name="Applied",type=integer,JSONPath=`.status.applied`,description="Members whose copies are applied and in sync"
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.available`,description="Members whose copies are applied, in sync and available"
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failed`,description="Members where applying failed, or that missed the progress deadline"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Status of the Ready condition"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Drifted",type=integer,JSONPath=`.status.drifted`,description="Members whose copies drifted",priority=1
+type ClusterPropagation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec PropagationSpec `json:"spec"`
+	// +optional
+	Status PropagationStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ClusterPropagationList is a list of ClusterPropagations.
+type ClusterPropagationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterPropagation `json:"items"`
+}
+
 func init() {
-	SchemeBuilder.Register(&Propagation{}, &PropagationList{})
+	SchemeBuilder.Register(&Propagation{}, &PropagationList{}, &ClusterPropagation{}, &ClusterPropagationList{})
 }
