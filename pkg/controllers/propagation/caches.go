@@ -127,6 +127,13 @@ func (mc *memberCopies) watched() []schema.GroupVersionKind {
 	return kinds
 }
 
+// served forgets, in every copy cache, that gk was missing.
+func (mc *memberCopies) served(gk schema.GroupKind) {
+	for _, nc := range mc.caches() {
+		nc.served(gk)
+	}
+}
+
 // caches returns the namespaces' copy caches.
 func (mc *memberCopies) caches() map[string]*namespaceCopies {
 	mc.mu.Lock()
@@ -363,7 +370,7 @@ func (r *reconciler) dropUnneededCaches(ctx context.Context, mc *memberCopies) {
 // a Propagation of the namespace reads them, or the journal holds copies
 // or owed removals of the member there. When in doubt it says yes.
 func (r *reconciler) needsCopies(ctx context.Context, member, namespace string) bool {
-	props, err := r.propagations(ctx, client.InNamespace(namespace))
+	props, err := r.propagationsIn(ctx, namespace)
 	if err != nil || len(props) > 0 {
 		return true
 	}

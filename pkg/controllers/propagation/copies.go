@@ -253,7 +253,7 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	p, name := run.p, run.member.name
 	adopted := false
 	if live == nil {
-		if !run.namespaced {
+		if !run.namespaced && !isCluster(run.key) {
 			if err := run.ensureNamespace(ctx); err != nil {
 				return nil, run.failed(err, "create", namespaceKey(run.key.Namespace))
 			}
@@ -331,7 +331,7 @@ func (run *memberRun) reportDrift(k copyKey, fields []string) {
 		return
 	}
 	run.r.metrics.driftDetected.WithLabelValues(run.member.name).Inc()
-	run.r.recorder.Eventf(run.p, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDrifted, "DetectDrift",
+	run.r.recorder.Eventf(hubObject(run.p), nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDrifted, "DetectDrift",
 		"member %s: %s changed %s", run.member.name, k, strings.Join(fields, ", "))
 }
 
@@ -407,6 +407,9 @@ func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructure
 // message never reaches the hub.
 func (run *memberRun) failed(err error, verb string, k copyKey) error {
 	where := "in namespace " + run.key.Namespace
+	if isCluster(run.key) {
+		where = "(cluster-scoped)"
+	}
 	switch {
 	case meta.IsNoMatchError(err):
 		run.waitForKind(k.gvk)

@@ -114,7 +114,7 @@ func (run *memberRun) applyInOrder(ctx context.Context, desired, have, want map[
 			}
 		}
 		if run.waiting == nil {
-			run.waiting = &failure{reason: fleetv1alpha1.ReasonWaitingForWave, message: fmt.Sprintf("%d objects wait for %s", waiting, firstOr(run.unavailable, "the copies of an earlier wave"))}
+			run.waiting = &failure{reason: fleetv1alpha1.ReasonWaitingForWave, message: fmt.Sprintf("the copies of later waves (%d) wait for %s", waiting, firstOr(run.unavailable, "the copies of an earlier wave"))}
 		}
 		return nil
 	}
@@ -143,7 +143,33 @@ func (run *memberRun) judge(k copyKey, live *unstructured.Unstructured) bool {
 	case notTracked:
 		run.notTracked++
 	}
+	if gk, ok := definedKind(live); ok && run.waitsFor(gk) {
+		// The kind the run waits for is served now: the run is tried
+		// again at once, and checks it again.
+		run.member.served(gk)
+		run.kindArrived = true
+	}
 	return true
+}
+
+// definedKind is the kind obj defines, if it is a CRD.
+func definedKind(obj *unstructured.Unstructured) (schema.GroupKind, bool) {
+	if obj.GroupVersionKind().GroupKind() != (schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}) {
+		return schema.GroupKind{}, false
+	}
+	group, _, _ := unstructured.NestedString(obj.Object, "spec", "group")
+	kind, _, _ := unstructured.NestedString(obj.Object, "spec", "names", "kind")
+	return schema.GroupKind{Group: group, Kind: kind}, kind != ""
+}
+
+// waitsFor reports whether the run waits for kind gk.
+func (run *memberRun) waitsFor(gk schema.GroupKind) bool {
+	for gvk := range run.skipRemoval {
+		if gvk.GroupKind() == gk {
+			return true
+		}
+	}
+	return false
 }
 
 // waitForKind records that the member does not serve gvk yet: its copies

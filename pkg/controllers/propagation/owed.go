@@ -247,7 +247,7 @@ func (r *reconciler) countOwed(member string) {
 	var removals []fleetv1alpha1.OwedRemoval
 	for _, o := range owed {
 		removals = append(removals, fleetv1alpha1.OwedRemoval{
-			Propagation: o.Namespace + "/" + o.Propagation,
+			Propagation: owedName(o),
 			Reason:      truncate(o.Reason, maxOwedReason),
 			Since:       metav1.NewTime(o.Decided.UTC().Truncate(time.Second)), // as the API server keeps it
 		})
@@ -314,15 +314,24 @@ func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation) 
 	}
 	before := p.DeepCopy()
 	controllerutil.RemoveFinalizer(p, fleetv1alpha1.PropagationFinalizer)
-	if err := r.hub.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.hub.Patch(ctx, hubObject(p), client.MergeFromWithOptions(hubObject(before), client.MergeFromWithOptimisticLock{})); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if len(owed) > 0 {
 		logf.FromContext(ctx).Info("Propagation deleted; members owe the removal of its copies", "members", owed)
-		r.recorder.Eventf(p, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDeletionOwed, "Delete",
+		r.recorder.Eventf(hubObject(p), nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDeletionOwed, "Delete",
 			"%d members owe the removal of copies, done when each is Ready: %s", len(owed), strings.Join(owed, ", "))
 	}
 	return reconcile.Result{}, nil
+}
+
+// owedName names the Propagation whose copies o removes: namespace/name,
+// or a ClusterPropagation's name.
+func owedName(o journal.Owed) string {
+	if o.Namespace == "" {
+		return o.Propagation
+	}
+	return o.Namespace + "/" + o.Propagation
 }
 
 // releaseShard marks this replica's shard of deleted p released, its
@@ -333,7 +342,7 @@ func (r *reconciler) releaseShard(ctx context.Context, p *fleetv1alpha1.Propagat
 		mine.Released = true
 		before := p.DeepCopy()
 		p.Status.Shards = withShard(p.Status.Shards, mine)
-		return false, r.hub.Status().Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		return false, r.hub.Status().Patch(ctx, hubObject(p), client.MergeFromWithOptions(hubObject(before), client.MergeFromWithOptimisticLock{}))
 	}
 	if !r.m.OwnsKey(summaryKey(p)) {
 		return false, nil

@@ -101,11 +101,26 @@ func prepareFleet(t *testing.T, h *fleettest.Hub, namespace, team string) *testF
 }
 
 // removePropagations removes, once the fleet's managers stopped, the
-// Propagations the test left on its hub, finalizers and all: every
-// manager on a hub reconciles every Propagation of it, and the next
-// test's would reconcile these in every member too.
+// Propagations and ClusterPropagations the test left on its hub,
+// finalizers and all: every manager on a hub reconciles every Propagation
+// of it, and the next test's would reconcile these in every member too.
 func (f *testFleet) removePropagations() {
 	ctx := context.Background()
+	clusterProps := &fleetv1alpha1.ClusterPropagationList{}
+	if err := f.hub.Client.List(ctx, clusterProps); err != nil {
+		f.t.Errorf("listing the ClusterPropagations: %v", err)
+	}
+	for i := range clusterProps.Items {
+		cp := &clusterProps.Items[i]
+		before := cp.DeepCopy()
+		cp.Finalizers = nil
+		if err := client.IgnoreNotFound(f.hub.Client.Patch(ctx, cp, client.MergeFrom(before))); err != nil {
+			f.t.Errorf("releasing ClusterPropagation %s: %v", cp.Name, err)
+		}
+		if err := client.IgnoreNotFound(f.hub.Client.Delete(ctx, cp)); err != nil {
+			f.t.Errorf("deleting ClusterPropagation %s: %v", cp.Name, err)
+		}
+	}
 	for _, ns := range []string{f.team, f.namespace} {
 		list := &fleetv1alpha1.PropagationList{}
 		if err := f.hub.Client.List(ctx, list, client.InNamespace(ns)); err != nil {

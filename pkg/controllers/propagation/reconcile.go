@@ -36,6 +36,10 @@ const (
 	failureRetry      = time.Minute
 )
 
+// kindArrivedRetry is when a run that found a kind it waited for served
+// (its CRD Established) is tried again, to apply that kind's copies.
+const kindArrivedRetry = 100 * time.Millisecond
+
 // failureLogInterval is how often a failure that stays is logged again,
 // per Propagation, member and reason.
 const failureLogInterval = 10 * time.Minute
@@ -88,6 +92,8 @@ type memberRun struct {
 	// waiting is set when copies wait: for a kind the member does not
 	// serve yet, or for those of an earlier step to be Available.
 	waiting *failure
+	// kindArrived is set when a kind the run waited for is served now.
+	kindArrived bool
 	// skipRemoval holds kinds whose hub objects could not be read: none of
 	// their copies can be proven unwanted.
 	skipRemoval map[schema.GroupVersionKind]bool
@@ -135,8 +141,8 @@ func (r *reconciler) fleetID(ctx context.Context) (string, error) {
 // it wants: the selected hub objects applied, each recorded in the
 // journal first, and no other copy of this fleet, whose identity is id.
 func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key propagationKey, id string) (reconcile.Result, error) {
-	p := &fleetv1alpha1.Propagation{}
-	if err := r.hub.Get(ctx, key, p); apierrors.IsNotFound(err) {
+	p, err := r.getPropagation(ctx, key)
+	if apierrors.IsNotFound(err) {
 		p = nil
 	} else if err != nil {
 		return reconcile.Result{}, err
@@ -449,6 +455,9 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	if left > 0 {
 		after = append(after, left)
 	}
+	if run.kindArrived {
+		after = append(after, kindArrivedRetry)
+	}
 	if len(after) == 0 {
 		return reconcile.Result{}, nil
 	}
@@ -514,8 +523,8 @@ func (run *memberRun) tell(ctx context.Context, old, now memberResult) {
 	mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: member}}
 	switch {
 	case failed && (old.result != now.result || old.reason != now.reason):
-		run.r.recorder.Eventf(run.p, mc, corev1.EventTypeWarning, now.reason, "Propagate", "member %s: %s", member, now.message)
+		run.r.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeWarning, now.reason, "Propagate", "member %s: %s", member, now.message)
 	case recovered:
-		run.r.recorder.Eventf(run.p, mc, corev1.EventTypeNormal, now.reason, "Propagate", "member %s: %s, after %s", member, now.message, old.reason)
+		run.r.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeNormal, now.reason, "Propagate", "member %s: %s, after %s", member, now.message, old.reason)
 	}
 }

@@ -3,6 +3,7 @@ package propagation
 import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
@@ -21,7 +22,7 @@ const (
 
 // refusal returns the rule that forbids copying hub object obj, if one
 // does: nothing of the fleet's credentials is ever copied. It refuses
-//   - every object of the fleet namespace;
+//   - every object of the fleet namespace, and the namespace itself;
 //   - every Secret a registration format would read, whether or not the
 //     format is enabled: labelled as a native or a multicluster-runtime
 //     registration (with any value), of Cluster API's Secret type (any
@@ -30,7 +31,7 @@ const (
 //     repository and repo-creds Secrets all hold credentials);
 //   - service account token and bootstrap token Secrets.
 func refusal(obj *unstructured.Unstructured, fleetNamespace string) (rule string, refused bool) {
-	if obj.GetNamespace() == fleetNamespace {
+	if obj.GetNamespace() == fleetNamespace || obj.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"}) && obj.GetName() == fleetNamespace {
 		return ruleFleetNamespace, true
 	}
 	if gvk := obj.GroupVersionKind(); gvk.Group != "" || gvk.Kind != "Secret" {

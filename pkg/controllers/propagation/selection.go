@@ -36,9 +36,20 @@ func selectsObject(p *fleetv1alpha1.Propagation, obj client.Object) bool {
 	return false
 }
 
-// propagations lists the Propagations once the manager's cache has
-// started: a list before that fails, and what asked for it would be lost.
-func (r *reconciler) propagations(ctx context.Context, opts ...client.ListOption) ([]fleetv1alpha1.Propagation, error) {
+// propagations lists the Propagations and ClusterPropagations once the
+// manager's cache has started: a list before that fails, and what asked
+// for it would be lost.
+func (r *reconciler) propagations(ctx context.Context) ([]fleetv1alpha1.Propagation, error) {
+	props, err := r.listPropagations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := r.listClusterPropagations(ctx)
+	return append(props, cluster...), err
+}
+
+// listPropagations lists the (namespaced) Propagations as opts say.
+func (r *reconciler) listPropagations(ctx context.Context, opts ...client.ListOption) ([]fleetv1alpha1.Propagation, error) {
 	if !r.m.GetCache().WaitForCacheSync(ctx) {
 		return nil, ctx.Err()
 	}

@@ -108,6 +108,8 @@ type reconciler struct {
 	readiness  map[propagationKey]string
 	// recoveryTold holds the members told that the journal was lost.
 	recoveryTold sync.Map
+	// clusterPropagations is set when the hub serves ClusterPropagations.
+	clusterPropagations bool
 }
 
 // Add adds the Propagation controller to m. A hub without the Propagation
@@ -119,6 +121,11 @@ func Add(m *fleet.Manager, opts Options) error {
 	}
 	if opts.Journal == nil {
 		return errors.New("the Propagation controller needs a journal")
+	}
+	_, err := m.GetRESTMapper().RESTMapping(schema.GroupKind{Group: fleetv1alpha1.GroupVersion.Group, Kind: "ClusterPropagation"}, fleetv1alpha1.GroupVersion.Version)
+	clusterPropagations := err == nil
+	if !clusterPropagations {
+		m.GetLogger().Info("The hub has no ClusterPropagation CRD: cluster-scoped objects are not propagated (install deploy/crd)")
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = DefaultWorkers
@@ -167,17 +174,23 @@ func Add(m *fleet.Manager, opts Options) error {
 
 		lastStatus: map[propagationKey]time.Time{},
 		readiness:  map[propagationKey]string{},
+
+		clusterPropagations: clusterPropagations,
 	}
 	r.objects = &hubObjects{fleet: m.Namespace(), config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
 	r.copies = &copyCaches{
 		fleet: m.Namespace(), userAgent: opts.Config.UserAgent, scheme: m.GetScheme(), log: log,
 		kinds: r.memberKinds, engaged: r.memberEngaged, propagations: r.memberPropagations, members: map[string]*memberCopies{},
 	}
-	return fleet.NewControllerManagedBy(m).
+	b := fleet.NewControllerManagedBy(m).
 		Named(ControllerName).
 		WatchesFleet(&fleetv1alpha1.Propagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(notStatusOnly)).
-		WatchesFleet(&fleetv1alpha1.Propagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(statusOnly)).
-		WatchesClusterSource(hubEngagement{r}, fleet.InClusters(fleet.Hub)).
+		WatchesFleet(&fleetv1alpha1.Propagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(statusOnly))
+	if clusterPropagations {
+		b = b.WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(notStatusOnly)).
+			WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(statusOnly))
+	}
+	return b.WatchesClusterSource(hubEngagement{r}, fleet.InClusters(fleet.Hub)).
 		WatchesClusterSource(r.copies).
 		WithOptions(fleet.ControllerOptions{
 			TypedOptions:                      controller.TypedOptions[fleet.Request]{MaxConcurrentReconciles: opts.Workers},
@@ -301,7 +314,7 @@ func (r *reconciler) everyCluster(_ context.Context, _ string, obj client.Object
 // Propagation refuses is selected too, so that it reports the refusal; an
 // invalid selector selects nothing.
 func (r *reconciler) hubObjectChanged(namespace string, old, obj client.Object) {
-	props, err := r.propagations(context.Background(), client.InNamespace(namespace))
+	props, err := r.propagationsIn(context.Background(), namespace)
 	if err != nil {
 		return
 	}

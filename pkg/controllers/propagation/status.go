@@ -37,8 +37,8 @@ var resultOrder = []fleetv1alpha1.MemberResult{
 // member's report asks for it, and it reads every member's result. Once
 // a namespace's last Propagation is gone, its hub cache is dropped.
 func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (reconcile.Result, error) {
-	p := &fleetv1alpha1.Propagation{}
-	if err := r.hub.Get(ctx, key, p); apierrors.IsNotFound(err) {
+	p, err := r.getPropagation(ctx, key)
+	if apierrors.IsNotFound(err) {
 		r.results.forgetPropagation(key)
 		r.setReadiness(key, "")
 		return reconcile.Result{}, r.dropUnusedHubCache(ctx, key.Namespace)
@@ -51,7 +51,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	if !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) {
 		before := p.DeepCopy()
 		controllerutil.AddFinalizer(p, fleetv1alpha1.PropagationFinalizer)
-		return written(r.hub.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})))
+		return written(r.hub.Patch(ctx, hubObject(p), client.MergeFromWithOptions(hubObject(before), client.MergeFromWithOptimisticLock{})))
 	}
 	if wait := r.statusWait(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
@@ -73,7 +73,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	}
 	before := p.DeepCopy()
 	p.Status = status
-	return written(r.hub.Status().Patch(ctx, p, client.MergeFromWithOptions(before, lock...)))
+	return written(r.hub.Status().Patch(ctx, hubObject(p), client.MergeFromWithOptions(hubObject(before), lock...)))
 }
 
 // ownedMembers lists the members the registry accepts and this replica
@@ -169,7 +169,7 @@ func written(err error) (reconcile.Result, error) {
 // dropUnusedHubCache drops the hub cache of namespace once it has no
 // Propagation left.
 func (r *reconciler) dropUnusedHubCache(ctx context.Context, namespace string) error {
-	props, err := r.propagations(ctx, client.InNamespace(namespace), client.Limit(1))
+	props, err := r.propagationsIn(ctx, namespace, client.Limit(1))
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,8 @@ type watchedKinds struct {
 	mapper  meta.RESTMapper
 	// selector is the cache's label selector, which the check lists with.
 	selector labels.Selector
-	// namespace, when set, is the only namespace the cache holds.
+	// namespace is the only namespace the cache holds; "" for the cache
+	// of cluster-scoped objects.
 	namespace string
 	// onEvent is told of each event of a cached object: its state before
 	// (nil for a create) and after (the last known state for a delete).
@@ -176,6 +177,18 @@ func (w *watchedKinds) start(ctx context.Context, gvk schema.GroupVersionKind) (
 	return handler, nil
 }
 
+// served forgets that gk was missing: its CRD is Established now, and
+// the kind is checked again at its next watch.
+func (w *watchedKinds) served(gk schema.GroupKind) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for gvk, r := range w.refused {
+		if gvk.GroupKind() == gk && r.err.reason == fleetv1alpha1.ReasonKindNotFound {
+			delete(w.refused, gvk)
+		}
+	}
+}
+
 // watched lists the kinds whose informers have synced.
 func (w *watchedKinds) watched() []schema.GroupVersionKind {
 	w.mu.Lock()
@@ -198,8 +211,10 @@ func (w *watchedKinds) notify(old, obj any) {
 	w.onEvent(before, o)
 }
 
-// check refuses a kind the cluster lacks, a cluster-scoped kind and one
-// the manager may not list where the cache would.
+// check refuses a kind the cluster lacks, one the manager may not list
+// where the cache would, and one of the other scope: a cache of a
+// namespace holds namespaced kinds, the cache of no namespace (of
+// ClusterPropagations) cluster-scoped ones.
 func (w *watchedKinds) check(ctx context.Context, gvk schema.GroupVersionKind) error {
 	mapping, err := w.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) {
@@ -208,8 +223,11 @@ func (w *watchedKinds) check(ctx context.Context, gvk schema.GroupVersionKind) e
 	if err != nil {
 		return fmt.Errorf("finding kind %s in %s: %w", gvk.Kind, w.cluster, err)
 	}
-	if mapping.Scope.Name() == meta.RESTScopeNameRoot {
-		return &kindError{reason: fleetv1alpha1.ReasonClusterScoped, message: fmt.Sprintf("%s is cluster-scoped: a Propagation copies only objects of its own namespace", gvk.Kind)}
+	switch clusterScoped := mapping.Scope.Name() == meta.RESTScopeNameRoot; {
+	case clusterScoped && w.namespace != "":
+		return &kindError{reason: fleetv1alpha1.ReasonClusterScoped, message: fmt.Sprintf("%s is cluster-scoped: a Propagation copies only objects of its own namespace (a ClusterPropagation copies it)", gvk.Kind)}
+	case !clusterScoped && w.namespace == "":
+		return &kindError{reason: fleetv1alpha1.ReasonNamespacedKind, message: fmt.Sprintf("%s is namespaced: a ClusterPropagation copies only cluster-scoped objects (a Propagation of its namespace, or an Envelope, copies it)", gvk.Kind)}
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
