@@ -81,6 +81,17 @@ func TestGetPropagations(t *testing.T) {
 	for _, p := range []*fleetv1alpha1.Propagation{web, api, db} {
 		createPropagation(t, c, p)
 	}
+	baseline := &fleetv1alpha1.ClusterPropagation{
+		ObjectMeta: metav1.ObjectMeta{Name: "prop-baseline"},
+		Spec: fleetv1alpha1.PropagationSpec{
+			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: "reader"}},
+			Members:   fleetv1alpha1.MemberSelector{Names: []string{"up"}},
+		},
+	}
+	if err := c.Create(t.Context(), baseline); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.WithoutCancel(t.Context()), baseline) })
 	up := newMember("up", "prop", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "up", Format: fleetv1alpha1.FormatNative})
 	up.Labels["env"] = "prod"
 	createMember(t, c, up)

@@ -83,9 +83,15 @@ func memberStatusCommand(hub *hubFlags, clk clock.PassiveClock, use string) *cob
 			return err
 		}
 		var props fleetv1alpha1.PropagationList
-		if err := c.List(cmd.Context(), &props); err != nil {
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "\nPropagations: cannot list them: %v\n", propagationReadError(err))
-			return err
+		var clusterProps fleetv1alpha1.ClusterPropagationList
+		for _, list := range []client.ObjectList{&props, &clusterProps} {
+			if err := c.List(cmd.Context(), list); err != nil {
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "\nPropagations: cannot list them: %v\n", propagationReadError(err))
+				return err
+			}
+		}
+		for _, cp := range clusterProps.Items {
+			props.Items = append(props.Items, fleetv1alpha1.Propagation{ObjectMeta: cp.ObjectMeta, Spec: cp.Spec, Status: cp.Status})
 		}
 		return memberPropagationsSection(cmd.OutOrStdout(), &mc, props.Items, now)
 	}
@@ -178,14 +184,18 @@ func printStatus(w io.Writer, mc *fleetv1alpha1.MemberCluster, stale string, now
 	return tw.Flush()
 }
 
-// memberPropagationsSection writes where each Propagation that selects mc,
-// or still lists it, stands there. A selected member a Propagation does
+// memberPropagationsSection writes where each Propagation (a
+// ClusterPropagation has no namespace) that selects mc, or still lists
+// it, stands there. A selected member a Propagation does
 // not list is applied and available: status lists only the others.
 func memberPropagationsSection(w io.Writer, mc *fleetv1alpha1.MemberCluster, props []fleetv1alpha1.Propagation, now time.Time) error {
 	var rows [][]string
 	for i := range props {
 		p := &props[i]
 		name := p.Namespace + "/" + p.Name
+		if p.Namespace == "" {
+			name = "clusterpropagation/" + p.Name
+		}
 		listed := slices.IndexFunc(p.Status.Members, func(m fleetv1alpha1.MemberPropagationStatus) bool { return m.Name == mc.Name })
 		switch {
 		case listed >= 0:
