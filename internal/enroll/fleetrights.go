@@ -72,6 +72,9 @@ func copiedKinds(ctx context.Context, hub client.Client, namespaces []string) (k
 		}
 		followed = append(followed, name)
 		for _, r := range p.Spec.Resources {
+			if gv, err := schema.ParseGroupVersion(r.APIVersion); err == nil && gv.Group == fleetv1alpha1.GroupVersion.Group && r.Kind == "Envelope" {
+				continue // never copied: status.kinds has its manifests' kinds
+			}
 			add(r.APIVersion, r.Kind)
 		}
 		for _, k := range p.Status.Kinds {
