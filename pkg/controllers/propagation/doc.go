@@ -16,12 +16,21 @@
 // # Trust
 //
 // A Propagation in namespace X copies only what a workload in X could
-// already read: objects of X, into X, never a cluster-scoped object; and
-// never the fleet's credentials. Writing Propagations in X is as good as
-// reading, in the members, X's other objects of every kind the manager
-// reads there: grant it only to whom may read them. Refused, each hub
-// object by itself, before anything is applied, with the result Refused
-// naming the rule:
+// already read: objects of X, into X, never a cluster-scoped object (a
+// Propagation fails them, ClusterScopedKind); and never the fleet's
+// credentials. A ClusterPropagation, which only a cluster admin should
+// be allowed to write, copies cluster-scoped objects only (it fails
+// namespaced kinds, NamespacedKind), never the fleet namespace itself;
+// the controller handles it as the Propagation of no namespace, its
+// copies, of no namespace either, read through a copy cache of
+// cluster-scoped objects.
+// Writing Propagations in X is as good as reading, in the members, X's
+// other objects of every kind the manager reads there, and, through
+// overrides, as writing them there; writing Envelopes in X is as good as
+// writing any namespaced object in X in the members. Grant both only to
+// whom may write those kinds in X. Refused, each hub object (and each
+// manifest of an Envelope) by itself, before anything is applied, with
+// the result Refused naming the rule:
 //   - every object of the fleet namespace: a Propagation there copies
 //     nothing, and the manager does not read that namespace for it;
 //   - a Secret any registration format would read, enabled or not:
@@ -90,6 +99,68 @@
 // purpose (by server-side apply, or through a subresource, as an autoscaler
 // writes replicas through scale) is theirs: neither drift nor applied.
 //
+// # Order
+//
+// Each member applies its copies in steps: by the wave of the resource
+// that selects them (ResourceSelector.Wave), and within a wave
+// Namespaces and CustomResourceDefinitions first. The copies of a step
+// are applied once every copy of the earlier steps is applied and
+// Available; until then the later copies are left as they are, and the
+// member is Pending, WaitingForWave, naming what it waits for. A kind the
+// member does not serve yet is no failure: its copies wait for its CRD
+// (Pending, WaitingForKind), tried again after a second, then twice as
+// long each time, up to a minute, or at once when a CRD the run applied
+// defines it and is Available. Copies no longer wanted are removed in
+// the reverse order, each at the wave of the first resource of its kind
+// (0 once there is none).
+//
+// # Overrides
+//
+// spec.overrides patch the copy a member is given: each rule that selects
+// the member and the copy, in order, by an RFC 6902 JSON patch (an add
+// into a missing parent fails) or an RFC 7386 merge patch (which replaces
+// lists whole), with ${MEMBER_NAME} and ${MEMBER_LABEL:<key>} in string
+// values replaced by the member's name and label. A rule may change
+// neither what names the copy nor what the member's API server owns. The
+// patched copy is the intent: its content hash, and drift, Correct or
+// Report, are of it. A rule that does not apply fails each member it
+// selects, OverrideFailed, naming the rule and the operation, and that
+// copy is left as it is there.
+//
+// # Availability
+//
+// Each copy is judged as its member holds it, status included: by its
+// kind's built-in rule (availabilityRules: kubectl rollout status's for
+// Deployments, StatefulSets and DaemonSets; a complete Job; a Service
+// with an address, not endpoints, as its backends are tracked on their
+// workloads; an Established CRD; a PodDisruptionBudget with its healthy
+// pods; data kinds once applied), or by its resource's availableWhen, a
+// CEL expression over the copy as self, bounded in cost and time, whose
+// evaluation errors are told by their class only. A kind with neither is
+// not tracked, and counts as Available. A member whose copies are all
+// applied, in sync and Available is counted in status.available and not
+// listed; Ready needs every selected member so. A member that is not
+// Ready is Pending, MemberUnhealthy, its availability Unknown: what was
+// known of it is stale, and is not counted. With
+// spec.progressDeadlineSeconds, a member that has not converged (every
+// copy applied and Available) that long after it was given a change (the
+// content it applies changed) or its copies stopped being Available
+// fails, ProgressDeadlineExceeded, with a Warning Event. The deadline's
+// clock is kept in memory: a restarted manager starts it again.
+//
+// # Envelopes
+//
+// An Envelope holds manifests that are live in members only. A
+// Propagation that selects one applies each manifest in the Envelope's
+// namespace of its members, as a hub object of that namespace, labelled
+// with the Envelope's name, at the wave and under the availableWhen of
+// the resource that selects the Envelope. Each manifest is checked on the
+// hub by itself (unpack): apiVersion, kind and name set, no other
+// namespace, no nested Envelope, no kind the hub knows as cluster-scoped,
+// nothing refused; a failure names "manifest N (Kind name) of Envelope
+// E", and the Envelope's other manifests are applied. Manifests are never
+// cut: the hub bounds an Envelope's size when it is written.
+//
 // # Failures
 //
 // A member's failure (Forbidden, a missing namespace or kind, Invalid,
@@ -100,7 +171,7 @@
 // level, at most once per Propagation, member and reason every 10 minutes.
 // A failure that stays tells nothing new, and is tried again after a
 // second, then twice as long each time, up to a minute: what cures it (a
-// right granted, a namespace or CRD created in the member) is no event
+// right granted, a namespace created in the member) is no event
 // the manager sees, and shows within seconds. A member's new kubeconfig
 // (a rotated or replaced credential) starts its failures' back-off over
 // and tries them at once. Results are kept in memory: a restarted manager
