@@ -75,6 +75,7 @@ func TestDemoAsANewcomer(t *testing.T) {
 	last := -1
 	for _, step := range []string{
 		"propagated: ConfigMap demo/settings is in member-a and member-b",
+		`overridden: the copy in member-a has member="member-a", the one in member-b member="member-b"`,
 		`edited the copy in member-a: color="red"`,
 		`corrected: the copy in member-a is color="blue" again`,
 		"removed: no member holds a copy of demo/settings any more",

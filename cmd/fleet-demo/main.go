@@ -8,8 +8,8 @@
 //	fleet-demo [flags]
 //
 // Once the members are Ready, it walks through a Propagation: a hub
-// ConfigMap copied to both members, an edit of a copy corrected, and the
-// copies removed when the ConfigMap loses its label. Then it prints a cluster admin's kubeconfig of the hub
+// ConfigMap copied to both members, an override giving each copy its
+// member's name, an edit of a copy corrected, and the copies removed when the ConfigMap loses its label. Then it prints a cluster admin's kubeconfig of the hub
 // and of each member (in a temporary directory removed when it stops),
 // each member's kube-apiserver PID, and kubectl commands to try. Then it
 // says each reconcile and each member's state change, one line each.

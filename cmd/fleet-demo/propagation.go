@@ -6,12 +6,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
@@ -24,7 +26,8 @@ const (
 )
 
 // showPropagation walks through a Propagation: a hub ConfigMap copied to
-// every member, an edit of a copy corrected, and the copies removed when
+// every member, an override that gives each copy its member's name, an
+// edit of a copy corrected, and the copies removed when
 // the hub ConfigMap stops matching. Each step is one line, and waits at
 // most the timeout flag.
 func (d *demo) showPropagation(ctx context.Context, hub *cluster, members []*cluster) error {
@@ -74,6 +77,29 @@ func (d *demo) showPropagation(ctx context.Context, hub *cluster, members []*clu
 		return err
 	}
 	d.say("propagated: ConfigMap %s is in %s and %s; Propagation %s is Ready", key, members[0].name, members[1].name, key)
+
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := hubClient.Get(ctx, key, p); err != nil {
+			return err
+		}
+		p.Spec.Overrides = []fleetv1alpha1.Override{{
+			Name:       "member-name",
+			Target:     fleetv1alpha1.OverrideTarget{APIVersion: "v1", Kind: "ConfigMap"},
+			MergePatch: &apiextensionsv1.JSON{Raw: []byte(`{"data":{"member":"${MEMBER_NAME}"}}`)},
+		}}
+		return hubClient.Update(ctx, p)
+	}); err != nil {
+		return fmt.Errorf("adding an override to Propagation %s: %w", key, err)
+	}
+	d.say("added an override to Propagation %s: each member's copy gets data.member, its own name", key)
+	for i, m := range members {
+		if err := d.waitFor(ctx, "the override in "+m.name, func(ctx context.Context) bool {
+			return d.everyCopy(ctx, memberClients[i:i+1], key, func(c *corev1.ConfigMap) bool { return c != nil && c.Data["member"] == m.name })
+		}); err != nil {
+			return err
+		}
+	}
+	d.say("overridden: the copy in %s has member=%q, the one in %s member=%q", members[0].name, members[0].name, members[1].name, members[1].name)
 
 	edited := &corev1.ConfigMap{}
 	if err := memberClients[0].Get(ctx, key, edited); err != nil {
