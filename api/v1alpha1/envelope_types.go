@@ -52,6 +52,38 @@ type EnvelopeList struct {
 	Items           []Envelope `json:"items"`
 }
 
+// ClusterEnvelope is an Envelope of cluster-scoped manifests, which a
+// ClusterPropagation selects (kind ClusterEnvelope): a webhook
+// configuration or an admission policy in it acts on no hub request.
+// Its manifests are checked as an Envelope's, but must be of no
+// namespace and of a cluster-scoped kind.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=fleet
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterEnvelope struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Manifests are the cluster-scoped objects, each as its author would
+	// write it for a member.
+	//
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +listType=atomic
+	Manifests []runtime.RawExtension `json:"manifests"`
+}
+
+// +kubebuilder:object:root=true
+
+// ClusterEnvelopeList is a list of ClusterEnvelopes.
+type ClusterEnvelopeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterEnvelope `json:"items"`
+}
+
 func init() {
-	SchemeBuilder.Register(&Envelope{}, &EnvelopeList{})
+	SchemeBuilder.Register(&Envelope{}, &EnvelopeList{}, &ClusterEnvelope{}, &ClusterEnvelopeList{})
 }

@@ -1,6 +1,7 @@
 package propagation_test
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -220,6 +222,50 @@ func TestClusterPropagationAppliesABaselineInOrder(t *testing.T) {
 	if obj := memberObject(t, "rbac.authorization.k8s.io/v1", "ClusterRole", theirs); obj == nil || obj.GetLabels()[fleetv1alpha1.PropagationLabel] != "" {
 		t.Errorf("east's own ClusterRole %s was taken over: %v", theirs, obj)
 	}
+
+	// A ClusterEnvelope: its webhook configuration is live in the member
+	// only; its namespaced manifest fails, named.
+	hook := suite.Name("hook")
+	webhook := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": map[string]any{"name": hook},
+		"webhooks": []any{map[string]any{
+			"name": "check." + group, "admissionReviewVersions": []any{"v1"}, "sideEffects": "None", "failurePolicy": "Ignore",
+			"clientConfig": map[string]any{"url": "https://checker.invalid/check"},
+			"rules":        []any{map[string]any{"apiGroups": []any{group}, "apiVersions": []any{"v1"}, "operations": []any{"CREATE"}, "resources": []any{"gadgets"}}},
+		}},
+	}
+	configMap := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "settings"}}
+	env := &fleetv1alpha1.ClusterEnvelope{ObjectMeta: metav1.ObjectMeta{Name: hook}}
+	for _, m := range []map[string]any{webhook, configMap} {
+		raw, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Manifests = append(env.Manifests, runtime.RawExtension{Raw: raw})
+	}
+	if err := f.hub.Client.Create(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	f.clusterPropagation("hooks", fleetv1alpha1.ResourceSelector{APIVersion: "fleet.fleetkube.io/v1alpha1", Kind: "ClusterEnvelope", Name: hook})
+	hooks := f.waitClusterStatus("hooks", "east failed by the namespaced manifest", func(st *fleetv1alpha1.PropagationStatus) bool { return st.Failed == 1 })
+	if m := hooks.Status.Members[0]; m.Reason != fleetv1alpha1.ReasonNamespacedKind || !strings.Contains(m.Message, "manifest 1 (ConfigMap settings) of ClusterEnvelope "+hook) {
+		t.Errorf("east's entry %+v, want the ConfigMap manifest named, NamespacedKind", m)
+	}
+	poll.Until(t, "the webhook configuration in east", func() bool {
+		return memberObject(t, "admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", hook) != nil
+	})
+	hubHook := &unstructured.Unstructured{}
+	hubHook.SetAPIVersion("admissionregistration.k8s.io/v1")
+	hubHook.SetKind("ValidatingWebhookConfiguration")
+	if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Name: hook}, hubHook); !apierrors.IsNotFound(err) {
+		t.Errorf("the webhook configuration on the hub: %v; want none, the ClusterEnvelope holds it as data", err)
+	}
+	if err := f.hub.Client.Delete(t.Context(), &fleetv1alpha1.ClusterPropagation{ObjectMeta: metav1.ObjectMeta{Name: "hooks"}}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the webhook configuration removed from east", func() bool {
+		return memberObject(t, "admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", hook) == nil
+	})
 
 	// Removal, in reverse order: the Gadget before its CRD.
 	since = time.Now()

@@ -158,7 +158,8 @@
 // hub by itself (unpack): apiVersion, kind and name set, no other
 // namespace, no nested Envelope, no kind the hub knows as cluster-scoped,
 // nothing refused; a failure names "manifest N (Kind name) of Envelope
-// E", and the Envelope's other manifests are applied. Manifests are never
+// E", and the Envelope's other manifests are applied. A ClusterEnvelope
+// is a ClusterPropagation's: its manifests must be cluster-scoped. Manifests are never
 // cut: the hub bounds an Envelope's size when it is written.
 //
 // # Failures

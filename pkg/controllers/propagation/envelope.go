@@ -10,19 +10,19 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
 
-// envelopeKind is the kind of an Envelope, whose manifests are applied in
-// its place.
-var envelopeKind = fleetv1alpha1.GroupVersion.WithKind("Envelope")
+// isEnvelope reports whether gvk is an Envelope's or a ClusterEnvelope's,
+// whose manifests are applied in its place.
+func isEnvelope(gvk schema.GroupVersionKind) bool {
+	return gvk.Group == fleetv1alpha1.GroupVersion.Group && (gvk.Kind == "Envelope" || gvk.Kind == "ClusterEnvelope")
+}
 
-func isEnvelope(gvk schema.GroupVersionKind) bool { return gvk.GroupKind() == envelopeKind.GroupKind() }
-
-// unpack returns the manifests of env, an Envelope on the hub, as the hub
-// objects they stand for: of env's namespace and UID, labelled with
-// EnvelopeLabel. A manifest that breaks a rule is left out, with a
-// failure naming it: one that is no object, names another namespace, is
-// of a cluster-scoped kind (as the hub knows the kind: one it does not
-// know may be served by members), is an Envelope, or is refused (see
-// refusal). Manifests are never cut: the hub bounds an Envelope when it
+// unpack returns the manifests of env, an Envelope or a ClusterEnvelope
+// on the hub, as the hub objects they stand for: of env's namespace (none
+// for a ClusterEnvelope) and UID, labelled with EnvelopeLabel. A manifest
+// that breaks a rule is left out, with a failure naming it: one that is
+// no object, names another namespace, is of the other scope than env (as
+// the hub knows the kind: one it does not know may be served by members),
+// is an Envelope, or is refused (see refusal). Manifests are never cut: the hub bounds an Envelope when it
 // is written.
 func (r *reconciler) unpack(env *unstructured.Unstructured) ([]*unstructured.Unstructured, []failure) {
 	raw, _, err := unstructured.NestedSlice(env.Object, "manifests")
@@ -34,11 +34,11 @@ func (r *reconciler) unpack(env *unstructured.Unstructured) ([]*unstructured.Uns
 	for i, m := range raw {
 		fields, ok := m.(map[string]any)
 		if !ok {
-			failures = append(failures, failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("manifest %d of Envelope %s is not an object", i, env.GetName())})
+			failures = append(failures, failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("manifest %d of %s %s is not an object", i, env.GetKind(), env.GetName())})
 			continue
 		}
 		obj := &unstructured.Unstructured{Object: fields}
-		name := fmt.Sprintf("manifest %d (%s %s) of Envelope %s", i, obj.GetKind(), obj.GetName(), env.GetName())
+		name := fmt.Sprintf("manifest %d (%s %s) of %s %s", i, obj.GetKind(), obj.GetName(), env.GetKind(), env.GetName())
 		if reason, problem := r.manifestProblem(obj, env.GetNamespace()); problem != "" {
 			failures = append(failures, failure{reason: reason, message: name + " " + problem})
 			continue
@@ -62,7 +62,8 @@ func (r *reconciler) unpack(env *unstructured.Unstructured) ([]*unstructured.Uns
 }
 
 // manifestProblem says what makes obj, a manifest of an Envelope of
-// namespace, one that is not applied, and the reason; "" if nothing does.
+// namespace ("" for a ClusterEnvelope), one that is not applied, and the
+// reason; "" if nothing does.
 func (r *reconciler) manifestProblem(obj *unstructured.Unstructured, namespace string) (reason, problem string) {
 	gv, err := schema.ParseGroupVersion(obj.GetAPIVersion())
 	switch {
@@ -70,11 +71,18 @@ func (r *reconciler) manifestProblem(obj *unstructured.Unstructured, namespace s
 		return fleetv1alpha1.ReasonInvalid, "needs apiVersion, kind and metadata.name"
 	case isEnvelope(gv.WithKind(obj.GetKind())):
 		return fleetv1alpha1.ReasonInvalid, "is an Envelope: Envelopes do not nest"
+	case obj.GetNamespace() != "" && namespace == "":
+		return fleetv1alpha1.ReasonInvalid, fmt.Sprintf("names namespace %s: a ClusterEnvelope holds cluster-scoped objects", obj.GetNamespace())
 	case obj.GetNamespace() != "" && obj.GetNamespace() != namespace:
 		return fleetv1alpha1.ReasonInvalid, fmt.Sprintf("names namespace %s: an Envelope holds objects of its own namespace", obj.GetNamespace())
 	}
-	if mapping, err := r.m.GetRESTMapper().RESTMapping(gv.WithKind(obj.GetKind()).GroupKind(), gv.Version); err == nil && mapping.Scope.Name() == meta.RESTScopeNameRoot {
-		return fleetv1alpha1.ReasonClusterScoped, "is of a cluster-scoped kind: a Propagation applies objects of its own namespace"
+	mapping, err := r.m.GetRESTMapper().RESTMapping(gv.WithKind(obj.GetKind()).GroupKind(), gv.Version)
+	switch clusterScoped := err == nil && mapping.Scope.Name() == meta.RESTScopeNameRoot; {
+	case err != nil:
+	case clusterScoped && namespace != "":
+		return fleetv1alpha1.ReasonClusterScoped, "is of a cluster-scoped kind: a Propagation applies objects of its own namespace (a ClusterEnvelope holds it)"
+	case !clusterScoped && namespace == "":
+		return fleetv1alpha1.ReasonNamespacedKind, "is of a namespaced kind: a ClusterPropagation applies cluster-scoped objects (an Envelope holds it)"
 	}
 	return "", ""
 }
