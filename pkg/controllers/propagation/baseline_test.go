@@ -487,3 +487,28 @@ func TestEnvelopeIsLiveInMembersOnly(t *testing.T) {
 		t.Errorf("status.kinds %v, want the manifests' kinds", p.Status.Kinds)
 	}
 }
+
+// TestProgressDeadlineOutlivesARestart: a manager restarted while a
+// member converges counts its deadline from when the status says the
+// member began, not from its own start.
+func TestProgressDeadlineOutlivesARestart(t *testing.T) {
+	t.Parallel()
+	const deadline = 10 * time.Second
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.deployment("web", 1)
+	f.propagation("web", func(p *fleetv1alpha1.Propagation) {
+		deploymentWeb(p)
+		p.Spec.ProgressDeadlineSeconds = ptr.To(int32(deadline / time.Second))
+	})
+	p := f.waitStatus("web", "east not available", listedAs("east", fleetv1alpha1.ResultApplied, fleetv1alpha1.ReasonNotAvailable))
+	began, _ := entry(p, "east")
+	f.stop()
+	time.Sleep(time.Until(began.LastTransitionTime.Add(deadline + time.Second)))
+	f.start(nil)
+	restarted := time.Now()
+	f.waitStatus("web", "east past its deadline", listedAs("east", fleetv1alpha1.ResultFailed, fleetv1alpha1.ReasonProgressDeadlineExceeded))
+	if took := time.Since(restarted); took > deadline*7/10 {
+		t.Errorf("the deadline fired %s after the restart, want well within %s: it began before the restart", took.Round(time.Millisecond), deadline)
+	}
+}

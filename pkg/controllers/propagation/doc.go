@@ -146,7 +146,8 @@
 // copy applied and Available) that long after it was given a change (the
 // content it applies changed) or its copies stopped being Available
 // fails, ProgressDeadlineExceeded, with a Warning Event. The deadline's
-// clock is kept in memory: a restarted manager starts it again.
+// clock is kept in memory; a restarted manager starts it from the
+// member's status entry, so a deadline that ran fires on time.
 //
 // # Envelopes
 //

@@ -464,6 +464,28 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	return reconcile.Result{RequeueAfter: slices.Min(after)}, nil
 }
 
+// unconvergedSince is since when p's status says member has not
+// converged to p's generation: its entry's last transition, or, for one
+// that missed the deadline, that long before it.
+func unconvergedSince(p *fleetv1alpha1.Propagation, member string) (time.Time, bool) {
+	entries := slices.Clone(p.Status.Members)
+	for _, s := range p.Status.Shards {
+		entries = append(entries, s.Members...)
+	}
+	i := slices.IndexFunc(entries, func(e fleetv1alpha1.MemberPropagationStatus) bool { return e.Name == member })
+	if i < 0 {
+		return time.Time{}, false
+	}
+	e := entries[i]
+	if e.ObservedGeneration != p.Generation || e.Available == metav1.ConditionTrue || e.LastTransitionTime.IsZero() {
+		return time.Time{}, false
+	}
+	if e.Reason == fleetv1alpha1.ReasonProgressDeadlineExceeded && p.Spec.ProgressDeadlineSeconds != nil {
+		return e.LastTransitionTime.Add(-time.Duration(*p.Spec.ProgressDeadlineSeconds) * time.Second), true
+	}
+	return e.LastTransitionTime.Time, true
+}
+
 // deadline keeps, in res, since when the member has not converged (every
 // copy applied and Available) to the intent it was last given, from its
 // previous result prev, and turns res into a failure once that outlasts
@@ -474,8 +496,15 @@ func (run *memberRun) deadline(res *memberResult, prev memberResult) time.Durati
 		return 0
 	}
 	res.unconvergedSince = res.confirmed.Time
-	if prev.intent == res.intent && !prev.unconvergedSince.IsZero() {
+	switch {
+	case prev.intent == res.intent && !prev.unconvergedSince.IsZero():
 		res.unconvergedSince = prev.unconvergedSince
+	case prev.intent == "":
+		// Nothing in memory, as after a restart: the status says since
+		// when the member has not converged.
+		if since, ok := unconvergedSince(run.p, run.member.name); ok {
+			res.unconvergedSince = since
+		}
 	}
 	if run.p.Spec.ProgressDeadlineSeconds == nil || (res.result == fleetv1alpha1.ResultFailed && res.reason != fleetv1alpha1.ReasonProgressDeadlineExceeded) {
 		return 0
