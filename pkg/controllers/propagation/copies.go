@@ -281,7 +281,7 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member as a copy without a fleet identity that is not provably this fleet's: it is left alone (adopt does not take it)", k)})
 				return nil, nil
 			case notACopy:
-				if !p.Spec.Adopt {
+				if !p.Spec.Adopt && !run.createdNamespace(found) {
 					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is not a copy (managers: %s); set adopt to take it over", k, managersOf(found))})
 					return nil, nil
 				}
@@ -319,6 +319,14 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	run.r.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
 	run.hold(k.gvk)
 	return desired, nil // the apply's response: the copy as the member holds it now
+}
+
+// createdNamespace reports whether obj is a Namespace this fleet's
+// manager created for a Propagation's copies (see ensureNamespace): a
+// ClusterPropagation of this fleet takes it over as if adopt were set,
+// whichever came first.
+func (run *memberRun) createdNamespace(obj *unstructured.Unstructured) bool {
+	return obj.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"}) && obj.GetLabels()[fleetv1alpha1.FleetIDLabel] == run.id
 }
 
 // reportDrift records drifted fields of a copy, and tells of drift that

@@ -121,24 +121,22 @@ func (f *testFleet) removePropagations() {
 			f.t.Errorf("deleting ClusterPropagation %s: %v", cp.Name, err)
 		}
 	}
-	for _, ns := range []string{f.team, f.namespace} {
-		list := &fleetv1alpha1.PropagationList{}
-		if err := f.hub.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
-			f.t.Errorf("listing the Propagations of %s: %v", ns, err)
-			return
+	list := &fleetv1alpha1.PropagationList{}
+	if err := f.hub.Client.List(ctx, list); err != nil {
+		f.t.Errorf("listing the Propagations: %v", err)
+		return
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if len(p.Finalizers) > 0 {
+			before := p.DeepCopy()
+			p.Finalizers = nil
+			if err := client.IgnoreNotFound(f.hub.Client.Patch(ctx, p, client.MergeFrom(before))); err != nil {
+				f.t.Errorf("releasing Propagation %s/%s: %v", p.Namespace, p.Name, err)
+			}
 		}
-		for i := range list.Items {
-			p := &list.Items[i]
-			if len(p.Finalizers) > 0 {
-				before := p.DeepCopy()
-				p.Finalizers = nil
-				if err := client.IgnoreNotFound(f.hub.Client.Patch(ctx, p, client.MergeFrom(before))); err != nil {
-					f.t.Errorf("releasing Propagation %s/%s: %v", ns, p.Name, err)
-				}
-			}
-			if err := client.IgnoreNotFound(f.hub.Client.Delete(ctx, p)); err != nil {
-				f.t.Errorf("deleting Propagation %s/%s: %v", ns, p.Name, err)
-			}
+		if err := client.IgnoreNotFound(f.hub.Client.Delete(ctx, p)); err != nil {
+			f.t.Errorf("deleting Propagation %s/%s: %v", p.Namespace, p.Name, err)
 		}
 	}
 }
