@@ -46,7 +46,7 @@ type bench struct {
 }
 
 // scenarioNames are the scenarios -only selects from.
-var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "churn", "journal", "thousand", "shard", "outage"}
+var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "baseline", "churn", "journal", "thousand", "shard", "outage"}
 
 // selected reports whether scenario is selected.
 func (b *bench) selected(scenario string) bool { return len(b.only) == 0 || b.only[scenario] }
@@ -173,6 +173,7 @@ func (b *bench) scenarios(ctx context.Context, run int) error {
 		{"failover", b.benchFailover},
 		{"bigsecrets", b.benchBigSecrets},
 		{"propagation", b.benchPropagation},
+		{"baseline", b.benchBaseline},
 		{"churn", b.benchChurn},
 		{"journal", b.benchJournal},
 		{"thousand", b.benchThousand},
