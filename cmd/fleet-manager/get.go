@@ -37,13 +37,13 @@ func newGetCommand(hub *hubFlags) *cobra.Command {
 func getCommand(hub *hubFlags, clk clock.WithTicker) *cobra.Command {
 	get := &cobra.Command{
 		Use:   "get",
-		Short: "Display the fleet's members and Propagations",
+		Short: "Display the fleet's members, Propagations and ClusterPropagations",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usageErrorf("%s wants a resource: members or propagations", cmd.CommandPath())
 		},
 	}
-	get.AddCommand(getMembersCommand(hub, clk), getPropagationsCommand(hub, clk))
+	get.AddCommand(getMembersCommand(hub, clk), getPropagationsCommand(hub, clk), getClusterPropagationsCommand(hub, clk))
 	return get
 }
 

@@ -13,7 +13,7 @@ import (
 // TestHelp compares each command's --help with testdata/help (rewrite
 // with -update), so that a change to the CLI is a change to review.
 func TestHelp(t *testing.T) {
-	for _, command := range []string{"", "run", "register", "unregister", "get", "get members", "get propagations", "status", "status propagation", "check-kubeconfig", "version", "completion"} {
+	for _, command := range []string{"", "run", "register", "unregister", "get", "get members", "get propagations", "get clusterpropagations", "status", "status propagation", "status clusterpropagation", "check-kubeconfig", "version", "completion"} {
 		t.Run(command, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			args := append(strings.Fields(command), "--help")

@@ -164,8 +164,14 @@ func printPropagations(cmd *cobra.Command, p *resourcePrinter, items []fleetv1al
 		}
 		return nil
 	}
+	return printPropagationRows(cmd, p, items, asObjects(items), single, now)
+}
+
+// printPropagationRows writes items, whose objects are objs (a
+// ClusterPropagation's differ), as p asks.
+func printPropagationRows(cmd *cobra.Command, p *resourcePrinter, items []fleetv1alpha1.Propagation, objs []client.Object, single bool, now time.Time) error {
 	if p.rows == nil || p.custom {
-		return p.printObjects(cmd.OutOrStdout(), asObjects(items), single)
+		return p.printObjects(cmd.OutOrStdout(), objs, single)
 	}
 	table := &metav1.Table{ColumnDefinitions: propagationColumns}
 	for i := range items {
@@ -253,14 +259,16 @@ func propagationStatusCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Comm
 }
 
 // printPropagationStatus writes prop's summary to w, with times relative
-// to now.
+// to now; a ClusterPropagation's has no namespace.
 func printPropagationStatus(w io.Writer, prop *fleetv1alpha1.Propagation, now time.Time) error {
 	spec, st := prop.Spec, prop.Status
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	field := func(name, value string) { fmt.Fprintf(tw, "%s:\t%s\n", name, value) }
 
 	field("Name", prop.Name)
-	field("Namespace", prop.Namespace)
+	if prop.Namespace != "" {
+		field("Namespace", prop.Namespace)
+	}
 	field("Labels", orNone(labels.FormatLabels(prop.Labels)))
 	generation := strconv.FormatInt(prop.Generation, 10)
 	switch st.ObservedGeneration {

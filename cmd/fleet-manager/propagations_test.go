@@ -82,7 +82,7 @@ func TestGetPropagations(t *testing.T) {
 		createPropagation(t, c, p)
 	}
 	baseline := &fleetv1alpha1.ClusterPropagation{
-		ObjectMeta: metav1.ObjectMeta{Name: "prop-baseline"},
+		ObjectMeta: metav1.ObjectMeta{Name: "prop-baseline", Labels: map[string]string{getTestLabel: "prop"}},
 		Spec: fleetv1alpha1.PropagationSpec{
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: "reader"}},
 			Members:   fleetv1alpha1.MemberSelector{Names: []string{"up"}},
@@ -132,6 +132,8 @@ func TestGetPropagations(t *testing.T) {
 		{"status-propagation-web.golden", "status propagation web -n prop-team-a"},
 		{"status-propagation-db.golden", "status prop db -n prop-team-b"},
 		{"status-up.golden", "status up"},
+		{"clusterpropagations.golden", "get clusterpropagations -l " + getTestLabel + "=prop"},
+		{"status-clusterpropagation.golden", "status clusterpropagation prop-baseline"},
 	} {
 		res := runCLI(t, nil, clk, append(strings.Fields(tc.args), hubFlag)...)
 		if res.code != 0 || res.stderr != "" {

@@ -20,7 +20,8 @@ import (
 )
 
 // newStatusCommand returns "status NAME", of a member, with the
-// subcommands "member NAME" and "propagation NAME".
+// subcommands "member NAME", "propagation NAME" and "clusterpropagation
+// NAME".
 func newStatusCommand(hub *hubFlags) *cobra.Command {
 	return statusCommand(hub, clock.RealClock{})
 }
@@ -36,11 +37,13 @@ selects it stands there (applied, available, or why not). A member no manager is
 Unknown: its last probe is older than --stale-after, or no manager holds its
 fleet's Lease (leader election); the state it records is shown beside.
 "status member NAME" is the same, for a member named like a subcommand;
-"status propagation NAME" shows a Propagation.`
+"status propagation NAME" shows a Propagation, "status clusterpropagation
+NAME" a ClusterPropagation.`
 	status.Example = `  fleet-manager status eu-1
   fleet-manager status eu-1 -o yaml
-  fleet-manager status propagation web -n team-a`
-	status.AddCommand(memberStatusCommand(hub, clk, "member NAME"), propagationStatusCommand(hub, clk))
+  fleet-manager status propagation web -n team-a
+  fleet-manager status clusterprop baseline`
+	status.AddCommand(memberStatusCommand(hub, clk, "member NAME"), propagationStatusCommand(hub, clk), clusterPropagationStatusCommand(hub, clk))
 	return status
 }
 
@@ -90,8 +93,8 @@ func memberStatusCommand(hub *hubFlags, clk clock.PassiveClock, use string) *cob
 				return err
 			}
 		}
-		for _, cp := range clusterProps.Items {
-			props.Items = append(props.Items, fleetv1alpha1.Propagation{ObjectMeta: cp.ObjectMeta, Spec: cp.Spec, Status: cp.Status})
+		for i := range clusterProps.Items {
+			props.Items = append(props.Items, asPropagation(&clusterProps.Items[i]))
 		}
 		return memberPropagationsSection(cmd.OutOrStdout(), &mc, props.Items, now)
 	}
