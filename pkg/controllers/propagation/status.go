@@ -277,9 +277,10 @@ func (r *reconciler) setConditions(ctx context.Context, p *fleetv1alpha1.Propaga
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: truncate(message, 1024), ObservedGeneration: p.Generation})
 	}
 	pending := st.Selected - st.Applied - st.Drifted - st.Failed
+	hubErr := r.hubProblem(ctx, p)
 	notReady := func() (string, string) {
-		if kerr := r.hubProblem(ctx, p); kerr != nil {
-			return kerr.reason, kerr.message
+		if hubErr != nil {
+			return hubErr.reason, hubErr.message
 		}
 		var kerr *kindError
 		if errors.As(selectorErr, &kerr) {
@@ -309,22 +310,26 @@ func (r *reconciler) setConditions(ctx context.Context, p *fleetv1alpha1.Propaga
 	} else {
 		set(fleetv1alpha1.PropagationReady, false, reason, message)
 	}
-	switch {
-	case st.Selected > 0 && st.Available == st.Selected && r.hubProblem(ctx, p) == nil:
-		set(fleetv1alpha1.PropagationAvailable, true, fleetv1alpha1.ReasonAvailable, fmt.Sprintf("every copy is available in all %d selected members", st.Selected))
-	case reason != "" && reason != fleetv1alpha1.ReasonDrifted && reason != fleetv1alpha1.ReasonDeletionOwed:
-		set(fleetv1alpha1.PropagationAvailable, false, reason, message)
-	default:
-		set(fleetv1alpha1.PropagationAvailable, false, fleetv1alpha1.ReasonNotAvailable, fmt.Sprintf("available in %d of %d selected members", st.Available, st.Selected))
+	// counted sets condition t, held by n of the selected members: True
+	// once all hold it and the hub has no problem, else false for Ready's
+	// reason, unless Ready waits only for drift or owed removals.
+	counted := func(t string, n int32, okReason, okMessage, shortReason, shortMessage string) {
+		switch {
+		case st.Selected > 0 && n == st.Selected && hubErr == nil:
+			set(t, true, okReason, okMessage)
+		case reason != "" && reason != fleetv1alpha1.ReasonDrifted && reason != fleetv1alpha1.ReasonDeletionOwed:
+			set(t, false, reason, message)
+		default:
+			set(t, false, shortReason, shortMessage)
+		}
 	}
-	switch applied := st.Applied + st.Drifted; {
-	case st.Selected > 0 && applied == st.Selected && r.hubProblem(ctx, p) == nil:
-		set(fleetv1alpha1.PropagationApplied, true, fleetv1alpha1.ReasonApplied, fmt.Sprintf("applied in all %d selected members", st.Selected))
-	case reason != "" && reason != fleetv1alpha1.ReasonDrifted && reason != fleetv1alpha1.ReasonDeletionOwed:
-		set(fleetv1alpha1.PropagationApplied, false, reason, message)
-	default:
-		set(fleetv1alpha1.PropagationApplied, false, fleetv1alpha1.ReasonMembersPending, fmt.Sprintf("applied in %d of %d selected members", applied, st.Selected))
-	}
+	counted(fleetv1alpha1.PropagationAvailable, st.Available,
+		fleetv1alpha1.ReasonAvailable, fmt.Sprintf("every copy is available in all %d selected members", st.Selected),
+		fleetv1alpha1.ReasonNotAvailable, fmt.Sprintf("available in %d of %d selected members", st.Available, st.Selected))
+	applied := st.Applied + st.Drifted
+	counted(fleetv1alpha1.PropagationApplied, applied,
+		fleetv1alpha1.ReasonApplied, fmt.Sprintf("applied in all %d selected members", st.Selected),
+		fleetv1alpha1.ReasonMembersPending, fmt.Sprintf("applied in %d of %d selected members", applied, st.Selected))
 	if st.Drifted > 0 {
 		set(fleetv1alpha1.PropagationDrifted, true, fleetv1alpha1.ReasonDrifted, fmt.Sprintf("%d members hold changed copies (drift: %s)", st.Drifted, p.Spec.Drift))
 	} else {
