@@ -240,16 +240,18 @@ func TestAvailableOnlyOnceTheMemberSaysSo(t *testing.T) {
 	})
 }
 
-// installWidgetCRD installs, in env, a namespaced CRD of kind Widget in
-// group, with a status subresource, and waits until it is served.
-func installWidgetCRD(t *testing.T, env *envtest.Environment, group string) {
+// installCRD installs, in env, a CRD of kind in group, of scope, served
+// as v1 with a status subresource, and uninstalls it when t ends. It
+// returns the CRD's name.
+func installCRD(t *testing.T, env *envtest.Environment, group, kind string, scope apiextensionsv1.ResourceScope) string {
 	t.Helper()
+	singular := strings.ToLower(kind)
 	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets." + group},
+		ObjectMeta: metav1.ObjectMeta{Name: singular + "s." + group},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
 			Group: group,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
-			Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: singular + "s", Singular: singular, Kind: kind, ListKind: kind + "List"},
+			Scope: scope,
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
 				Name: "v1", Served: true, Storage: true,
 				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
@@ -268,6 +270,7 @@ func installWidgetCRD(t *testing.T, env *envtest.Environment, group string) {
 			t.Error(err)
 		}
 	})
+	return crd.Name
 }
 
 func widget(group, namespace, name string) *unstructured.Unstructured {
@@ -288,7 +291,7 @@ func TestCustomKindWaitsForItsCRDAndIsJudgedByCEL(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	group := suite.Name("w") + ".test.fleetkube.io"
-	installWidgetCRD(t, f.hub.Env, group)
+	installCRD(t, f.hub.Env, group, "Widget", apiextensionsv1.NamespaceScoped)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	if err := f.hub.Client.Create(t.Context(), widget(group, f.team, "big")); err != nil {
 		t.Fatal(err)
@@ -308,7 +311,7 @@ func TestCustomKindWaitsForItsCRDAndIsJudgedByCEL(t *testing.T) {
 		t.Error("the ConfigMap of wave 1 was applied before the Widget of wave 0")
 	}
 
-	installWidgetCRD(t, suite.Members[0], group)
+	installCRD(t, suite.Members[0], group, "Widget", apiextensionsv1.NamespaceScoped)
 	f.waitStatus("web", "east waits for the Widget to be available", listedAs("east", fleetv1alpha1.ResultPending, fleetv1alpha1.ReasonWaitingForWave))
 	if f.copyIn(0, "web") != nil {
 		t.Error("the ConfigMap of wave 1 was applied before the Widget of wave 0 was available")
@@ -407,18 +410,25 @@ func TestProgressDeadlineAndStaleMembers(t *testing.T) {
 // envelope creates Envelope name in f's team namespace holding manifests.
 func (f *testFleet) envelope(name string, manifests ...map[string]any) *fleetv1alpha1.Envelope {
 	f.t.Helper()
-	env := &fleetv1alpha1.Envelope{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: name}}
-	for _, m := range manifests {
-		raw, err := json.Marshal(m)
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		env.Manifests = append(env.Manifests, runtime.RawExtension{Raw: raw})
-	}
+	env := &fleetv1alpha1.Envelope{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: name}, Manifests: rawManifests(f.t, manifests...)}
 	if err := f.hub.Client.Create(f.t.Context(), env); err != nil {
 		f.t.Fatal(err)
 	}
 	return env
+}
+
+// rawManifests are manifests as an Envelope holds them.
+func rawManifests(t *testing.T, manifests ...map[string]any) []runtime.RawExtension {
+	t.Helper()
+	raws := make([]runtime.RawExtension, len(manifests))
+	for i, m := range manifests {
+		raw, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raws[i] = runtime.RawExtension{Raw: raw}
+	}
+	return raws
 }
 
 // TestEnvelopeIsLiveInMembersOnly: an Envelope's Deployment and ConfigMap

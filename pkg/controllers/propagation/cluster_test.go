@@ -1,7 +1,6 @@
 package propagation_test
 
 import (
-	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -16,11 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
@@ -55,34 +51,6 @@ func (f *testFleet) waitClusterStatus(name, what string, cond func(p *fleetv1alp
 	return cp
 }
 
-// gadgetCRD installs on the hub a cluster-scoped CRD of kind Gadget in
-// group, and returns its name.
-func gadgetCRD(t *testing.T, env *envtest.Environment, group string) string {
-	t.Helper()
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "gadgets." + group},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: group,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "gadgets", Singular: "gadget", Kind: "Gadget", ListKind: "GadgetList"},
-			Scope: apiextensionsv1.ClusterScoped,
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
-				Name: "v1", Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}},
-			}},
-		},
-	}
-	opts := envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd}}
-	if _, err := envtest.InstallCRDs(env.Config, opts); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := envtest.UninstallCRDs(env.Config, opts); err != nil {
-			t.Error(err)
-		}
-	})
-	return crd.Name
-}
-
 // memberObject returns member 0's object of apiVersion and kind named
 // name (cluster-scoped), or nil.
 func memberObject(t *testing.T, apiVersion, kind, name string) *unstructured.Unstructured {
@@ -111,7 +79,7 @@ func TestClusterPropagationAppliesABaselineInOrder(t *testing.T) {
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	group := suite.Name("g") + ".test.fleetkube.io"
-	crdName := gadgetCRD(t, f.hub.Env, group)
+	crdName := installCRD(t, f.hub.Env, group, "Gadget", apiextensionsv1.ClusterScoped)
 	base, reader := suite.Name("base"), suite.Name("reader")
 	gadget := &unstructured.Unstructured{}
 	gadget.SetAPIVersion(group + "/v1")
@@ -235,14 +203,7 @@ func TestClusterPropagationAppliesABaselineInOrder(t *testing.T) {
 		}},
 	}
 	configMap := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "settings"}}
-	env := &fleetv1alpha1.ClusterEnvelope{ObjectMeta: metav1.ObjectMeta{Name: hook}}
-	for _, m := range []map[string]any{webhook, configMap} {
-		raw, err := json.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		env.Manifests = append(env.Manifests, runtime.RawExtension{Raw: raw})
-	}
+	env := &fleetv1alpha1.ClusterEnvelope{ObjectMeta: metav1.ObjectMeta{Name: hook}, Manifests: rawManifests(t, webhook, configMap)}
 	if err := f.hub.Client.Create(t.Context(), env); err != nil {
 		t.Fatal(err)
 	}
