@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -37,12 +36,9 @@ reason.`,
 		if err != nil {
 			return err
 		}
-		sel, err := labels.Parse(selector)
-		switch {
-		case err != nil:
-			return usageErrorf("--selector: %v", err)
-		case len(names) > 0 && selector != "":
-			return usageErrorf("NAME and --selector cannot be used together")
+		sel, err := namesOrSelector(names, selector)
+		if err != nil {
+			return err
 		}
 		c, err := hub.client()
 		if err != nil {
@@ -86,20 +82,10 @@ func getClusterPropagations(ctx context.Context, c client.Client, names []string
 		slices.SortFunc(list.Items, func(a, b fleetv1alpha1.ClusterPropagation) int { return strings.Compare(a.Name, b.Name) })
 		return list.Items, nil
 	}
-	var items []fleetv1alpha1.ClusterPropagation
-	var errs []error
-	for _, name := range names {
+	return getNamed(names, errNoPropagationCRD, func(name string) (fleetv1alpha1.ClusterPropagation, error) {
 		var cp fleetv1alpha1.ClusterPropagation
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, &cp); err != nil {
-			if err = propagationReadError(err); errors.Is(err, errNoPropagationCRD) {
-				return nil, err
-			}
-			errs = append(errs, err)
-			continue
-		}
-		items = append(items, cp)
-	}
-	return items, joinLine(errs)
+		return cp, propagationReadError(c.Get(ctx, client.ObjectKey{Name: name}, &cp))
+	})
 }
 
 // clusterPropagationStatusCommand returns "status clusterpropagation NAME".

@@ -76,13 +76,11 @@ probe is older than --stale-after, or no manager holds its fleet's Lease
 		if err != nil {
 			return err
 		}
-		sel, err := labels.Parse(selector)
+		sel, err := namesOrSelector(names, selector)
 		if err != nil {
-			return usageErrorf("--selector: %v", err)
+			return err
 		}
 		switch {
-		case len(names) > 0 && selector != "":
-			return usageErrorf("NAME and --selector cannot be used together")
 		case watch && len(names) > 1:
 			return usageErrorf("--watch takes one NAME at most")
 		case staleAfter <= 0:
@@ -128,18 +126,41 @@ func getMembers(ctx context.Context, c client.Client, names []string, sel labels
 		slices.SortFunc(list.Items, func(a, b fleetv1alpha1.MemberCluster) int { return strings.Compare(a.Name, b.Name) })
 		return list.Items, nil
 	}
-	var items []fleetv1alpha1.MemberCluster
+	return getNamed(names, errNoCRD, func(name string) (fleetv1alpha1.MemberCluster, error) {
+		var mc fleetv1alpha1.MemberCluster
+		return mc, hubReadError(c.Get(ctx, client.ObjectKey{Name: name}, &mc))
+	})
+}
+
+// namesOrSelector parses selector, the -l of a get that also takes NAMEs:
+// the two do not go together.
+func namesOrSelector(names []string, selector string) (labels.Selector, error) {
+	sel, err := labels.Parse(selector)
+	switch {
+	case err != nil:
+		return nil, usageErrorf("--selector: %v", err)
+	case len(names) > 0 && selector != "":
+		return nil, usageErrorf("NAME and --selector cannot be used together")
+	}
+	return sel, nil
+}
+
+// getNamed gets each of names with get, whose errors are the hub's read
+// errors (hubReadError), and returns those found and an error naming the
+// others; noKind, the hub serving no such kind, ends it at once.
+func getNamed[T any](names []string, noKind error, get func(name string) (T, error)) ([]T, error) {
+	var items []T
 	var errs []error
 	for _, name := range names {
-		var mc fleetv1alpha1.MemberCluster
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, &mc); err != nil {
-			if err = hubReadError(err); errors.Is(err, errNoCRD) {
-				return nil, err
-			}
+		item, err := get(name)
+		switch {
+		case errors.Is(err, noKind):
+			return nil, err
+		case err != nil:
 			errs = append(errs, err)
-			continue
+		default:
+			items = append(items, item)
 		}
-		items = append(items, mc)
 	}
 	return items, joinLine(errs)
 }

@@ -81,12 +81,10 @@ those not applied, with their result and reason.`,
 		if err != nil {
 			return err
 		}
-		sel, err := labels.Parse(selector)
+		sel, err := namesOrSelector(names, selector)
 		switch {
 		case err != nil:
-			return usageErrorf("--selector: %v", err)
-		case len(names) > 0 && selector != "":
-			return usageErrorf("NAME and --selector cannot be used together")
+			return err
 		case len(names) > 0 && ns.allNamespaces:
 			return usageErrorf("NAME and --all-namespaces cannot be used together: name the namespace with -n")
 		}
@@ -126,20 +124,10 @@ func getPropagations(ctx context.Context, c client.Client, namespace string, nam
 		})
 		return list.Items, nil
 	}
-	var items []fleetv1alpha1.Propagation
-	var errs []error
-	for _, name := range names {
+	return getNamed(names, errNoPropagationCRD, func(name string) (fleetv1alpha1.Propagation, error) {
 		var p fleetv1alpha1.Propagation
-		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &p); err != nil {
-			if err = propagationReadError(err); errors.Is(err, errNoPropagationCRD) {
-				return nil, err
-			}
-			errs = append(errs, err)
-			continue
-		}
-		items = append(items, p)
-	}
-	return items, joinLine(errs)
+		return p, propagationReadError(c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &p))
+	})
 }
 
 // errNoPropagationCRD: the hub serves no Propagations.
