@@ -222,6 +222,7 @@ const MaxServerVersionLength = 64
 // +kubebuilder:printcolumn:name="Last Probe",type=date,JSONPath=`.status.lastProbeTime`,description="When the last probe finished, which State, Ready and Healthy are as of: older than 18 probe intervals (72s at the default 4s), no manager probes the member and they are stale (fleet-manager get members shows it Unknown)"
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.serverVersion`,description="Kubernetes version of the member's API server"
 // +kubebuilder:printcolumn:name="Failures",type=integer,JSONPath=`.status.consecutiveFailures`,description="Failed probes in a row"
+// +kubebuilder:printcolumn:name="Maintenance",type=string,JSONPath=`.spec.maintenance`,description="Cordon or Drain, when the member is taken out of rollouts"
 // +kubebuilder:printcolumn:name="Replica",type=string,JSONPath=`.status.replica`,priority=1,description="The replica that owns the member, when replicas share the fleet"
 // +kubebuilder:printcolumn:name="Format",type=string,JSONPath=`.spec.secretRef.format`,priority=1,description="Format of the registration Secret"
 // +kubebuilder:printcolumn:name="Credentials Expire",type=date,JSONPath=`.status.credentials.expirationTime`,priority=1,description="When the member's credential expires"
@@ -242,13 +243,37 @@ type MemberCluster struct {
 	Status MemberClusterStatus `json:"status,omitempty"`
 }
 
-// MemberClusterSpec is the registration a member cluster comes from. It is
-// written by the manager from the Secret, and an edit is overwritten.
+// MemberClusterSpec is the registration a member cluster comes from,
+// which the manager writes from the Secret (an edit is overwritten), and
+// the member's maintenance, which its operators set.
 type MemberClusterSpec struct {
 	// SecretRef is the Secret that registers the cluster.
 	// +required
 	SecretRef SecretReference `json:"secretRef"`
+	// Maintenance takes the member out of rollouts: Cordon, and it takes
+	// no new revision and no new Propagation; Drain, and its copies are
+	// removed too, within each Propagation's disruption budget. Set by
+	// fleet-manager cordon and drain, cleared by uncordon.
+	// +optional
+	Maintenance MaintenanceMode `json:"maintenance,omitempty"`
 }
+
+// MaintenanceMode takes a member out of rollouts.
+//
+// +kubebuilder:validation:Enum=Cordon;Drain
+type MaintenanceMode string
+
+const (
+	// MaintenanceCordon: the member takes no new revision and no new
+	// Propagation; what it has stays.
+	MaintenanceCordon MaintenanceMode = "Cordon"
+	// MaintenanceDrain: cordoned, and its copies are removed.
+	MaintenanceDrain MaintenanceMode = "Drain"
+)
+
+// ConditionDrained, set while a member is drained, says whether every
+// copy is removed from it, or what the removal waits for.
+const ConditionDrained = "Drained"
 
 // SecretReference names a registration Secret on the hub and its format.
 type SecretReference struct {
@@ -374,6 +399,23 @@ type MemberClusterStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	OwedRemovalCount int32 `json:"owedRemovalCount,omitempty"`
+
+	// Drain is where the member's drain stands, while spec.maintenance is
+	// Drain.
+	// +optional
+	Drain *DrainStatus `json:"drain,omitempty"`
+}
+
+// DrainStatus is where a member's drain stands.
+type DrainStatus struct {
+	// Remaining counts the Propagations whose copies the member still
+	// holds.
+	// +optional
+	Remaining int32 `json:"remaining"`
+	// Message says what the drain waits for, naming a Propagation.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // MaxOwedRemovals bounds MemberClusterStatus.OwedRemovals.

@@ -71,6 +71,8 @@ const FieldManager = "fleet-manager"
 // +kubebuilder:printcolumn:name="Applied",type=integer,JSONPath=`.status.applied`,description="Members whose copies are applied and in sync"
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.available`,description="Members whose copies are applied, in sync and available"
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failed`,description="Members where applying failed, or that missed the progress deadline"
+// +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.rollout.revision`,description="The revision being rolled out"
+// +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.rollout.phase`,description="Where the rollout stands"
 // +kubebuilder:printcolumn:name="Drifted",type=integer,JSONPath=`.status.drifted`,description="Members whose copies drifted",priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Status of the Ready condition"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -150,6 +152,40 @@ type PropagationSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
+
+	// Strategy says how a new revision reaches the members: All at once
+	// (the default) or Progressive.
+	//
+	// +optional
+	Strategy RolloutStrategy `json:"strategy,omitempty"`
+
+	// Paused stops the rollout: no member is given another revision until
+	// it is unset. Copies are still kept as the revision each member has
+	// says, drift included.
+	//
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// Revision pins the revision rolled out, such as an earlier one to
+	// roll back to; it rolls out with the strategy. Unset: the newest.
+	//
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Revision *int64 `json:"revision,omitempty"`
+
+	// RevisionHistoryLimit is how many revisions are kept besides those
+	// members are given. Default 10.
+	//
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	RevisionHistoryLimit *int32 `json:"revisionHistoryLimit,omitempty"`
+
+	// DisruptionBudget bounds how many selected members may be without
+	// the copies Available at once while members are drained.
+	//
+	// +optional
+	DisruptionBudget DisruptionBudget `json:"disruptionBudget,omitempty"`
 }
 
 // Override patches the copies of the members it selects.
@@ -437,6 +473,15 @@ type PropagationStatus struct {
 	// +optional
 	Members []MemberPropagationStatus `json:"members,omitempty"`
 
+	// Revision is the newest revision of what the Propagation applies.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+
+	// Rollout is where the rollout of a revision stands, and which
+	// revision each member is given.
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
+
 	// Shards are each replica's part of this status when replicas share
 	// the fleet (run --shard): each writes its own, from the members it
 	// owns, and one replica sums them up into the fields above.
@@ -479,6 +524,10 @@ type PropagationShard struct {
 	// +listType=atomic
 	// +optional
 	Members []MemberPropagationStatus `json:"members,omitempty"`
+	// Revision is the rollout's revision when the shard was written:
+	// Members then lists every member of the replica not done with it.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
 	// Released is true once the Propagation is deleted and every member of
 	// the replica has removed its copies or owes their removal.
 	// +optional
@@ -519,6 +568,9 @@ type MemberPropagationStatus struct {
 	// +kubebuilder:validation:Enum=True;False;Unknown
 	// +optional
 	Available metav1.ConditionStatus `json:"available,omitempty"`
+	// Revision is the revision the member was last given and applied.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
 	// ObservedGeneration is the Propagation's generation the result is for.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -558,6 +610,8 @@ type PropagationList struct {
 // +kubebuilder:printcolumn:name="Applied",type=integer,JSONPath=`.status.applied`,description="Members whose copies are applied and in sync"
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.available`,description="Members whose copies are applied, in sync and available"
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failed`,description="Members where applying failed, or that missed the progress deadline"
+// +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.rollout.revision`,description="The revision being rolled out"
+// +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.rollout.phase`,description="Where the rollout stands"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Status of the Ready condition"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Drifted",type=integer,JSONPath=`.status.drifted`,description="Members whose copies drifted",priority=1
