@@ -1,0 +1,509 @@
+package propagation
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+)
+
+// Reasons of a rollout's phase, beside ReasonRolloutStopped.
+const (
+	reasonWaitingForRevision = "WaitingForRevision"
+	reasonPaused             = "Paused"
+	reasonProgressing        = "Progressing"
+	reasonComplete           = "Complete"
+)
+
+// maxRolloutMessage is the most bytes status.rollout.message holds.
+const maxRolloutMessage = 1024
+
+// plannedMember is a selected member as the rollout planner sees it.
+type plannedMember struct {
+	name        string
+	labels      map[string]string
+	maintenance fleetv1alpha1.MaintenanceMode // "", Cordon or Drain
+	// assigned is the revision the member is given now, 0 for none.
+	assigned int64
+	progress memberProgress
+}
+
+// memberProgress is what the member's last run says; known is false when
+// no run has reported since the manager started (or the member is not
+// Ready).
+type memberProgress struct {
+	known           bool
+	revision        int64     // the revision the run applied
+	available       bool      // every copy applied, in sync and Available
+	availableSince  time.Time // since when, if available
+	failed          bool
+	reason, message string // of a failure (or of not being available)
+	holding         bool   // the member holds copies of the Propagation
+}
+
+// rolloutInput is what a rollout is planned from.
+type rolloutInput struct {
+	spec     *fleetv1alpha1.PropagationSpec
+	target   int64           // the revision to roll out (the newest, or spec.revision when pinned); 0: none exists yet
+	members  []plannedMember // every selected member, maintenance ones included
+	draining []string        // the previous status.rollout.draining
+	now      time.Time
+}
+
+// rolloutPlan is a planned rollout: the status to write, which holds each
+// member's revision and the drained members whose copies may go now.
+type rolloutPlan struct {
+	status fleetv1alpha1.RolloutStatus
+	// after is when the plan should be made again because a member's
+	// minSuccessTime passes; 0 for never.
+	after time.Duration
+	// waits says, for each drained member that still holds copies and is
+	// not in status.Draining, what it waits for (a message naming the
+	// disruption budget).
+	waits map[string]string
+}
+
+// planRollout plans a Propagation's rollout: which revision each member is
+// given, where the rollout stands, and which drained members may have
+// their copies removed now. It changes none of in's members.
+func planRollout(in rolloutInput) rolloutPlan {
+	members := slices.Clone(in.members)
+	var plan rolloutPlan
+	if in.target == 0 {
+		// Assignments stay as they are until a revision exists.
+		plan.status = fleetv1alpha1.RolloutStatus{
+			Phase:   fleetv1alpha1.RolloutProgressing,
+			Reason:  reasonWaitingForRevision,
+			Message: "no revision yet",
+		}
+	} else {
+		plan.status, plan.after = planRevision(in, members)
+	}
+	plan.status.Members = revisionMembersOf(members)
+	plan.status.Draining, plan.waits = planDrain(in, members)
+	return plan
+}
+
+// rolloutSettings are a spec's strategy with its defaults filled in.
+type rolloutSettings struct {
+	progressive    bool
+	groupBy        string
+	groups         []string
+	maxConcurrency int
+	minSuccessTime time.Duration
+	maxFailures    int
+}
+
+// rolloutSettingsOf fills in the defaults of spec's strategy; active is
+// how many members are not in maintenance, of which a maxConcurrency
+// percentage is taken. The Progressive tuning is read only when the type
+// is Progressive: an All rollout has no minSuccessTime and never stops.
+func rolloutSettingsOf(spec *fleetv1alpha1.PropagationSpec, active int) rolloutSettings {
+	s := rolloutSettings{
+		progressive:    spec.Strategy.Type == fleetv1alpha1.RolloutProgressive,
+		maxConcurrency: 1,
+		maxFailures:    1,
+	}
+	tuning := spec.Strategy.Progressive
+	if !s.progressive || tuning == nil {
+		return s
+	}
+	s.groupBy, s.groups = tuning.GroupBy, tuning.Groups
+	if tuning.MaxConcurrency != nil {
+		// A value that does not parse, such as "ten", keeps the default.
+		if n, err := intstr.GetScaledValueFromIntOrPercent(tuning.MaxConcurrency, active, false); err == nil {
+			s.maxConcurrency = max(n, 1)
+		}
+	}
+	if tuning.MinSuccessTime != nil {
+		s.minSuccessTime = tuning.MinSuccessTime.Duration
+	}
+	if tuning.MaxFailures != nil {
+		s.maxFailures = max(int(*tuning.MaxFailures), 1)
+	}
+	return s
+}
+
+// groupOf is the index of the group labels put a member in: 0 when
+// members are not grouped, len(groups) for a value not in groups.
+func (s rolloutSettings) groupOf(labels map[string]string) int {
+	if s.groupBy == "" {
+		return 0
+	}
+	value, ok := labels[s.groupBy]
+	if i := slices.Index(s.groups, value); ok && i >= 0 {
+		return i
+	}
+	return len(s.groups)
+}
+
+// rolloutState is where a member not in maintenance stands in a rollout.
+type rolloutState int
+
+const (
+	// rolloutWaiting: the member is not given the target.
+	rolloutWaiting rolloutState = iota
+	// rolloutInFlight: given the target, and neither done nor failed (or its
+	// progress is unknown, as after a restart).
+	rolloutInFlight
+	// rolloutDone: Available with the target for minSuccessTime.
+	rolloutDone
+	// rolloutFailed: failed with the target.
+	rolloutFailed
+)
+
+// queuedMember is a member not in maintenance, in rollout order.
+type queuedMember struct {
+	*plannedMember
+	group int
+	state rolloutState
+}
+
+// stateOf is where m stands in the rollout of target.
+func (s rolloutSettings) stateOf(m *plannedMember, target int64, now time.Time) rolloutState {
+	p := m.progress
+	switch {
+	case m.assigned != target:
+		return rolloutWaiting
+	case !p.known || p.revision != target:
+		return rolloutInFlight
+	case p.available && now.Sub(p.availableSince) >= s.minSuccessTime:
+		return rolloutDone
+	case p.failed:
+		return rolloutFailed
+	}
+	return rolloutInFlight
+}
+
+// planRevision assigns in.target to the members whose turn it is, changing
+// their assigned in members, and returns where the rollout stands and
+// when to plan again.
+func planRevision(in rolloutInput, members []plannedMember) (fleetv1alpha1.RolloutStatus, time.Duration) {
+	var queue []*queuedMember
+	for i := range members {
+		if members[i].maintenance == "" {
+			queue = append(queue, &queuedMember{plannedMember: &members[i]})
+		}
+	}
+	s := rolloutSettingsOf(in.spec, len(queue))
+	for _, q := range queue {
+		q.group = s.groupOf(q.labels)
+	}
+	slices.SortFunc(queue, func(a, b *queuedMember) int {
+		return cmp.Or(cmp.Compare(a.group, b.group), strings.Compare(a.name, b.name))
+	})
+
+	assignJoiners(queue, in.target, !s.progressive && !in.spec.Paused)
+	var inFlightCount, failedCount int
+	for _, q := range queue {
+		q.state = s.stateOf(q.plannedMember, in.target, in.now)
+		switch q.state {
+		case rolloutInFlight:
+			inFlightCount++
+		case rolloutFailed:
+			failedCount++
+		}
+	}
+	// An All rollout has given every member the revision: failures
+	// stop nothing, and the members' results report them.
+	stopped := s.progressive && failedCount >= s.maxFailures
+	if !stopped && !in.spec.Paused {
+		if s.progressive {
+			assignInOrder(queue, in.target, s.maxConcurrency-inFlightCount-failedCount)
+		} else {
+			for _, q := range queue {
+				if q.state == rolloutWaiting {
+					q.assigned, q.state = in.target, rolloutInFlight
+				}
+			}
+		}
+	}
+
+	status := describeRollout(queue, in.target, s.maxFailures, stopped, in.spec.Paused)
+	status.Message = truncateMessage(status.Message + keptRevisions(members, in.target))
+	return status, untilDone(queue, in.target, s.minSuccessTime, in.now)
+}
+
+// assignJoiners gives each member of queue that has no revision one,
+// in order, each seeing those given before it: target when toTarget, else
+// the revision the rollout has reached for its group.
+func assignJoiners(queue []*queuedMember, target int64, toTarget bool) {
+	for i, q := range queue {
+		if q.assigned != 0 {
+			continue
+		}
+		if toTarget {
+			q.assigned = target
+		} else {
+			q.assigned = reachedRevision(queue, i, target)
+		}
+	}
+}
+
+// reachedRevision is the revision the rollout of target has reached for
+// the group of queue[i]: target when every other member of that group and
+// of the groups before has it; else the one most other members of the
+// group have (the higher on a tie), leaving out target; else 0, and the
+// member waits for its turn.
+func reachedRevision(queue []*queuedMember, i int, target int64) int64 {
+	group := queue[i].group
+	allTarget := true
+	count := map[int64]int{}
+	for j, other := range queue {
+		if other.group > group {
+			break // queue is in group order
+		}
+		if j == i {
+			continue
+		}
+		allTarget = allTarget && other.assigned == target
+		if other.group == group && other.assigned != 0 && other.assigned != target {
+			count[other.assigned]++
+		}
+	}
+	if allTarget {
+		return target
+	}
+	var reached int64
+	for revision, n := range count {
+		if n > count[reached] || n == count[reached] && revision > reached {
+			reached = revision
+		}
+	}
+	return reached
+}
+
+// assignInOrder gives target to up to slots waiting members of queue, in
+// order, starting no group before every member of the groups before it is
+// done.
+func assignInOrder(queue []*queuedMember, target int64, slots int) {
+	earlierNotDone := false
+	for i, q := range queue {
+		if i > 0 && q.group != queue[i-1].group && earlierNotDone {
+			return
+		}
+		if q.state == rolloutWaiting && slots > 0 {
+			q.assigned, q.state = target, rolloutInFlight
+			slots--
+		}
+		earlierNotDone = earlierNotDone || q.state != rolloutDone
+	}
+}
+
+// describeRollout is the rollout's status but for its members and
+// draining: its phase and why. A rollout whose members are all done is
+// Complete even when paused: the pause holds nothing back. One that is
+// both stopped and paused is Stopped, which names what needs fixing.
+func describeRollout(queue []*queuedMember, target int64, maxFailures int, stopped, paused bool) fleetv1alpha1.RolloutStatus {
+	var doneCount int
+	var inFlightNames, failedNames []string
+	var firstFailed *queuedMember
+	for _, q := range queue {
+		switch q.state {
+		case rolloutDone:
+			doneCount++
+		case rolloutInFlight:
+			inFlightNames = append(inFlightNames, q.name)
+		case rolloutFailed:
+			failedNames = append(failedNames, q.name)
+			if firstFailed == nil {
+				firstFailed = q
+			}
+		}
+	}
+	status := fleetv1alpha1.RolloutStatus{
+		Revision: target,
+		Updated:  int32(doneCount),
+		Failed:   int32(len(failedNames)),
+	}
+	progress := fmt.Sprintf("%d of %d members run revision %d", doneCount, len(queue), target)
+	switch {
+	case doneCount == len(queue):
+		status.Phase, status.Reason = fleetv1alpha1.RolloutComplete, reasonComplete
+		status.Message = fmt.Sprintf("%s revision %d", plural(doneCount, "member runs", "members run"), target)
+	case stopped:
+		status.Phase, status.Reason = fleetv1alpha1.RolloutStopped, fleetv1alpha1.ReasonRolloutStopped
+		status.Message = fmt.Sprintf("stopped after %s (maxFailures %d): %s",
+			plural(len(failedNames), "failed member", "failed members"), maxFailures, failureOf(firstFailed))
+	case paused:
+		status.Phase, status.Reason = fleetv1alpha1.RolloutPaused, reasonPaused
+		status.Message = "paused: " + progress
+	default:
+		status.Phase, status.Reason = fleetv1alpha1.RolloutProgressing, reasonProgressing
+		status.Message = progress
+		if len(inFlightNames) > 0 {
+			status.Message += "; in flight: " + nameList(inFlightNames)
+		}
+		// Failures short of maxFailures still hold slots: name them.
+		if len(failedNames) > 0 {
+			status.Message += "; failed: " + nameList(failedNames)
+		}
+	}
+	return status
+}
+
+// failureOf names a failed member and why it failed: "member m3: 1 of 3
+// replicas available (ProgressDeadlineExceeded)".
+func failureOf(m *queuedMember) string {
+	failure := "member " + m.name
+	if m.progress.message != "" {
+		failure += ": " + m.progress.message
+	}
+	if m.progress.reason != "" {
+		failure += " (" + m.progress.reason + ")"
+	}
+	return failure
+}
+
+// keptRevisions says how many members in maintenance keep a revision other
+// than target: "; 1 cordoned member keeps its revision", empty for none.
+func keptRevisions(members []plannedMember, target int64) string {
+	var cordoned, drained int
+	for _, m := range members {
+		if m.assigned == 0 || m.assigned == target {
+			continue
+		}
+		switch m.maintenance {
+		case fleetv1alpha1.MaintenanceCordon:
+			cordoned++
+		case fleetv1alpha1.MaintenanceDrain:
+			drained++
+		}
+	}
+	var suffix string
+	if cordoned > 0 {
+		suffix += "; " + plural(cordoned, "cordoned member keeps its", "cordoned members keep their") + " revision"
+	}
+	if drained > 0 {
+		suffix += "; " + plural(drained, "drained member keeps its", "drained members keep their") + " revision"
+	}
+	return suffix
+}
+
+// untilDone is the least time left before a member given target and
+// Available with it has been so for minSuccessTime; 0 for none.
+func untilDone(queue []*queuedMember, target int64, minSuccessTime time.Duration, now time.Time) time.Duration {
+	var least time.Duration
+	for _, q := range queue {
+		p := q.progress
+		if q.assigned != target || !p.known || p.revision != target || !p.available {
+			continue
+		}
+		if left := minSuccessTime - now.Sub(p.availableSince); left > 0 && (least == 0 || left < least) {
+			least = left
+		}
+	}
+	return least
+}
+
+// revisionMembersOf lists the members given each revision, by revision,
+// names sorted; members given none are in none.
+func revisionMembersOf(members []plannedMember) []fleetv1alpha1.RevisionMembers {
+	var list []fleetv1alpha1.RevisionMembers
+	for _, m := range members {
+		if m.assigned == 0 {
+			continue
+		}
+		i, found := slices.BinarySearchFunc(list, m.assigned, func(r fleetv1alpha1.RevisionMembers, revision int64) int {
+			return cmp.Compare(r.Revision, revision)
+		})
+		if !found {
+			list = slices.Insert(list, i, fleetv1alpha1.RevisionMembers{Revision: m.assigned})
+		}
+		list[i].Names = append(list[i].Names, m.name)
+	}
+	for _, r := range list {
+		slices.Sort(r.Names)
+	}
+	return list
+}
+
+// planDrain picks the drained members whose copies may be removed now,
+// within the disruption budget, and says what the others wait for. A
+// drained member whose progress is unknown may still hold copies: it
+// counts as holding them.
+func planDrain(in rolloutInput, members []plannedMember) ([]string, map[string]string) {
+	maxUnavailable := 1
+	if in.spec.DisruptionBudget.MaxUnavailable != nil {
+		maxUnavailable = int(*in.spec.DisruptionBudget.MaxUnavailable)
+	}
+	unavailable := 0
+	var holders []string
+	for _, m := range members {
+		switch {
+		case m.maintenance == "":
+			if m.assigned != 0 && !(m.progress.known && m.progress.available) {
+				unavailable++
+			}
+		case m.maintenance == fleetv1alpha1.MaintenanceDrain && (m.progress.holding || !m.progress.known):
+			holders = append(holders, m.name)
+		}
+	}
+	slices.Sort(holders)
+
+	// Members already draining keep draining, whatever the budget says
+	// now: their removal may be half done.
+	var draining []string
+	for _, name := range holders {
+		if slices.Contains(in.draining, name) {
+			draining = append(draining, name)
+		}
+	}
+	left := maxUnavailable - unavailable - len(draining)
+	for _, name := range holders {
+		if left > 0 && !slices.Contains(draining, name) {
+			draining = append(draining, name)
+			left--
+		}
+	}
+	slices.Sort(draining)
+
+	var waits map[string]string
+	for _, name := range holders {
+		if slices.Contains(draining, name) {
+			continue
+		}
+		if waits == nil {
+			waits = map[string]string{}
+		}
+		waits[name] = fmt.Sprintf("the disruption budget of maxUnavailable %d: %s unavailable",
+			maxUnavailable, plural(unavailable+len(draining), "member", "members"))
+	}
+	return draining, waits
+}
+
+// nameList lists names, at most 5 of them: "a, b, c, d, e and 2 more".
+func nameList(names []string) string {
+	const most = 5
+	if len(names) <= most {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:most], ", "), len(names)-most)
+}
+
+// plural is n followed by one when n is 1, else by many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// truncateMessage cuts message to maxRolloutMessage bytes, on a rune
+// boundary.
+func truncateMessage(message string) string {
+	if len(message) <= maxRolloutMessage {
+		return message
+	}
+	cut := maxRolloutMessage
+	for cut > 0 && !utf8.RuneStart(message[cut]) {
+		cut--
+	}
+	return message[:cut]
+}
