@@ -41,6 +41,9 @@ type Context struct {
 	// OwedRemovals are the removals the propagation controller publishes
 	// as owed by each member, and the membercluster controller shows.
 	OwedRemovals *registry.Facts[[]fleetv1alpha1.OwedRemoval]
+	// Drains are where the propagation controller publishes each drained
+	// member's drain, and the membercluster controller shows.
+	Drains *registry.Facts[fleetv1alpha1.DrainStatus]
 	// TokenRenewalDisabled keeps the tokenrenewal controller from renewing
 	// tokens: it still describes every credential.
 	TokenRenewalDisabled bool
@@ -65,7 +68,7 @@ func Initializers() []Initializer {
 		{
 			Name: "membercluster", OnByDefault: true, Concurrency: membercluster.DefaultWorkers,
 			Add: func(c Context) error {
-				return membercluster.Add(c.Manager, membercluster.Options{Workers: c.Concurrency, Client: c.Client, Credentials: c.Credentials, OwedRemovals: c.OwedRemovals})
+				return membercluster.Add(c.Manager, membercluster.Options{Workers: c.Concurrency, Client: c.Client, Credentials: c.Credentials, OwedRemovals: c.OwedRemovals, Drains: c.Drains})
 			},
 		},
 		{
@@ -77,7 +80,7 @@ func Initializers() []Initializer {
 		{
 			Name: propagation.ControllerName, OnByDefault: true, Concurrency: propagation.DefaultWorkers,
 			Add: func(c Context) error {
-				return propagation.Add(c.Manager, propagation.Options{Workers: c.Concurrency, Client: c.Client, Config: c.Config, Journal: c.Journal, OwedRemovals: c.OwedRemovals})
+				return propagation.Add(c.Manager, propagation.Options{Workers: c.Concurrency, Client: c.Client, Config: c.Config, Journal: c.Journal, OwedRemovals: c.OwedRemovals, Drains: c.Drains})
 			},
 		},
 		{
@@ -148,7 +151,7 @@ type Settings struct {
 // Start adds to m each of initializers that s.Selection enables.
 func Start(m *fleet.Manager, initializers []Initializer, s Settings) error {
 	log := m.GetLogger().WithName("controllers")
-	credentials, owedRemovals := tokenrenewal.NewCredentials(), propagation.NewOwedRemovals()
+	credentials, owedRemovals, drains := tokenrenewal.NewCredentials(), propagation.NewOwedRemovals(), propagation.NewDrains()
 	for _, i := range initializers {
 		if !Enabled(s.Selection, i.Name, i.OnByDefault) {
 			log.Info("Controller disabled", "controller", i.Name)
@@ -164,7 +167,7 @@ func Start(m *fleet.Manager, initializers []Initializer, s Settings) error {
 			return fmt.Errorf("building the %s controller's client: %w", i.Name, err)
 		}
 		c := Context{Manager: m, Concurrency: i.Concurrency, Client: cl, Config: cfg, Journal: s.Journal,
-			ClusterProfileNamespace: s.ClusterProfileNamespace, Credentials: credentials, OwedRemovals: owedRemovals, TokenRenewalDisabled: s.TokenRenewalDisabled}
+			ClusterProfileNamespace: s.ClusterProfileNamespace, Credentials: credentials, OwedRemovals: owedRemovals, Drains: drains, TokenRenewalDisabled: s.TokenRenewalDisabled}
 		if n, ok := s.Concurrency[i.Name]; ok && n > 0 {
 			c.Concurrency = n
 		}

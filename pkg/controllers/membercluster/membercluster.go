@@ -57,6 +57,7 @@ type memberClusters struct {
 	recorder    events.EventRecorder
 	credentials *registry.Facts[registry.Credentials]
 	owed        *registry.Facts[[]fleetv1alpha1.OwedRemoval]
+	drains      *registry.Facts[fleetv1alpha1.DrainStatus]
 	// probeTimeRefresh is how stale LastProbeTime may grow.
 	probeTimeRefresh time.Duration
 
@@ -81,6 +82,10 @@ type Options struct {
 	// publishes as owed by each member, shown as the status's
 	// owedRemovals and owedRemovalCount.
 	OwedRemovals *registry.Facts[[]fleetv1alpha1.OwedRemoval]
+	// Drains, if set, are where the Propagation controller publishes each
+	// drained member's drain, shown as the status's drain and its Drained
+	// condition.
+	Drains *registry.Facts[fleetv1alpha1.DrainStatus]
 }
 
 // Add adds the MemberCluster controller to m, configured by opts. A hub
@@ -104,6 +109,7 @@ func Add(m *fleet.Manager, opts Options) error {
 
 		credentials: opts.Credentials,
 		owed:        opts.OwedRemovals,
+		drains:      opts.Drains,
 
 		probeTimeRefresh: ProbeTimeRefreshIntervals * m.MemberHealth().Interval,
 	}
@@ -116,6 +122,9 @@ func Add(m *fleet.Manager, opts Options) error {
 	}
 	if opts.OwedRemovals != nil {
 		b = b.WatchesRawSource(opts.OwedRemovals.Source())
+	}
+	if opts.Drains != nil {
+		b = b.WatchesRawSource(opts.Drains.Source())
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).Complete(mc)
 }
@@ -188,6 +197,7 @@ func (mc *memberClusters) Reconcile(ctx context.Context, req reconcile.Request) 
 	wasExpiring := meta.IsStatusConditionTrue(before.Conditions, fleetv1alpha1.ConditionCredentialsExpiring)
 	transitions := len(want.Status.RecentTransitions)
 	mc.setStatus(ctx, c, &want.Status)
+	mc.setDrain(want.Spec.Maintenance, c.Name, &want.Status)
 	// The registry sends no event for a probe that succeeds like the one
 	// before: LastProbeTime is refreshed on this schedule instead, unless
 	// replicas share the fleet: then the owner's Lease says the status is
@@ -272,6 +282,27 @@ func (mc *memberClusters) ours(obj *fleetv1alpha1.MemberCluster, registered bool
 
 // setStatus fills status from c, its registration and member state, and
 // from the engager.
+// setDrain shows where the drain of member stands while its maintenance
+// is Drain, as the Propagation controller publishes it.
+func (mc *memberClusters) setDrain(maintenance fleetv1alpha1.MaintenanceMode, member string, status *fleetv1alpha1.MemberClusterStatus) {
+	if maintenance != fleetv1alpha1.MaintenanceDrain || mc.drains == nil {
+		status.Drain = nil
+		meta.RemoveStatusCondition(&status.Conditions, fleetv1alpha1.ConditionDrained)
+		return
+	}
+	drained := metav1.Condition{Type: fleetv1alpha1.ConditionDrained, Status: metav1.ConditionFalse, Reason: fleetv1alpha1.ReasonDraining, ObservedGeneration: status.ObservedGeneration}
+	d, ok := mc.drains.Get(member)
+	switch {
+	case !ok:
+		d.Message = "waiting for the Propagation controller to report the member's copies"
+	case d.Remaining == 0:
+		drained.Status, drained.Reason, d.Message = metav1.ConditionTrue, fleetv1alpha1.ConditionDrained, "no Propagation's copies remain in the member"
+	}
+	drained.Message = d.Message
+	status.Drain = &d
+	meta.SetStatusCondition(&status.Conditions, drained)
+}
+
 func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, status *fleetv1alpha1.MemberClusterStatus) {
 	now := metav1.Now()
 	status.Replica = mc.m.ReplicaName()

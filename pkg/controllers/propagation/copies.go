@@ -63,11 +63,11 @@ var hubOnlyAnnotations = []string{
 
 // desiredCopy is what member should hold for a hub object: the object
 // as the hub's author wrote it (no status, no server-set metadata or
-// fields), patched by p's overrides that select the member, carrying the
+// fields), patched by the overrides that select the member, carrying the
 // labels and annotations that make it a copy of Propagation p in the fleet
 // of namespace fleet and identity fleetID. Its content hash covers all of
 // that. An override that does not apply is an error naming it.
-func desiredCopy(hub *unstructured.Unstructured, p *fleetv1alpha1.Propagation, fleet, fleetID string, member memberFacts) (*unstructured.Unstructured, error) {
+func desiredCopy(hub *unstructured.Unstructured, p *fleetv1alpha1.Propagation, overrides []fleetv1alpha1.Override, fleet, fleetID string, member memberFacts) (*unstructured.Unstructured, error) {
 	obj := map[string]any{"apiVersion": hub.GetAPIVersion(), "kind": hub.GetKind()}
 	for k, v := range hub.Object {
 		switch k {
@@ -87,7 +87,7 @@ func desiredCopy(hub *unstructured.Unstructured, p *fleetv1alpha1.Propagation, f
 	}
 	delete(annotations, fleetv1alpha1.ContentHashAnnotation)
 	c.SetAnnotations(annotations)
-	if _, err := override(c, p.Spec.Overrides, member); err != nil {
+	if _, err := override(c, overrides, member); err != nil {
 		return nil, err
 	}
 	labels := c.GetLabels()

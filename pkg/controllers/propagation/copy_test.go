@@ -211,7 +211,7 @@ func TestOwnerOfTrustsOnlyTheFleetsIdentity(t *testing.T) {
 // member no override selects holds.
 func plainCopy(t *testing.T, hub *unstructured.Unstructured, p *fleetv1alpha1.Propagation, id string) *unstructured.Unstructured {
 	t.Helper()
-	c, err := desiredCopy(hub, p, "fleet-a", id, memberFacts{name: "east"})
+	c, err := desiredCopy(hub, p, p.Spec.Overrides, "fleet-a", id, memberFacts{name: "east"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,6 +105,16 @@ type memberRun struct {
 	// namespaceUnknown is set when the manager may neither read nor create
 	// the member's namespace: a copy not found there says it is missing.
 	namespaceUnknown bool
+
+	// revision is the hash of the content the member is given, and
+	// overrides are that content's. held is set when the member is
+	// given none, and says why; draining when its drain removes its
+	// copies.
+	revision    string
+	overrides   []fleetv1alpha1.Override
+	held        *failure
+	draining    bool
+	maintenance fleetv1alpha1.MaintenanceMode
 }
 
 type failure struct {
@@ -158,6 +168,16 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 	want, removing, err := run.wanted(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if run.held != nil {
+		have, err := run.existing(ctx, nil, false)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		for k := range have {
+			run.hold(k.gvk)
+		}
+		return run.record(ctx, false, 0, "")
 	}
 	// Copies are told apart before the journal records what is applied
 	// now: an old copy may be proven this fleet's by the hash recorded
@@ -213,8 +233,11 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 }
 
 // wanted returns the hub objects that the member should hold copies of,
-// and whether none are wanted because of the Propagation's removal or the
-// member's deselection.
+// from the content of the revision it is given, and whether none are
+// wanted because of the Propagation's removal, the member's deselection
+// or its drain. A member given no revision yet, or drained and waiting
+// for the disruption budget, is held: run.held says why, and its copies
+// stay as they are.
 func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Unstructured, bool, error) {
 	p := run.p
 	if p == nil || !p.DeletionTimestamp.IsZero() {
@@ -226,42 +249,97 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if selected, err := selects(p, run.member.name, run.labels); err != nil || !selected {
 		return nil, true, nil // an invalid selector selects nothing; the status says why
 	}
+	maintenance, err := run.r.maintenance(ctx, run.member.name)
+	if err != nil {
+		return nil, false, err
+	}
+	run.maintenance = maintenance
+	if maintenance == fleetv1alpha1.MaintenanceDrain {
+		if p.Status.Rollout != nil && slices.Contains(p.Status.Rollout.Draining, run.member.name) {
+			run.draining = true
+			return nil, true, nil
+		}
+		run.held = &failure{reason: fleetv1alpha1.ReasonWaitingForDisruptionBudget, message: "the member is drained: its copies are removed once the Propagation's disruption budget allows"}
+		return nil, false, nil
+	}
+	c, err := run.given(ctx, maintenance)
+	if err != nil || c == nil {
+		return nil, false, err
+	}
+	for _, problem := range c.Problems {
+		run.fail(failure{reason: problem.Reason, message: problem.Message})
+	}
+	for _, gvk := range c.kindProblems() {
+		run.skipRemoval[gvk] = true
+	}
 	want := map[copyKey]*unstructured.Unstructured{}
-	for _, sel := range p.Spec.Resources {
-		objs, err := run.r.objects.list(ctx, p.Namespace, sel)
-		if kerr, ok := errors.AsType[*kindError](err); ok {
-			// The status reports the hub's problem; copies of the kind
-			// stay, unless the kind is refused here: this fleet's copies
-			// are then unwanted.
-			if gvk, err := resourceKind(sel); err == nil && kerr.reason != fleetv1alpha1.ReasonRefused {
-				run.skipRemoval[gvk] = true
-			}
-			run.fail(failure{reason: kerr.reason, message: kerr.message})
+	for _, o := range c.Objects {
+		if o.Resource < 0 || o.Resource >= len(c.Resources) {
+			run.fail(failure{reason: fleetv1alpha1.ReasonRevisionInvalid, message: "an object of the revision names no resource"})
 			continue
 		}
+		run.want(want, &unstructured.Unstructured{Object: o.Object}, c.Resources[o.Resource])
+	}
+	run.overrides = c.Overrides
+	return want, false, nil
+}
+
+// given returns the content of the revision the member is given: what
+// the hub holds now, when every member takes a change at once (strategy
+// All, not paused, not pinned, the member not cordoned); else the
+// revision the rollout gives it, nil (run.held set) if none yet.
+func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.MaintenanceMode) (*content, error) {
+	p := run.p
+	if allAtOnce(&p.Spec) && maintenance == "" {
+		c, err := run.r.content(ctx, p)
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
-		for i := range objs {
-			o := &objs[i]
-			if rule, refused := refusal(o, run.r.fleet); refused {
-				run.fail(failure{reason: fleetv1alpha1.ReasonRefused, message: fmt.Sprintf("%s %s is refused: %s", o.GetKind(), o.GetName(), rule)})
-				continue
-			}
-			if !isEnvelope(o.GroupVersionKind()) {
-				run.want(want, o, sel)
-				continue
-			}
-			manifests, failures := run.r.unpack(o)
-			for _, f := range failures {
-				run.fail(f)
-			}
-			for _, m := range manifests {
-				run.want(want, m, sel)
-			}
+		_, run.revision, err = c.encode()
+		return c, err
+	}
+	n := assignedRevision(p, run.member.name)
+	switch {
+	case n == 0 && maintenance != "":
+		run.held = &failure{reason: fleetv1alpha1.ReasonCordoned, message: "the member is cordoned: it takes no new Propagation"}
+		return nil, nil
+	case n == 0:
+		run.held = &failure{reason: fleetv1alpha1.ReasonWaitingForRollout, message: "the rollout has not given the member a revision yet"}
+		return nil, nil
+	}
+	c, hash, err := run.r.loadRevision(ctx, p, n)
+	if kerr, ok := errors.AsType[*kindError](err); ok {
+		run.fail(failure{reason: kerr.reason, message: kerr.message})
+		run.held = &failure{reason: kerr.reason, message: kerr.message}
+		return nil, nil
+	} else if apierrors.IsNotFound(err) {
+		run.held = &failure{reason: fleetv1alpha1.ReasonRevisionInvalid, message: fmt.Sprintf("revision %d is not on the hub", n)}
+		run.fail(*run.held)
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	run.revision = hash
+	return c, nil
+}
+
+// allAtOnce reports whether spec gives every member a change as soon as
+// the hub holds it: strategy All, not paused, not pinned.
+func allAtOnce(spec *fleetv1alpha1.PropagationSpec) bool {
+	return spec.Strategy.Type != fleetv1alpha1.RolloutProgressive && !spec.Paused && spec.Revision == nil
+}
+
+// assignedRevision is the revision p's rollout gives member, 0 if none.
+func assignedRevision(p *fleetv1alpha1.Propagation, member string) int64 {
+	if p.Status.Rollout == nil {
+		return 0
+	}
+	for _, g := range p.Status.Rollout.Members {
+		if slices.Contains(g.Names, member) {
+			return g.Revision
 		}
 	}
-	return want, false, nil
+	return 0
 }
 
 // want adds obj, a hub object sel selects, to want, unless an object of
@@ -285,7 +363,7 @@ func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured)
 	desired := make(map[copyKey]*unstructured.Unstructured, len(want))
 	member := memberFacts{name: run.member.name, labels: run.labels}
 	for k, hubObj := range want {
-		d, err := desiredCopy(hubObj, run.p, run.r.fleet, run.id, member)
+		d, err := desiredCopy(hubObj, run.p, run.overrides, run.r.fleet, run.id, member)
 		if err != nil {
 			run.fail(failure{reason: fleetv1alpha1.ReasonOverrideFailed, message: err.Error()})
 			continue
@@ -390,6 +468,7 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	res := memberResult{
 		result: fleetv1alpha1.ResultApplied, reason: fleetv1alpha1.ReasonApplied, available: metav1.ConditionTrue,
 		generation: gen, since: now, confirmed: now, intent: intent, copies: run.copies, kinds: run.kinds, removing: removing,
+		revision: run.revision, draining: run.draining,
 	}
 	switch {
 	case len(run.failures) > 0:
@@ -398,6 +477,8 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 		if n := len(run.failures); n > 1 {
 			res.message = fmt.Sprintf("%s (and %d more)", f.message, n-1)
 		}
+	case run.held != nil:
+		res.result, res.reason, res.message, res.available, res.held = fleetv1alpha1.ResultPending, run.held.reason, run.held.message, metav1.ConditionUnknown, true
 	case run.waiting != nil:
 		res.result, res.reason, res.message, res.available = fleetv1alpha1.ResultPending, run.waiting.reason, run.waiting.message, metav1.ConditionFalse
 	case len(run.drifted) > 0:
@@ -443,6 +524,9 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	if !old.same(recorded) {
 		run.r.countOwed(run.member.name)
 		run.r.queue.add(fleet.Request{NamespacedName: run.key})
+	}
+	if run.maintenance == fleetv1alpha1.MaintenanceDrain {
+		run.r.publishDrain(run.member.name, run.maintenance)
 	}
 	run.tell(ctx, old, recorded)
 	var after []time.Duration
@@ -492,7 +576,7 @@ func unconvergedSince(p *fleetv1alpha1.Propagation, member string) (time.Time, b
 // spec.progressDeadlineSeconds. It returns how long is left before it
 // does, 0 if no deadline runs.
 func (run *memberRun) deadline(res *memberResult, prev memberResult) time.Duration {
-	if res.converged() || res.removing || run.p == nil {
+	if res.converged() || res.removing || res.held || run.p == nil {
 		return 0
 	}
 	res.unconvergedSince = res.confirmed.Time

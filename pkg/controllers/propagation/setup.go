@@ -71,6 +71,9 @@ type Options struct {
 	// OwedRemovals, if set, is where each member's owed removals are
 	// published, oldest first, for the MemberCluster controller.
 	OwedRemovals *registry.Facts[[]fleetv1alpha1.OwedRemoval]
+	// Drains, if set, is where each drained member's drain is published,
+	// for the MemberCluster controller.
+	Drains *registry.Facts[fleetv1alpha1.DrainStatus]
 }
 
 // NewOwedRemovals returns an empty store of owed removals for
@@ -97,6 +100,10 @@ type reconciler struct {
 	owed     *owedKeeper
 	// owedRemovals, if not nil, publishes each member's owed removals.
 	owedRemovals *registry.Facts[[]fleetv1alpha1.OwedRemoval]
+	// drains, if not nil, publishes each drained member's drain.
+	drains *registry.Facts[fleetv1alpha1.DrainStatus]
+	// revisionBook remembers the revisions this manager made.
+	revisionBook revisionBook
 	// queue takes the requests the controller makes itself.
 	queue controllerQueue
 
@@ -171,6 +178,7 @@ func Add(m *fleet.Manager, opts Options) error {
 		owed:     newOwedKeeper(apiReader, opts.ForgetAfter),
 
 		owedRemovals: opts.OwedRemovals,
+		drains:       opts.Drains,
 
 		lastStatus: map[propagationKey]time.Time{},
 		readiness:  map[propagationKey]string{},
@@ -185,12 +193,15 @@ func Add(m *fleet.Manager, opts Options) error {
 	b := fleet.NewControllerManagedBy(m).
 		Named(ControllerName).
 		WatchesFleet(&fleetv1alpha1.Propagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(notStatusOnly)).
-		WatchesFleet(&fleetv1alpha1.Propagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(statusOnly))
+		WatchesFleet(&fleetv1alpha1.Propagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(statusOnly)).
+		WatchesFleet(&fleetv1alpha1.Propagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(rolloutChanged))
 	if clusterPropagations {
 		b = b.WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(notStatusOnly)).
-			WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(statusOnly))
+			WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(statusOnly)).
+			WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(rolloutChanged))
 	}
-	return b.WatchesClusterSource(hubEngagement{r}, fleet.InClusters(fleet.Hub)).
+	return b.WatchesFleet(&fleetv1alpha1.MemberCluster{}, r.memberMaintained, fleet.InClusters(fleet.Hub), fleet.WithPredicates(maintenanceChanged)).
+		WatchesClusterSource(hubEngagement{r}, fleet.InClusters(fleet.Hub)).
 		WatchesClusterSource(r.copies).
 		WithOptions(fleet.ControllerOptions{
 			TypedOptions:                      controller.TypedOptions[fleet.Request]{MaxConcurrentReconciles: opts.Workers},

@@ -53,27 +53,45 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 		controllerutil.AddFinalizer(p, fleetv1alpha1.PropagationFinalizer)
 		return written(r.hub.Patch(ctx, hubObject(p), client.MergeFromWithOptions(hubObject(before), client.MergeFromWithOptimisticLock{})))
 	}
+	revs, problem, err := r.revise(ctx, p)
+	if errors.Is(err, errRevisionPending) {
+		return reconcile.Result{RequeueAfter: revisionRetry}, nil
+	} else if err != nil {
+		return reconcile.Result{}, err
+	}
 	if wait := r.statusWait(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	var status fleetv1alpha1.PropagationStatus
 	var lock []client.MergeFromOption
+	var after time.Duration
 	if r.m.ReplicaName() == "" {
-		status = r.status(ctx, p, r.ownedMembers())
+		status = r.status(ctx, p, r.ownedMembers(), revs)
+		after = r.rollout(ctx, p, &status, revs, problem)
+		r.setConditions(ctx, p, &status)
 	} else {
 		// Other replicas write their shards: a write over a newer
 		// version would undo theirs.
-		status = r.shardedStatus(ctx, p)
+		status, after = r.shardedStatus(ctx, p, revs, problem)
 		lock = append(lock, client.MergeFromWithOptimisticLock{})
+	}
+	if r.sumsUp(p) {
+		if err := r.pruneRevisions(ctx, p, revs, revisionsInUse(status.Rollout)); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	r.statusSummed(key)
 	r.setReadiness(key, string(conditionStatus(status.Conditions, fleetv1alpha1.PropagationReady)))
 	if equality.Semantic.DeepEqual(p.Status, status) {
-		return reconcile.Result{}, nil
+		return reconcile.Result{RequeueAfter: after}, nil
 	}
 	before := p.DeepCopy()
 	p.Status = status
-	return written(r.hub.Status().Patch(ctx, hubObject(p), client.MergeFromWithOptions(hubObject(before), lock...)))
+	res, err := written(r.hub.Status().Patch(ctx, hubObject(p), client.MergeFromWithOptions(hubObject(before), lock...)))
+	if res.IsZero() && err == nil {
+		res.RequeueAfter = after
+	}
+	return res, err
 }
 
 // ownedMembers lists the members the registry accepts and this replica
@@ -92,16 +110,17 @@ func (r *reconciler) ownedMembers() []*registry.Cluster {
 // replica's shard, from the members it owns, replaced; and, when p's
 // summary is this replica's to write (Manager.OwnsKey), the sum of the
 // shards of the live replicas, the others' dropped.
-func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propagation) fleetv1alpha1.PropagationStatus {
-	own := r.status(ctx, p, r.ownedMembers())
+func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propagation, revs []fleetv1alpha1.PropagationRevision, problem string) (fleetv1alpha1.PropagationStatus, time.Duration) {
+	own := r.status(ctx, p, r.ownedMembers(), revs)
 	st := *p.Status.DeepCopy()
 	mine := replicaShard(p, r.m.ReplicaName())
 	mine.ObservedGeneration = p.Generation
 	mine.Selected, mine.Applied, mine.Available, mine.Drifted, mine.Failed, mine.PendingDeletions = own.Selected, own.Applied, own.Available, own.Drifted, own.Failed, own.PendingDeletions
 	mine.Members = own.Members[:min(len(own.Members), fleetv1alpha1.MaxShardMembers)]
+	mine.Revision = r.rolledOutHere(p, revs)
 	st.Shards = withShard(st.Shards, mine)
 	if !r.m.OwnsKey(summaryKey(p)) {
-		return st
+		return st, 0
 	}
 	live := r.m.Replicas()
 	st.Shards = slices.DeleteFunc(st.Shards, func(s fleetv1alpha1.PropagationShard) bool { return !slices.Contains(live, s.Replica) })
@@ -118,8 +137,9 @@ func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propaga
 		st.Members = append(st.Members, s.Members...)
 	}
 	st.Members = sortMembers(st.Members)
-	r.setConditions(ctx, p, &st, nil)
-	return st
+	after := r.rollout(ctx, p, &st, revs, problem)
+	r.setConditions(ctx, p, &st)
+	return st, after
 }
 
 // summaryKey names the hub work of summing up p's status, for
@@ -180,7 +200,7 @@ func (r *reconciler) dropUnusedHubCache(ctx context.Context, namespace string) e
 }
 
 // status sums up the members' results of p.
-func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, members []*registry.Cluster) fleetv1alpha1.PropagationStatus {
+func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, members []*registry.Cluster, revs []fleetv1alpha1.PropagationRevision) fleetv1alpha1.PropagationStatus {
 	key := client.ObjectKeyFromObject(p)
 	st := fleetv1alpha1.PropagationStatus{
 		ObservedGeneration: p.Generation,
@@ -192,20 +212,32 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 	for _, m := range p.Status.Members {
 		previous[m.Name] = m
 	}
-	var selectorErr error
 	var listed []fleetv1alpha1.MemberPropagationStatus
 	for _, c := range members {
-		selected, err := selects(p, c.Name, c.Labels)
-		if err != nil {
-			selectorErr = err
-		}
+		selected, _ := selects(p, c.Name, c.Labels) // an invalid selector selects none: setConditions says why
 		res, has := results[c.Name]
 		ready := c.State == fleetv1alpha1.MemberStateReady
 		entry := fleetv1alpha1.MemberPropagationStatus{Name: c.Name, ObservedGeneration: p.Generation, Available: metav1.ConditionUnknown}
 		if has && !res.confirmed.IsZero() {
 			entry.LastConfirmedTime = &res.confirmed
 		}
+		if has {
+			entry.Revision = revisionOfResult(revs, assignedRevision(p, c.Name), res.revision)
+		}
+		if selected && has && (res.draining || res.reason == fleetv1alpha1.ReasonWaitingForDisruptionBudget || res.reason == fleetv1alpha1.ReasonCordoned) {
+			// Drained, or cordoned before it was given the Propagation:
+			// not counted, and listed while it holds copies or waits.
+			selected = false
+			if res.copies == 0 && res.reason != fleetv1alpha1.ReasonCordoned {
+				continue
+			}
+			entry.Result, entry.Reason, entry.Message = res.result, res.reason, res.message
+			if res.draining {
+				entry.Result, entry.Reason, entry.Message = fleetv1alpha1.ResultPending, fleetv1alpha1.ReasonDraining, "the member is drained: removing its copies"
+			}
+		}
 		switch {
+		case entry.Result != "":
 		case selected && !ready:
 			// What was known of it is stale: counted neither applied nor
 			// available; LastTransitionTime says since when.
@@ -253,7 +285,6 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 		listed = append(listed, entry)
 	}
 	st.Members = sortMembers(listed)
-	r.setConditions(ctx, p, &st, selectorErr)
 	return st
 }
 
@@ -268,7 +299,11 @@ func sortMembers(members []fleetv1alpha1.MemberPropagationStatus) []fleetv1alpha
 
 // setConditions sets Ready, Applied and Drifted from the counts and the
 // hub's own problems.
-func (r *reconciler) setConditions(ctx context.Context, p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, selectorErr error) {
+func (r *reconciler) setConditions(ctx context.Context, p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus) {
+	var selectorErr error
+	if _, err := metav1.LabelSelectorAsSelector(p.Spec.Members.Selector); err != nil {
+		selectorErr = &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the members selector: %v", err)}
+	}
 	set := func(t string, ok bool, reason, message string) {
 		status := metav1.ConditionFalse
 		if ok {
@@ -286,9 +321,13 @@ func (r *reconciler) setConditions(ctx context.Context, p *fleetv1alpha1.Propaga
 		if errors.As(selectorErr, &kerr) {
 			return kerr.reason, kerr.message
 		}
-		switch {
+		switch ro := st.Rollout; {
 		case p.Spec.Suspend:
 			return fleetv1alpha1.ReasonSuspended, "spec.suspend is set: nothing is applied, corrected or removed"
+		case ro != nil && ro.Phase == fleetv1alpha1.RolloutStopped:
+			return fleetv1alpha1.ReasonRolloutStopped, ro.Message
+		case ro != nil && ro.Phase == fleetv1alpha1.RolloutPaused && ro.Updated < st.Selected:
+			return string(ro.Phase), ro.Message
 		case st.Selected == 0:
 			return fleetv1alpha1.ReasonNoMembersSelected, "no member matches spec.members"
 		case st.Failed > 0:
@@ -476,11 +515,18 @@ type memberResult struct {
 	logged     time.Time
 	// waitRuns counts the runs in a row that waited for a kind.
 	waitRuns int
+	// revision is the hash of the content the member was given; held is
+	// set when it was given none, and draining when its drain removed
+	// its copies.
+	revision string
+	held     bool
+	draining bool
 }
 
 func (a memberResult) same(b memberResult) bool {
 	return a.result == b.result && a.reason == b.reason && a.message == b.message && a.generation == b.generation &&
-		a.copies == b.copies && a.removing == b.removing && a.available == b.available && slices.Equal(a.drifted, b.drifted)
+		a.copies == b.copies && a.removing == b.removing && a.available == b.available && slices.Equal(a.drifted, b.drifted) &&
+		a.revision == b.revision && a.draining == b.draining
 }
 
 // converged reports whether every copy is applied and Available.
@@ -548,6 +594,19 @@ func (rs *results) retryFailed(member string) []propagationKey {
 		}
 	}
 	return keys
+}
+
+// ofMember returns member's result of each Propagation.
+func (rs *results) ofMember(member string) map[propagationKey]memberResult {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	out := map[propagationKey]memberResult{}
+	for key, m := range rs.byProp {
+		if r, ok := m[member]; ok {
+			out[key] = r
+		}
+	}
+	return out
 }
 
 func (rs *results) get(key propagationKey, member string) (memberResult, bool) {

@@ -1,0 +1,270 @@
+package propagation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+)
+
+// revisionRetry is when a status reconcile that made a revision the cache
+// does not show yet is tried again.
+const revisionRetry = 200 * time.Millisecond
+
+// sumsUp reports whether this replica sums up p's status and rolls it
+// out: the only manager, or, when replicas share the fleet, the one
+// Manager.OwnsKey names.
+func (r *reconciler) sumsUp(p *fleetv1alpha1.Propagation) bool {
+	return r.m.ReplicaName() == "" || r.m.OwnsKey(summaryKey(p))
+}
+
+// revise returns p's revisions, oldest first, with one of what p applies
+// now as the newest when this replica sums p up: it makes it if needed.
+// A revision the hub refuses (too large, say) is a problem, returned with
+// the revisions there are: the rollout goes on with them.
+func (r *reconciler) revise(ctx context.Context, p *fleetv1alpha1.Propagation) (revs []fleetv1alpha1.PropagationRevision, problem string, err error) {
+	if !r.sumsUp(p) {
+		revs, err = r.revisions(ctx, p)
+		return revs, "", err
+	}
+	c, err := r.content(ctx, p)
+	if err != nil {
+		return nil, "", err
+	}
+	raw, hash, err := c.encode()
+	if err != nil {
+		return nil, "", err
+	}
+	revs, err = r.ensureRevision(ctx, p, raw, hash)
+	if apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) {
+		revs, err = r.revisions(ctx, p)
+		return revs, fmt.Sprintf("the hub refused a new revision (%d bytes): %s", len(raw), describeStatus(errors.Unwrap(err))), err
+	}
+	return revs, "", err
+}
+
+// rollout plans p's rollout into st (see planRollout) from the members'
+// results, tells a rollout that stopped or completed as an Event, and
+// returns when to plan again for a minSuccessTime that passes (0: on
+// the next change). problem, if set, says why no revision of the hub's
+// current content could be made.
+func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, revs []fleetv1alpha1.PropagationRevision, problem string) time.Duration {
+	if !r.sumsUp(p) {
+		return 0
+	}
+	target := int64(0)
+	if n := len(revs); n > 0 {
+		target, st.Revision = revs[n-1].Revision, revs[n-1].Revision
+	}
+	if p.Spec.Revision != nil {
+		target = *p.Spec.Revision
+	}
+	maintenance := r.maintenances(ctx)
+	results := r.results.of(client.ObjectKeyFromObject(p))
+	var members []plannedMember
+	for _, c := range r.m.Registry().List() {
+		if !c.Accepted() {
+			continue
+		}
+		if selected, err := selects(p, c.Name, c.Labels); err != nil || !selected {
+			continue
+		}
+		m := plannedMember{name: c.Name, labels: c.Labels, maintenance: maintenance[c.Name], assigned: assignedRevision(p, c.Name)}
+		switch res, ok := results[c.Name]; {
+		case !c.Owned():
+			m.progress = shardProgress(p, st, c, target)
+		case ok && c.State == fleetv1alpha1.MemberStateReady && !res.held:
+			m.progress = memberProgress{
+				known: true, revision: revisionOfResult(revs, m.assigned, res.revision),
+				available: res.converged(), availableSince: res.since.Time,
+				failed: res.result == fleetv1alpha1.ResultFailed, reason: res.reason, message: res.message,
+				holding: res.copies > 0,
+			}
+		case ok:
+			m.progress.holding = res.copies > 0
+		}
+		members = append(members, m)
+	}
+	var draining []string
+	if p.Status.Rollout != nil {
+		draining = p.Status.Rollout.Draining
+	}
+	plan := planRollout(rolloutInput{spec: &p.Spec, target: target, members: members, draining: draining, now: time.Now()})
+	switch {
+	case p.Spec.Revision != nil && !hasRevision(revs, target):
+		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionInvalid, fmt.Sprintf("spec.revision %d is not kept: it cannot be rolled out", target)
+	case problem != "":
+		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionInvalid, truncate(problem, 1024)
+	}
+	before := p.Status.Rollout
+	st.Rollout = &plan.status
+	r.tellRollout(p, before, st.Rollout)
+	return plan.after
+}
+
+// shardProgress is the progress of member c, which another replica owns,
+// as its shard of st says: its entry, if it is listed; else done with
+// target if the shard says every member of its given target has it,
+// unknown otherwise. A member done so counts as Available since long
+// ago: minSuccessTime is judged by the replica that owns it only as far
+// as it lists the member.
+func shardProgress(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, c *registry.Cluster, target int64) memberProgress {
+	if i := slices.IndexFunc(st.Members, func(e fleetv1alpha1.MemberPropagationStatus) bool { return e.Name == c.Name }); i >= 0 {
+		e := st.Members[i]
+		return memberProgress{
+			known: e.Reason != fleetv1alpha1.ReasonWaitingForRollout && e.Reason != fleetv1alpha1.ReasonCordoned, revision: e.Revision,
+			available: (e.Result == fleetv1alpha1.ResultApplied || e.Result == fleetv1alpha1.ResultDrifted) && e.Available == metav1.ConditionTrue,
+			availableSince: e.LastTransitionTime.Time, failed: e.Result == fleetv1alpha1.ResultFailed,
+			reason: e.Reason, message: e.Message, holding: true,
+		}
+	}
+	for _, s := range st.Shards {
+		if s.Replica == c.Owner && s.ObservedGeneration == p.Generation && s.Revision == target && target > 0 {
+			return memberProgress{known: true, revision: target, available: true, holding: true}
+		}
+	}
+	return memberProgress{}
+}
+
+// rolledOutHere returns the revision p rolls out if every member this
+// replica owns that is given it has it applied and Available, else 0:
+// what the replica's shard says, for the replica that sums p up.
+func (r *reconciler) rolledOutHere(p *fleetv1alpha1.Propagation, revs []fleetv1alpha1.PropagationRevision) int64 {
+	if p.Status.Rollout == nil || p.Status.Rollout.Revision == 0 {
+		return 0
+	}
+	target := p.Status.Rollout.Revision
+	results := r.results.of(client.ObjectKeyFromObject(p))
+	for _, c := range r.ownedMembers() {
+		if assignedRevision(p, c.Name) != target {
+			continue
+		}
+		res, ok := results[c.Name]
+		if !ok || !res.converged() || revisionOfResult(revs, target, res.revision) != target {
+			return 0
+		}
+	}
+	return target
+}
+
+// tellRollout tells, as an Event on p, a rollout that stopped, naming the
+// member, the object and the reason, or that completed.
+func (r *reconciler) tellRollout(p *fleetv1alpha1.Propagation, before, now *fleetv1alpha1.RolloutStatus) {
+	if before != nil && before.Phase == now.Phase && before.Revision == now.Revision {
+		return
+	}
+	switch now.Phase {
+	case fleetv1alpha1.RolloutStopped:
+		r.recorder.Eventf(hubObject(p), nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonRolloutStopped, "Rollout", "revision %d: %s", now.Revision, now.Message)
+	case fleetv1alpha1.RolloutComplete:
+		if now.Revision > 0 {
+			r.recorder.Eventf(hubObject(p), nil, corev1.EventTypeNormal, fleetv1alpha1.ReasonRolloutComplete, "Rollout", "revision %d: %s", now.Revision, now.Message)
+		}
+	}
+}
+
+// revisionOfResult is the number of the revision a member result of
+// content hash applied: the one the member is given, assigned, if it is
+// of that content, else the newest of it; 0 if none.
+func revisionOfResult(revs []fleetv1alpha1.PropagationRevision, assigned int64, hash string) int64 {
+	if hash == "" {
+		return 0
+	}
+	for _, rev := range revs {
+		if rev.Revision == assigned && rev.Labels[fleetv1alpha1.RevisionHashLabel] == hash {
+			return assigned
+		}
+	}
+	return revisionNumber(revs, hash)
+}
+
+func hasRevision(revs []fleetv1alpha1.PropagationRevision, n int64) bool {
+	for _, rev := range revs {
+		if rev.Revision == n {
+			return true
+		}
+	}
+	return false
+}
+
+// maintenances returns the maintenance of every member in maintenance.
+func (r *reconciler) maintenances(ctx context.Context) map[string]fleetv1alpha1.MaintenanceMode {
+	var list fleetv1alpha1.MemberClusterList
+	out := map[string]fleetv1alpha1.MaintenanceMode{}
+	if err := r.hub.List(ctx, &list); err != nil {
+		return out
+	}
+	for _, mc := range list.Items {
+		if mc.Spec.Maintenance != "" {
+			out[mc.Name] = mc.Spec.Maintenance
+		}
+	}
+	return out
+}
+
+// revisionsInUse are the revisions pruning keeps: the one rolled out and
+// every one a member is given.
+func revisionsInUse(rollout *fleetv1alpha1.RolloutStatus) map[int64]bool {
+	keep := map[int64]bool{}
+	if rollout == nil {
+		return keep
+	}
+	keep[rollout.Revision] = true
+	for _, g := range rollout.Members {
+		keep[g.Revision] = true
+	}
+	return keep
+}
+
+// rolloutChanged passes the status writes that change which revision a
+// member is given, unless every member takes the hub's content at once
+// (see allAtOnce), or which drained members may remove their copies:
+// each asks every member again.
+var rolloutChanged = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		spec, old, now := specOf(e.ObjectNew), rolloutStatusOf(e.ObjectOld), rolloutStatusOf(e.ObjectNew)
+		if old == nil {
+			old = &fleetv1alpha1.RolloutStatus{}
+		}
+		if now == nil {
+			now = &fleetv1alpha1.RolloutStatus{}
+		}
+		return !equality.Semantic.DeepEqual(old.Draining, now.Draining) ||
+			spec != nil && !allAtOnce(spec) && !equality.Semantic.DeepEqual(old.Members, now.Members)
+	},
+}
+
+func specOf(obj client.Object) *fleetv1alpha1.PropagationSpec {
+	switch p := obj.(type) {
+	case *fleetv1alpha1.Propagation:
+		return &p.Spec
+	case *fleetv1alpha1.ClusterPropagation:
+		return &p.Spec
+	}
+	return nil
+}
+
+func rolloutStatusOf(obj client.Object) *fleetv1alpha1.RolloutStatus {
+	switch p := obj.(type) {
+	case *fleetv1alpha1.Propagation:
+		return p.Status.Rollout
+	case *fleetv1alpha1.ClusterPropagation:
+		return p.Status.Rollout
+	}
+	return nil
+}
