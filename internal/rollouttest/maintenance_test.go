@@ -1,0 +1,163 @@
+package rollouttest
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
+	"github.com/fleetkube/fleet-manager/internal/poll"
+)
+
+// maintain sets member's maintenance, as fleet-manager cordon, drain and
+// uncordon do.
+func (f *testFleet) maintain(member string, mode fleetv1alpha1.MaintenanceMode) {
+	f.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		mc := &fleetv1alpha1.MemberCluster{}
+		if err := suite.HubClient.Get(f.t.Context(), client.ObjectKey{Name: member}, mc); err != nil {
+			return err
+		}
+		mc.Spec.Maintenance = mode
+		return suite.HubClient.Update(f.t.Context(), mc)
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// configMap creates, or changes to data v, the hub's ConfigMap name,
+// labelled app=web.
+func (f *testFleet) configMap(name, v string) {
+	f.t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: name, Labels: map[string]string{"app": "web"}}, Data: map[string]string{"v": v}}
+	if err := suite.HubClient.Create(f.t.Context(), cm); err == nil {
+		return
+	}
+	if err := suite.HubClient.Update(f.t.Context(), cm); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// valueIn returns member's copy of ConfigMap name's value, "" if it has
+// none.
+func (f *testFleet) valueIn(member, name string) string {
+	f.t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := suite.MemberClients[f.members[member]].Get(f.t.Context(), client.ObjectKey{Namespace: f.team, Name: name}, cm); err != nil {
+		return ""
+	}
+	return cm.Data["v"]
+}
+
+// TestDrainRemovesCopiesWithinTheDisruptionBudget: three members of a
+// Propagation whose budget is one unavailable member are drained at once;
+// their copies are removed one member at a time, each MemberCluster says
+// what it waits for, then that it is drained. Uncordoned, they get the
+// copies back.
+func TestDrainRemovesCopiesWithinTheDisruptionBudget(t *testing.T) {
+	f := newFleet(t, 0)
+	members := []string{f.register(0, "a", nil), f.register(1, "b", nil), f.register(2, "c", nil)}
+	f.configMap("web", "1")
+	f.propagation(nil, configMapKind)
+	f.waitRollout("of revision 1 complete", complete(1))
+
+	for _, m := range members {
+		f.maintain(m, fleetv1alpha1.MaintenanceDrain)
+	}
+	most, waited := 0, false
+	deadline := time.Now().Add(20 * time.Second)
+	pollUntil := func(_ *testing.T, _ string, cond func() bool) {
+		for time.Now().Before(deadline) && !cond() {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	pollUntil(t, "every member drained", func() bool {
+		p := f.get()
+		if p.Status.Rollout != nil {
+			most = max(most, len(p.Status.Rollout.Draining))
+		}
+		drained := 0
+		for _, m := range members {
+			mc := &fleetv1alpha1.MemberCluster{}
+			if err := suite.HubClient.Get(t.Context(), client.ObjectKey{Name: m}, mc); err != nil {
+				t.Fatal(err)
+			}
+			if mc.Status.Drain != nil && mc.Status.Drain.Message == "waiting for the disruption budget of Propagation "+f.team+"/web" {
+				waited = true
+			}
+			if fleettest.Condition(mc, fleetv1alpha1.ConditionDrained) == metav1.ConditionTrue && mc.Status.Drain != nil && mc.Status.Drain.Remaining == 0 && f.valueIn(m, "web") == "" {
+				drained++
+			}
+		}
+		return drained == len(members)
+	})
+	if t.Failed() || true {
+		p := f.get()
+		t.Logf("rollout %+v members %+v", p.Status.Rollout, p.Status.Members)
+		for _, m := range members {
+			mc := &fleetv1alpha1.MemberCluster{}
+			_ = suite.HubClient.Get(t.Context(), client.ObjectKey{Name: m}, mc)
+			t.Logf("%s drain %+v conditions %+v value %q", m, mc.Status.Drain, mc.Status.Conditions, f.valueIn(m, "web"))
+		}
+	}
+	if most != 1 {
+		t.Errorf("at most %d members were drained at once, want 1", most)
+	}
+	if !waited {
+		t.Error("no MemberCluster said it waited for the disruption budget")
+	}
+
+	for _, m := range members {
+		f.maintain(m, "")
+	}
+	poll.Until(t, "the members have their copies back", func() bool {
+		return !slices.ContainsFunc(members, func(m string) bool { return f.valueIn(m, "web") != "1" })
+	})
+}
+
+// TestCordonedMemberKeepsWhatItHas: a cordoned member keeps the revision
+// it has while the others take the next, and takes no new Propagation;
+// uncordoned, it takes both.
+func TestCordonedMemberKeepsWhatItHas(t *testing.T) {
+	f := newFleet(t, 0)
+	open, cordoned := f.register(0, "open", nil), f.register(1, "cordoned", nil)
+	f.configMap("web", "1")
+	f.propagation(nil, configMapKind)
+	f.waitRollout("of revision 1 complete", complete(1))
+
+	f.maintain(cordoned, fleetv1alpha1.MaintenanceCordon)
+	f.waitRollout("keeping the cordoned member's revision", func(r *fleetv1alpha1.RolloutStatus) bool { return assigned(r, cordoned) == 1 })
+	f.configMap("web", "2")
+	poll.Until(t, "the open member has revision 2", func() bool { return f.valueIn(open, "web") == "2" })
+	other := &fleetv1alpha1.Propagation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "other"},
+		Spec: fleetv1alpha1.PropagationSpec{
+			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "other"}},
+			Members:   fleetv1alpha1.MemberSelector{Names: []string{open, cordoned}},
+		},
+	}
+	f.configMap("other", "1")
+	if err := suite.HubClient.Create(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the open member has the new Propagation's copy", func() bool { return f.valueIn(open, "other") == "1" })
+	time.Sleep(2 * time.Second)
+	if got := f.valueIn(cordoned, "web"); got != "1" {
+		t.Errorf("the cordoned member's copy holds %q, want revision 1's 1", got)
+	}
+	if got := f.valueIn(cordoned, "other"); got != "" {
+		t.Errorf("the cordoned member got a new Propagation's copy (%q)", got)
+	}
+
+	f.maintain(cordoned, "")
+	poll.Until(t, "the uncordoned member takes both", func() bool {
+		return f.valueIn(cordoned, "web") == "2" && f.valueIn(cordoned, "other") == "1"
+	})
+}
