@@ -99,7 +99,6 @@ func NewDrains() *registry.Facts[fleetv1alpha1.DrainStatus] {
 	return registry.NewFacts(func(a, b fleetv1alpha1.DrainStatus) bool { return a == b })
 }
 
-
 // describeKey names a Propagation in messages: "Propagation ns/name" or
 // "ClusterPropagation name".
 func describeKey(key propagationKey) string {

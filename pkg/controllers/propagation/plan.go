@@ -8,9 +8,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -125,7 +125,7 @@ func shardProgress(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationSt
 		e := st.Members[i]
 		return memberProgress{
 			known: e.Reason != fleetv1alpha1.ReasonWaitingForRollout && e.Reason != fleetv1alpha1.ReasonCordoned, revision: e.Revision,
-			available: (e.Result == fleetv1alpha1.ResultApplied || e.Result == fleetv1alpha1.ResultDrifted) && e.Available == metav1.ConditionTrue,
+			available:      (e.Result == fleetv1alpha1.ResultApplied || e.Result == fleetv1alpha1.ResultDrifted) && e.Available == metav1.ConditionTrue,
 			availableSince: e.LastTransitionTime.Time, failed: e.Result == fleetv1alpha1.ResultFailed,
 			reason: e.Reason, message: e.Message, holding: true,
 		}
