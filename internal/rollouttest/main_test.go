@@ -198,6 +198,11 @@ func (f *testFleet) get() *fleetv1alpha1.Propagation {
 func (f *testFleet) waitRollout(what string, cond func(r *fleetv1alpha1.RolloutStatus) bool) *fleetv1alpha1.Propagation {
 	f.t.Helper()
 	var p *fleetv1alpha1.Propagation
+	defer func() {
+		if f.t.Failed() && p != nil {
+			f.t.Logf("the Propagation's status: %+v rollout %+v", p.Status, p.Status.Rollout)
+		}
+	}()
 	poll.Until(f.t, "rollout "+what, func() bool {
 		p = f.get()
 		return p.Status.Rollout != nil && p.Status.ObservedGeneration == p.Generation && cond(p.Status.Rollout)

@@ -72,13 +72,7 @@ func TestDrainRemovesCopiesWithinTheDisruptionBudget(t *testing.T) {
 		f.maintain(m, fleetv1alpha1.MaintenanceDrain)
 	}
 	most, waited := 0, false
-	deadline := time.Now().Add(20 * time.Second)
-	pollUntil := func(_ *testing.T, _ string, cond func() bool) {
-		for time.Now().Before(deadline) && !cond() {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	pollUntil(t, "every member drained", func() bool {
+	poll.Until(t, "every member drained", func() bool {
 		p := f.get()
 		if p.Status.Rollout != nil {
 			most = max(most, len(p.Status.Rollout.Draining))
@@ -98,15 +92,6 @@ func TestDrainRemovesCopiesWithinTheDisruptionBudget(t *testing.T) {
 		}
 		return drained == len(members)
 	})
-	if t.Failed() || true {
-		p := f.get()
-		t.Logf("rollout %+v members %+v", p.Status.Rollout, p.Status.Members)
-		for _, m := range members {
-			mc := &fleetv1alpha1.MemberCluster{}
-			_ = suite.HubClient.Get(t.Context(), client.ObjectKey{Name: m}, mc)
-			t.Logf("%s drain %+v conditions %+v value %q", m, mc.Status.Drain, mc.Status.Conditions, f.valueIn(m, "web"))
-		}
-	}
 	if most != 1 {
 		t.Errorf("at most %d members were drained at once, want 1", most)
 	}
@@ -143,11 +128,18 @@ func TestCordonedMemberKeepsWhatItHas(t *testing.T) {
 			Members:   fleetv1alpha1.MemberSelector{Names: []string{open, cordoned}},
 		},
 	}
-	f.configMap("other", "1")
+	otherData := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "other"}, Data: map[string]string{"v": "1"}}
+	if err := suite.HubClient.Create(t.Context(), otherData); err != nil {
+		t.Fatal(err)
+	}
 	if err := suite.HubClient.Create(t.Context(), other); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, "the open member has the new Propagation's copy", func() bool { return f.valueIn(open, "other") == "1" })
+	f.waitRollout("of revision 2 complete", complete(2))
+	// Every member is asked again, the cordoned one included.
+	f.edit(func(p *fleetv1alpha1.Propagation) { p.Spec.Adopt = true })
+	f.waitRollout("of the edit", func(r *fleetv1alpha1.RolloutStatus) bool { return r.Phase == fleetv1alpha1.RolloutComplete })
 	time.Sleep(2 * time.Second)
 	if got := f.valueIn(cordoned, "web"); got != "1" {
 		t.Errorf("the cordoned member's copy holds %q, want revision 1's 1", got)
