@@ -54,7 +54,8 @@ type ProgressiveRollout struct {
 	// MaxConcurrency is how many members may be between revisions at
 	// once (given the new revision, and not yet Available for
 	// MinSuccessTime, or failed): a number, or a percentage of the
-	// selected members, rounded down but at least 1. Default 1.
+	// selected members not in maintenance, rounded down but at least 1.
+	// Default 1.
 	//
 	// +kubebuilder:validation:XIntOrString
 	// +optional
@@ -157,7 +158,7 @@ type RolloutStatus struct {
 	Members []RevisionMembers `json:"members,omitempty"`
 	// Draining are the drained members whose copies the disruption
 	// budget lets the manager remove now.
-	// +kubebuilder:validation:MaxItems=1000
+	// +kubebuilder:validation:MaxItems=10000
 	// +listType=atomic
 	// +optional
 	Draining []string `json:"draining,omitempty"`
@@ -166,7 +167,9 @@ type RolloutStatus struct {
 // RevisionMembers are the members given one revision.
 type RevisionMembers struct {
 	Revision int64 `json:"revision"`
-	// +kubebuilder:validation:MaxItems=1000
+	// Names are the members, sorted: as many as a fleet has, up to a
+	// bound far beyond what one hub holds.
+	// +kubebuilder:validation:MaxItems=10000
 	// +listType=atomic
 	Names []string `json:"names"`
 }

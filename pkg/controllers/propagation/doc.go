@@ -225,6 +225,38 @@
 // Options.OwedRemovals ([NewOwedRemovals]) when set, which the MemberCluster
 // controller shows.
 //
+// # Revisions and rollouts
+//
+// The hub request makes a PropagationRevision of what a Propagation
+// applies whenever that changes (revise): its resources and overrides,
+// the hub objects they select as authored (Envelopes unpacked), and the
+// problems met reading them, numbered one more than the newest, labelled
+// with the hash of that content, owned by the Propagation, in its
+// namespace (a ClusterPropagation's in the fleet namespace). It prunes
+// the oldest past revisionHistoryLimit (default 10), never the one rolled
+// out nor one a member is given. planRollout, a pure function of the
+// members' progress, then writes in status.rollout which revision each
+// member is given, the phase, and which drained members may remove their
+// copies now. The target is the newest revision, or the one spec.revision
+// pins. Strategy All gives it to every member at once; a member not in
+// maintenance, of a Propagation neither paused nor pinned, then applies
+// the hub's content directly, as before revisions (allAtOnce). Any other
+// member request applies the content of the revision its member is
+// given, checked against its hash (RevisionInvalid, and nothing applied,
+// if it does not match), and judges drift against it. Progressive gives
+// the target in order (groupBy and groups, then name), to at most
+// maxConcurrency members between revisions at once, starts a group only
+// once every member of those before it has been Available with it for
+// minSuccessTime, and stops once maxFailures of them failed, with a
+// Warning Event RolloutStopped naming the first, its object and why.
+// spec.paused gives no member another revision. A member that joins gets
+// the revision its group has reached. A cordoned member keeps its revision and takes
+// no new Propagation; a drained member's copies are removed within the
+// Propagation's disruption budget, and its drain is published in
+// Options.Drains ([NewDrains]), which the MemberCluster controller shows.
+// Members' progress is kept in memory: after a restart, a member given
+// the revision counts as in flight until it reports.
+//
 // # Replicas that share the fleet
 //
 // With fleet.Options.Shard every replica runs the controller, and a
@@ -239,4 +271,6 @@
 // only; a member it takes over has its mirrored owed removals merged into
 // the journal first, so the new owner carries out what the old one
 // recorded. A member that left keeps its mirror entry, as last written.
+// The replica that sums a Propagation up makes its revisions and plans
+// its rollout, from the shards for the members other replicas own.
 package propagation

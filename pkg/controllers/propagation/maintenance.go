@@ -63,9 +63,11 @@ func (r *reconciler) memberMaintained(ctx context.Context, _ string, obj client.
 	return reqs
 }
 
-// publishDrain tells Options.Drains where member's drain stands, from the
-// results of the Propagations in it: how many still hold copies there,
-// and what the first waits for. A member not drained has no drain.
+// publishDrain tells Options.Drains where member's drain stands: how
+// many Propagations still hold copies there, as the journal records them
+// (it outlives a restart, when no member run has reported yet), and what
+// the first waits for, as the runs report. A member not drained has no
+// drain.
 func (r *reconciler) publishDrain(member string, maintenance fleetv1alpha1.MaintenanceMode) {
 	if r.drains == nil {
 		return
@@ -74,20 +76,27 @@ func (r *reconciler) publishDrain(member string, maintenance fleetv1alpha1.Maint
 		r.drains.Forget(member)
 		return
 	}
-	held := r.results.ofMember(member)
-	keys := slices.SortedFunc(maps.Keys(held), func(a, b propagationKey) int { return strings.Compare(a.String(), b.String()) })
-	var st fleetv1alpha1.DrainStatus
-	for _, key := range keys {
-		res := held[key]
-		if res.copies == 0 {
-			continue
-		}
-		st.Remaining++
-		if st.Message == "" && res.reason == fleetv1alpha1.ReasonWaitingForDisruptionBudget {
+	copies, err := r.journal.Copies(member)
+	if err != nil {
+		return
+	}
+	holding := map[propagationKey]bool{}
+	for _, c := range copies {
+		holding[propagationKey{Namespace: c.Namespace, Name: c.Propagation}] = true
+	}
+	st := fleetv1alpha1.DrainStatus{Remaining: int32(len(holding))}
+	results := r.results.ofMember(member)
+	for _, key := range slices.SortedFunc(maps.Keys(holding), func(a, b propagationKey) int { return strings.Compare(a.String(), b.String()) }) {
+		if results[key].reason == fleetv1alpha1.ReasonWaitingForDisruptionBudget {
 			st.Message = "waiting for the disruption budget of " + describeKey(key)
+			break
 		}
 	}
-	if st.Message == "" && st.Remaining > 0 {
+	switch {
+	case st.Message != "":
+	case st.Remaining == 1:
+		st.Message = "removing the copies of 1 Propagation"
+	case st.Remaining > 1:
 		st.Message = fmt.Sprintf("removing the copies of %d Propagations", st.Remaining)
 	}
 	r.drains.Publish(member, st)

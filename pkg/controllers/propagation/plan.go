@@ -71,7 +71,12 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 	if p.Spec.Revision != nil {
 		target = *p.Spec.Revision
 	}
-	maintenance := r.maintenances(ctx)
+	maintenance, err := r.maintenances(ctx)
+	if err != nil {
+		// Members in maintenance are not known: nothing changes.
+		st.Rollout = p.Status.Rollout
+		return time.Second
+	}
 	results := r.results.of(client.ObjectKeyFromObject(p))
 	var members []plannedMember
 	for _, c := range r.m.Registry().List() {
@@ -85,7 +90,9 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 		switch res, ok := results[c.Name]; {
 		case !c.Owned():
 			m.progress = shardProgress(p, st, c, target)
-		case ok && c.State == fleetv1alpha1.MemberStateReady && !res.held:
+		case ok && c.State == fleetv1alpha1.MemberStateReady:
+			// A held member is known too: it holds what it reports, and
+			// runs no revision.
 			m.progress = memberProgress{
 				known: true, revision: revisionOfResult(revs, m.assigned, res.revision),
 				available: res.converged(), availableSince: res.since.Time,
@@ -200,18 +207,18 @@ func hasRevision(revs []fleetv1alpha1.PropagationRevision, n int64) bool {
 }
 
 // maintenances returns the maintenance of every member in maintenance.
-func (r *reconciler) maintenances(ctx context.Context) map[string]fleetv1alpha1.MaintenanceMode {
+func (r *reconciler) maintenances(ctx context.Context) (map[string]fleetv1alpha1.MaintenanceMode, error) {
 	var list fleetv1alpha1.MemberClusterList
-	out := map[string]fleetv1alpha1.MaintenanceMode{}
 	if err := r.hub.List(ctx, &list); err != nil {
-		return out
+		return nil, err
 	}
+	out := map[string]fleetv1alpha1.MaintenanceMode{}
 	for _, mc := range list.Items {
 		if mc.Spec.Maintenance != "" {
 			out[mc.Name] = mc.Spec.Maintenance
 		}
 	}
-	return out
+	return out, nil
 }
 
 // revisionsInUse are the revisions pruning keeps: the one rolled out and

@@ -1,6 +1,7 @@
 package propagation
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,7 +88,22 @@ func (r *reconciler) content(ctx context.Context, p *fleetv1alpha1.Propagation) 
 			}
 		}
 	}
+	// The hub cache lists in no set order: the content is sorted, so
+	// that the same objects make the same hash.
+	slices.SortStableFunc(c.Objects, func(a, b contentObject) int {
+		return cmp.Or(cmp.Compare(a.Resource, b.Resource), strings.Compare(objectKey(a.Object), objectKey(b.Object)))
+	})
+	slices.SortStableFunc(c.Problems, func(a, b contentProblem) int {
+		return cmp.Or(strings.Compare(a.Reason, b.Reason), strings.Compare(a.Message, b.Message))
+	})
 	return c, nil
+}
+
+// objectKey orders the objects of a content: by kind, namespace, name
+// and the Envelope they come from.
+func objectKey(obj map[string]any) string {
+	u := unstructured.Unstructured{Object: obj}
+	return strings.Join([]string{u.GetAPIVersion(), u.GetKind(), u.GetNamespace(), u.GetName(), u.GetLabels()[fleetv1alpha1.EnvelopeLabel]}, "/")
 }
 
 // authored returns obj as its author wrote it: what a copy is made from,
@@ -326,5 +343,25 @@ func (r *reconciler) loadRevision(ctx context.Context, p *fleetv1alpha1.Propagat
 	if err != nil || hash != rev.Labels[fleetv1alpha1.RevisionHashLabel] || !metav1.IsControlledBy(&rev, hubObject(p)) {
 		return nil, "", &kindError{reason: fleetv1alpha1.ReasonRevisionInvalid, message: fmt.Sprintf("revision %d does not match its hash: it was changed after it was made", n)}
 	}
+	if problem := r.foreignObject(p, &c); problem != "" {
+		return nil, "", &kindError{reason: fleetv1alpha1.ReasonRevisionInvalid, message: fmt.Sprintf("revision %d %s: it was not made by the manager", n, problem)}
+	}
 	return &c, hash, nil
+}
+
+// foreignObject says which object of c, read from a revision of p, the
+// manager would never have put there: one of another namespace than p's,
+// or one the refusal rules refuse. The hub's rights on revisions are
+// the first guard (see docs/trust.md); this is the second.
+func (r *reconciler) foreignObject(p *fleetv1alpha1.Propagation, c *content) string {
+	for _, o := range c.Objects {
+		obj := &unstructured.Unstructured{Object: o.Object}
+		if obj.GetNamespace() != p.Namespace {
+			return fmt.Sprintf("holds %s %s of namespace %q", obj.GetKind(), obj.GetName(), obj.GetNamespace())
+		}
+		if rule, refused := refusal(obj, r.fleet); refused {
+			return fmt.Sprintf("holds %s %s, which is refused: %s", obj.GetKind(), obj.GetName(), rule)
+		}
+	}
+	return ""
 }

@@ -556,7 +556,7 @@ func (rs *results) set(key propagationKey, member string, r memberResult) (old, 
 		rs.byProp[key] = m
 	}
 	old = m[member]
-	if old.result == r.result && old.reason == r.reason {
+	if old.result == r.result && old.reason == r.reason && old.revision == r.revision {
 		r.since, r.logged = old.since, old.logged
 		if r.failedRuns > 0 {
 			r.failedRuns += old.failedRuns
