@@ -72,8 +72,14 @@ func TestDrainRemovesCopiesWithinTheDisruptionBudget(t *testing.T) {
 		f.maintain(m, fleetv1alpha1.MaintenanceDrain)
 	}
 	most, waited := 0, false
+	var p *fleetv1alpha1.Propagation
+	defer func() {
+		if t.Failed() {
+			t.Logf("the Propagation's status: %+v rollout %+v", p.Status, p.Status.Rollout)
+		}
+	}()
 	poll.Until(t, "every member drained", func() bool {
-		p := f.get()
+		p = f.get()
 		if p.Status.Rollout != nil {
 			most = max(most, len(p.Status.Rollout.Draining))
 		}
@@ -152,4 +158,27 @@ func TestCordonedMemberKeepsWhatItHas(t *testing.T) {
 	poll.Until(t, "the uncordoned member takes both", func() bool {
 		return f.valueIn(cordoned, "web") == "2" && f.valueIn(cordoned, "other") == "1"
 	})
+}
+
+// TestRevisionsAreMadeOnlyOnChange: a Propagation of ten objects, which
+// the hub lists in no set order, makes one revision, and one more per
+// change.
+func TestRevisionsAreMadeOnlyOnChange(t *testing.T) {
+	f := newFleet(t, 0)
+	f.register(0, "a", nil)
+	for i := range 10 {
+		f.configMap("web-"+string(rune('a'+i)), "1")
+	}
+	f.propagation(nil, configMapKind)
+	f.waitRollout("of revision 1 complete", complete(1))
+	time.Sleep(3 * time.Second)
+	if n := f.get().Status.Revision; n != 1 {
+		t.Errorf("revision %d with nothing changed, want 1", n)
+	}
+	f.configMap("web-c", "2")
+	f.waitRollout("of revision 2 complete", complete(2))
+	time.Sleep(3 * time.Second)
+	if n := f.get().Status.Revision; n != 2 {
+		t.Errorf("revision %d after one change, want 2", n)
+	}
 }
