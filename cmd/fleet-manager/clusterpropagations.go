@@ -93,7 +93,7 @@ func clusterPropagationStatusCommand(hub *hubFlags, clk clock.PassiveClock) *cob
 	cmd := &cobra.Command{
 		Use:               "clusterpropagation NAME",
 		Aliases:           []string{"clusterpropagations", "clusterprop"},
-		Short:             "Show where a ClusterPropagation stands: its spec, counts, conditions, and each member not applied and available",
+		Short:             "Show where a ClusterPropagation stands: its spec, counts, rollout, conditions, and each member not applied and available",
 		Args:              exactArgs(1, "a ClusterPropagation NAME"),
 		ValidArgsFunction: completeOnlyFirst(completeClusterPropagations(hub)),
 	}

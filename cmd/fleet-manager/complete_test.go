@@ -11,7 +11,8 @@ import (
 )
 
 // TestCompletion completes member and Propagation names from the hub, as
-// kubectl completes resource names, and the values of -o and -n.
+// kubectl completes resource names, rollout's TYPE/NAME, and the values
+// of -o and -n.
 func TestCompletion(t *testing.T) {
 	needAPIServers(t)
 	c, hubFlag := hubClient(t)
@@ -38,6 +39,12 @@ func TestCompletion(t *testing.T) {
 		"get prop -n comp-team api ",
 		"status propagation -n comp-team ",
 		"get propagations -n comp-t",
+		"rollout status ",
+		"rollout undo -n comp-team propagation/w",
+		"rollout history -n comp-team prop ",
+		"rollout pause -n comp-team prop/web ",
+		"cordon comp-east comp-",
+		"drain comp-n",
 	} {
 		// The last word is the one completed: "" after a space.
 		words := strings.Split(args, " ")

@@ -8,7 +8,9 @@
 //	fleet-manager unregister NAME         remove a member's registration (--cleanup: and its access and copies)
 //	fleet-manager get members|propagations  list members or Propagations, kubectl-style
 //	fleet-manager status NAME             one member's state, conditions, transitions and credentials
-//	fleet-manager status propagation NAME one Propagation's counts, conditions and members not applied
+//	fleet-manager status propagation NAME one Propagation's counts, rollout, conditions and members not applied
+//	fleet-manager rollout status|pause|resume|undo|history TYPE/NAME   a Propagation's rollout, kubectl rollout-style
+//	fleet-manager cordon|uncordon|drain NAME...   take members out of rollouts (drain: and remove their copies), and back
 //	fleet-manager check-kubeconfig FILE   say whether the manager's policy accepts a kubeconfig
 //	fleet-manager demo                    run fleet-demo, a local hub and two members
 //	fleet-manager version                 print the version (also --version)

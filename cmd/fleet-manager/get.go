@@ -215,6 +215,7 @@ var memberColumns = []metav1.TableColumnDefinition{
 	{Name: "Version", Type: "string"},
 	{Name: "Failures", Type: "integer", Description: "Failed probes in a row"},
 	{Name: "Last Probe", Type: "string"},
+	{Name: "Maintenance", Type: "string", Description: "Cordon or Drain, when the member is taken out of rollouts"},
 	{Name: "Age", Type: "string"},
 	{Name: "Replica", Type: "string", Priority: 1, Description: "The replica that owns the member, when replicas share the fleet"},
 	{Name: "Format", Type: "string", Priority: 1},
@@ -242,7 +243,7 @@ func memberRow(ctx context.Context, mc *fleetv1alpha1.MemberCluster, fresh *fres
 	}
 	return tableRow(mc,
 		mc.Name, state, ready, healthy, orNone(oneLine(st.ServerVersion)), int64(st.ConsecutiveFailures),
-		age(st.LastProbeTime, now), age(&mc.CreationTimestamp, now),
+		age(st.LastProbeTime, now), orNone(string(mc.Spec.Maintenance)), age(&mc.CreationTimestamp, now),
 		orNone(st.Replica), string(ref.Format), ref.Namespace+"/"+ref.Name, credType, expires, engaged(st),
 	)
 }

@@ -43,8 +43,8 @@ type cliResult struct {
 }
 
 // runCLI runs args as execute does, under a root like fleet-manager's that
-// holds the get, status and check-kubeconfig commands with clk as their
-// clock and stdin as its input, and returns what it printed and its exit
+// holds the get, status, rollout, cordon, uncordon, drain and
+// check-kubeconfig commands with clk as their clock and stdin as its input, and returns what it printed and its exit
 // code.
 func runCLI(t *testing.T, stdin io.Reader, clk clock.WithTicker, args ...string) cliResult {
 	t.Helper()
@@ -59,7 +59,8 @@ func runCLIContext(ctx context.Context, stdin io.Reader, clk clock.WithTicker, s
 	root := &cobra.Command{Use: "fleet-manager", SilenceErrors: true, SilenceUsage: true}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	hub.bindFlags(root.PersistentFlags())
-	root.AddCommand(getCommand(&hub, clk), statusCommand(&hub, clk), newCheckKubeconfigCommand())
+	root.AddCommand(getCommand(&hub, clk), statusCommand(&hub, clk), rolloutCommand(&hub, clk),
+		newCordonCommand(&hub), newUncordonCommand(&hub), newDrainCommand(&hub), newCheckKubeconfigCommand())
 	root.SetIn(stdin)
 	root.SetContext(ctx)
 	return executeRoot(root, args, stdout, stderr)
@@ -158,6 +159,7 @@ func TestGetMembers(t *testing.T) {
 		newMember("get-new", "get", fleetv1alpha1.SecretReference{Namespace: "argocd", Name: "cluster-get-new", Format: fleetv1alpha1.FormatArgoCD}),
 		newMember("get-stale", "get", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "get-stale", Format: fleetv1alpha1.FormatNative}),
 	}
+	members[1].Spec.Maintenance = fleetv1alpha1.MaintenanceCordon
 	for _, mc := range members {
 		createMember(t, c, mc)
 	}
@@ -333,6 +335,7 @@ func TestStatus(t *testing.T) {
 
 	full := newMember("status-east", "status", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "status-east", Format: fleetv1alpha1.FormatNative})
 	full.Labels["env"] = "prod"
+	full.Spec.Maintenance = fleetv1alpha1.MaintenanceDrain
 	full.Status = fleetv1alpha1.MemberClusterStatus{
 		State:      fleetv1alpha1.MemberStateReady,
 		StateSince: ptrTime(now.Add(-5 * time.Minute)),
@@ -347,6 +350,7 @@ func TestStatus(t *testing.T) {
 			condition(fleetv1alpha1.ConditionReady, metav1.ConditionTrue, fleetv1alpha1.ReasonEngaged, "engaged with 2 controllers", now.Add(-5*time.Minute)),
 			condition(fleetv1alpha1.ConditionHealthy, metav1.ConditionTrue, fleetv1alpha1.ReasonProbeSucceeded, "", now.Add(-5*time.Minute)),
 			condition(fleetv1alpha1.ConditionCredentialsAccepted, metav1.ConditionTrue, fleetv1alpha1.ReasonAccepted, "", now.Add(-50*time.Hour)),
+			condition(fleetv1alpha1.ConditionDrained, metav1.ConditionFalse, fleetv1alpha1.ReasonWaitingForDisruptionBudget, "team-a/web: 1 of 1 members may be unavailable", now.Add(-time.Minute)),
 			condition(fleetv1alpha1.ConditionCredentialsExpiring, metav1.ConditionTrue, fleetv1alpha1.ReasonExpiring,
 				"token expires at 2030-01-02T05:04:05Z\nand renewals fail", now.Add(-20*time.Minute)),
 		},
@@ -371,6 +375,7 @@ func TestStatus(t *testing.T) {
 			{Propagation: "team-b/api", Reason: "removing the copies failed: the member forbids the manager to delete configmaps", Since: metav1.NewTime(now.Add(-3 * time.Minute))},
 		},
 		OwedRemovalCount: 3,
+		Drain:            &fleetv1alpha1.DrainStatus{Remaining: 2, Message: "waiting for team-a/web's disruption budget"},
 	}
 	createMember(t, c, full)
 	createMember(t, c, newMember("status-new", "status", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "status-new", Format: fleetv1alpha1.FormatMulticlusterRuntime}))

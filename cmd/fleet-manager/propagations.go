@@ -14,8 +14,10 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
@@ -175,6 +177,8 @@ var propagationColumns = []metav1.TableColumnDefinition{
 	{Name: "Applied", Type: "integer"},
 	{Name: "Available", Type: "integer"},
 	{Name: "Failed", Type: "integer"},
+	{Name: "Revision", Type: "integer", Description: "The revision being rolled out"},
+	{Name: "Rollout", Type: "string", Description: "Where the rollout stands"},
 	{Name: "Ready", Type: "string"},
 	{Name: "Age", Type: "string"},
 	{Name: "Drifted", Type: "integer", Priority: 1},
@@ -184,8 +188,15 @@ var propagationColumns = []metav1.TableColumnDefinition{
 
 func propagationRow(prop *fleetv1alpha1.Propagation, now time.Time) metav1.TableRow {
 	st := prop.Status
+	revision, phase := any(none), none
+	if r := st.Rollout; r != nil {
+		phase = orNone(string(r.Phase))
+		if r.Revision > 0 {
+			revision = r.Revision
+		}
+	}
 	return tableRow(prop,
-		prop.Name, int64(st.Selected), int64(st.Applied), int64(st.Available), int64(st.Failed),
+		prop.Name, int64(st.Selected), int64(st.Applied), int64(st.Available), int64(st.Failed), revision, phase,
 		conditionStatus(st.Conditions, fleetv1alpha1.PropagationReady), age(&prop.CreationTimestamp, now),
 		int64(st.Drifted), int64(st.PendingDeletions), notAvailable(st.Members),
 	)
@@ -194,19 +205,14 @@ func propagationRow(prop *fleetv1alpha1.Propagation, now time.Time) metav1.Table
 // notAvailable names the first members, "east:Failed(Forbidden)", and
 // counts the others, as kubectl's endpoints column does.
 func notAvailable(members []fleetv1alpha1.MemberPropagationStatus) string {
-	var shown []string
-	for _, m := range members[:min(len(members), shownMembers)] {
-		s := m.Name + ":" + string(m.Result)
+	names := make([]string, len(members))
+	for i, m := range members {
+		names[i] = m.Name + ":" + string(m.Result)
 		if m.Reason != "" {
-			s += "(" + m.Reason + ")"
+			names[i] += "(" + m.Reason + ")"
 		}
-		shown = append(shown, s)
 	}
-	s := orNone(strings.Join(shown, ","))
-	if more := len(members) - shownMembers; more > 0 {
-		s += fmt.Sprintf(" + %d more...", more)
-	}
-	return s
+	return orNone(someNames(names))
 }
 
 // propagationStatusCommand returns "status propagation NAME".
@@ -215,7 +221,7 @@ func propagationStatusCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Comm
 	cmd := &cobra.Command{
 		Use:               "propagation NAME",
 		Aliases:           []string{"propagations", "prop"},
-		Short:             "Show where a Propagation stands: its spec, counts, conditions, and each member not applied and available",
+		Short:             "Show where a Propagation stands: its spec, counts, rollout, conditions, and each member not applied and available",
 		Args:              exactArgs(1, "a Propagation NAME"),
 		ValidArgsFunction: completeOnlyFirst(completePropagations(hub, &ns.namespace)),
 	}
@@ -299,6 +305,9 @@ func printPropagationStatus(w io.Writer, prop *fleetv1alpha1.Propagation, now ti
 		return err
 	}
 
+	if err := rolloutSection(w, prop); err != nil {
+		return err
+	}
 	if err := conditionsSection(w, st.Conditions, now); err != nil {
 		return err
 	}
@@ -309,18 +318,108 @@ func printPropagationStatus(w io.Writer, prop *fleetv1alpha1.Propagation, now ti
 		if m.LastConfirmedTime != nil {
 			confirmed = age(m.LastConfirmedTime, now)
 		}
-		members[i] = []string{m.Name, string(m.Result), string(orUnknown(m.Available)), orNone(m.Reason), age(&m.LastTransitionTime, now), confirmed, orNone(oneLine(m.Message))}
+		members[i] = []string{m.Name, string(m.Result), string(orUnknown(m.Available)), revisionNumber(m.Revision), orNone(m.Reason), age(&m.LastTransitionTime, now), confirmed, orNone(oneLine(m.Message))}
 		for _, f := range m.DriftedFields {
 			drifted = append(drifted, []string{m.Name, oneLine(f)})
 		}
 	}
-	if err := section(w, "Members not applied and available", []string{"NAME", "RESULT", "AVAILABLE", "REASON", "AGE", "CONFIRMED", "MESSAGE"}, members); err != nil {
+	if err := section(w, "Members not applied and available", []string{"NAME", "RESULT", "AVAILABLE", "REVISION", "REASON", "AGE", "CONFIRMED", "MESSAGE"}, members); err != nil {
 		return err
 	}
 	if len(drifted) == 0 {
 		return nil
 	}
 	return section(w, "Drifted fields", []string{"MEMBER", "FIELD"}, drifted)
+}
+
+// rolloutSection writes prop's Rollout section: its strategy, pause, pin,
+// the revision rolled out and where that stands, then which members are
+// given which revision.
+func rolloutSection(w io.Writer, prop *fleetv1alpha1.Propagation) error {
+	spec, st := prop.Spec, prop.Status
+	fmt.Fprintln(w, "\nRollout:")
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	field := func(name, value string) { fmt.Fprintf(tw, "  %s:\t%s\n", name, value) }
+	field("Strategy", rolloutStrategy(spec.Strategy))
+	field("Paused", strconv.FormatBool(spec.Paused))
+	pin := none
+	if spec.Revision != nil {
+		pin = strconv.FormatInt(*spec.Revision, 10)
+	}
+	field("Pinned revision", pin)
+	if b := spec.DisruptionBudget.MaxUnavailable; b != nil {
+		field("Disruption budget", fmt.Sprintf("%s unavailable at most", plural(int(*b), "member")))
+	}
+	if l := spec.RevisionHistoryLimit; l != nil {
+		field("History limit", strconv.Itoa(int(*l)))
+	}
+	field("Newest revision", revisionNumber(st.Revision))
+	r := st.Rollout
+	if r == nil {
+		field("Revision", none)
+		field("Phase", none)
+		return tw.Flush()
+	}
+	field("Revision", revisionNumber(r.Revision))
+	phase := orNone(string(r.Phase))
+	if r.Reason != "" && r.Reason != string(r.Phase) {
+		phase += " (" + r.Reason + ")"
+	}
+	field("Phase", phase)
+	field("Message", orNone(oneLine(r.Message)))
+	field("Updated", fmt.Sprintf("%d of %s, %d failed", r.Updated, plural(int(st.Selected), "member"), r.Failed))
+	field("Draining", orNone(someNames(r.Draining)))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	given := make([][]string, len(r.Members))
+	for i, m := range r.Members {
+		given[i] = []string{revisionNumber(m.Revision), strconv.Itoa(len(m.Names)), orNone(someNames(m.Names))}
+	}
+	return section(w, "Members by revision", []string{"REVISION", "MEMBERS", "NAMES"}, given)
+}
+
+// rolloutStrategy says how a new revision reaches the members:
+// "Progressive: groupBy region (canary, eu), maxConcurrency 25%,
+// minSuccessTime 5m0s, maxFailures 1", defaults included.
+func rolloutStrategy(s fleetv1alpha1.RolloutStrategy) string {
+	if s.Type != fleetv1alpha1.RolloutProgressive {
+		return string(fleetv1alpha1.RolloutAll)
+	}
+	p := ptr.Deref(s.Progressive, fleetv1alpha1.ProgressiveRollout{})
+	var parts []string
+	if p.GroupBy != "" {
+		group := "groupBy " + p.GroupBy
+		if len(p.Groups) > 0 {
+			group += " (" + strings.Join(p.Groups, ", ") + ")"
+		}
+		parts = append(parts, group)
+	}
+	concurrency := ptr.Deref(p.MaxConcurrency, intstr.FromInt32(1))
+	parts = append(parts,
+		"maxConcurrency "+concurrency.String(),
+		"minSuccessTime "+ptr.Deref(p.MinSuccessTime, metav1.Duration{}).Duration.String(),
+		fmt.Sprintf("maxFailures %d", ptr.Deref(p.MaxFailures, 1)),
+	)
+	return "Progressive: " + strings.Join(parts, ", ")
+}
+
+// revisionNumber is a revision's number, or <none> for 0, no revision.
+func revisionNumber(n int64) string {
+	if n == 0 {
+		return none
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// someNames joins the first shownMembers of names and counts the others,
+// as kubectl's endpoints column does: "a,b,c + 2 more...".
+func someNames(names []string) string {
+	s := strings.Join(names[:min(len(names), shownMembers)], ",")
+	if more := len(names) - shownMembers; more > 0 {
+		s += fmt.Sprintf(" + %d more...", more)
+	}
+	return s
 }
 
 // overrideRule says what an override rule patches, and where:

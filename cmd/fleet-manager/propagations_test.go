@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -73,6 +74,12 @@ func TestGetPropagations(t *testing.T) {
 			JSONPatch: []fleetv1alpha1.JSONPatchOperation{{Op: "replace", Path: "/spec/replicas", Value: &apiextensionsv1.JSON{Raw: []byte("3")}}},
 		}},
 		ProgressDeadlineSeconds: ptr.To[int32](600),
+		Strategy: fleetv1alpha1.RolloutStrategy{Type: fleetv1alpha1.RolloutProgressive, Progressive: &fleetv1alpha1.ProgressiveRollout{
+			GroupBy: "region", Groups: []string{"canary", "eu"}, MaxConcurrency: ptr.To(intstr.FromString("25%")), MinSuccessTime: &metav1.Duration{Duration: 5 * time.Minute},
+		}},
+		Revision:             ptr.To[int64](2),
+		RevisionHistoryLimit: ptr.To[int32](5),
+		DisruptionBudget:     fleetv1alpha1.DisruptionBudget{MaxUnavailable: ptr.To[int32](2)},
 	})
 	web.Spec.Resources[1].Wave = 1
 	web.Spec.Resources[1].AvailableWhen = "true"
@@ -96,7 +103,7 @@ func TestGetPropagations(t *testing.T) {
 	up.Labels["env"] = "prod"
 	createMember(t, c, up)
 	// Every Propagation is 3 days old at now, whenever the test runs.
-	now := db.CreationTimestamp.Add(3 * 24 * time.Hour)
+	now := baseline.CreationTimestamp.Add(3 * 24 * time.Hour)
 	clk := clocktesting.NewFakeClock(now)
 	web.Status = fleetv1alpha1.PropagationStatus{
 		ObservedGeneration: web.Generation,
@@ -105,17 +112,27 @@ func TestGetPropagations(t *testing.T) {
 			condition(fleetv1alpha1.PropagationDrifted, metav1.ConditionTrue, fleetv1alpha1.ReasonDrifted, "1 member drifted", now.Add(-time.Minute)),
 		},
 		Selected: 5, Applied: 1, Available: 0, Drifted: 1, Failed: 2, PendingDeletions: 1,
-		Kinds: []fleetv1alpha1.KindReference{{APIVersion: "apps/v1", Kind: "Deployment"}, {APIVersion: "v1", Kind: "ConfigMap"}},
+		Kinds:    []fleetv1alpha1.KindReference{{APIVersion: "apps/v1", Kind: "Deployment"}, {APIVersion: "v1", Kind: "ConfigMap"}},
+		Revision: 3,
+		Rollout: &fleetv1alpha1.RolloutStatus{
+			Revision: 2, Phase: fleetv1alpha1.RolloutProgressing, Reason: "Progressing", Message: "1 of 5 members run revision 2; in flight: east, north", Updated: 1, Failed: 2,
+			Members: []fleetv1alpha1.RevisionMembers{
+				{Revision: 3, Names: []string{"south", "west", "up", "down", "left"}},
+				{Revision: 2, Names: []string{"east", "north"}},
+			},
+			Draining: []string{"south"},
+		},
 		Members: []fleetv1alpha1.MemberPropagationStatus{
-			{Name: "east", Result: fleetv1alpha1.ResultFailed, Available: metav1.ConditionFalse, Reason: fleetv1alpha1.ReasonForbidden, Message: "the member forbids the manager to create namespaces", LastTransitionTime: metav1.NewTime(now.Add(-3 * time.Minute)), LastConfirmedTime: ptrTime(now.Add(-10 * time.Second))},
+			{Name: "east", Result: fleetv1alpha1.ResultFailed, Available: metav1.ConditionFalse, Revision: 2, Reason: fleetv1alpha1.ReasonForbidden, Message: "the member forbids the manager to create namespaces", LastTransitionTime: metav1.NewTime(now.Add(-3 * time.Minute)), LastConfirmedTime: ptrTime(now.Add(-10 * time.Second))},
 			{Name: "north", Result: fleetv1alpha1.ResultFailed, Reason: fleetv1alpha1.ReasonKindNotFound, Message: "apps/v1 Deployment is not served", LastTransitionTime: metav1.NewTime(now.Add(-3 * time.Minute))},
 			{Name: "west", Result: fleetv1alpha1.ResultDrifted, Reason: fleetv1alpha1.ReasonDrifted, DriftedFields: []string{"Deployment web: .spec.replicas", "ConfigMap web-env: .data.color"}, LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))},
 			{Name: "south", Result: fleetv1alpha1.ResultDeletionOwed, Reason: fleetv1alpha1.ReasonMemberUnhealthy, Message: "the member is Unhealthy", LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))},
-			{Name: "up", Result: fleetv1alpha1.ResultApplied, Available: metav1.ConditionFalse, Reason: fleetv1alpha1.ReasonNotAvailable, Message: "Deployment web: 1 of 3 replicas available", LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Minute)), LastConfirmedTime: ptrTime(now.Add(-5 * time.Second))},
+			{Name: "up", Result: fleetv1alpha1.ResultApplied, Available: metav1.ConditionFalse, Revision: 3, Reason: fleetv1alpha1.ReasonNotAvailable, Message: "Deployment web: 1 of 3 replicas available", LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Minute)), LastConfirmedTime: ptrTime(now.Add(-5 * time.Second))},
 		},
 	}
 	api.Status = fleetv1alpha1.PropagationStatus{
 		ObservedGeneration: api.Generation, Selected: 2, Applied: 2, Available: 2,
+		Revision: 1, Rollout: &fleetv1alpha1.RolloutStatus{Revision: 1, Phase: fleetv1alpha1.RolloutComplete, Updated: 2},
 		Conditions: []metav1.Condition{condition(fleetv1alpha1.PropagationReady, metav1.ConditionTrue, fleetv1alpha1.ReasonApplied, "", now.Add(-time.Hour))},
 	}
 	for _, p := range []*fleetv1alpha1.Propagation{web, api} {

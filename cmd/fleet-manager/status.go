@@ -31,8 +31,9 @@ func newStatusCommand(hub *hubFlags) *cobra.Command {
 func statusCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
 	status := memberStatusCommand(hub, clk, "status NAME")
 	status.Short = "Show how the manager sees a member (status NAME) or where a Propagation stands (status propagation NAME)"
-	status.Long = `Show how the manager sees one member: its state, conditions, transitions,
-controllers, owed removals, credentials, and where each Propagation that
+	status.Long = `Show how the manager sees one member: its state, maintenance (and where its
+drain stands), conditions, transitions, controllers, owed removals,
+credentials, and where each Propagation that
 selects it stands there (applied, available, or why not). A member no manager is probing is
 Unknown: its last probe is older than --stale-after, or no manager holds its
 fleet's Lease (leader election); the state it records is shown beside.
@@ -123,6 +124,10 @@ func printStatus(w io.Writer, mc *fleetv1alpha1.MemberCluster, stale string, now
 	}
 	if st.Replica != "" {
 		field("Replica", st.Replica+" (owns the member: connects to it and does its work)")
+	}
+	field("Maintenance", orNone(string(mc.Spec.Maintenance)))
+	if st.Drain != nil {
+		field("Drain", drainState(st.Drain))
 	}
 	field("Format", string(ref.Format))
 	field("Secret", ref.Namespace+"/"+ref.Name)

@@ -1,0 +1,568 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/cli"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+)
+
+// The kinds whose rollouts the rollout commands manage.
+const (
+	propagationKind        = "Propagation"
+	clusterPropagationKind = "ClusterPropagation"
+)
+
+// pollEvery is how often the commands that wait read the hub again.
+const pollEvery = time.Second
+
+// errNoRevisionCRD: the hub serves no PropagationRevisions.
+var errNoRevisionCRD = errors.New("the hub has no PropagationRevision CRD: apply deploy/crd (kubectl apply -k deploy/)")
+
+// newRolloutCommand returns "rollout", whose subcommands manage the
+// rollout of a Propagation's revisions as kubectl rollout does a
+// Deployment's.
+func newRolloutCommand(hub *hubFlags) *cobra.Command {
+	return rolloutCommand(hub, clock.RealClock{})
+}
+
+// rolloutCommand is newRolloutCommand with the clock that ages are
+// measured by.
+func rolloutCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
+	rollout := &cobra.Command{
+		Use:   "rollout",
+		Short: "Manage the rollout of a Propagation's or ClusterPropagation's revisions, as kubectl rollout does",
+		Long: `Manage the rollout of a Propagation's or ClusterPropagation's revisions, as
+kubectl rollout does a Deployment's. TYPE is propagation (prop) or
+clusterpropagation (clusterprop); a Propagation is of the namespace -n names.`,
+		Example: `  fleet-manager rollout status propagation/web -n team-a
+  fleet-manager rollout pause prop/web -n team-a
+  fleet-manager rollout undo clusterpropagation/baseline
+  fleet-manager rollout history prop web -n team-a`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErrorf("%s wants a subcommand: status, pause, resume, undo or history", cmd.CommandPath())
+		},
+	}
+	rollout.AddCommand(rolloutStatusCommand(hub), rolloutPauseCommand(hub, true), rolloutPauseCommand(hub, false), rolloutUndoCommand(hub), rolloutHistoryCommand(hub, clk))
+	return rollout
+}
+
+// rolloutTarget is the Propagation or ClusterPropagation a rollout
+// command names.
+type rolloutTarget struct {
+	kind string
+	key  client.ObjectKey
+}
+
+// bindRolloutTarget makes cmd take TYPE/NAME or TYPE NAME, completes
+// them, and binds -n, the namespace of a Propagation, to ns.
+func bindRolloutTarget(cmd *cobra.Command, hub *hubFlags, ns *namespaceFlags) {
+	cmd.Args = rolloutArgs
+	cmd.ValidArgsFunction = completeRolloutTarget(hub, &ns.namespace)
+	ns.bindFlags(cmd, hub, false)
+}
+
+// rolloutArgs wants TYPE/NAME or TYPE NAME.
+func rolloutArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 || len(args) > 2 {
+		return usageErrorf("%s wants TYPE/NAME or TYPE NAME, got %d arguments", cmd.CommandPath(), len(args))
+	}
+	return nil
+}
+
+// parseRolloutTarget is the rollout args name: TYPE/NAME or TYPE NAME. A
+// Propagation is of namespace ns, else of the hub kubeconfig's.
+func parseRolloutTarget(hub *hubFlags, ns string, args []string) (rolloutTarget, error) {
+	typ, name, slash := strings.Cut(args[0], "/")
+	switch {
+	case len(args) == 2 && slash:
+		return rolloutTarget{}, usageErrorf("give TYPE/NAME or TYPE NAME, not both")
+	case len(args) == 2:
+		typ, name = args[0], args[1]
+	case !slash:
+		return rolloutTarget{}, usageErrorf("%q is not TYPE/NAME", args[0])
+	}
+	if name == "" {
+		return rolloutTarget{}, usageErrorf("%q names no Propagation", strings.Join(args, " "))
+	}
+	switch rolloutKind(typ) {
+	case propagationKind:
+		namespace, err := hubNamespace(hub, ns)
+		return rolloutTarget{kind: propagationKind, key: client.ObjectKey{Namespace: namespace, Name: name}}, err
+	case clusterPropagationKind:
+		return rolloutTarget{kind: clusterPropagationKind, key: client.ObjectKey{Name: name}}, nil
+	}
+	return rolloutTarget{}, usageErrorf("TYPE %q is neither propagation (prop) nor clusterpropagation (clusterprop)", typ)
+}
+
+// rolloutKind is the kind typ names, as kubectl names resources (with or
+// without the group), or "".
+func rolloutKind(typ string) string {
+	switch strings.TrimSuffix(strings.ToLower(typ), "."+fleetv1alpha1.GroupVersion.Group) {
+	case "propagation", "propagations", "prop":
+		return propagationKind
+	case "clusterpropagation", "clusterpropagations", "clusterprop":
+		return clusterPropagationKind
+	}
+	return ""
+}
+
+// String is t as kubectl names it in its messages:
+// propagation.fleet.fleetkube.io/web.
+func (t rolloutTarget) String() string {
+	return strings.ToLower(t.kind) + "." + fleetv1alpha1.GroupVersion.Group + "/" + t.key.Name
+}
+
+// get reads t, as the Propagation of no namespace a ClusterPropagation is
+// to the manager.
+func (t rolloutTarget) get(ctx context.Context, c client.Client) (*fleetv1alpha1.Propagation, error) {
+	if t.kind == clusterPropagationKind {
+		var cp fleetv1alpha1.ClusterPropagation
+		if err := c.Get(ctx, t.key, &cp); err != nil {
+			return nil, propagationReadError(err)
+		}
+		prop := asPropagation(&cp)
+		return &prop, nil
+	}
+	var prop fleetv1alpha1.Propagation
+	return &prop, propagationReadError(c.Get(ctx, t.key, &prop))
+}
+
+// patchSpec merge-patches t's spec with spec; a nil value removes its
+// field.
+func (t rolloutTarget) patchSpec(ctx context.Context, c client.Client, spec map[string]any) error {
+	patch, err := json.Marshal(map[string]any{"spec": spec})
+	if err != nil {
+		return err
+	}
+	var obj client.Object = &fleetv1alpha1.Propagation{}
+	if t.kind == clusterPropagationKind {
+		obj = &fleetv1alpha1.ClusterPropagation{}
+	}
+	obj.SetNamespace(t.key.Namespace)
+	obj.SetName(t.key.Name)
+	return propagationReadError(c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)))
+}
+
+// revisions lists t's PropagationRevisions by number: a Propagation's
+// are in its namespace, a ClusterPropagation's in fleetNamespace.
+func (t rolloutTarget) revisions(ctx context.Context, c client.Client, fleetNamespace string) ([]fleetv1alpha1.PropagationRevision, error) {
+	namespace := cmp.Or(t.key.Namespace, fleetNamespace)
+	var list fleetv1alpha1.PropagationRevisionList
+	err := c.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{
+		fleetv1alpha1.PropagationLabel: t.key.Name,
+		fleetv1alpha1.RevisionOfLabel:  t.kind,
+	})
+	if meta.IsNoMatchError(err) {
+		return nil, errNoRevisionCRD
+	}
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(list.Items, func(a, b fleetv1alpha1.PropagationRevision) int { return cmp.Compare(a.Revision, b.Revision) })
+	return list.Items, nil
+}
+
+// bindFleetNamespace binds --fleet-namespace, where a ClusterPropagation's
+// revisions are.
+func bindFleetNamespace(cmd *cobra.Command, hub *hubFlags, namespace *string) {
+	cmd.Flags().StringVar(namespace, "fleet-namespace", fleet.DefaultNamespace, "The fleet namespace on the hub, where a ClusterPropagation's revisions are.")
+	_ = cmd.RegisterFlagCompletionFunc("fleet-namespace", completeNamespaces(hub))
+}
+
+// rolloutStatusCommand returns "rollout status".
+func rolloutStatusCommand(hub *hubFlags) *cobra.Command {
+	var (
+		ns      namespaceFlags
+		watch   bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "status (TYPE NAME | TYPE/NAME)",
+		Short: "Wait until a revision is rolled out, printing its progress",
+		Long: `Wait until the rollout of a Propagation's revision is complete, printing a line
+each time its progress changes. The revision is the one spec.revision pins,
+else the newest. It exits 0 once the manager has observed the Propagation's
+generation and reports the rollout of that revision Complete, and 1 when the
+rollout stopped (with its message) or --timeout passed. A paused rollout is
+waited for, as kubectl waits for a paused Deployment. With --watch=false, it
+prints where the rollout stands and exits 0 if it is complete, 1 if not.`,
+		Example: `  fleet-manager rollout status propagation/web -n team-a
+  fleet-manager rollout status clusterprop/baseline --timeout=10m
+  fleet-manager rollout status prop web -n team-a --watch=false`,
+	}
+	bindRolloutTarget(cmd, hub, &ns)
+	cmd.Flags().BoolVarP(&watch, "watch", "w", true, "Wait until the rollout is complete. With --watch=false, print where it stands once.")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "How long to wait before giving up, such as 10m; 0 waits for ever.")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if timeout < 0 {
+			return usageErrorf("--timeout must not be negative")
+		}
+		t, err := parseRolloutTarget(hub, ns.namespace, args)
+		if err != nil {
+			return err
+		}
+		c, err := hub.client()
+		if err != nil {
+			return err
+		}
+		check := func(ctx context.Context) (string, bool, error) {
+			prop, err := t.get(ctx, c)
+			if err != nil {
+				return "", false, err
+			}
+			return rolloutProgress(prop)
+		}
+		if watch {
+			return waitUntil(cmd.Context(), cmd.OutOrStdout(), timeout, "the rollout of "+t.String(), check)
+		}
+		line, done, err := check(cmd.Context())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), line)
+		if !done {
+			return &exitCodeError{code: cli.ExitError}
+		}
+		return nil
+	}
+	return cmd
+}
+
+// wantedRevision is the revision prop's rollout is to reach: the one
+// spec.revision pins, else the newest; 0 before the first.
+func wantedRevision(prop *fleetv1alpha1.Propagation) int64 {
+	if prop.Spec.Revision != nil {
+		return *prop.Spec.Revision
+	}
+	return prop.Status.Revision
+}
+
+// rolloutProgress says where prop's rollout stands, and whether it is
+// done; a stopped rollout is an error, which names its message.
+func rolloutProgress(prop *fleetv1alpha1.Propagation) (string, bool, error) {
+	st := prop.Status
+	wanted := wantedRevision(prop)
+	r := st.Rollout
+	switch {
+	case st.ObservedGeneration != prop.Generation:
+		return fmt.Sprintf("Waiting for the manager to observe generation %d", prop.Generation), false, nil
+	case wanted == 0:
+		return "Waiting for the first revision", false, nil
+	case r == nil || r.Revision != wanted:
+		return fmt.Sprintf("Waiting for rollout of revision %d to start", wanted), false, nil
+	case r.Phase == fleetv1alpha1.RolloutComplete:
+		return fmt.Sprintf("revision %d rolled out to %s", wanted, plural(int(r.Updated), "member")), true, nil
+	case r.Phase == fleetv1alpha1.RolloutStopped:
+		return "", false, fmt.Errorf("rollout of revision %d stopped: %s", wanted, oneLine(r.Message))
+	}
+	line := fmt.Sprintf("Waiting for rollout of revision %d: %d of %d members updated", wanted, r.Updated, st.Selected)
+	if r.Phase == fleetv1alpha1.RolloutPaused {
+		line += "; the rollout is paused"
+	} else if r.Message != "" {
+		line += " (" + oneLine(r.Message) + ")"
+	}
+	return line, false, nil
+}
+
+// plural is n and noun, made plural unless n is 1: "1 member", "2 members".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+// waitUntil calls check every pollEvery, and writes to w each line it
+// returns that differs from the one before, until check reports done or
+// fails, ctx ends, or timeout passes (0: never); what names what is
+// waited for in the timeout's error.
+func waitUntil(ctx context.Context, w io.Writer, timeout time.Duration, what string, check func(context.Context) (line string, done bool, err error)) error {
+	waitCtx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	shown := ""
+	err := wait.PollUntilContextCancel(waitCtx, pollEvery, true, func(ctx context.Context) (bool, error) {
+		line, done, err := check(ctx)
+		if err != nil {
+			return false, err
+		}
+		if line != shown {
+			shown = line
+			fmt.Fprintln(w, line)
+		}
+		return done, nil
+	})
+	if err != nil && ctx.Err() == nil && waitCtx.Err() != nil {
+		return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+	}
+	return err
+}
+
+// rolloutPauseCommand returns "rollout pause", or with pause false
+// "rollout resume".
+func rolloutPauseCommand(hub *hubFlags, pause bool) *cobra.Command {
+	var ns namespaceFlags
+	cmd := &cobra.Command{
+		Use:   "pause (TYPE NAME | TYPE/NAME)",
+		Short: "Pause a rollout: no member is given another revision until it is resumed",
+		Long: `Pause the rollout of a Propagation: set spec.paused, and no member is given
+another revision until "fleet-manager rollout resume" removes it. Members keep
+the revision they have, and its copies are kept as it says, drift included.`,
+		Example: `  fleet-manager rollout pause propagation/web -n team-a`,
+	}
+	done := "paused"
+	if !pause {
+		cmd.Use = "resume (TYPE NAME | TYPE/NAME)"
+		cmd.Short = "Resume a paused rollout"
+		cmd.Long = `Resume the paused rollout of a Propagation: remove spec.paused, and the members
+are given the revision the rollout is of, as its strategy says.`
+		cmd.Example = `  fleet-manager rollout resume propagation/web -n team-a`
+		done = "resumed"
+	}
+	bindRolloutTarget(cmd, hub, &ns)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		t, err := parseRolloutTarget(hub, ns.namespace, args)
+		if err != nil {
+			return err
+		}
+		c, err := hub.client()
+		if err != nil {
+			return err
+		}
+		prop, err := t.get(cmd.Context(), c)
+		if err != nil {
+			return err
+		}
+		if prop.Spec.Paused == pause {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s already %s\n", t, done)
+			return nil
+		}
+		paused := any(nil)
+		if pause {
+			paused = true
+		}
+		if err := t.patchSpec(cmd.Context(), c, map[string]any{"paused": paused}); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", t, done)
+		return nil
+	}
+	return cmd
+}
+
+// rolloutUndoCommand returns "rollout undo".
+func rolloutUndoCommand(hub *hubFlags) *cobra.Command {
+	var (
+		ns             namespaceFlags
+		toRevision     int64
+		fleetNamespace string
+	)
+	cmd := &cobra.Command{
+		Use:   "undo (TYPE NAME | TYPE/NAME)",
+		Short: "Roll back to an earlier revision, by pinning it in spec.revision",
+		Long: `Roll a Propagation back to an earlier revision: set spec.revision to it, and it
+rolls out with the Propagation's strategy. Without --to-revision, the revision
+is the newest kept before the one being rolled out. A revision that is not
+kept is refused, naming those that are. A paused rollout stays paused: it
+rolls back once resumed.
+
+The pin holds until it is removed; then the newest revision rolls out again:
+  kubectl patch propagation web -n team-a --type=json -p '[{"op":"remove","path":"/spec/revision"}]'
+Pinning the newest revision is not the same: a later change would not roll out.`,
+		Example: `  fleet-manager rollout undo propagation/web -n team-a
+  fleet-manager rollout undo propagation/web -n team-a --to-revision=3
+  fleet-manager rollout undo clusterprop/baseline --fleet-namespace=fleet-system`,
+	}
+	bindRolloutTarget(cmd, hub, &ns)
+	cmd.Flags().Int64Var(&toRevision, "to-revision", 0, "The revision to roll back to; 0, as in kubectl, is the one before the revision being rolled out.")
+	bindFleetNamespace(cmd, hub, &fleetNamespace)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if toRevision < 0 {
+			return usageErrorf("--to-revision must not be negative")
+		}
+		t, err := parseRolloutTarget(hub, ns.namespace, args)
+		if err != nil {
+			return err
+		}
+		c, err := hub.client()
+		if err != nil {
+			return err
+		}
+		prop, err := t.get(cmd.Context(), c)
+		if err != nil {
+			return err
+		}
+		revs, err := t.revisions(cmd.Context(), c, fleetNamespace)
+		if err != nil {
+			return err
+		}
+		revision, err := undoRevision(t, prop, revs, toRevision)
+		if err != nil {
+			return err
+		}
+		if err := t.patchSpec(cmd.Context(), c, map[string]any{"revision": revision}); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s rolled back to revision %d\n", t, revision)
+		return nil
+	}
+	return cmd
+}
+
+// undoRevision is the revision of revs (sorted) undo rolls t back to:
+// toRevision if it is kept, else, with toRevision 0, the newest before
+// the one being rolled out.
+func undoRevision(t rolloutTarget, prop *fleetv1alpha1.Propagation, revs []fleetv1alpha1.PropagationRevision, toRevision int64) (int64, error) {
+	numbers := make([]string, len(revs))
+	for i, r := range revs {
+		numbers[i] = strconv.FormatInt(r.Revision, 10)
+	}
+	kept := "revisions kept: " + orNone(strings.Join(numbers, ", "))
+	if toRevision > 0 {
+		if !slices.ContainsFunc(revs, func(r fleetv1alpha1.PropagationRevision) bool { return r.Revision == toRevision }) {
+			return 0, fmt.Errorf("%s has no revision %d (%s)", t, toRevision, kept)
+		}
+		return toRevision, nil
+	}
+	r := prop.Status.Rollout
+	if r == nil || r.Revision == 0 {
+		return 0, fmt.Errorf("%s has no rollout to undo yet: name a revision with --to-revision (%s)", t, kept)
+	}
+	for _, rev := range slices.Backward(revs) {
+		if rev.Revision < r.Revision {
+			return rev.Revision, nil
+		}
+	}
+	return 0, fmt.Errorf("%s has no revision before %d to roll back to (%s)", t, r.Revision, kept)
+}
+
+// rolloutHistoryCommand returns "rollout history".
+func rolloutHistoryCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
+	var (
+		ns             namespaceFlags
+		fleetNamespace string
+	)
+	cmd := &cobra.Command{
+		Use:   "history (TYPE NAME | TYPE/NAME)",
+		Short: "List the revisions kept, how many members each is given, and the one being rolled out",
+		Long: `List a Propagation's revisions kept (its PropagationRevisions), with how many
+members each is given and, in CURRENT, a * on the revision being rolled out.`,
+		Example: `  fleet-manager rollout history propagation/web -n team-a
+  fleet-manager rollout history clusterprop/baseline --fleet-namespace=fleet-system`,
+	}
+	bindRolloutTarget(cmd, hub, &ns)
+	bindFleetNamespace(cmd, hub, &fleetNamespace)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		t, err := parseRolloutTarget(hub, ns.namespace, args)
+		if err != nil {
+			return err
+		}
+		c, err := hub.client()
+		if err != nil {
+			return err
+		}
+		prop, err := t.get(cmd.Context(), c)
+		if err != nil {
+			return err
+		}
+		revs, err := t.revisions(cmd.Context(), c, fleetNamespace)
+		if err != nil {
+			return err
+		}
+		if len(revs) == 0 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "No revisions of %s found.\n", t)
+			return nil
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), t)
+		return printers.NewTablePrinter(printers.PrintOptions{}).PrintObj(historyTable(prop, revs, clk.Now()), cmd.OutOrStdout())
+	}
+	return cmd
+}
+
+// historyTable is the table of rollout history: revs with their age at
+// now, how many of prop's members each is given, and which is current.
+func historyTable(prop *fleetv1alpha1.Propagation, revs []fleetv1alpha1.PropagationRevision, now time.Time) *metav1.Table {
+	given := map[int64]int{}
+	var current int64
+	if r := prop.Status.Rollout; r != nil {
+		current = r.Revision
+		for _, m := range r.Members {
+			given[m.Revision] += len(m.Names)
+		}
+	}
+	table := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
+		{Name: "Revision", Type: "integer"},
+		{Name: "Age", Type: "string"},
+		{Name: "Members", Type: "integer", Description: "Members given the revision"},
+		{Name: "Current", Type: "string", Description: "The revision being rolled out"},
+	}}
+	for i := range revs {
+		r := &revs[i]
+		marker := ""
+		if r.Revision == current {
+			marker = "*"
+		}
+		table.Rows = append(table.Rows, tableRow(r, r.Revision, age(&r.CreationTimestamp, now), int64(given[r.Revision]), marker))
+	}
+	return table
+}
+
+// completeRolloutTarget completes a rollout command's TYPE/NAME, or TYPE
+// then NAME, as kubectl completes kubectl rollout's.
+func completeRolloutTarget(hub *hubFlags, ns *string) cobra.CompletionFunc {
+	names := map[string]cobra.CompletionFunc{
+		propagationKind:        completePropagations(hub, ns),
+		clusterPropagationKind: completeClusterPropagations(hub),
+	}
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		switch {
+		case len(args) == 1 && !strings.Contains(args[0], "/") && rolloutKind(args[0]) != "":
+			return names[rolloutKind(args[0])](cmd, nil, toComplete)
+		case len(args) > 0:
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		typ, name, slash := strings.Cut(toComplete, "/")
+		if !slash {
+			var types []string
+			for _, t := range []string{"clusterpropagation", "propagation"} {
+				if strings.HasPrefix(t, toComplete) {
+					types = append(types, t)
+				}
+			}
+			return types, cobra.ShellCompDirectiveNoFileComp
+		}
+		kind := rolloutKind(typ)
+		if kind == "" {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		matching, directive := names[kind](cmd, nil, name)
+		for i, n := range matching {
+			matching[i] = typ + "/" + n
+		}
+		return matching, directive
+	}
+}
