@@ -78,6 +78,9 @@ func TestDemoAsANewcomer(t *testing.T) {
 		`overridden: the copy in member-a has member="member-a", the one in member-b member="member-b"`,
 		`edited the copy in member-a: color="red"`,
 		`corrected: the copy in member-a is color="blue" again`,
+		`rolling out: member-a has color="green", member-b waits with "blue"`,
+		"rolled out: revision",
+		`rolled back: spec.revision pins revision`,
 		"removed: no member holds a copy of demo/settings any more",
 	} {
 		i := strings.Index(out, step)

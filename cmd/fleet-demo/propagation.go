@@ -27,8 +27,9 @@ const (
 
 // showPropagation walks through a Propagation: a hub ConfigMap copied to
 // every member, an override that gives each copy its member's name, an
-// edit of a copy corrected, and the copies removed when
-// the hub ConfigMap stops matching. Each step is one line, and waits at
+// edit of a copy corrected, a change rolled out a member at a time and
+// rolled back, and the copies removed when the hub ConfigMap stops
+// matching. Each step is one line, and waits at
 // most the timeout flag.
 func (d *demo) showPropagation(ctx context.Context, hub *cluster, members []*cluster) error {
 	scheme := runtime.NewScheme()
@@ -117,6 +118,10 @@ func (d *demo) showPropagation(ctx context.Context, hub *cluster, members []*clu
 	}
 	d.say("corrected: the copy in %s is color=\"blue\" again", members[0].name)
 
+	if err := d.showRollout(ctx, hubClient, memberClients, members, key, cm); err != nil {
+		return err
+	}
+
 	if err := hubClient.Get(ctx, key, cm); err != nil {
 		return err
 	}
@@ -132,6 +137,94 @@ func (d *demo) showPropagation(ctx context.Context, hub *cluster, members []*clu
 	}
 	d.say("removed: no member holds a copy of %s any more", key)
 	d.reportCopies.Store(true)
+	return nil
+}
+
+// showRollout rolls a change out progressively, a member at a time, each
+// Available for minSuccessTime before the next, then rolls it back by
+// pinning the revision before it.
+func (d *demo) showRollout(ctx context.Context, hubClient client.Client, memberClients []client.Client, members []*cluster, key client.ObjectKey, cm *corev1.ConfigMap) error {
+	p := &fleetv1alpha1.Propagation{}
+	edit := func(what string, change func(p *fleetv1alpha1.Propagation)) error {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := hubClient.Get(ctx, key, p); err != nil {
+				return err
+			}
+			change(p)
+			return hubClient.Update(ctx, p)
+		})
+		if err != nil {
+			return fmt.Errorf("%s Propagation %s: %w", what, key, err)
+		}
+		return nil
+	}
+	rolledOut := func(n int64) func(ctx context.Context) bool {
+		return func(ctx context.Context) bool {
+			r := p.Status.Rollout
+			return hubClient.Get(ctx, key, p) == nil && p.Status.ObservedGeneration == p.Generation && r != nil && r.Revision == n && r.Phase == fleetv1alpha1.RolloutComplete
+		}
+	}
+	if err := edit("making progressive", func(p *fleetv1alpha1.Propagation) {
+		p.Spec.Strategy = fleetv1alpha1.RolloutStrategy{Type: fleetv1alpha1.RolloutProgressive, Progressive: &fleetv1alpha1.ProgressiveRollout{
+			MinSuccessTime: &metav1.Duration{Duration: 3 * time.Second},
+		}}
+	}); err != nil {
+		return err
+	}
+	if err := d.waitFor(ctx, "the rollout of "+key.String(), func(ctx context.Context) bool {
+		return hubClient.Get(ctx, key, p) == nil && p.Status.Rollout != nil && rolledOut(p.Status.Revision)(ctx)
+	}); err != nil {
+		return err
+	}
+	before := p.Status.Revision
+	if err := setColor(ctx, hubClient, cm, "green"); err != nil {
+		return err
+	}
+	d.say("made Propagation %s Progressive (a member at a time, each Available 3s before the next) and set color=\"green\" on the hub: revision %d", key, before+1)
+	green := func(c *corev1.ConfigMap) bool { return c != nil && c.Data["color"] == "green" }
+	blue := func(c *corev1.ConfigMap) bool { return c != nil && c.Data["color"] == "blue" }
+	if err := d.waitFor(ctx, "the first member's revision", func(ctx context.Context) bool {
+		return d.everyCopy(ctx, memberClients[:1], key, green) && d.everyCopy(ctx, memberClients[1:], key, blue)
+	}); err != nil {
+		return err
+	}
+	d.say("rolling out: %s has color=\"green\", %s waits with \"blue\"", members[0].name, members[1].name)
+	if err := d.waitFor(ctx, "the rollout of revision", rolledOut(before+1)); err != nil {
+		return err
+	}
+	d.say("rolled out: revision %d is in every member (fleet-manager rollout status propagation/%s -n %s waits for this)", before+1, key.Name, key.Namespace)
+	if err := edit("rolling back", func(p *fleetv1alpha1.Propagation) { p.Spec.Revision = &before }); err != nil {
+		return err
+	}
+	if err := d.waitFor(ctx, "the rollback", func(ctx context.Context) bool {
+		return rolledOut(before)(ctx) && d.everyCopy(ctx, memberClients, key, blue)
+	}); err != nil {
+		return err
+	}
+	d.say("rolled back: spec.revision pins revision %d, and every member has color=\"blue\" again (fleet-manager rollout undo does this)", before)
+	// The hub gets the color the members have back, and the newest
+	// revision is rolled out again, all at once.
+	if err := setColor(ctx, hubClient, cm, "blue"); err != nil {
+		return err
+	}
+	return edit("unpinning", func(p *fleetv1alpha1.Propagation) {
+		p.Spec.Revision = nil
+		p.Spec.Strategy = fleetv1alpha1.RolloutStrategy{}
+	})
+}
+
+// setColor sets the hub ConfigMap cm's color.
+func setColor(ctx context.Context, hubClient client.Client, cm *corev1.ConfigMap, color string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := hubClient.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
+			return err
+		}
+		cm.Data["color"] = color
+		return hubClient.Update(ctx, cm)
+	})
+	if err != nil {
+		return fmt.Errorf("changing ConfigMap %s on the hub: %w", client.ObjectKeyFromObject(cm), err)
+	}
 	return nil
 }
 
