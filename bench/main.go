@@ -46,7 +46,7 @@ type bench struct {
 }
 
 // scenarioNames are the scenarios -only selects from.
-var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "baseline", "churn", "journal", "thousand", "shard", "outage"}
+var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "baseline", "rollout", "churn", "journal", "thousand", "shard", "outage"}
 
 // selected reports whether scenario is selected.
 func (b *bench) selected(scenario string) bool { return len(b.only) == 0 || b.only[scenario] }
@@ -174,6 +174,7 @@ func (b *bench) scenarios(ctx context.Context, run int) error {
 		{"bigsecrets", b.benchBigSecrets},
 		{"propagation", b.benchPropagation},
 		{"baseline", b.benchBaseline},
+		{"rollout", b.benchRollout},
 		{"churn", b.benchChurn},
 		{"journal", b.benchJournal},
 		{"thousand", b.benchThousand},
