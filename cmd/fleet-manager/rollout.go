@@ -404,19 +404,7 @@ Pinning the newest revision is not the same: a later change would not roll out.`
 		if toRevision < 0 {
 			return usageErrorf("--to-revision must not be negative")
 		}
-		t, err := parseRolloutTarget(hub, ns.namespace, args)
-		if err != nil {
-			return err
-		}
-		c, err := hub.client()
-		if err != nil {
-			return err
-		}
-		prop, err := t.get(cmd.Context(), c)
-		if err != nil {
-			return err
-		}
-		revs, err := t.revisions(cmd.Context(), c, fleetNamespace)
+		t, c, prop, revs, err := readRevisions(cmd.Context(), hub, ns.namespace, fleetNamespace, args)
 		if err != nil {
 			return err
 		}
@@ -431,6 +419,25 @@ Pinning the newest revision is not the same: a later change would not roll out.`
 		return nil
 	}
 	return cmd
+}
+
+// readRevisions reads the rollout target args name, with the hub client
+// it is read with, and its revisions kept, sorted.
+func readRevisions(ctx context.Context, hub *hubFlags, namespace, fleetNamespace string, args []string) (rolloutTarget, client.Client, *fleetv1alpha1.Propagation, []fleetv1alpha1.PropagationRevision, error) {
+	t, err := parseRolloutTarget(hub, namespace, args)
+	if err != nil {
+		return t, nil, nil, nil, err
+	}
+	c, err := hub.client()
+	if err != nil {
+		return t, nil, nil, nil, err
+	}
+	prop, err := t.get(ctx, c)
+	if err != nil {
+		return t, c, nil, nil, err
+	}
+	revs, err := t.revisions(ctx, c, fleetNamespace)
+	return t, c, prop, revs, err
 }
 
 // undoRevision is the revision of revs (sorted) undo rolls t back to:
@@ -477,19 +484,7 @@ members each is given and, in CURRENT, a * on the revision being rolled out.`,
 	bindRolloutTarget(cmd, hub, &ns)
 	bindFleetNamespace(cmd, hub, &fleetNamespace)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		t, err := parseRolloutTarget(hub, ns.namespace, args)
-		if err != nil {
-			return err
-		}
-		c, err := hub.client()
-		if err != nil {
-			return err
-		}
-		prop, err := t.get(cmd.Context(), c)
-		if err != nil {
-			return err
-		}
-		revs, err := t.revisions(cmd.Context(), c, fleetNamespace)
+		t, _, prop, revs, err := readRevisions(cmd.Context(), hub, ns.namespace, fleetNamespace, args)
 		if err != nil {
 			return err
 		}
