@@ -173,14 +173,9 @@ func (b *bench) rolloutTimes(ctx context.Context, t *table, servers *auditedServ
 		t.fail(ratio, "×", why, nil)
 	}
 
-	s, err := b.setUpRollout(ctx, servers, n)
-	if s != nil {
-		defer b.cleanUpRollout(context.WithoutCancel(ctx), s)
-	}
+	s, cleanUp, err := b.startAllRollout(ctx, servers, n)
+	defer cleanUp()
 	if err != nil {
-		return err
-	}
-	if err := b.createRolloutPropagation(ctx, s, fleetv1alpha1.RolloutStrategy{Type: fleetv1alpha1.RolloutAll}); err != nil {
 		return err
 	}
 	if _, err := b.awaitRollout(ctx, s, "0", time.Now(), 5*time.Minute, nil); err != nil {
@@ -325,14 +320,9 @@ func (b *bench) rolloutRevisions(ctx context.Context, t *table, servers *audited
 		t.fail(status, "KiB", why, rolloutStatusTarget)
 		t.fail(largest, "KiB", why, nil)
 	}
-	s, err := b.setUpRollout(ctx, servers, n)
-	if s != nil {
-		defer b.cleanUpRollout(context.WithoutCancel(ctx), s)
-	}
+	s, cleanUp, err := b.startAllRollout(ctx, servers, n)
+	defer cleanUp()
 	if err != nil {
-		return err
-	}
-	if err := b.createRolloutPropagation(ctx, s, fleetv1alpha1.RolloutStrategy{Type: fleetv1alpha1.RolloutAll}); err != nil {
 		return err
 	}
 	_, firstErr := b.awaitRollout(ctx, s, "0", time.Now(), 5*time.Minute, nil)
@@ -410,6 +400,21 @@ func (b *bench) rolloutRevisions(ctx context.Context, t *table, servers *audited
 	t.add(status, "KiB", float64(size)/1024, rolloutStatusTarget)
 	t.add(largest, "KiB", float64(max(most, size))/1024, nil)
 	return nil
+}
+
+// startAllRollout sets up a fleet of n members and its Propagation with
+// strategy All; cleanUp removes what was set up, even on an error.
+func (b *bench) startAllRollout(ctx context.Context, servers *auditedServers, n int) (s *rolloutSetup, cleanUp func(), err error) {
+	s, err = b.setUpRollout(ctx, servers, n)
+	cleanUp = func() {
+		if s != nil {
+			b.cleanUpRollout(context.WithoutCancel(ctx), s)
+		}
+	}
+	if err != nil {
+		return s, cleanUp, err
+	}
+	return s, cleanUp, b.createRolloutPropagation(ctx, s, fleetv1alpha1.RolloutStrategy{Type: fleetv1alpha1.RolloutAll})
 }
 
 // setUpRollout makes a fleet of n members over servers, its hub namespace
