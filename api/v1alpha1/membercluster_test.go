@@ -140,7 +140,7 @@ func TestMemberClusterAPI(t *testing.T) {
 
 	// Printer columns, as `kubectl get memberclusters` asks for them.
 	columns, cells := printed(t, cfg, "memberclusters")
-	if want := []string{"Name", "State", "Ready", "Healthy", "Last Probe", "Version", "Failures", "Age"}; !slices.Equal(columns, want) {
+	if want := []string{"Name", "State", "Ready", "Healthy", "Last Probe", "Version", "Failures", "Maintenance", "Age"}; !slices.Equal(columns, want) {
 		t.Errorf("default columns %q, want %q", columns, want)
 	}
 	for name, want := range map[string]any{
