@@ -69,6 +69,11 @@ func (r *reconciler) content(ctx context.Context, p *fleetv1alpha1.Propagation) 
 		if err != nil {
 			return nil, err
 		}
+		// The hub cache lists in no set order: the same objects must make
+		// the same content, and so the same hash.
+		slices.SortFunc(objs, func(a, b unstructured.Unstructured) int {
+			return cmp.Or(strings.Compare(a.GetNamespace(), b.GetNamespace()), strings.Compare(a.GetName(), b.GetName()))
+		})
 		for j := range objs {
 			o := &objs[j]
 			if rule, refused := refusal(o, r.fleet); refused {
@@ -88,22 +93,7 @@ func (r *reconciler) content(ctx context.Context, p *fleetv1alpha1.Propagation) 
 			}
 		}
 	}
-	// The hub cache lists in no set order: the content is sorted, so
-	// that the same objects make the same hash.
-	slices.SortStableFunc(c.Objects, func(a, b contentObject) int {
-		return cmp.Or(cmp.Compare(a.Resource, b.Resource), strings.Compare(objectKey(a.Object), objectKey(b.Object)))
-	})
-	slices.SortStableFunc(c.Problems, func(a, b contentProblem) int {
-		return cmp.Or(strings.Compare(a.Reason, b.Reason), strings.Compare(a.Message, b.Message))
-	})
 	return c, nil
-}
-
-// objectKey orders the objects of a content: by kind, namespace, name
-// and the Envelope they come from.
-func objectKey(obj map[string]any) string {
-	u := unstructured.Unstructured{Object: obj}
-	return strings.Join([]string{u.GetAPIVersion(), u.GetKind(), u.GetNamespace(), u.GetName(), u.GetLabels()[fleetv1alpha1.EnvelopeLabel]}, "/")
 }
 
 // authored returns obj as its author wrote it: what a copy is made from,
