@@ -2,7 +2,6 @@ package propagation
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -49,8 +48,9 @@ func (r *reconciler) revise(ctx context.Context, p *fleetv1alpha1.Propagation) (
 	}
 	revs, err = r.ensureRevision(ctx, p, raw, hash)
 	if apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) {
+		problem = fmt.Sprintf("the hub refused a new revision (%d bytes): %s", len(raw), describeStatus(err))
 		revs, err = r.revisions(ctx, p)
-		return revs, fmt.Sprintf("the hub refused a new revision (%d bytes): %s", len(raw), describeStatus(errors.Unwrap(err))), err
+		return revs, problem, err
 	}
 	return revs, "", err
 }
