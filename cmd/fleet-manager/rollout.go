@@ -218,11 +218,7 @@ prints where the rollout stands and exits 0 if it is complete, 1 if not.`,
 		if timeout < 0 {
 			return usageErrorf("--timeout must not be negative")
 		}
-		t, err := parseRolloutTarget(hub, ns.namespace, args)
-		if err != nil {
-			return err
-		}
-		c, err := hub.client()
+		t, c, err := rolloutTargetClient(hub, ns.namespace, args)
 		if err != nil {
 			return err
 		}
@@ -345,11 +341,7 @@ are given the revision the rollout is of, as its strategy says.`
 	}
 	bindRolloutTarget(cmd, hub, &ns)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		t, err := parseRolloutTarget(hub, ns.namespace, args)
-		if err != nil {
-			return err
-		}
-		c, err := hub.client()
+		t, c, err := rolloutTargetClient(hub, ns.namespace, args)
 		if err != nil {
 			return err
 		}
@@ -421,14 +413,21 @@ Pinning the newest revision is not the same: a later change would not roll out.`
 	return cmd
 }
 
+// rolloutTargetClient returns the rollout target args name, and a client
+// of the hub to read it with.
+func rolloutTargetClient(hub *hubFlags, namespace string, args []string) (rolloutTarget, client.Client, error) {
+	t, err := parseRolloutTarget(hub, namespace, args)
+	if err != nil {
+		return t, nil, err
+	}
+	c, err := hub.client()
+	return t, c, err
+}
+
 // readRevisions reads the rollout target args name, with the hub client
 // it is read with, and its revisions kept, sorted.
 func readRevisions(ctx context.Context, hub *hubFlags, namespace, fleetNamespace string, args []string) (rolloutTarget, client.Client, *fleetv1alpha1.Propagation, []fleetv1alpha1.PropagationRevision, error) {
-	t, err := parseRolloutTarget(hub, namespace, args)
-	if err != nil {
-		return t, nil, nil, nil, err
-	}
-	c, err := hub.client()
+	t, c, err := rolloutTargetClient(hub, namespace, args)
 	if err != nil {
 		return t, nil, nil, nil, err
 	}
