@@ -29,41 +29,55 @@ func (r *reconciler) sumsUp(p *fleetv1alpha1.Propagation) bool {
 	return r.m.ReplicaName() == "" || r.m.OwnsKey(summaryKey(p))
 }
 
-// revise returns p's revisions, oldest first, with one of what p applies
-// now as the newest when this replica sums p up: it makes it if needed.
-// A revision the hub refuses (too large, say) is a problem, returned with
+// revised is what a status reconcile learned of p's revisions.
+type revised struct {
+	// revs are p's revisions, oldest first.
+	revs []fleetv1alpha1.PropagationRevision
+	// hubProblem is the first problem of the hub's objects that p
+	// selects, nil if none, or if this replica does not sum p up.
+	hubProblem *kindError
+	// refused, if set, says why the hub refused a revision of its
+	// current content.
+	refused string
+}
+
+// revise returns p's revisions with, as the newest, one of what p
+// applies now when this replica sums p up: it makes it if needed. A
+// revision the hub refuses (too large, say) is a problem, returned with
 // the revisions there are: the rollout goes on with them.
-func (r *reconciler) revise(ctx context.Context, p *fleetv1alpha1.Propagation) (revs []fleetv1alpha1.PropagationRevision, problem string, err error) {
+func (r *reconciler) revise(ctx context.Context, p *fleetv1alpha1.Propagation) (revised, error) {
+	var rv revised
+	var err error
 	if !r.sumsUp(p) {
-		revs, err = r.revisions(ctx, p)
-		return revs, "", err
+		rv.revs, err = r.revisions(ctx, p)
+		return rv, err
 	}
 	c, err := r.content(ctx, p)
 	if err != nil {
-		return nil, "", err
+		return rv, err
 	}
+	rv.hubProblem = c.firstProblem()
 	raw, hash, err := c.encode()
 	if err != nil {
-		return nil, "", err
+		return rv, err
 	}
-	revs, err = r.ensureRevision(ctx, p, raw, hash)
+	rv.revs, err = r.ensureRevision(ctx, p, raw, hash)
 	if apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) {
-		problem = fmt.Sprintf("the hub refused a new revision (%d bytes): %s", len(raw), describeStatus(err))
-		revs, err = r.revisions(ctx, p)
-		return revs, problem, err
+		rv.refused = fmt.Sprintf("the hub refused a new revision (%d bytes): %s", len(raw), describeStatus(err))
+		rv.revs, err = r.revisions(ctx, p)
 	}
-	return revs, "", err
+	return rv, err
 }
 
 // rollout plans p's rollout into st (see planRollout) from the members'
 // results, tells a rollout that stopped or completed as an Event, and
 // returns when to plan again for a minSuccessTime that passes (0: on
-// the next change). problem, if set, says why no revision of the hub's
-// current content could be made.
-func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, revs []fleetv1alpha1.PropagationRevision, problem string) time.Duration {
+// the next change).
+func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, rv revised) time.Duration {
 	if !r.sumsUp(p) {
 		return 0
 	}
+	revs := rv.revs
 	target := int64(0)
 	if n := len(revs); n > 0 {
 		target, st.Revision = revs[n-1].Revision, revs[n-1].Revision
@@ -112,8 +126,8 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 	switch {
 	case p.Spec.Revision != nil && !hasRevision(revs, target):
 		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionInvalid, fmt.Sprintf("spec.revision %d is not kept: it cannot be rolled out", target)
-	case problem != "":
-		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionInvalid, truncate(problem, 1024)
+	case rv.refused != "":
+		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionInvalid, truncate(rv.refused, 1024)
 	}
 	before := p.Status.Rollout
 	st.Rollout = &plan.status

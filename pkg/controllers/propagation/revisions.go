@@ -142,6 +142,14 @@ func (c *content) encode() ([]byte, string, error) {
 	return raw, hex.EncodeToString(sum[:8]), nil
 }
 
+// firstProblem returns c's first problem, nil if it has none.
+func (c *content) firstProblem() *kindError {
+	if len(c.Problems) == 0 {
+		return nil
+	}
+	return &kindError{reason: c.Problems[0].Reason, message: c.Problems[0].Message}
+}
+
 // kindProblems returns the kinds whose hub objects c could not read.
 func (c *content) kindProblems() []schema.GroupVersionKind {
 	var kinds []schema.GroupVersionKind

@@ -53,7 +53,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 		controllerutil.AddFinalizer(p, fleetv1alpha1.PropagationFinalizer)
 		return written(r.hub.Patch(ctx, hubObject(p), client.MergeFromWithOptions(hubObject(before), client.MergeFromWithOptimisticLock{})))
 	}
-	revs, problem, err := r.revise(ctx, p)
+	rv, err := r.revise(ctx, p)
 	if errors.Is(err, errRevisionPending) {
 		return reconcile.Result{RequeueAfter: revisionRetry}, nil
 	} else if err != nil {
@@ -66,17 +66,17 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	var lock []client.MergeFromOption
 	var after time.Duration
 	if r.m.ReplicaName() == "" {
-		status = r.status(ctx, p, r.ownedMembers(), revs)
-		after = r.rollout(ctx, p, &status, revs, problem)
-		r.setConditions(ctx, p, &status)
+		status = r.status(ctx, p, r.ownedMembers(), rv.revs)
+		after = r.rollout(ctx, p, &status, rv)
+		setConditions(p, &status, rv.hubProblem)
 	} else {
 		// Other replicas write their shards: a write over a newer
 		// version would undo theirs.
-		status, after = r.shardedStatus(ctx, p, revs, problem)
+		status, after = r.shardedStatus(ctx, p, rv)
 		lock = append(lock, client.MergeFromWithOptimisticLock{})
 	}
 	if r.sumsUp(p) {
-		if err := r.pruneRevisions(ctx, p, revs, revisionsInUse(status.Rollout)); err != nil {
+		if err := r.pruneRevisions(ctx, p, rv.revs, revisionsInUse(status.Rollout)); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -110,14 +110,14 @@ func (r *reconciler) ownedMembers() []*registry.Cluster {
 // replica's shard, from the members it owns, replaced; and, when p's
 // summary is this replica's to write (Manager.OwnsKey), the sum of the
 // shards of the live replicas, the others' dropped.
-func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propagation, revs []fleetv1alpha1.PropagationRevision, problem string) (fleetv1alpha1.PropagationStatus, time.Duration) {
-	own := r.status(ctx, p, r.ownedMembers(), revs)
+func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propagation, rv revised) (fleetv1alpha1.PropagationStatus, time.Duration) {
+	own := r.status(ctx, p, r.ownedMembers(), rv.revs)
 	st := *p.Status.DeepCopy()
 	mine := replicaShard(p, r.m.ReplicaName())
 	mine.ObservedGeneration = p.Generation
 	mine.Selected, mine.Applied, mine.Available, mine.Drifted, mine.Failed, mine.PendingDeletions = own.Selected, own.Applied, own.Available, own.Drifted, own.Failed, own.PendingDeletions
 	mine.Members = own.Members[:min(len(own.Members), fleetv1alpha1.MaxShardMembers)]
-	mine.Revision = r.rolledOutHere(p, revs)
+	mine.Revision = r.rolledOutHere(p, rv.revs)
 	st.Shards = withShard(st.Shards, mine)
 	if !r.m.OwnsKey(summaryKey(p)) {
 		return st, 0
@@ -137,8 +137,8 @@ func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propaga
 		st.Members = append(st.Members, s.Members...)
 	}
 	st.Members = sortMembers(st.Members)
-	after := r.rollout(ctx, p, &st, revs, problem)
-	r.setConditions(ctx, p, &st)
+	after := r.rollout(ctx, p, &st, rv)
+	setConditions(p, &st, rv.hubProblem)
 	return st, after
 }
 
@@ -297,9 +297,9 @@ func sortMembers(members []fleetv1alpha1.MemberPropagationStatus) []fleetv1alpha
 	return members[:min(len(members), fleetv1alpha1.MaxListedMembers)]
 }
 
-// setConditions sets Ready, Applied and Drifted from the counts and the
-// hub's own problems.
-func (r *reconciler) setConditions(ctx context.Context, p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus) {
+// setConditions sets Ready, Applied and Drifted from the counts and
+// hubErr, the first problem of the hub's objects.
+func setConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, hubErr *kindError) {
 	var selectorErr error
 	if _, err := metav1.LabelSelectorAsSelector(p.Spec.Members.Selector); err != nil {
 		selectorErr = &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the members selector: %v", err)}
@@ -312,7 +312,6 @@ func (r *reconciler) setConditions(ctx context.Context, p *fleetv1alpha1.Propaga
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: truncate(message, 1024), ObservedGeneration: p.Generation})
 	}
 	pending := st.Selected - st.Applied - st.Drifted - st.Failed
-	hubErr := r.hubProblem(ctx, p)
 	notReady := func() (string, string) {
 		if hubErr != nil {
 			return hubErr.reason, hubErr.message
@@ -374,30 +373,6 @@ func (r *reconciler) setConditions(ctx context.Context, p *fleetv1alpha1.Propaga
 	} else {
 		set(fleetv1alpha1.PropagationDrifted, false, fleetv1alpha1.ReasonNoDrift, "no copy was changed in a member")
 	}
-}
-
-// hubProblem is the first of p's resources the hub cannot give, or the
-// first hub object it selects that is refused, or the first manifest of
-// an Envelope it selects that is not applied.
-func (r *reconciler) hubProblem(ctx context.Context, p *fleetv1alpha1.Propagation) *kindError {
-	for _, sel := range p.Spec.Resources {
-		objs, err := r.objects.list(ctx, p.Namespace, sel)
-		if kerr, ok := errors.AsType[*kindError](err); ok {
-			return kerr
-		}
-		for i := range objs {
-			if rule, refused := refusal(&objs[i], r.fleet); refused {
-				return &kindError{reason: fleetv1alpha1.ReasonRefused, message: fmt.Sprintf("%s %s is refused: %s", objs[i].GetKind(), objs[i].GetName(), rule)}
-			}
-			if !isEnvelope(objs[i].GroupVersionKind()) {
-				continue
-			}
-			if _, failures := r.unpack(&objs[i]); len(failures) > 0 {
-				return &kindError{reason: failures[0].reason, message: failures[0].message}
-			}
-		}
-	}
-	return nil
 }
 
 func firstMessage(members []fleetv1alpha1.MemberPropagationStatus) string {
