@@ -190,9 +190,15 @@ func metaLabelSelector(sel fleetv1alpha1.ResourceSelector) (labels.Selector, err
 func selects(p *fleetv1alpha1.Propagation, name string, l map[string]string) (bool, error) {
 	selected, err := selectsMember(p.Spec.Members, memberFacts{name: name, labels: l})
 	if err != nil {
-		return false, &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the members selector: %v", err)}
+		return false, invalidMembersSelector(err)
 	}
 	return selected, nil
+}
+
+// invalidMembersSelector is why spec.members' selector, which err says
+// does not parse, selects nothing.
+func invalidMembersSelector(err error) *kindError {
+	return &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the members selector: %v", err)}
 }
 
 // selectsMember reports whether sel selects member, as spec.members does.

@@ -302,7 +302,7 @@ func sortMembers(members []fleetv1alpha1.MemberPropagationStatus) []fleetv1alpha
 func setConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, hubErr *kindError) {
 	var selectorErr error
 	if _, err := metav1.LabelSelectorAsSelector(p.Spec.Members.Selector); err != nil {
-		selectorErr = &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the members selector: %v", err)}
+		selectorErr = invalidMembersSelector(err)
 	}
 	set := func(t string, ok bool, reason, message string) {
 		status := metav1.ConditionFalse
