@@ -36,10 +36,14 @@
 //   - a Secret any registration format would read, enabled or not:
 //     labelled fleet.fleetkube.io/kubeconfig or
 //     sigs.k8s.io/multicluster-runtime-kubeconfig (any value), of type
-//     cluster.x-k8s.io/secret (any name: Cluster API's CA, etcd and service
-//     account key Secrets too), or labelled argocd.argoproj.io/secret-type
-//     (any value: cluster, repository and repo-creds Secrets all hold
-//     credentials);
+//     cluster.x-k8s.io/secret (any name: Cluster API's kubeconfig, CA,
+//     etcd and service account key Secrets too), named
+//     <anything>-kubeconfig (Cluster API's kubeconfig name, any type), or
+//     labelled argocd.argoproj.io/secret-type (any value: cluster,
+//     repository and repo-creds Secrets all hold credentials);
+//   - a Secret whose key kubeconfig or value (in data, or an Envelope
+//     manifest's stringData) holds a kubeconfig with at least one cluster
+//     and one user, whatever its name, type or labels;
 //   - a Secret of type kubernetes.io/service-account-token or
 //     bootstrap.kubernetes.io/token.
 //
