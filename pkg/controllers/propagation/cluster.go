@@ -52,8 +52,9 @@ func (r *reconciler) propagationsIn(ctx context.Context, namespace string, opts 
 	return r.listClusterPropagations(ctx, opts...)
 }
 
-// listClusterPropagations lists the ClusterPropagations, as Propagations
-// of no namespace; none when the hub has no ClusterPropagation CRD.
+// listClusterPropagations lists this fleet's ClusterPropagations, as
+// Propagations of no namespace; none when the hub has no
+// ClusterPropagation CRD.
 func (r *reconciler) listClusterPropagations(ctx context.Context, opts ...client.ListOption) ([]fleetv1alpha1.Propagation, error) {
 	if !r.clusterPropagations {
 		return nil, nil
@@ -62,7 +63,7 @@ func (r *reconciler) listClusterPropagations(ctx context.Context, opts ...client
 		return nil, ctx.Err()
 	}
 	list := &fleetv1alpha1.ClusterPropagationList{}
-	if err := r.hub.List(ctx, list, opts...); err != nil {
+	if err := r.hub.List(ctx, list, append(opts, client.MatchingLabels{fleetv1alpha1.FleetLabel: r.fleet})...); err != nil {
 		return nil, err
 	}
 	props := make([]fleetv1alpha1.Propagation, len(list.Items))

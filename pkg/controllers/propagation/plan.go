@@ -85,6 +85,11 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 	if p.Spec.Revision != nil {
 		target = *p.Spec.Revision
 	}
+	if membersSelectorError(p) != nil {
+		// Which members are selected is not known: nothing changes.
+		st.Rollout = p.Status.Rollout
+		return 0
+	}
 	maintenance, err := r.maintenances(ctx)
 	if err != nil {
 		// Members in maintenance are not known: nothing changes.

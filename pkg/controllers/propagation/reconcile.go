@@ -157,6 +157,12 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
+	if p != nil && !r.ours(p) {
+		// Another fleet's, or not claimed yet: its copies here stay as
+		// they are.
+		r.results.forget(key, mc.name)
+		return reconcile.Result{}, nil
+	}
 	if p != nil && p.Spec.Suspend && p.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
@@ -235,9 +241,9 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 // wanted returns the hub objects that the member should hold copies of,
 // from the content of the revision it is given, and whether none are
 // wanted because of the Propagation's removal, the member's deselection
-// or its drain. A member given no revision yet, or drained and waiting
-// for the disruption budget, is held: run.held says why, and its copies
-// stay as they are.
+// or its drain. A member given no revision yet, drained and waiting for
+// the disruption budget, or of a Propagation whose members selector does
+// not parse, is held: run.held says why, and its copies stay as they are.
 func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Unstructured, bool, error) {
 	p := run.p
 	if p == nil || !p.DeletionTimestamp.IsZero() {
@@ -246,8 +252,15 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if c, ok := run.r.m.Registry().Get(run.member.name); ok {
 		run.labels = c.Labels
 	}
-	if selected, err := selects(p, run.member.name, run.labels); err != nil || !selected {
-		return nil, true, nil // an invalid selector selects nothing; the status says why
+	selected, err := selects(p, run.member.name, run.labels)
+	if kerr, ok := errors.AsType[*kindError](err); ok {
+		// A selector that does not parse deselects no one: the member
+		// keeps what it holds, and the status says why.
+		run.fail(failure{reason: kerr.reason, message: kerr.message})
+		run.held = &failure{reason: kerr.reason, message: kerr.message}
+		return nil, false, nil
+	} else if !selected {
+		return nil, true, nil
 	}
 	maintenance, err := run.r.maintenance(ctx, run.member.name)
 	if err != nil {

@@ -186,8 +186,18 @@ func revisionOf(p *fleetv1alpha1.Propagation) string {
 	return "Propagation"
 }
 
-// revisions lists p's revisions, oldest first.
+// revisions lists the revisions this fleet made of p, oldest first: a
+// Propagation moved from another fleet keeps that fleet's, which this
+// fleet neither gives nor prunes.
 func (r *reconciler) revisions(ctx context.Context, p *fleetv1alpha1.Propagation) ([]fleetv1alpha1.PropagationRevision, error) {
+	revs, err := r.allRevisions(ctx, p)
+	return slices.DeleteFunc(revs, func(rev fleetv1alpha1.PropagationRevision) bool {
+		return rev.Labels[fleetv1alpha1.FleetLabel] != r.fleet
+	}), err
+}
+
+// allRevisions lists p's revisions, of every fleet, oldest first.
+func (r *reconciler) allRevisions(ctx context.Context, p *fleetv1alpha1.Propagation) ([]fleetv1alpha1.PropagationRevision, error) {
 	var list fleetv1alpha1.PropagationRevisionList
 	if err := r.hub.List(ctx, &list, client.InNamespace(r.revisionsNamespace(p)), client.MatchingLabels{
 		fleetv1alpha1.PropagationLabel: p.Name, fleetv1alpha1.RevisionOfLabel: revisionOf(p),
@@ -232,21 +242,24 @@ func (b *revisionBook) forget(uid types.UID) {
 
 // ensureRevision returns p's revisions with, as the newest, one of
 // content c, whose hash is hash: it makes one, numbered one more than the
-// newest, unless the newest is of c. Two managers that make the same
-// number race on its name, and the loser reads again.
+// newest of any fleet, unless this fleet's newest is of c. Two managers
+// that make the same number race on its name, and the loser reads again.
 func (r *reconciler) ensureRevision(ctx context.Context, p *fleetv1alpha1.Propagation, raw []byte, hash string) ([]fleetv1alpha1.PropagationRevision, error) {
-	revs, err := r.revisions(ctx, p)
+	all, err := r.allRevisions(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	var newest int64
-	if n := len(revs); n > 0 {
-		newest = revs[n-1].Revision
+	if n := len(all); n > 0 {
+		newest = all[n-1].Revision
 	}
+	revs := slices.DeleteFunc(all, func(rev fleetv1alpha1.PropagationRevision) bool {
+		return rev.Labels[fleetv1alpha1.FleetLabel] != r.fleet
+	})
 	switch {
 	case r.revisionBook.get(p.UID) > newest:
 		return nil, errRevisionPending // this manager made a newer one the cache does not show yet
-	case newest > 0 && revs[len(revs)-1].Labels[fleetv1alpha1.RevisionHashLabel] == hash:
+	case len(revs) > 0 && revs[len(revs)-1].Labels[fleetv1alpha1.RevisionHashLabel] == hash:
 		return revs, nil
 	}
 	rev := &fleetv1alpha1.PropagationRevision{

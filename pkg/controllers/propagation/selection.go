@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
@@ -36,6 +38,33 @@ func selectsObject(p *fleetv1alpha1.Propagation, obj client.Object) bool {
 	return false
 }
 
+// ours reports whether p is this fleet's: labelled FleetLabel with the
+// fleet namespace. Another fleet's Propagation, or one no fleet claimed
+// yet (see unclaimed), is left alone.
+func (r *reconciler) ours(p client.Object) bool {
+	return p.GetLabels()[fleetv1alpha1.FleetLabel] == r.fleet
+}
+
+// unclaimed reports whether p names no fleet: the first manager that
+// handles it claims it for its fleet, setting FleetLabel.
+func unclaimed(p client.Object) bool {
+	_, ok := p.GetLabels()[fleetv1alpha1.FleetLabel]
+	return !ok
+}
+
+// concerned passes the events of this fleet's Propagations and of those
+// no fleet claimed yet; an update also when the Propagation was this
+// fleet's before it, so that the fleet lets it go.
+func (r *reconciler) concerned() predicate.Funcs {
+	mine := func(o client.Object) bool { return r.ours(o) || unclaimed(o) }
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return mine(e.Object) },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return mine(e.ObjectOld) || mine(e.ObjectNew) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return mine(e.Object) },
+		GenericFunc: func(e event.GenericEvent) bool { return mine(e.Object) },
+	}
+}
+
 // propagations lists the Propagations and ClusterPropagations once the
 // manager's cache has started: a list before that fails, and what asked
 // for it would be lost.
@@ -48,13 +77,14 @@ func (r *reconciler) propagations(ctx context.Context) ([]fleetv1alpha1.Propagat
 	return append(props, cluster...), err
 }
 
-// listPropagations lists the (namespaced) Propagations as opts say.
+// listPropagations lists this fleet's (namespaced) Propagations as opts
+// say.
 func (r *reconciler) listPropagations(ctx context.Context, opts ...client.ListOption) ([]fleetv1alpha1.Propagation, error) {
 	if !r.m.GetCache().WaitForCacheSync(ctx) {
 		return nil, ctx.Err()
 	}
 	props := &fleetv1alpha1.PropagationList{}
-	err := r.hub.List(ctx, props, opts...)
+	err := r.hub.List(ctx, props, append(opts, client.MatchingLabels{fleetv1alpha1.FleetLabel: r.fleet})...)
 	return props.Items, err
 }
 
@@ -193,6 +223,15 @@ func selects(p *fleetv1alpha1.Propagation, name string, l map[string]string) (bo
 		return false, invalidMembersSelector(err)
 	}
 	return selected, nil
+}
+
+// membersSelectorError says why p's members selector does not parse, nil
+// if it does.
+func membersSelectorError(p *fleetv1alpha1.Propagation) *kindError {
+	if _, err := metav1.LabelSelectorAsSelector(p.Spec.Members.Selector); err != nil {
+		return invalidMembersSelector(err)
+	}
+	return nil
 }
 
 // invalidMembersSelector is why spec.members' selector, which err says

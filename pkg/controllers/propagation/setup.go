@@ -192,13 +192,13 @@ func Add(m *fleet.Manager, opts Options) error {
 	}
 	b := fleet.NewControllerManagedBy(m).
 		Named(ControllerName).
-		WatchesFleet(&fleetv1alpha1.Propagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(notStatusOnly)).
-		WatchesFleet(&fleetv1alpha1.Propagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(statusOnly)).
-		WatchesFleet(&fleetv1alpha1.Propagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(rolloutChanged))
+		WatchesFleet(&fleetv1alpha1.Propagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(r.concerned(), notStatusOnly)).
+		WatchesFleet(&fleetv1alpha1.Propagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(r.concerned(), statusOnly)).
+		WatchesFleet(&fleetv1alpha1.Propagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(r.concerned(), rolloutChanged))
 	if clusterPropagations {
-		b = b.WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(notStatusOnly)).
-			WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(statusOnly)).
-			WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(rolloutChanged))
+		b = b.WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(r.concerned(), notStatusOnly)).
+			WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(r.concerned(), statusOnly)).
+			WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(r.concerned(), rolloutChanged))
 	}
 	return b.WatchesFleet(&fleetv1alpha1.MemberCluster{}, r.memberMaintained, fleet.InClusters(fleet.Hub), fleet.WithPredicates(maintenanceChanged)).
 		WatchesClusterSource(hubEngagement{r}, fleet.InClusters(fleet.Hub)).

@@ -45,13 +45,26 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
+	if !r.ours(p) && !unclaimed(p) {
+		// Another fleet's: neither its status, its revisions nor its
+		// finalizer are this fleet's.
+		r.results.forgetPropagation(key)
+		r.setReadiness(key, "")
+		return reconcile.Result{}, nil
+	}
+	if unclaimed(p) || !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) && p.DeletionTimestamp.IsZero() {
+		// Claimed for this fleet, under optimistic concurrency: of two
+		// fleets that claim it at once, one wins, and the other finds it
+		// the winner's.
+		before := p.DeepCopy()
+		metav1.SetMetaDataLabel(&p.ObjectMeta, fleetv1alpha1.FleetLabel, r.fleet)
+		if p.DeletionTimestamp.IsZero() {
+			controllerutil.AddFinalizer(p, fleetv1alpha1.PropagationFinalizer)
+		}
+		return written(r.hub.Patch(ctx, hubObject(p), client.MergeFromWithOptions(hubObject(before), client.MergeFromWithOptimisticLock{})))
+	}
 	if !p.DeletionTimestamp.IsZero() {
 		return retryConflict(r.release(ctx, p))
-	}
-	if !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) {
-		before := p.DeepCopy()
-		controllerutil.AddFinalizer(p, fleetv1alpha1.PropagationFinalizer)
-		return written(r.hub.Patch(ctx, hubObject(p), client.MergeFromWithOptions(hubObject(before), client.MergeFromWithOptimisticLock{})))
 	}
 	rv, err := r.revise(ctx, p)
 	if errors.Is(err, errRevisionPending) {
@@ -63,17 +76,13 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	var status fleetv1alpha1.PropagationStatus
-	var lock []client.MergeFromOption
 	var after time.Duration
 	if r.m.ReplicaName() == "" {
 		status = r.status(ctx, p, r.ownedMembers(), rv.revs)
 		after = r.rollout(ctx, p, &status, rv)
 		setConditions(p, &status, rv.hubProblem)
 	} else {
-		// Other replicas write their shards: a write over a newer
-		// version would undo theirs.
 		status, after = r.shardedStatus(ctx, p, rv)
-		lock = append(lock, client.MergeFromWithOptimisticLock{})
 	}
 	if r.sumsUp(p) {
 		if err := r.pruneRevisions(ctx, p, rv.revs, revisionsInUse(status.Rollout)); err != nil {
@@ -87,7 +96,10 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	}
 	before := p.DeepCopy()
 	p.Status = status
-	res, err := written(r.hub.Status().Patch(ctx, hubObject(p), client.MergeFromWithOptions(hubObject(before), lock...)))
+	// Under optimistic concurrency: a write over a newer version would
+	// undo what was written since (another replica's shard, another
+	// manager's claim); a conflict reads again and sums up again.
+	res, err := written(r.hub.Status().Patch(ctx, hubObject(p), client.MergeFromWithOptions(hubObject(before), client.MergeFromWithOptimisticLock{})))
 	if res.IsZero() && err == nil {
 		res.RequeueAfter = after
 	}
@@ -189,7 +201,7 @@ func written(err error) (reconcile.Result, error) {
 // dropUnusedHubCache drops the hub cache of namespace once it has no
 // Propagation left.
 func (r *reconciler) dropUnusedHubCache(ctx context.Context, namespace string) error {
-	props, err := r.propagationsIn(ctx, namespace, client.Limit(1))
+	props, err := r.propagationsIn(ctx, namespace)
 	if err != nil {
 		return err
 	}
@@ -212,10 +224,17 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 	for _, m := range p.Status.Members {
 		previous[m.Name] = m
 	}
+	// A members selector that does not parse deselects no one: a member
+	// that reported is listed as it holds (setConditions says why), and
+	// none owes a removal.
+	selectorErr := membersSelectorError(p)
 	var listed []fleetv1alpha1.MemberPropagationStatus
 	for _, c := range members {
-		selected, _ := selects(p, c.Name, c.Labels) // an invalid selector selects none: setConditions says why
 		res, has := results[c.Name]
+		selected := has
+		if selectorErr == nil {
+			selected, _ = selects(p, c.Name, c.Labels)
+		}
 		ready := c.State == fleetv1alpha1.MemberStateReady
 		entry := fleetv1alpha1.MemberPropagationStatus{Name: c.Name, ObservedGeneration: p.Generation, Available: metav1.ConditionUnknown}
 		if has && !res.confirmed.IsZero() {
@@ -300,10 +319,7 @@ func sortMembers(members []fleetv1alpha1.MemberPropagationStatus) []fleetv1alpha
 // setConditions sets Ready, Applied and Drifted from the counts and
 // hubErr, the first problem of the hub's objects.
 func setConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, hubErr *kindError) {
-	var selectorErr error
-	if _, err := metav1.LabelSelectorAsSelector(p.Spec.Members.Selector); err != nil {
-		selectorErr = invalidMembersSelector(err)
-	}
+	selectorErr := membersSelectorError(p)
 	set := func(t string, ok bool, reason, message string) {
 		status := metav1.ConditionFalse
 		if ok {
@@ -316,9 +332,8 @@ func setConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationSt
 		if hubErr != nil {
 			return hubErr.reason, hubErr.message
 		}
-		var kerr *kindError
-		if errors.As(selectorErr, &kerr) {
-			return kerr.reason, kerr.message
+		if selectorErr != nil {
+			return selectorErr.reason, selectorErr.message
 		}
 		switch ro := st.Rollout; {
 		case p.Spec.Suspend:
