@@ -13,6 +13,17 @@
 // members report, and owns its finalizer; a write that conflicts with a
 // newer version of the Propagation is retried.
 //
+// # Which fleet
+//
+// A Propagation belongs to the fleet whose namespace its label
+// fleet.fleetkube.io/fleet names; one without it is claimed by the first
+// manager that handles it, which sets the label with its finalizer under
+// optimistic concurrency. Every other fleet leaves it alone: no member
+// run, revision, status, finalizer or metric. A members selector that
+// does not parse deselects no one: each member is held, Failed
+// InvalidSelector, its copies kept, nothing applied or owed, and the
+// rollout frozen.
+//
 // # Trust
 //
 // A Propagation in namespace X copies only what a workload in X could
