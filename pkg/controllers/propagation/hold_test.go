@@ -151,8 +151,13 @@ func TestTwoFleetsOnOneHubEachHandleTheirOwn(t *testing.T) {
 		}
 	}
 
-	// Not labelled: one fleet claims it, and only its member gets it.
-	a.propagation("unclaimed", anyProd(""))
+	// Not labelled: one fleet claims it, and only its member gets it (a
+	// ConfigMap of its own: of-a's copy in east is of-a's, not its).
+	a.configMap("other", map[string]string{"color": "red"}, map[string]string{"app": "other"})
+	a.propagation("unclaimed", func(p *fleetv1alpha1.Propagation) {
+		anyProd("")(p)
+		p.Spec.Resources[0].Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "other"}}
+	})
 	p := &fleetv1alpha1.Propagation{}
 	poll.Until(t, "unclaimed claimed by a fleet", func() bool {
 		return hub.Client.Get(t.Context(), types.NamespacedName{Namespace: team, Name: "unclaimed"}, p) == nil && p.Labels[fleetv1alpha1.FleetLabel] != ""
