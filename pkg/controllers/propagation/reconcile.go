@@ -266,6 +266,12 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if err != nil || c == nil {
 		return nil, false, err
 	}
+	if kerr := availableWhenProblem(c.Resources); kerr != nil {
+		// A rule the manager cannot use holds the copies as they are.
+		run.held = &failure{reason: kerr.reason, message: kerr.message}
+		run.fail(*run.held)
+		return nil, false, nil
+	}
 	for _, problem := range c.Problems {
 		run.fail(failure{reason: problem.Reason, message: problem.Message})
 	}
