@@ -449,6 +449,19 @@ func availableWhenProblem(resources []fleetv1alpha1.ResourceSelector) *kindError
 	return nil
 }
 
+// heldByAvailableWhen holds the run, failed, if an availableWhen of
+// resources cannot be used: a spec the manager cannot use neither applies
+// nor removes anything, not even the copies of a member it deselects.
+func (run *memberRun) heldByAvailableWhen(resources []fleetv1alpha1.ResourceSelector) bool {
+	kerr := availableWhenProblem(resources)
+	if kerr == nil {
+		return false
+	}
+	run.held = &failure{reason: kerr.reason, message: kerr.message}
+	run.fail(*run.held)
+	return true
+}
+
 // availableWhenFailure is err, compiling the availableWhen of a resource
 // of kind, with its reason.
 func availableWhenFailure(kind string, err error) *kindError {

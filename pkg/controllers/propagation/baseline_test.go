@@ -353,13 +353,14 @@ func TestRefusedAvailabilityRuleHoldsTheCopies(t *testing.T) {
 		t.Errorf("Ready = %+v, want False, naming the limit", c)
 	}
 
-	hub.Data["color"] = "green"
+	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Resources[0].AvailableWhen = refused })
+	f.waitStatus("web", "east refused", listedAs("east", fleetv1alpha1.ResultFailed, fleetv1alpha1.ReasonAvailabilityRuleRefused))
+	hub.Data["color"] = "green" // would be applied, if not held
 	if err := f.hub.Client.Update(t.Context(), hub); err != nil {
 		t.Fatal(err)
 	}
 	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) {
-		p.Spec.Resources[0].AvailableWhen = refused
-		p.Spec.Members.Selector.MatchLabels["env"] = "none" // deselected: would remove, if not held
+		p.Spec.Members.Selector.MatchLabels["env"] = "none" // would remove, if not held
 	})
 	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Members.Selector.MatchLabels["env"] = "prod" })
 	p = f.waitStatus("web", "east holds its copy, refused", listedAs("east", fleetv1alpha1.ResultFailed, fleetv1alpha1.ReasonAvailabilityRuleRefused))

@@ -243,6 +243,9 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if p == nil || !p.DeletionTimestamp.IsZero() {
 		return nil, true, nil
 	}
+	if run.heldByAvailableWhen(p.Spec.Resources) {
+		return nil, false, nil
+	}
 	if c, ok := run.r.m.Registry().Get(run.member.name); ok {
 		run.labels = c.Labels
 	}
@@ -266,10 +269,7 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if err != nil || c == nil {
 		return nil, false, err
 	}
-	if kerr := availableWhenProblem(c.Resources); kerr != nil {
-		// A rule the manager cannot use holds the copies as they are.
-		run.held = &failure{reason: kerr.reason, message: kerr.message}
-		run.fail(*run.held)
+	if run.heldByAvailableWhen(c.Resources) {
 		return nil, false, nil
 	}
 	for _, problem := range c.Problems {
