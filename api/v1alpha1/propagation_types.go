@@ -398,6 +398,10 @@ const (
 	// ReasonInvalidAvailableWhen: a resource's availableWhen does not
 	// compile.
 	ReasonInvalidAvailableWhen = "InvalidAvailableWhen"
+	// ReasonAvailabilityRuleRefused: a resource's availableWhen could
+	// cost more than the manager allows; the message names the cost and
+	// the limit. The members' copies are held as they are.
+	ReasonAvailabilityRuleRefused = "AvailabilityRuleRefused"
 	// ReasonJournalLost, of a Warning Event on a MemberCluster: the
 	// manager's journal could not be used and was started anew.
 	ReasonJournalLost = "JournalLost"

@@ -4,16 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
+	"github.com/google/cel-go/common/operators"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/cel/library"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
 
 // availability is whether a copy in a member is available.
@@ -290,12 +300,29 @@ type availableWhen struct {
 }
 
 const (
-	// availableWhenCostLimit bounds an evaluation's cost, in CEL's units:
-	// a few tens of milliseconds of CPU. A rule over a copy's conditions
-	// costs tens.
+	// maxCopySize bounds a copy, and so every string, list and map in it,
+	// as the rules are estimated: 1.5 MiB, etcd's default request limit,
+	// which bounds every object a member stores.
+	maxCopySize = 1536 * 1024
+	// availableWhenEstimateLimit bounds a rule's cost as estimated when it
+	// is compiled, for any copy of up to maxCopySize: a few passes over a
+	// list of the copy fit (one over conditions is estimated at 13 million),
+	// a pass nested in another, or a string function called on each
+	// element, do not.
+	availableWhenEstimateLimit = 50_000_000
+	// maxCallResult bounds, when a rule is compiled, the size (characters
+	// or elements) of what any one call of it may make, for any copy of up
+	// to maxCopySize. The cost limit is checked between calls and cannot
+	// cut one short: this bounds the last call.
+	maxCallResult = 2 * maxCopySize
+	// availableWhenCostLimit bounds an evaluation's cost, in CEL's units,
+	// each call that makes a string, list or map charged its size too: it
+	// bounds what the evaluation allocates before its last call, and its
+	// time, to a few tens of milliseconds of CPU. A rule over a copy's
+	// conditions costs tens.
 	availableWhenCostLimit = 100_000
 	// availableWhenTimeout bounds an evaluation's time, as a backstop to
-	// the cost limit for functions whose cost CEL underestimates.
+	// the cost limit: it is checked between iterations of a loop.
 	availableWhenTimeout = time.Second
 	// maxCompiledAvailableWhen bounds the compiled rules kept.
 	maxCompiledAvailableWhen = 256
@@ -317,7 +344,8 @@ var compiledAvailableWhens = struct {
 
 // availableWhenEnv is the CEL environment of availableWhen: the copy as
 // self, and the libraries of cel-go that Kubernetes enables for CRD
-// validation rules.
+// validation rules, at Kubernetes' versions; their costs are estimated and
+// tracked by availableWhenCosts.
 var availableWhenEnv = sync.OnceValues(func() (*cel.Env, error) {
 	return cel.NewEnv(
 		cel.Variable("self", cel.DynType),
@@ -332,8 +360,11 @@ var availableWhenEnv = sync.OnceValues(func() (*cel.Env, error) {
 
 // compileAvailableWhen compiles expr, a CEL expression over the copy as
 // self, of type bool (or dyn, such as self.status.ready, checked when
-// evaluated). An error names the problem in CEL's words. It is safe for
-// concurrent use; a rule and an error alike are cached.
+// evaluated). An error names the problem in CEL's words; a rule that
+// compiles but could cost more than the manager allows is refused, a
+// *kindError of reason AvailabilityRuleRefused naming the cost and the
+// limit. It is safe for concurrent use; a rule and an error alike are
+// cached.
 func compileAvailableWhen(expr string) (*availableWhen, error) {
 	cache := &compiledAvailableWhens
 	cache.Lock()
@@ -368,11 +399,186 @@ func newAvailableWhen(expr string) (*availableWhen, error) {
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
 		return nil, fmt.Errorf("availableWhen must be a boolean expression, not %s", t)
 	}
-	program, err := env.Program(ast, cel.CostLimit(availableWhenCostLimit), cel.InterruptCheckFrequency(100))
+	costs := newAvailableWhenCosts()
+	estimate, err := env.EstimateCost(ast, costs)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case costs.largestResult > maxCallResult:
+		return nil, ruleRefused("one of its calls could make a string or list of %s characters or elements, over the limit of %d, for a copy of up to 1.5 MiB", bound(costs.largestResult), uint64(maxCallResult))
+	case estimate.Max > availableWhenEstimateLimit:
+		return nil, ruleRefused("its estimated cost, %s, exceeds the limit of %d, for a copy of up to 1.5 MiB", bound(estimate.Max), uint64(availableWhenEstimateLimit))
+	}
+	program, err := env.Program(ast,
+		cel.CostTracking(&availableWhenCosts{}),
+		cel.CostLimit(availableWhenCostLimit),
+		cel.InterruptCheckFrequency(100),
+	)
 	if err != nil {
 		return nil, err
 	}
 	return &availableWhen{program: program}, nil
+}
+
+// ruleRefused is why a rule that compiles is refused.
+func ruleRefused(format string, args ...any) *kindError {
+	return &kindError{reason: fleetv1alpha1.ReasonAvailabilityRuleRefused, message: "refused: " + fmt.Sprintf(format, args...)}
+}
+
+// bound is n, an estimate, in words: "no bound" when CEL found none.
+func bound(n uint64) string {
+	if n == math.MaxUint64 {
+		return "no bound"
+	}
+	return strconv.FormatUint(n, 10)
+}
+
+// availableWhenProblem is why a resource's availableWhen cannot be used,
+// of the first such resource: it does not compile (InvalidAvailableWhen)
+// or is refused (AvailabilityRuleRefused). Nil if every rule can be used.
+func availableWhenProblem(resources []fleetv1alpha1.ResourceSelector) *kindError {
+	for _, sel := range resources {
+		if sel.AvailableWhen == "" {
+			continue
+		}
+		if _, err := compileAvailableWhen(sel.AvailableWhen); err != nil {
+			return availableWhenFailure(sel.Kind, err)
+		}
+	}
+	return nil
+}
+
+// heldByAvailableWhen holds the run, failed, if an availableWhen of
+// resources cannot be used: a spec the manager cannot use neither applies
+// nor removes anything, not even the copies of a member it deselects.
+func (run *memberRun) heldByAvailableWhen(resources []fleetv1alpha1.ResourceSelector) bool {
+	kerr := availableWhenProblem(resources)
+	if kerr == nil {
+		return false
+	}
+	run.held = &failure{reason: kerr.reason, message: kerr.message}
+	run.fail(*run.held)
+	return true
+}
+
+// availableWhenFailure is err, compiling the availableWhen of a resource
+// of kind, with its reason.
+func availableWhenFailure(kind string, err error) *kindError {
+	reason := fleetv1alpha1.ReasonInvalidAvailableWhen
+	if kerr := (*kindError)(nil); errors.As(err, &kerr) {
+		reason = kerr.reason
+	}
+	return &kindError{reason: reason, message: fmt.Sprintf("the availableWhen of %s: %v", kind, err)}
+}
+
+// availableWhenCosts estimates a rule's cost when it is compiled, and
+// tracks it when it is evaluated, as Kubernetes does for CRD validation
+// rules (library.CostEstimator), with each call that makes a string, list
+// or map charged its size as well, so that cost bounds allocation. Its
+// estimates take every value of self to be at most maxCopySize, and
+// record in largestResult the largest result a call may make: format's
+// has no bound. Tracking reads no field: one value serves every
+// evaluation.
+type availableWhenCosts struct {
+	kubernetes    library.CostEstimator
+	largestResult uint64
+}
+
+// newAvailableWhenCosts is an availableWhenCosts for one estimate.
+func newAvailableWhenCosts() *availableWhenCosts {
+	c := &availableWhenCosts{}
+	c.kubernetes.SizeEstimator = c
+	return c
+}
+
+// EstimateSize bounds what self holds; nil leaves other values to CEL.
+func (c *availableWhenCosts) EstimateSize(node checker.AstNode) *checker.SizeEstimate {
+	if path := node.Path(); len(path) > 0 && path[0] == "self" {
+		return &checker.SizeEstimate{Min: 0, Max: maxCopySize}
+	}
+	return nil
+}
+
+// EstimateCallCost is Kubernetes' estimate, plus the size of the result;
+// for a concatenation, whose operands are dyn when they come from self
+// and escape CEL's own estimate, the size of the result.
+func (c *availableWhenCosts) EstimateCallCost(function, overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
+	var est *checker.CallEstimate
+	switch function {
+	case "format":
+		c.largestResult = math.MaxUint64
+		return nil
+	case operators.Add:
+		if len(args) != 2 {
+			return nil
+		}
+		size := c.sizeOf(args[0]).Add(c.sizeOf(args[1]))
+		est = &checker.CallEstimate{CostEstimate: checker.CostEstimate{Min: 1, Max: 1}, ResultSize: &size}
+	default:
+		if est = c.kubernetes.EstimateCallCost(function, overloadID, target, args); est == nil || est.ResultSize == nil {
+			return est
+		}
+	}
+	largest := est.ResultSize.Max
+	if function == "split" { // the one call here that makes a list
+		largest = saturatingProduct(largest, listEntryBytes)
+	}
+	c.largestResult = max(c.largestResult, largest)
+	est.CostEstimate = est.CostEstimate.Add(checker.CostEstimate(*est.ResultSize))
+	return est
+}
+
+// listEntryBytes is what an entry of a list a call makes takes at least:
+// a string's header.
+const listEntryBytes = 16
+
+func saturatingProduct(a, b uint64) uint64 {
+	if a != 0 && b > math.MaxUint64/a {
+		return math.MaxUint64
+	}
+	return a * b
+}
+
+// sizeOf is the size of node as estimated: unbounded if unknown.
+func (c *availableWhenCosts) sizeOf(node checker.AstNode) checker.SizeEstimate {
+	if size := node.ComputedSize(); size != nil {
+		return *size
+	}
+	if size := c.EstimateSize(node); size != nil {
+		return *size
+	}
+	return checker.SizeEstimate{Min: 0, Max: math.MaxUint64}
+}
+
+// CallCost is Kubernetes' cost of a call, plus the size of its result;
+// a concatenation's is the size of the string it makes.
+func (c *availableWhenCosts) CallCost(function, overloadID string, args []ref.Val, result ref.Val) *uint64 {
+	if function == operators.Add {
+		switch result.(type) {
+		case types.String, types.Bytes:
+			cost := 1 + resultSize(result)
+			return &cost
+		}
+		return nil
+	}
+	cost := c.kubernetes.CallCost(function, overloadID, args, result)
+	if cost == nil {
+		return nil
+	}
+	total := *cost + resultSize(result)
+	return &total
+}
+
+// resultSize is the size of a string, bytes, list or map, 0 for another
+// value.
+func resultSize(v ref.Val) uint64 {
+	if sized, ok := v.(traits.Sizer); ok {
+		if n, ok := sized.Size().(types.Int); ok && n > 0 {
+			return uint64(n)
+		}
+	}
+	return 0
 }
 
 // availability evaluates the rule over obj.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -307,4 +308,91 @@ func TestAvailableWhenIsSafeForConcurrentUse(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// bigCopy is a Widget whose spec holds a string s of maxCopySize
+// characters, a list items of maxCopySize/8 numbers and name's length in
+// letters, the worst a tenant's copy may bring to its own rule.
+func bigCopy() *unstructured.Unstructured {
+	items := make([]any, maxCopySize/8)
+	for i := range items {
+		items[i] = int64(i)
+	}
+	return memberCopyOf("example.com/v1", "Widget", map[string]any{"s": strings.Repeat("a", maxCopySize), "items": items}, map[string]any{"conditions": conditions("Ready", "True", "Done")})
+}
+
+func TestAvailableWhenRefusesWhatCouldGrow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, rule, want string
+	}{
+		{"the reproduced rule", `self.metadata.name` + strings.Repeat(`.replace('', 'xxxxxxxxxx')`, 8) + `.size() > 0`, "one of its calls could make a string or list of"},
+		{"one replacement around every character", `self.metadata.name.replace('', 'xxxxxxxxxx') != ''`, "one of its calls could make"},
+		{"a replacement from the copy", `self.metadata.name.replace('', self.metadata.namespace) == ''`, "one of its calls could make"},
+		{"repetition through join", `[self.spec.s, self.spec.s, self.spec.s].join('') != ''`, "one of its calls could make"},
+		{"repetition through join of a comprehension", `self.spec.items.map(x, self.spec.s).join('').size() > 0`, "one of its calls could make a string or list of no bound"},
+		{"format", `'%s'.format([self.spec.items.map(x, self.spec.s)]) != ''`, "of no bound"},
+		{"list concatenation in a comprehension", `self.spec.items.map(x, self.spec.items + self.spec.items).size() > 0`, "its estimated cost"},
+		{"list concatenation in nested comprehensions", `self.spec.items.all(x, self.spec.items.map(y, [x] + [y]).size() > 0)`, "its estimated cost"},
+		{"concatenation", `self.metadata.name + self.metadata.name + self.metadata.name != ''`, "one of its calls could make"},
+		{"concatenation in a comprehension", `self.spec.items.all(x, self.spec.s + self.spec.s != '')`, "its estimated cost"},
+		{"split on a string of the copy", `self.spec.s.split('').size() > 0`, "one of its calls could make"},
+		{"a string function on each element", `self.status.conditions.all(c, c.status.lowerAscii() == 'true')`, "its estimated cost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rule, err := compileAvailableWhen(tc.rule)
+			var kerr *kindError
+			if !errors.As(err, &kerr) || kerr.reason != "AvailabilityRuleRefused" || !strings.Contains(kerr.message, tc.want) || !strings.Contains(kerr.message, "over the limit of") && !strings.Contains(kerr.message, "exceeds the limit of") {
+				t.Fatalf("compileAvailableWhen = %v, %v; want it refused, AvailabilityRuleRefused, saying %q and the limit", rule, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestAvailableWhenAllocationIsBounded evaluates, over the biggest copy,
+// the rules that could allocate the most and are not refused, and bounds
+// what each evaluation allocates.
+func TestAvailableWhenAllocationIsBounded(t *testing.T) {
+	obj := bigCopy()
+	// stopped is an evaluation cut at its cost, or, on a slow machine, at
+	// its time, whichever comes first.
+	stopped := notAvailableWith("stopped")
+	// A string of the copy turned to runes takes four times its size.
+	const bound = 32 << 20
+	for _, tc := range []struct {
+		rule string
+		want availability
+	}{
+		{`'a,b'.split(',').size() == 2`, isAvailable()},
+		{`self.spec.s.replace('a', 'bb').size() > 0`, stopped},
+		{`(self.spec.s + self.spec.s).size() > 0`, stopped},
+		{`self.spec.s.upperAscii().size() > 0`, stopped},
+		{`self.spec.items.map(x, self.spec.items).size() > 0`, stopped},
+		{`self.spec.items.map(x, [x, x, x, x]).size() > 0`, stopped},
+		{`self.spec.items.filter(x, x > 0).size() > 0`, stopped},
+		{`self.spec.s.lowerAscii() + self.spec.s.upperAscii() != ''`, stopped},
+		{`self.status.conditions.exists(c, c.type == 'Ready' && c.status == 'True')`, isAvailable()},
+	} {
+		rule, err := compileAvailableWhen(tc.rule)
+		if err != nil {
+			t.Fatalf("compileAvailableWhen(%q): %v", tc.rule, err)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		got := availabilityOf(obj, rule)
+		runtime.ReadMemStats(&after)
+		if tc.want == stopped && (got.message == "Widget web: availableWhen did not hold (cost limit exceeded)" || got.message == "Widget web: availableWhen did not hold (timed out)") {
+			got = stopped
+		}
+		if got != tc.want {
+			t.Errorf("%s: availabilityOf = %+v, want %+v", tc.rule, got, tc.want)
+		}
+		allocated := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%s: %d KiB allocated", tc.rule, allocated>>10)
+		if allocated > bound {
+			t.Errorf("%s allocated %d MiB, want at most %d", tc.rule, allocated>>20, bound>>20)
+		}
+	}
 }

@@ -329,6 +329,52 @@ func TestCustomKindWaitsForItsCRDAndIsJudgedByCEL(t *testing.T) {
 	f.waitCopy(0, "web", "applied", exists)
 }
 
+// TestRefusedAvailabilityRuleHoldsTheCopies: a Propagation whose rule
+// could grow without bound says so as soon as the hub sums it up, and
+// each member keeps its copy as it was: neither updated nor removed.
+func TestRefusedAvailabilityRuleHoldsTheCopies(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	hub := f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready", ready)
+
+	refused := `self.metadata.name` + strings.Repeat(`.replace('', 'xxxxxxxxxx')`, 8) + `.size() > 0`
+	f.propagation("refused", func(p *fleetv1alpha1.Propagation) {
+		p.Spec.Members.Names = []string{"nobody"}
+		p.Spec.Resources[0].AvailableWhen = refused
+	})
+	p := f.waitStatus("refused", "refused on the hub, with no member run", func(p *fleetv1alpha1.Propagation) bool {
+		c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady)
+		return c != nil && c.Reason == fleetv1alpha1.ReasonAvailabilityRuleRefused
+	})
+	if c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "over the limit of") {
+		t.Errorf("Ready = %+v, want False, naming the limit", c)
+	}
+
+	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Resources[0].AvailableWhen = refused })
+	f.waitStatus("web", "east refused", listedAs("east", fleetv1alpha1.ResultFailed, fleetv1alpha1.ReasonAvailabilityRuleRefused))
+	hub.Data["color"] = "green" // would be applied, if not held
+	if err := f.hub.Client.Update(t.Context(), hub); err != nil {
+		t.Fatal(err)
+	}
+	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) {
+		p.Spec.Members.Selector.MatchLabels["env"] = "none" // would remove, if not held
+	})
+	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Members.Selector.MatchLabels["env"] = "prod" })
+	p = f.waitStatus("web", "east holds its copy, refused", listedAs("east", fleetv1alpha1.ResultFailed, fleetv1alpha1.ReasonAvailabilityRuleRefused))
+	if e, _ := entry(p, "east"); !strings.Contains(e.Message, "the availableWhen of ConfigMap: refused") {
+		t.Errorf("east says %q, want the refusal of the ConfigMap's availableWhen", e.Message)
+	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != fleetv1alpha1.ReasonAvailabilityRuleRefused {
+		t.Errorf("Ready = %+v, want False, AvailabilityRuleRefused", c)
+	}
+	if cm := f.copyIn(0, "web"); cm == nil || cm.Data["color"] != "blue" {
+		t.Errorf("east's copy is %+v, want it held as it was (color blue)", cm)
+	}
+}
+
 // TestRemovalGoesInReverseOrder: deleting the Propagation removes the
 // copies of a later wave before those of an earlier one.
 func TestRemovalGoesInReverseOrder(t *testing.T) {

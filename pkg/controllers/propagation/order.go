@@ -131,7 +131,8 @@ func (run *memberRun) judge(k copyKey, live *unstructured.Unstructured) bool {
 	if expr := run.selectedBy[k].AvailableWhen; expr != "" {
 		var err error
 		if rule, err = compileAvailableWhen(expr); err != nil {
-			run.fail(failure{reason: fleetv1alpha1.ReasonInvalidAvailableWhen, message: fmt.Sprintf("the availableWhen of %s: %v", k.gvk.Kind, err)})
+			kerr := availableWhenFailure(k.gvk.Kind, err)
+			run.fail(failure{reason: kerr.reason, message: kerr.message})
 			return false
 		}
 	}

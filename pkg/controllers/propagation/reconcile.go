@@ -249,6 +249,9 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if p == nil || !p.DeletionTimestamp.IsZero() {
 		return nil, true, nil
 	}
+	if run.heldByAvailableWhen(p.Spec.Resources) {
+		return nil, false, nil
+	}
 	if c, ok := run.r.m.Registry().Get(run.member.name); ok {
 		run.labels = c.Labels
 	}
@@ -278,6 +281,9 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	c, err := run.given(ctx, maintenance)
 	if err != nil || c == nil {
 		return nil, false, err
+	}
+	if run.heldByAvailableWhen(c.Resources) {
+		return nil, false, nil
 	}
 	for _, problem := range c.Problems {
 		run.fail(failure{reason: problem.Reason, message: problem.Message})

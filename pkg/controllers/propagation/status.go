@@ -335,6 +335,9 @@ func setConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationSt
 		if selectorErr != nil {
 			return selectorErr.reason, selectorErr.message
 		}
+		if kerr := availableWhenProblem(p.Spec.Resources); kerr != nil {
+			return kerr.reason, kerr.message
+		}
 		switch ro := st.Rollout; {
 		case p.Spec.Suspend:
 			return fleetv1alpha1.ReasonSuspended, "spec.suspend is set: nothing is applied, corrected or removed"
