@@ -265,36 +265,3 @@ func clusterWarnings(t *testing.T, f *testFleet, name string) []string {
 	}
 	return notes
 }
-
-// TestClusterPropagationTakesTheNamespaceItsFleetCreated: a Namespace the
-// manager created in a member for a Propagation's copies is taken over by
-// a ClusterPropagation of the same fleet that selects it, without adopt.
-func TestClusterPropagationTakesTheNamespaceItsFleetCreated(t *testing.T) {
-	t.Parallel()
-	f := newFleet(t)
-	f.register(0, "east", map[string]string{"env": "prod"})
-	early := suite.Name("early")
-	if err := f.hub.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: early}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.hub.Client.Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: early, Name: "settings"}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.hub.Client.Create(t.Context(), &fleetv1alpha1.Propagation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: early, Name: "settings"},
-		Spec: fleetv1alpha1.PropagationSpec{
-			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "settings"}},
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{testFleetLabel: f.namespace}}},
-		},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, "the Propagation's namespace created in east", func() bool { return memberObject(t, "v1", "Namespace", early) != nil })
-	f.clusterPropagation("namespaces", fleetv1alpha1.ResourceSelector{APIVersion: "v1", Kind: "Namespace", Name: early})
-	f.waitClusterStatus("namespaces", "Ready", func(st *fleetv1alpha1.PropagationStatus) bool {
-		return st.Available == 1 && meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.PropagationReady)
-	})
-	if ns := memberObject(t, "v1", "Namespace", early); ns.GetLabels()[fleetv1alpha1.PropagationLabel] != "namespaces" {
-		t.Errorf("east's Namespace labels %v, want it a copy of ClusterPropagation namespaces", ns.GetLabels())
-	}
-}
