@@ -226,11 +226,15 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl cluster.C
 	if err != nil {
 		return nil, err
 	}
-	disc, err := discovery.NewDiscoveryClientForConfigAndClient(cl.GetConfig(), writerHTTP)
+	// Listing every kind a namespace may hold meets deprecated ones: their
+	// warnings say nothing about the copies.
+	contentCfg := rest.CopyConfig(cl.GetConfig())
+	contentCfg.WarningHandlerWithContext = rest.NoWarnings{}
+	disc, err := discovery.NewDiscoveryClientForConfigAndClient(contentCfg, writerHTTP)
 	if err != nil {
 		return nil, err
 	}
-	metadataClient, err := metadata.NewForConfigAndClient(cl.GetConfig(), writerHTTP)
+	metadataClient, err := metadata.NewForConfigAndClient(contentCfg, writerHTTP)
 	if err != nil {
 		return nil, err
 	}

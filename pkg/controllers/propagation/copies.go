@@ -289,11 +289,8 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is not a copy (managers: %s); set adopt to take it over", k, managersOf(found))})
 					return nil, nil
 				}
-				if err := run.markAdopted(ctx, k, found); err != nil {
-					return nil, err
-				}
-				if found.GetAnnotations()[fleetv1alpha1.AdoptedAnnotation] != "true" {
-					return nil, nil // the mark failed: reported
+				if marked, err := run.markAdopted(ctx, k, found); !marked {
+					return nil, err // a failure that is not an error is reported
 				}
 				live, adopted = found, true
 			}
@@ -335,25 +332,26 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 // AdoptedAnnotation when the member made it (it carries no identity of
 // this fleet), before the copy is applied, so that it is orphaned, never
 // deleted, once no longer wanted. It is written under a field manager of
-// its own, which the copy's applies leave alone.
-func (run *memberRun) markAdopted(ctx context.Context, k copyKey, obj *unstructured.Unstructured) error {
+// its own, which the copy's applies leave alone. It reports whether obj
+// may be taken over: marked, or made by this fleet.
+func (run *memberRun) markAdopted(ctx context.Context, k copyKey, obj *unstructured.Unstructured) (bool, error) {
 	if obj.GetLabels()[fleetv1alpha1.FleetIDLabel] == run.id || obj.GetAnnotations()[fleetv1alpha1.AdoptedAnnotation] == "true" {
-		return nil
+		return true, nil
 	}
 	raw, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": obj.GetResourceVersion(), // what was judged not a copy
 		"annotations":     map[string]any{fleetv1alpha1.AdoptedAnnotation: "true"},
 	}})
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := run.member.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(adoptionFieldManager)); err != nil {
 		if apierrors.IsConflict(err) {
-			return fmt.Errorf("marking %s adopted: it changed meanwhile: %w", k, err)
+			return false, fmt.Errorf("marking %s adopted: it changed meanwhile: %w", k, err)
 		}
-		return run.failed(err, "patch", k)
+		return false, run.failed(err, "patch", k)
 	}
-	return nil
+	return true, nil
 }
 
 // adoptionFieldManager writes AdoptedAnnotation.
