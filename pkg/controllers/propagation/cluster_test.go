@@ -121,13 +121,14 @@ func TestClusterPropagationAppliesABaselineInOrder(t *testing.T) {
 		}
 	}
 	writes := memberWrites(t, 0, since)
-	first := func(resource string) int {
-		return slices.IndexFunc(writes, func(w controlplane.Write) bool { return w.Resource == resource && w.Verb != "delete" })
+	// The member is shared: only this test's objects count.
+	first := func(resource, name string) int {
+		return slices.IndexFunc(writes, func(w controlplane.Write) bool { return w.Resource == resource && w.Name == name && w.Verb != "delete" })
 	}
-	if crd, g := first("customresourcedefinitions"), first("gadgets"); crd < 0 || g < crd {
+	if crd, g := first("customresourcedefinitions", crdName), first("gadgets", "big"); crd < 0 || g < crd {
 		t.Errorf("writes in order %v: want the CRD applied before its Gadget", writes)
 	}
-	if ns, r := first("namespaces"), first("clusterroles"); ns < 0 || r < ns {
+	if ns, r := first("namespaces", base), first("clusterroles", reader); ns < 0 || r < ns {
 		t.Errorf("writes in order %v: want the Namespace applied before the ClusterRole", writes)
 	}
 	if warnings := clusterWarnings(t, f, "baseline"); len(warnings) > 0 {
