@@ -51,6 +51,12 @@ const (
 	// was applied, so that a copy whose Propagation is gone is treated as
 	// it asked.
 	DeletionAnnotation = "fleet.fleetkube.io/deletion"
+	// AdoptedAnnotation marks a copy that adopt took over from the
+	// member, which the manager did not create: when no longer wanted it
+	// is orphaned, never deleted. It is written before the copy is first
+	// applied, under its own field manager, and taken off with the copy's
+	// labels.
+	AdoptedAnnotation = "fleet.fleetkube.io/adopted"
 )
 
 // PropagationFinalizer holds a deleted Propagation until the removal of
@@ -402,6 +408,14 @@ const (
 	// cost more than the manager allows; the message names the cost and
 	// the limit. The members' copies are held as they are.
 	ReasonAvailabilityRuleRefused = "AvailabilityRuleRefused"
+	// ReasonContainerNotEmpty: a copy of a kind whose deletion deletes
+	// other objects (a Namespace, a CustomResourceDefinition) was no
+	// longer wanted but held objects that are not the Propagation's own
+	// copies: it was orphaned, not deleted.
+	ReasonContainerNotEmpty = "ContainerNotEmpty"
+	// ReasonAdoptedOrphaned: a copy that adopt took over from the member
+	// was no longer wanted: it was orphaned, not deleted.
+	ReasonAdoptedOrphaned = "AdoptedOrphaned"
 	// ReasonJournalLost, of a Warning Event on a MemberCluster: the
 	// manager's journal could not be used and was started anew.
 	ReasonJournalLost = "JournalLost"

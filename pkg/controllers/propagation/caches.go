@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -47,6 +49,10 @@ type memberCopies struct {
 	name   string
 	client client.Client
 	reader client.Reader
+	// discovery and metadata read what a container copy holds (see
+	// otherContent), uncached, with the writer's timeout.
+	discovery discovery.DiscoveryInterface
+	metadata  metadata.Interface
 	// newCache builds the copy cache of a namespace, which runs until ctx,
 	// the member's engagement, ends, or the cache is dropped.
 	newCache func(namespace string) (*watchedKinds, error)
@@ -220,8 +226,20 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl cluster.C
 	if err != nil {
 		return nil, err
 	}
+	// Listing every kind a namespace may hold meets deprecated ones: their
+	// warnings say nothing about the copies.
+	contentCfg := rest.CopyConfig(cl.GetConfig())
+	contentCfg.WarningHandlerWithContext = rest.NoWarnings{}
+	disc, err := discovery.NewDiscoveryClientForConfigAndClient(contentCfg, writerHTTP)
+	if err != nil {
+		return nil, err
+	}
+	metadataClient, err := metadata.NewForConfigAndClient(contentCfg, writerHTTP)
+	if err != nil {
+		return nil, err
+	}
 	mc := &memberCopies{
-		name: clusterName, client: writer, reader: writer, ctx: ctx, namespaces: map[string]*namespaceCopies{},
+		name: clusterName, client: writer, reader: writer, discovery: disc, metadata: metadataClient, ctx: ctx, namespaces: map[string]*namespaceCopies{},
 		newCache: func(namespace string) (*watchedKinds, error) {
 			ca, err := cache.New(cl.GetConfig(), cache.Options{
 				HTTPClient: httpClient, Scheme: c.scheme, Mapper: cl.GetRESTMapper(),

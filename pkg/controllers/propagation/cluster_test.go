@@ -121,13 +121,14 @@ func TestClusterPropagationAppliesABaselineInOrder(t *testing.T) {
 		}
 	}
 	writes := memberWrites(t, 0, since)
-	first := func(resource string) int {
-		return slices.IndexFunc(writes, func(w controlplane.Write) bool { return w.Resource == resource && w.Verb != "delete" })
+	// The member is shared: only this test's objects count.
+	first := func(resource, name string) int {
+		return slices.IndexFunc(writes, func(w controlplane.Write) bool { return w.Resource == resource && w.Name == name && w.Verb != "delete" })
 	}
-	if crd, g := first("customresourcedefinitions"), first("gadgets"); crd < 0 || g < crd {
+	if crd, g := first("customresourcedefinitions", crdName), first("gadgets", "big"); crd < 0 || g < crd {
 		t.Errorf("writes in order %v: want the CRD applied before its Gadget", writes)
 	}
-	if ns, r := first("namespaces"), first("clusterroles"); ns < 0 || r < ns {
+	if ns, r := first("namespaces", base), first("clusterroles", reader); ns < 0 || r < ns {
 		t.Errorf("writes in order %v: want the Namespace applied before the ClusterRole", writes)
 	}
 	if warnings := clusterWarnings(t, f, "baseline"); len(warnings) > 0 {
@@ -264,37 +265,4 @@ func clusterWarnings(t *testing.T, f *testFleet, name string) []string {
 		}
 	}
 	return notes
-}
-
-// TestClusterPropagationTakesTheNamespaceItsFleetCreated: a Namespace the
-// manager created in a member for a Propagation's copies is taken over by
-// a ClusterPropagation of the same fleet that selects it, without adopt.
-func TestClusterPropagationTakesTheNamespaceItsFleetCreated(t *testing.T) {
-	t.Parallel()
-	f := newFleet(t)
-	f.register(0, "east", map[string]string{"env": "prod"})
-	early := suite.Name("early")
-	if err := f.hub.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: early}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.hub.Client.Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: early, Name: "settings"}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.hub.Client.Create(t.Context(), &fleetv1alpha1.Propagation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: early, Name: "settings"},
-		Spec: fleetv1alpha1.PropagationSpec{
-			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "settings"}},
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{testFleetLabel: f.namespace}}},
-		},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, "the Propagation's namespace created in east", func() bool { return memberObject(t, "v1", "Namespace", early) != nil })
-	f.clusterPropagation("namespaces", fleetv1alpha1.ResourceSelector{APIVersion: "v1", Kind: "Namespace", Name: early})
-	f.waitClusterStatus("namespaces", "Ready", func(st *fleetv1alpha1.PropagationStatus) bool {
-		return st.Available == 1 && meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.PropagationReady)
-	})
-	if ns := memberObject(t, "v1", "Namespace", early); ns.GetLabels()[fleetv1alpha1.PropagationLabel] != "namespaces" {
-		t.Errorf("east's Namespace labels %v, want it a copy of ClusterPropagation namespaces", ns.GetLabels())
-	}
 }

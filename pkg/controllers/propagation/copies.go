@@ -281,9 +281,16 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member as a copy without a fleet identity that is not provably this fleet's: it is left alone (adopt does not take it)", k)})
 				return nil, nil
 			case notACopy:
-				if !p.Spec.Adopt && !run.createdNamespace(found) {
+				switch {
+				case !p.Spec.Adopt && found.GetLabels()[fleetv1alpha1.FleetIDLabel] == run.id:
+					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member, made by this fleet for other copies (a Propagation's namespace, or another Propagation's copy); set adopt to take it over", k)})
+					return nil, nil
+				case !p.Spec.Adopt:
 					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is not a copy (managers: %s); set adopt to take it over", k, managersOf(found))})
 					return nil, nil
+				}
+				if marked, err := run.markAdopted(ctx, k, found); !marked {
+					return nil, err // a failure that is not an error is reported
 				}
 				live, adopted = found, true
 			}
@@ -321,13 +328,34 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	return desired, nil // the apply's response: the copy as the member holds it now
 }
 
-// createdNamespace reports whether obj is a Namespace this fleet's
-// manager created for a Propagation's copies (see ensureNamespace): a
-// ClusterPropagation of this fleet takes it over as if adopt were set,
-// whichever came first.
-func (run *memberRun) createdNamespace(obj *unstructured.Unstructured) bool {
-	return obj.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"}) && obj.GetLabels()[fleetv1alpha1.FleetIDLabel] == run.id
+// markAdopted marks obj, which adopt takes over as copy k, with
+// AdoptedAnnotation when the member made it (it carries no identity of
+// this fleet), before the copy is applied, so that it is orphaned, never
+// deleted, once no longer wanted. It is written under a field manager of
+// its own, which the copy's applies leave alone. It reports whether obj
+// may be taken over: marked, or made by this fleet.
+func (run *memberRun) markAdopted(ctx context.Context, k copyKey, obj *unstructured.Unstructured) (bool, error) {
+	if obj.GetLabels()[fleetv1alpha1.FleetIDLabel] == run.id || obj.GetAnnotations()[fleetv1alpha1.AdoptedAnnotation] == "true" {
+		return true, nil
+	}
+	raw, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": obj.GetResourceVersion(), // what was judged not a copy
+		"annotations":     map[string]any{fleetv1alpha1.AdoptedAnnotation: "true"},
+	}})
+	if err != nil {
+		return false, err
+	}
+	if err := run.member.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(adoptionFieldManager)); err != nil {
+		if apierrors.IsConflict(err) {
+			return false, fmt.Errorf("marking %s adopted: it changed meanwhile: %w", k, err)
+		}
+		return false, run.failed(err, "patch", k)
+	}
+	return true, nil
 }
+
+// adoptionFieldManager writes AdoptedAnnotation.
+const adoptionFieldManager = fleetv1alpha1.FieldManager + "-adoption"
 
 // reportDrift records drifted fields of a copy, and tells of drift that
 // was not known before as an Event and in the metric.
@@ -354,7 +382,7 @@ func containsAll(have, want []string) bool {
 
 // ensureNamespace creates the Propagation's namespace in the member when
 // it is missing, stamped with the fleet's identity. The manager never
-// deletes it. A manager that may neither read nor create Namespaces, as
+// deletes it, and a ClusterPropagation takes it over only under adopt. A manager that may neither read nor create Namespaces, as
 // one registered with `register --namespaces`, goes on: its rights in the
 // namespace may be all it needs, and the apply tells.
 func (run *memberRun) ensureNamespace(ctx context.Context) error {
@@ -380,6 +408,9 @@ func (run *memberRun) ensureNamespace(ctx context.Context) error {
 
 // remove deletes a copy that is no longer wanted, or, under deletion
 // Orphan, lets it go: it keeps the object and drops what made it a copy.
+// A copy is orphaned too, whatever the policy, when adopt took it over
+// from the member, or when it is a container (see isContainer) that
+// holds anything but the Propagation's own copies: run.orphaned says so.
 func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructured) error {
 	policy := fleetv1alpha1.DeletionPolicy(live.GetAnnotations()[fleetv1alpha1.DeletionAnnotation])
 	if run.p != nil {
@@ -387,17 +418,25 @@ func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructure
 	}
 	k := copyKey{gvk: live.GroupVersionKind(), name: live.GetName()}
 	if policy == fleetv1alpha1.DeletionOrphan {
-		patch := map[string]any{"metadata": map[string]any{
-			"labels":      map[string]any{fleetv1alpha1.FleetLabel: nil, fleetv1alpha1.FleetIDLabel: nil, fleetv1alpha1.PropagationLabel: nil},
-			"annotations": map[string]any{fleetv1alpha1.SourceAnnotation: nil, fleetv1alpha1.SourceUIDAnnotation: nil, fleetv1alpha1.ContentHashAnnotation: nil, fleetv1alpha1.DeletionAnnotation: nil},
-		}}
-		raw, err := json.Marshal(patch)
+		return run.orphan(ctx, live, k)
+	}
+	reason, why := "", ""
+	switch {
+	case live.GetAnnotations()[fleetv1alpha1.AdoptedAnnotation] == "true":
+		reason, why = fleetv1alpha1.ReasonAdoptedOrphaned, "adopt took it over from the member, which made it"
+	case isContainer(k.gvk.GroupKind()):
+		what, err := run.otherContent(ctx, live)
 		if err != nil {
 			return err
 		}
-		if err := run.member.client.Patch(ctx, live, client.RawPatch(types.MergePatchType, raw)); err != nil && !apierrors.IsNotFound(err) {
-			return run.failed(err, "patch", k)
+		reason, why = fleetv1alpha1.ReasonContainerNotEmpty, what
+	}
+	if why != "" {
+		failures := len(run.failures)
+		if err := run.orphan(ctx, live, k); err != nil || len(run.failures) > failures {
+			return err
 		}
+		run.letGo(ctx, k, reason, fmt.Sprintf("%s was orphaned, not deleted: %s", k, why))
 		return nil
 	}
 	uid := live.GetUID()
@@ -406,6 +445,26 @@ func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructure
 		return run.failed(err, "delete", k)
 	}
 	logf.FromContext(ctx).V(1).Info("Copy removed", "kind", k.gvk.Kind, "object", k.name)
+	return nil
+}
+
+// orphan drops from live, copy k, the labels and annotations that made it
+// a copy, and keeps the object.
+func (run *memberRun) orphan(ctx context.Context, live *unstructured.Unstructured, k copyKey) error {
+	patch := map[string]any{"metadata": map[string]any{
+		"labels": map[string]any{fleetv1alpha1.FleetLabel: nil, fleetv1alpha1.FleetIDLabel: nil, fleetv1alpha1.PropagationLabel: nil},
+		"annotations": map[string]any{
+			fleetv1alpha1.SourceAnnotation: nil, fleetv1alpha1.SourceUIDAnnotation: nil, fleetv1alpha1.ContentHashAnnotation: nil,
+			fleetv1alpha1.DeletionAnnotation: nil, fleetv1alpha1.AdoptedAnnotation: nil,
+		},
+	}}
+	raw, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	if err := run.member.client.Patch(ctx, live, client.RawPatch(types.MergePatchType, raw)); err != nil && !apierrors.IsNotFound(err) {
+		return run.failed(err, "patch", k)
+	}
 	return nil
 }
 

@@ -79,6 +79,20 @@
 // reported as AlreadyExists, so an upgrade deletes nothing it cannot
 // prove its own.
 //
+// A copy is removed only when the manager is sure nothing else goes with
+// it. A container (a Namespace, whose deletion deletes what it holds, or a
+// CustomResourceDefinition, whose deletion deletes its custom resources;
+// see isContainer) is deleted only when it holds nothing but the
+// Propagation's own copies and what the member's controllers make in every
+// namespace; otherwise, or on any doubt (discovery or a list failing, a
+// kind the manager may not list), it is orphaned, on every removal path,
+// and the member's result and a Warning Event say so (ContainerNotEmpty).
+// adopt takes over an object the member made, marked AdoptedAnnotation
+// before it is first applied; such a copy is orphaned, never deleted
+// (AdoptedOrphaned). A namespace the manager created for a Propagation's
+// copies is taken over by a ClusterPropagation only under adopt, and is
+// not marked: it follows the container rule.
+//
 // What a member answers never reaches the hub verbatim: a failed request
 // is told in the manager's words, with the API status code and reason.
 //

@@ -84,6 +84,8 @@ type memberRun struct {
 	selectedBy map[copyKey]fleetv1alpha1.ResourceSelector
 
 	failures []failure
+	// orphaned are the copies orphaned rather than deleted, and why.
+	orphaned []failure
 	drifted  []string
 	// unavailable says what copies that are not available wait for, and
 	// notTracked counts the copies of kinds without a rule.
@@ -532,6 +534,7 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 		res.result, res.reason = fleetv1alpha1.ResultDeletionOwed, fleetv1alpha1.ReasonDeletionOwed
 	}
 	prev, _ := run.r.results.get(run.key, run.member.name)
+	run.tellOrphaned(&res, prev)
 	left := run.deadline(&res, prev)
 	if res.reason == fleetv1alpha1.ReasonWaitingForKind {
 		res.waitRuns = 1

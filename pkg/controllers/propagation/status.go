@@ -287,7 +287,9 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 			st.Applied++
 			if entry.Available == metav1.ConditionTrue {
 				st.Available++
-				continue // counted, not listed
+				if entry.Reason == fleetv1alpha1.ReasonApplied {
+					continue // counted, not listed; what was orphaned is listed
+				}
 			}
 		case fleetv1alpha1.ResultDrifted:
 			st.Drifted++
