@@ -29,7 +29,7 @@ import (
 // A replica that cannot prove it holds its Lease is fenced: it stops
 // every member at once and takes none until it can again. The proof is a
 // renewal of this process that its Lease cache has shown, sent less than
-// RenewDeadline ago. Another replica's Lease counts as expired only once
+// RenewDeadline ago, without a gap since the last pass. Another replica's Lease counts as expired only once
 // it has not changed for its duration in this replica's cache and the hub
 // itself, read with a quorum read, still holds that version (expired). A
 // replica counts itself among the view only from one RetryPeriod after
@@ -51,7 +51,14 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool, wake
 	}
 	asked, written, confirmed := r.lease.state()
 	deadline := confirmed.Add(r.opts.RenewDeadline)
-	fenced := confirmed.IsZero() || !now.Before(deadline)
+	// The proof must hold without a gap: a pass that finds the last
+	// one's deadline passed fences, whatever a newer renewal shows (it
+	// may have been sent before a pause and landed after the others took
+	// over), so that the members come back only through a handoff.
+	r.mu.Lock()
+	lapsed := !r.validUntil.IsZero() && !now.Before(r.validUntil)
+	r.mu.Unlock()
+	fenced := confirmed.IsZero() || !now.Before(deadline) || lapsed
 	if fenced != r.metrics.fenced() && !confirmed.IsZero() {
 		if fenced {
 			r.log.Info("Fenced: no renewal of the replica's Lease shown by its cache within the renew deadline; stopping every member until one is")
