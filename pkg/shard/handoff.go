@@ -58,7 +58,11 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool, wake
 	r.mu.Lock()
 	lapsed := !r.validUntil.IsZero() && !now.Before(r.validUntil)
 	r.mu.Unlock()
-	fenced := confirmed.IsZero() || !now.Before(deadline) || lapsed
+	proved := !confirmed.IsZero() && now.Before(deadline)
+	fenced := !proved || lapsed
+	if proved && lapsed {
+		r.poke() // unfence at the next pass, this one having fenced
+	}
 	if fenced != r.metrics.fenced() && !confirmed.IsZero() {
 		if fenced {
 			r.log.Info("Fenced: no renewal of the replica's Lease shown by its cache within the renew deadline; stopping every member until one is")
