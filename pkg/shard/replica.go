@@ -217,10 +217,10 @@ func New(cfg *rest.Config, opts Options) (*Replica, error) {
 
 // Owns reports whether key's owner among the live replicas is this one,
 // which is in their view (not fenced, not leaving) and whose renew
-// deadline has not passed, even if its loop has not run since. Unlike a cluster's
-// ownership in the registry, it is not handed over: use it for work that
-// tolerates a second writer during a change, such as a status written
-// with optimistic concurrency.
+// deadline has not passed, even if its loop has not run since. Unlike a
+// cluster's ownership in the registry, it is not handed over: use it for
+// work that tolerates a second writer during a change, such as a status
+// written with optimistic concurrency.
 func (r *Replica) Owns(key string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
