@@ -14,7 +14,8 @@
 // fleet.fleetkube.io/replica, and renews it every RetryPeriod. Hub writes
 // grow with replicas, not members: one renewal per replica per
 // RetryPeriod, plus a few per handoff. The live replicas are those whose
-// Lease changed within its duration, as this replica saw it (below); the
+// Lease changed within its duration, as this replica saw it and the hub
+// confirms (below); the
 // view is the live replicas that are not leaving. A replica counts
 // itself one RetryPeriod after it first wrote its Lease, so that replicas
 // starting together see each other first and none takes every member.
@@ -46,17 +47,28 @@
 //
 // # Fencing
 //
-// A replica that has not renewed its Lease for RenewDeadline is fenced:
-// it stops every member at once and takes none until it renews again. The
-// others take its members only once its Lease has not changed for
-// LeaseDuration, measured on their own clocks from when they saw it
-// change, never by comparing its renewTime with their clock, as
-// client-go's leader election does: clock skew between replicas does not
-// matter, only the rates of their clocks. The gap LeaseDuration −
-// RenewDeadline must cover a fenced replica's release: reconciles that
-// heed their context end at once; one that does not and runs longer could
-// overlap its member's next owner. Fencing tokens checked by the storage
-// are not possible: members' API servers are not ours to change.
+// A replica acts only while it can prove it holds its Lease: its Lease
+// cache has shown a renewal this process sent less than RenewDeadline
+// ago, without a gap since its last pass. Without that proof it is
+// fenced: it stops every member at once and takes none until it has it
+// again. The cache shows changes in the hub's order, so a cache that shows
+// a write sent at t is at least as fresh as the hub at t. A renewal
+// waits for the hub up to RenewDeadline: a slow hub is not a lost Lease.
+// A replica whose cache stops showing its writes (a stalled watch) also
+// stops renewing, so that the others take its members over.
+//
+// The others take a replica's members only once its Lease has not
+// changed for LeaseDuration, measured on their own clocks from when their
+// cache showed it change, never by comparing its renewTime with their
+// clock, as client-go's leader election does: clock skew between replicas
+// does not matter, only the rates of their clocks. And only once the hub
+// itself, read with a quorum read, still holds the version their cache
+// shows: a cache that lags makes a live replica look dead. The gap
+// LeaseDuration − RenewDeadline must cover a fenced replica's release:
+// reconciles that heed their context end at once; one that does not and
+// runs longer could overlap its member's next owner, as may one in flight
+// while its process was paused. Fencing tokens checked by the storage are
+// not possible: members' API servers are not ours to change.
 //
 // A replica leaving (its context ends, as on SIGTERM) marks its Lease
 // leaving, so that the view no longer holds it, hands its members over

@@ -3,8 +3,11 @@ package shard
 import (
 	"context"
 	"slices"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
@@ -23,36 +26,59 @@ import (
 //  4. once every live replica has released the view, each replica's
 //     Incoming clusters become Owned: their work starts.
 //
-// A replica whose Lease was not renewed for RenewDeadline is fenced: it
-// stops every member at once and takes none until it renews again. A
+// A replica that cannot prove it holds its Lease is fenced: it stops
+// every member at once and takes none until it can again. The proof is a
+// renewal of this process that its Lease cache has shown, sent less than
+// RenewDeadline ago, without a gap since the last pass. Another replica's Lease counts as expired only once
+// it has not changed for its duration in this replica's cache and the hub
+// itself, read with a quorum read, still holds that version (expired). A
 // replica counts itself among the view only from one RetryPeriod after
-// its Lease was first written.
-// done says a leaving replica has released everything and said so; busy,
-// that the pass waits on this replica's own members.
-func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool) {
+// its Lease was first shown.
+// done says a leaving replica has released everything and written so;
+// busy, that the pass waits on this replica's own members; wake, when
+// the next pass must run at the latest: at this replica's renew deadline
+// or at the next expiry of another's Lease.
+func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool, wake time.Time) {
 	now := r.opts.Clock.Now()
-	written, renewedAt := r.lease.state()
-	fenced := renewedAt.IsZero() || now.Sub(renewedAt) >= r.opts.RenewDeadline
-	if fenced != r.metrics.fenced() && !renewedAt.IsZero() {
+	var leases coordinationv1.LeaseList
+	if err := r.cache.List(ctx, &leases); err != nil {
+		return false, false, time.Time{} // the cache stopped
+	}
+	for i := range leases.Items {
+		if leases.Items[i].Name == r.opts.Name {
+			r.lease.confirm(&leases.Items[i], now)
+		}
+	}
+	asked, written, confirmed := r.lease.state()
+	deadline := confirmed.Add(r.opts.RenewDeadline)
+	// The proof must hold without a gap: a pass that finds the last
+	// one's deadline passed fences, whatever a newer renewal shows (it
+	// may have been sent before a pause and landed after the others took
+	// over), so that the members come back only through a handoff.
+	r.mu.Lock()
+	lapsed := !r.validUntil.IsZero() && !now.Before(r.validUntil)
+	r.mu.Unlock()
+	proved := !confirmed.IsZero() && now.Before(deadline)
+	fenced := !proved || lapsed
+	if proved && lapsed {
+		r.poke() // unfence at the next pass, this one having fenced
+	}
+	if fenced != r.metrics.fenced() && !confirmed.IsZero() {
 		if fenced {
-			r.log.Info("Fenced: the replica's Lease was not renewed in time; stopping every member until it is")
+			r.log.Info("Fenced: no renewal of the replica's Lease shown by its cache within the renew deadline; stopping every member until one is")
 		} else {
 			r.log.Info("The replica's Lease is renewed again")
 		}
 	}
 	r.metrics.setFenced(fenced)
 
-	var leases coordinationv1.LeaseList
-	if err := r.cache.List(ctx, &leases); err != nil {
-		return false, false // the cache stopped
-	}
 	present := map[string]bool{}
 	others := map[string]marks{} // the live replicas but this one
 	var view []string
 	for i := range leases.Items {
 		l := &leases.Items[i]
 		present[l.Name] = true
-		if l.Name == r.opts.Name || r.seen.expired(l, now) {
+		if l.Name == r.opts.Name || r.expired(ctx, l, now, fenced) {
 			continue
 		}
 		m := marksOf(l)
@@ -62,10 +88,15 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool) {
 		}
 	}
 	r.seen.forget(present)
+	for name := range r.expiredOnHub {
+		if !present[name] {
+			delete(r.expiredOnHub, name)
+		}
+	}
 	// A replica that just came waits one RetryPeriod before it counts
 	// itself: replicas that start together see each other's Leases by
 	// then, so that none takes every member for a moment.
-	if r.joined.IsZero() && !renewedAt.IsZero() {
+	if r.joined.IsZero() && !confirmed.IsZero() {
 		r.joined = now
 	}
 	in := !fenced && !leaving && now.Sub(r.joined) >= r.opts.RetryPeriod
@@ -79,7 +110,7 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool) {
 		r.metrics.replicas.Set(float64(len(view)))
 	}
 	r.mu.Lock()
-	r.working = nil
+	r.working, r.validUntil = nil, deadline
 	if in {
 		r.working = r.view
 	}
@@ -109,7 +140,7 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool) {
 		}
 	}
 
-	want := written
+	want := asked
 	want.leaving = leaving
 	if !warming || now.Sub(r.viewSince) >= r.opts.HandoffTimeout {
 		want.prepared = r.id
@@ -135,11 +166,8 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool) {
 			want.released = r.id
 		}
 	}
-	if want != written && !fenced {
-		if err := r.lease.write(ctx, want); err != nil {
-			r.log.V(1).Info("Could not mark the replica's Lease", "err", err.Error())
-			return false, true
-		}
+	if !fenced {
+		r.lease.mark(want) // the writer pokes the loop once it is written
 	}
 
 	allReleased := want.released == r.id
@@ -160,7 +188,44 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool) {
 		}
 	}
 	r.metrics.owned.Set(float64(owned))
-	return leaving && want.released == r.id, warming || stopping
+	wake = r.seen.nextExpiry(leases.Items, now)
+	if !fenced && (wake.IsZero() || deadline.Before(wake)) {
+		wake = deadline
+	}
+	return leaving && want.released == r.id && written == want, warming || stopping, wake
+}
+
+// expired reports whether another replica's Lease l, as this replica's
+// cache shows it at now, has expired: it has not changed for its
+// duration, as this replica saw it, and the hub itself still holds that
+// version. The hub is asked with a quorum read (an uncached Get), once
+// per version, so that a watch that stalled never makes a live replica
+// look dead. A fenced replica asks nothing: it takes no member anyway. A
+// read that fails is a doubt, and a doubt keeps the replica live.
+func (r *Replica) expired(ctx context.Context, l *coordinationv1.Lease, now time.Time, fenced bool) bool {
+	if !r.seen.expired(l, now) {
+		return false
+	}
+	if r.expiredOnHub[l.Name] == l.ResourceVersion {
+		return true
+	}
+	if fenced {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opts.RetryPeriod)
+	defer cancel()
+	onHub := &coordinationv1.Lease{}
+	switch err := r.lease.client.Get(ctx, client.ObjectKeyFromObject(l), onHub); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		r.log.V(1).Info("Could not read a replica's Lease from the hub: it stays live", "other", l.Name, "err", err.Error())
+		return false
+	case onHub.ResourceVersion != l.ResourceVersion:
+		r.log.Info("A replica's Lease looks expired in the cache, but the hub holds a newer one: the cache is behind", "other", l.Name)
+		return false
+	}
+	r.expiredOnHub[l.Name] = l.ResourceVersion
+	return true
 }
 
 // ownership returns what the registry says this replica does for the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -50,31 +51,70 @@ func marksOf(l *coordinationv1.Lease) marks {
 var errHeldElsewhere = errors.New("the replica's Lease is held by another process")
 
 // ownLease writes this replica's Lease: created or renewed with the marks
-// it is given. Writes are serialized; renewedAt is when the last one that
-// succeeded was sent.
+// the loop wants, by one goroutine (renew), so that the loop never waits
+// on the hub. It also tells when this replica last proved that it holds
+// the Lease: the send time of the latest write of this process that its
+// Lease cache has shown (confirm). The cache shows the Leases' changes in
+// the order the hub made them, so a cache that shows a write sent at t
+// shows every Lease as it was at t or later.
 type ownLease struct {
-	client    client.Client
+	client    client.Client // uncached: a Get is a quorum read
 	clock     clock.PassiveClock
 	key       client.ObjectKey
 	holder    string
 	duration  time.Duration
-	timeout   time.Duration
+	deadline  time.Duration // RenewDeadline: a write sent longer ago proves nothing
 	observing *observations
+	// kick asks the writer to write the marks wanted now.
+	kick chan struct{}
 
-	// mu serializes writes and guards what follows.
-	mu        sync.Mutex
-	lease     *coordinationv1.Lease // as last read or written; nil: read it
-	written   marks
-	renewedAt time.Time
+	// writing serializes writes and guards lease.
+	writing sync.Mutex
+	lease   *coordinationv1.Lease // as last read or written; nil: read it
+
+	// mu guards what follows; never held while the hub is waited for.
+	mu      sync.Mutex
+	want    marks
+	written marks
+	// unshown holds when each write that succeeded and that the cache
+	// has not shown yet was sent, oldest first.
+	unshown []time.Time
+	// sent holds when each recent write was sent (by this process's
+	// clock, monotonic), keyed by the renewTime it wrote, in microseconds.
+	sent      map[int64]time.Time
+	shown     int64     // the latest renewTime of this process the cache showed
+	confirmed time.Time // when the latest write the cache has shown was sent
 }
 
-// write renews the Lease with m.
-func (o *ownLease) write(ctx context.Context, m marks) error {
+// mark asks for m on the Lease; the writer writes it at once.
+func (o *ownLease) mark(m marks) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
+	changed := o.want != m
+	o.want = m
+	o.mu.Unlock()
+	if changed {
+		select {
+		case o.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// write renews the Lease with the marks wanted. It waits for the hub at
+// most RenewDeadline: a slow answer is no failure while it may still
+// count.
+func (o *ownLease) write(ctx context.Context) error {
+	o.writing.Lock()
+	defer o.writing.Unlock()
+	o.mu.Lock()
+	m := o.want
+	o.mu.Unlock()
 	sent := o.clock.Now()
+	o.mu.Lock()
+	o.sent[sent.UnixMicro()] = sent // a write that fails may still land
+	o.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, o.deadline)
+	defer cancel()
 	if o.lease == nil {
 		l := &coordinationv1.Lease{}
 		switch err := o.client.Get(ctx, o.key, l); {
@@ -132,28 +172,68 @@ func (o *ownLease) fill(l *coordinationv1.Lease, m marks, now time.Time) {
 }
 
 func (o *ownLease) wrote(l *coordinationv1.Lease, m marks, sent time.Time) {
-	o.lease, o.written, o.renewedAt = l, m, sent
-}
-
-// state returns the marks last written and when that write was sent.
-func (o *ownLease) state() (marks, time.Time) {
+	o.lease = l
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.written, o.renewedAt
+	o.written = m
+	o.unshown = append(o.unshown, sent)
+}
+
+// confirm takes in this replica's Lease as its cache shows it at now: a
+// write of this process that it shows is proved.
+func (o *ownLease) confirm(cached *coordinationv1.Lease, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if ptr.Deref(cached.Spec.HolderIdentity, "") != o.holder || cached.Spec.RenewTime == nil {
+		return
+	}
+	key := cached.Spec.RenewTime.UnixMicro()
+	o.shown = max(o.shown, key)
+	o.unshown = slices.DeleteFunc(o.unshown, func(sent time.Time) bool { return sent.UnixMicro() <= o.shown })
+	if sent, ok := o.sent[key]; ok && sent.After(o.confirmed) {
+		o.confirmed = sent
+	}
+	// A write sent RenewDeadline ago proves nothing any more.
+	for key, sent := range o.sent {
+		if !sent.After(o.confirmed) || now.Sub(sent) >= o.deadline {
+			delete(o.sent, key)
+		}
+	}
+}
+
+// state returns the marks wanted and last written, and when the latest
+// write the cache has shown was sent (zero: none yet).
+func (o *ownLease) state() (want, written marks, confirmed time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.want, o.written, o.confirmed
+}
+
+// lagging reports whether the cache has not shown, within RenewDeadline,
+// a write that succeeded: the watch stalled or the hub is far behind.
+// This replica cannot see the others, so it renews no more until its
+// cache catches up: the others then take its members over.
+func (o *ownLease) lagging(now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.unshown) > 0 && now.Sub(o.unshown[0]) >= o.deadline
 }
 
 // release deletes the Lease, if this process holds it, so that the
 // others need not wait for it to expire.
 func (o *ownLease) release(ctx context.Context) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
+	o.writing.Lock()
+	defer o.writing.Unlock()
 	if o.lease == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	ctx, cancel := context.WithTimeout(ctx, o.deadline)
 	defer cancel()
 	err := o.client.Delete(ctx, o.lease, client.Preconditions{UID: &o.lease.UID, ResourceVersion: &o.lease.ResourceVersion})
-	o.lease, o.renewedAt = nil, time.Time{}
+	o.lease = nil
+	o.mu.Lock()
+	o.confirmed, o.unshown = time.Time{}, nil
+	o.mu.Unlock()
 	return client.IgnoreNotFound(err)
 }
 
@@ -189,6 +269,25 @@ func (o *observations) expired(l *coordinationv1.Lease, now time.Time) bool {
 	}
 	duration := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
 	return now.Sub(seen.at) > duration
+}
+
+// nextExpiry returns when the first Lease observed and not yet expired
+// expires, as this process sees it; zero if none.
+func (o *observations) nextExpiry(leases []coordinationv1.Lease, now time.Time) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var next time.Time
+	for i := range leases {
+		seen, ok := o.seen[leases[i].Name]
+		if !ok {
+			continue
+		}
+		at := seen.at.Add(time.Duration(ptr.Deref(leases[i].Spec.LeaseDurationSeconds, 0))*time.Second + time.Millisecond)
+		if at.After(now) && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	return next
 }
 
 // forget drops the observations of Leases not in names.

@@ -152,11 +152,16 @@ type Replica struct {
 	viewSince time.Time
 	// joined is when the loop first saw its Lease written.
 	joined time.Time
+	// expiredOnHub holds, per replica, the version of its Lease that the
+	// hub confirmed expired.
+	expiredOnHub map[string]string
 
 	// mu guards working: the view, when this replica is in it; nil while
-	// it is fenced or leaving.
-	mu      sync.Mutex
-	working []string
+	// it is fenced or leaving; and validUntil, when it is fenced at the
+	// latest unless its Lease is renewed.
+	mu         sync.Mutex
+	working    []string
+	validUntil time.Time
 }
 
 var _ manager.LeaderElectionRunnable = (*Replica)(nil)
@@ -200,23 +205,26 @@ func New(cfg *rest.Config, opts Options) (*Replica, error) {
 		lease: &ownLease{
 			client: writer, clock: opts.Clock, observing: seen,
 			key:    client.ObjectKey{Namespace: opts.Namespace, Name: opts.Name},
-			holder: opts.Name + "_" + uuid.NewString(), duration: opts.LeaseDuration, timeout: opts.RetryPeriod,
+			holder: opts.Name + "_" + uuid.NewString(), duration: opts.LeaseDuration, deadline: opts.RenewDeadline,
+			kick: make(chan struct{}, 1), sent: map[int64]time.Time{},
 		},
-		seen:    seen,
-		metrics: metrics,
-		wake:    make(chan struct{}, 1),
+		seen:         seen,
+		metrics:      metrics,
+		wake:         make(chan struct{}, 1),
+		expiredOnHub: map[string]string{},
 	}, nil
 }
 
 // Owns reports whether key's owner among the live replicas is this one,
-// which is in their view (not fenced, not leaving). Unlike a cluster's
-// ownership in the registry, it is not handed over: use it for work that
-// tolerates a second writer during a change, such as a status written
-// with optimistic concurrency.
+// which is in their view (not fenced, not leaving) and whose renew
+// deadline has not passed, even if its loop has not run since. Unlike a
+// cluster's ownership in the registry, it is not handed over: use it for
+// work that tolerates a second writer during a change, such as a status
+// written with optimistic concurrency.
 func (r *Replica) Owns(key string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.working != nil && ownerOf(key, r.working) == r.opts.Name
+	return r.working != nil && r.opts.Clock.Now().Before(r.validUntil) && ownerOf(key, r.working) == r.opts.Name
 }
 
 // Replicas returns the live replicas that are not leaving, this one
@@ -257,7 +265,12 @@ func (r *Replica) Start(ctx context.Context) error {
 		return nil // ctx ended
 	}
 	go r.registry(cacheCtx)
-	go r.renew(cacheCtx)
+	renewCtx, stopRenewing := context.WithCancel(cacheCtx)
+	renewing := make(chan struct{})
+	go func() {
+		defer close(renewing)
+		r.renew(renewCtx)
+	}()
 
 	r.loop(ctx, false)
 	r.log.Info("Leaving: handing members over to the other replicas")
@@ -265,6 +278,8 @@ func (r *Replica) Start(ctx context.Context) error {
 	defer cancel()
 	r.loop(leaving, true)
 	r.releaseAll()
+	stopRenewing()
+	<-renewing
 	if err := r.lease.release(context.WithoutCancel(ctx)); err != nil {
 		r.log.Error(err, "Could not delete the replica's Lease: the others take over once it expires")
 	}
@@ -287,21 +302,34 @@ func (r *Replica) registry(ctx context.Context) {
 	})
 }
 
-// renew renews the Lease every RetryPeriod, with the marks last written,
-// until ctx ends.
+// renew writes the Lease every RetryPeriod, and at once when the loop
+// asks for new marks, until ctx ends. While the cache lags behind its
+// writes it writes nothing (ownLease.lagging).
 func (r *Replica) renew(ctx context.Context) {
 	ticker := r.opts.Clock.NewTicker(r.opts.RetryPeriod)
 	defer ticker.Stop()
+	wasLagging := false
 	for {
-		m, _ := r.lease.state()
-		if err := r.lease.write(ctx, m); err != nil && ctx.Err() == nil {
-			r.log.V(1).Info("Could not renew the replica's Lease", "err", err.Error())
+		lagging := r.lease.lagging(r.opts.Clock.Now())
+		if lagging != wasLagging {
+			if lagging {
+				r.log.Info("The replica's Lease cache does not show its renewals: renewing no more until it does, so that the others take its members over")
+			} else {
+				r.log.Info("The replica's Lease cache caught up: renewing again")
+			}
+			wasLagging = lagging
+		}
+		if !lagging {
+			if err := r.lease.write(ctx); err != nil && ctx.Err() == nil {
+				r.log.V(1).Info("Could not renew the replica's Lease", "err", err.Error())
+			}
 		}
 		r.poke()
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C():
+		case <-r.lease.kick:
 		}
 	}
 }
@@ -312,13 +340,16 @@ func (r *Replica) loop(ctx context.Context, leaving bool) {
 	idle := r.opts.Clock.NewTicker(r.opts.RetryPeriod / 2)
 	defer idle.Stop()
 	for {
-		done, busy := r.pass(ctx, leaving)
+		done, busy, wake := r.pass(ctx, leaving)
 		if leaving && done {
 			return
 		}
-		var poll <-chan time.Time
+		var poll, due <-chan time.Time
 		if busy {
 			poll = r.opts.Clock.After(busyPoll)
+		}
+		if !wake.IsZero() {
+			due = r.opts.Clock.After(wake.Sub(r.opts.Clock.Now()))
 		}
 		select {
 		case <-ctx.Done():
@@ -326,6 +357,7 @@ func (r *Replica) loop(ctx context.Context, leaving bool) {
 		case <-r.wake:
 		case <-idle.C():
 		case <-poll:
+		case <-due:
 		}
 	}
 }

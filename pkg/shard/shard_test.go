@@ -130,11 +130,18 @@ type replicas struct {
 // (nil: directly).
 func (rs *replicas) start(name string, cfg *rest.Config) *fleettest.Fleet {
 	rs.t.Helper()
+	return rs.startWith(cfg, quickShard(name))
+}
+
+// startWith starts the replica so describes.
+func (rs *replicas) startWith(cfg *rest.Config, so *shard.Options) *fleettest.Fleet {
+	rs.t.Helper()
+	name := so.Name
 	f := suite.StartFleet(rs.t, fleettest.FleetOptions{
 		Namespace: rs.ns,
 		Config:    cfg,
 		Configure: func(o *fleet.Options) {
-			o.Shard = quickShard(name)
+			o.Shard = so
 		},
 		Setup: func(m *fleet.Manager) error {
 			if err := membercluster.Add(m, membercluster.Options{}); err != nil {
