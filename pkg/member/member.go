@@ -50,6 +50,9 @@ type member struct {
 
 	// creds are the current credentials, replaced by rotate.
 	creds atomic.Pointer[credentials]
+	// clusterID identifies the cluster the member reaches, once it read
+	// it (see admit); guarded by the pool's mu.
+	clusterID string
 
 	// conn is the current connection, nil while there is none.
 	conn  atomic.Pointer[connection]
@@ -264,6 +267,16 @@ func (m *member) run(ctx context.Context) {
 // connections are closed.
 func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err error) {
 	m.connectingSince.Store(m.pool.opts.Clock.Now().UnixNano())
+	admitted, err := m.admit(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !admitted {
+		// Another name keeps the cluster: the registry refused this one,
+		// and the pool removes it.
+		<-ctx.Done()
+		return false, nil
+	}
 	cl, err := m.newCluster()
 	if err != nil {
 		return false, fmt.Errorf("creating cluster: %w", err)
