@@ -257,7 +257,8 @@ func (m *member) run(ctx context.Context) {
 	}
 }
 
-// connect starts a connection: indexes first, then its engagement and
+// connect starts a connection: the cluster's identity first (admit: a
+// name another keeps is not engaged), then indexes, its engagement and
 // the cluster, which runs in the calling goroutine. A member whose last
 // probe succeeded is Ready as its cluster starts; a refresh, the
 // connection of a member that is back, asks for a probe at once, which

@@ -59,8 +59,8 @@ func TestOneClusterUnderTwoNamesIsEngagedOnce(t *testing.T) {
 	fleettest.CreateNamespace(t, suite.MemberClients[0], team)
 
 	f.Register(t, first, suite.Kubeconfigs[0], map[string]string{"selected": team})
-	firstMC := suite.WaitMemberCluster(t, first, "Ready with a cluster ID", func(mc *fleetv1alpha1.MemberCluster) bool {
-		return mc.Status.State == fleetv1alpha1.MemberStateReady && mc.Status.ClusterID != ""
+	suite.WaitMemberCluster(t, first, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return mc.Status.State == fleetv1alpha1.MemberStateReady
 	})
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "web", Labels: map[string]string{"app": "web"}}, Data: map[string]string{"v": "1"}}
 	if err := suite.HubClient.Create(t.Context(), cm); err != nil {
@@ -84,9 +84,9 @@ func TestOneClusterUnderTwoNamesIsEngagedOnce(t *testing.T) {
 	if err := member.List(t.Context(), list, client.InNamespace(team)); err != nil {
 		t.Fatal(err)
 	}
-	wcl, ok := member.(client.WithWatch)
-	if !ok {
-		t.Fatal("the member client cannot watch")
+	wcl, err := client.NewWithWatch(suite.Members[0].Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
 	w, err := wcl.Watch(t.Context(), &corev1.ConfigMapList{}, client.InNamespace(team), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
 	if err != nil {
@@ -101,7 +101,8 @@ func TestOneClusterUnderTwoNamesIsEngagedOnce(t *testing.T) {
 	// fix) engaged; then a change of the object, reconciled in every
 	// member the Propagation reaches.
 	suite.WaitMemberCluster(t, second, "refused or Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
-		return mc.Status.State == fleetv1alpha1.MemberStateReady || (mc.Status.State == fleetv1alpha1.MemberStatePending && mc.Status.ClusterID != "")
+		ready := meta.FindStatusCondition(mc.Status.Conditions, fleetv1alpha1.ConditionReady)
+		return mc.Status.State == fleetv1alpha1.MemberStateReady || (ready != nil && ready.Reason == registry.ReasonDuplicateCluster)
 	})
 	cm.Data["v"] = "2"
 	if err := suite.HubClient.Update(t.Context(), cm); err != nil {
@@ -126,6 +127,7 @@ func TestOneClusterUnderTwoNamesIsEngagedOnce(t *testing.T) {
 	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != registry.ReasonDuplicateCluster || !strings.Contains(ready.Message, first) {
 		t.Fatalf("Ready condition %+v, want False, %s, naming %s", ready, registry.ReasonDuplicateCluster, first)
 	}
+	firstMC := suite.WaitMemberCluster(t, first, "its cluster ID", func(mc *fleetv1alpha1.MemberCluster) bool { return mc.Status.ClusterID != "" })
 	if mc.Status.ClusterID != firstMC.Status.ClusterID {
 		t.Fatalf("cluster IDs %q and %q, want the same", mc.Status.ClusterID, firstMC.Status.ClusterID)
 	}
