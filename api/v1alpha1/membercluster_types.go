@@ -342,6 +342,17 @@ type MemberClusterStatus struct {
 	// +kubebuilder:validation:MaxLength=64
 	ServerVersion string `json:"serverVersion,omitempty"`
 
+	// ClusterID identifies the cluster the registration reaches: the UID
+	// of its kube-system Namespace, read through the member's own
+	// credentials when it connects, or, when they may not read it,
+	// "sha256:" and a hash of its server URL and CA. Two names whose
+	// members reach one cluster are duplicates: the name registered first
+	// keeps the cluster, the other is refused (state Pending, reason
+	// DuplicateCluster) and engages nothing.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ClusterID string `json:"clusterID,omitempty"`
+
 	// LastProbeTime is when the last health probe finished. Unset before
 	// the first probe.
 	// +optional

@@ -138,7 +138,11 @@ func fleetRights(ctx context.Context, hub client.Client, mapper meta.RESTMapper,
 		return r, nil
 	}
 	// Register's namespaces exist: the manager reads them, creates none.
-	r.Cluster = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}, ResourceNames: namespaces}}
+	// It reads kube-system too, whose UID identifies the cluster, so that
+	// the cluster registered under another name is recognised.
+	named := append(slices.Clone(namespaces), metav1.NamespaceSystem)
+	slices.Sort(named)
+	r.Cluster = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}, ResourceNames: slices.Compact(named)}}
 	r.Namespaced = copies
 	return r, nil
 }

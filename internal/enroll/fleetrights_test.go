@@ -101,6 +101,7 @@ func TestPresetsAccess(t *testing.T) {
 				{ra("list", "configmaps", ""), false},
 				{authorizationv1.ResourceAttributes{Verb: "get", Resource: "namespaces", Name: "a"}, true},
 				{authorizationv1.ResourceAttributes{Verb: "get", Resource: "namespaces", Name: "b"}, false},
+				{authorizationv1.ResourceAttributes{Verb: "get", Resource: "namespaces", Name: "kube-system"}, true}, // the cluster's identity
 				{ra("create", "namespaces", ""), false},
 			},
 		},

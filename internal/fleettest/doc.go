@@ -56,4 +56,7 @@
 // each other's objects: such a test takes a hub of its own with
 // Suite.OwnHubs, and starts its fleets on it (FleetOptions.Hub). The
 // members stay shared: two fleets sharing members do not interfere.
+// Within a fleet, tests register one API server under many names, so the
+// harness's fleets set fleet.Options.AllowDuplicateClusters; a test of
+// the refusal of duplicates unsets it in FleetOptions.Configure.
 package fleettest

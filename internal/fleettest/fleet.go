@@ -102,6 +102,8 @@ func (s *Suite) StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 			Controller:             config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: 30 * time.Second},
 		},
 		Namespace: ns,
+		// The suite's few API servers stand for many clusters.
+		AllowDuplicateClusters: true,
 	}
 	if opts.LeaderElection {
 		o.LeaderElection = true

@@ -90,6 +90,12 @@ type Options struct {
 	// once per member with fresh options.
 	ConfigureMember func(clusterName string, o *cluster.Options)
 
+	// AllowDuplicateClusters, LOW LEVEL PRIMITIVE, engages every
+	// registered name, even names that reach one cluster; see
+	// member.Options.AllowDuplicateClusters. Default false: of the names
+	// of one cluster, only the one registered first is engaged.
+	AllowDuplicateClusters bool
+
 	// ClusterProfiles, if set, registers clusters from the ClusterProfiles
 	// of SIG-Multicluster's Cluster Inventory API it selects, besides the
 	// Secrets, under the names <namespace>.<name>.
@@ -207,6 +213,8 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		Burst:     opts.MemberBurst,
 		Configure: opts.ConfigureMember,
 		Health:    opts.MemberHealth,
+
+		AllowDuplicateClusters: opts.AllowDuplicateClusters,
 	})
 	if err != nil {
 		return nil, err

@@ -46,7 +46,13 @@
 // A changed server, CA or anything else replaces the member.
 //
 // Each member runs in its own context, derived from the one [Pool.Start]
-// was given: its field indexes are applied first ([Pool.IndexField]
+// was given. Each time it connects, it first reads its cluster's
+// identity (its kube-system Namespace UID, or a hash of its server and
+// CA) and reports it to the registry ([registry.Registry.Identify]): a
+// name another registered first keeps is refused and never engaged, and
+// the keeper is engaged only once no other name's member of the cluster
+// runs (unless Options.AllowDuplicateClusters). Then its field indexes
+// are applied ([Pool.IndexField]
 // reaches current and later members), then Options.Engage hands it on and
 // its cluster starts, in the member's own goroutine. That is the only
 // goroutine a member has of its own, but for a probe's while it is under

@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
@@ -17,6 +18,12 @@ type Registry interface {
 	Refuse(name string, generation int64, refusal *kubeconfig.RefusedError)
 	// ObserveState records a member's state and the probe behind it.
 	ObserveState(name string, state fleetv1alpha1.MemberState, probe *registry.ProbeResult)
+	// Identify records the identity of the cluster a member reaches and
+	// returns the name that keeps that cluster.
+	Identify(name string, fingerprint [sha256.Size]byte, clusterID string) (keeper string)
+	// Synced closes once every registration, and every identity the hub
+	// records, has been read.
+	Synced() <-chan struct{}
 }
 
 // followWorkers is how many clusters settle at once. Settling is mostly

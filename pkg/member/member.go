@@ -50,6 +50,9 @@ type member struct {
 
 	// creds are the current credentials, replaced by rotate.
 	creds atomic.Pointer[credentials]
+	// clusterID identifies the cluster the member reaches, once it read
+	// it (see admit); guarded by the pool's mu.
+	clusterID string
 
 	// conn is the current connection, nil while there is none.
 	conn  atomic.Pointer[connection]
@@ -254,7 +257,8 @@ func (m *member) run(ctx context.Context) {
 	}
 }
 
-// connect starts a connection: indexes first, then its engagement and
+// connect starts a connection: the cluster's identity first (admit: a
+// name another keeps is not engaged), then indexes, its engagement and
 // the cluster, which runs in the calling goroutine. A member whose last
 // probe succeeded is Ready as its cluster starts; a refresh, the
 // connection of a member that is back, asks for a probe at once, which
@@ -264,6 +268,16 @@ func (m *member) run(ctx context.Context) {
 // connections are closed.
 func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err error) {
 	m.connectingSince.Store(m.pool.opts.Clock.Now().UnixNano())
+	admitted, err := m.admit(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !admitted {
+		// Another name keeps the cluster: the registry refused this one,
+		// and the pool removes it.
+		<-ctx.Done()
+		return false, nil
+	}
 	cl, err := m.newCluster()
 	if err != nil {
 		return false, fmt.Errorf("creating cluster: %w", err)

@@ -90,6 +90,16 @@ type Options struct {
 	// Clock times probes and reconnections. Defaults to the real clock.
 	Clock clock.WithTickerAndDelayedExecution
 
+	// AllowDuplicateClusters, LOW LEVEL PRIMITIVE, engages every name,
+	// even names whose members reach one cluster. By default (false) each
+	// member reads its cluster's identity before it is engaged, and of
+	// the names that reach one cluster only the one registered first is
+	// engaged: two names would each delete from the cluster what the
+	// other put there. Set it only where one API server stands for many
+	// clusters on purpose, as in load tests, and no controller removes
+	// from a member what its name does not select.
+	AllowDuplicateClusters bool
+
 	// Configure, if set, adjusts each member's cluster.Options after the
 	// pool's defaults: its own HTTP client, managedFields stripped from
 	// cached objects, and ReaderFailOnMissingInformer, so that reading a kind
@@ -154,7 +164,11 @@ type Pool struct {
 	// stopping counts the members of each name that were removed and
 	// have not stopped yet.
 	stopping map[string]int
-	indexes  []index
+	// leaving are the members removed that have not stopped yet; left is
+	// closed, and replaced, each time one has stopped.
+	leaving map[*member]struct{}
+	left    chan struct{}
+	indexes []index
 }
 
 var _ manager.LeaderElectionRunnable = (*Pool)(nil)
@@ -168,7 +182,8 @@ func NewPool(opts Options) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pool{opts: opts, metrics: metrics, members: map[string]*member{}, stopping: map[string]int{}}, nil
+	return &Pool{opts: opts, metrics: metrics, members: map[string]*member{}, stopping: map[string]int{},
+		leaving: map[*member]struct{}{}, left: make(chan struct{})}, nil
 }
 
 // Start starts the members already set and follows the registry until
@@ -298,6 +313,7 @@ func (p *Pool) Remove(name string) bool {
 	delete(p.members, name)
 	if ok {
 		p.stopping[name]++
+		p.leaving[m] = struct{}{}
 	}
 	p.mu.Unlock()
 	if ok {
@@ -306,6 +322,9 @@ func (p *Pool) Remove(name string) bool {
 		if p.stopping[name]--; p.stopping[name] == 0 {
 			delete(p.stopping, name)
 		}
+		delete(p.leaving, m)
+		close(p.left)
+		p.left = make(chan struct{})
 		if _, back := p.members[name]; !back {
 			p.metrics.forget(name)
 		}
@@ -400,6 +419,23 @@ func (p *Pool) IndexField(ctx context.Context, obj client.Object, field string, 
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// otherMember returns the name of a member other than m, running or
+// stopping, whose cluster's identity is id; "" if there is none. The
+// caller holds p.mu.
+func (p *Pool) otherMember(m *member, id string) string {
+	for _, o := range p.members {
+		if o != m && o.name != m.name && o.clusterID == id {
+			return o.name
+		}
+	}
+	for o := range p.leaving {
+		if o.name != m.name && o.clusterID == id {
+			return o.name
+		}
+	}
+	return ""
 }
 
 func (p *Pool) indexesSnapshot() []index {

@@ -36,6 +36,14 @@
 // fleet-identity, which the manager and `fleet-manager register` read,
 // and the first of them creates.
 //
+// # One cluster, one name
+//
+// Each member reports the identity of the cluster it reaches
+// ([Registry.Identify]); the hub's MemberClusters record them
+// ([Registry.Record]), read before Synced. Of the names of one cluster,
+// the one whose registration was created first keeps it; the others are
+// refused as ReasonDuplicateCluster, naming it, until it goes.
+//
 // # State
 //
 // The member pool reports each member's state and probes

@@ -49,6 +49,9 @@ type Claim struct {
 	Labels map[string]string
 	// Refusal says why the Secret could not be read; nil if it could.
 	Refusal *kubeconfig.RefusedError
+	// Created is when the Secret, or ClusterProfile, was created: of two
+	// names that register one cluster, the first created keeps it.
+	Created time.Time
 
 	kubeconfig []byte
 }
@@ -64,9 +67,17 @@ type Cluster struct {
 	// Labels are the accepted claim's labels.
 	Labels map[string]string
 	// Refusal says why no member runs for the name: a conflict between
-	// Secrets, a Secret that could not be read, or a kubeconfig that the
-	// policy or the member pool refused. Nil when the name is accepted.
+	// Secrets, a Secret that could not be read, a kubeconfig that the
+	// policy or the member pool refused, or a cluster that another name
+	// keeps (DuplicateOf). Nil when the name is accepted.
 	Refusal *kubeconfig.RefusedError
+	// ClusterID identifies the cluster the name's kubeconfig reaches, as
+	// its member reported it (see Identify), or else as the hub's
+	// MemberCluster records it (see Record); empty while unknown.
+	ClusterID string
+	// DuplicateOf names the name that keeps the cluster, when it is not
+	// this one: this name is refused as ReasonDuplicateCluster.
+	DuplicateOf string
 	// State is the member's state; empty while refused.
 	State fleetv1alpha1.MemberState
 	// Probe is the member's last probe, nil before the first.
@@ -86,6 +97,10 @@ type Cluster struct {
 	// Secret of the fleet namespace claims: they change nothing, until
 	// the fleet namespace's claims go.
 	taken []Claim
+	// reported is true once ClusterID is the report of this process's
+	// member for the current kubeconfig; unrecorded, once the kubeconfig
+	// changed in this process, so that the hub's record no longer applies.
+	reported, unrecorded bool
 }
 
 // Accepted reports whether a member should run for the cluster.
@@ -143,6 +158,9 @@ type Registry struct {
 	// mu guards everything below.
 	mu       sync.Mutex
 	clusters map[string]*Cluster
+	// recorded are the identities the hub's MemberClusters record, by
+	// name (see Record).
+	recorded map[string]string
 	// claimed maps each source to the name it claims.
 	claimed map[Source]string
 	subs    map[*Subscription]struct{}
@@ -166,6 +184,7 @@ func newRegistry(shared bool, formats []string) *Registry {
 		shared:   shared,
 		formats:  slices.Clone(formats),
 		clusters: map[string]*Cluster{},
+		recorded: map[string]string{},
 		claimed:  map[Source]string{},
 		subs:     map[*Subscription]struct{}{},
 		unsynced: map[string]struct{}{},
@@ -229,8 +248,11 @@ func (r *Registry) claim(name string, c Claim) (taken bool) {
 	next := &Cluster{Name: name}
 	if cur != nil {
 		*next = *cur
-	} else if r.shared {
-		next.Ownership = NotOwned
+	} else {
+		next.ClusterID = r.recorded[name]
+		if r.shared {
+			next.Ownership = NotOwned
+		}
 	}
 	next.taken = withoutSource(next.taken, c.Source)
 	if !r.fromFleet(c.Source) && slices.ContainsFunc(next.Claims, func(x Claim) bool { return r.fromFleet(x.Source) }) {
@@ -293,6 +315,7 @@ func (r *Registry) Refuse(name string, generation int64, refusal *kubeconfig.Ref
 	next.Refusal = refusal
 	next.State, next.Probe = "", nil
 	r.lockedPublish(name, &next)
+	r.lockedResolve(cur.ClusterID) // a duplicate of it may take its cluster
 }
 
 // Assign records which replica owns cluster name and what this replica
@@ -378,16 +401,27 @@ func (r *Registry) lockedSet(cur, next *Cluster) {
 	if len(next.Claims) == 0 {
 		delete(r.clusters, next.Name)
 		r.lockedNotify(next.Name)
+		if cur != nil {
+			r.lockedResolve(cur.ClusterID) // a duplicate of it may take its cluster
+		}
 		return
 	}
 	slices.SortFunc(next.Claims, r.compareClaims)
 	first := next.Claims[0]
+	otherKubeconfig := cur != nil && len(cur.Claims) > 0 && !slices.Equal(cur.Claims[0].kubeconfig, first.kubeconfig)
+	if otherKubeconfig {
+		// It may reach another cluster: unknown until its member reports.
+		next.ClusterID, next.DuplicateOf, next.reported, next.unrecorded = "", "", false, true
+	}
 	// One Secret read by two formats is one claim.
 	objects := map[string]struct{}{}
 	for _, c := range next.Claims {
 		objects[c.Source.object()] = struct{}{}
 	}
 	next.Labels = first.Labels
+	if len(objects) > 1 || first.Refusal != nil {
+		next.DuplicateOf = "" // refused for what its claims say
+	}
 	switch {
 	case len(objects) > 1:
 		names := slices.Sorted(maps.Keys(objects))
@@ -395,6 +429,8 @@ func (r *Registry) lockedSet(cur, next *Cluster) {
 			Message: "the cluster name is claimed by " + strings.Join(names, ", ") + "; none is engaged until only one claims it"}
 	case first.Refusal != nil:
 		next.Refusal = first.Refusal
+	case next.DuplicateOf != "":
+		next.Refusal = duplicateRefusal(next.DuplicateOf)
 	default:
 		next.Refusal = nil
 	}
@@ -402,13 +438,17 @@ func (r *Registry) lockedSet(cur, next *Cluster) {
 	switch {
 	case !next.Accepted():
 		next.State, next.Probe = "", nil
-	case !wasAccepted || !slices.Equal(cur.Claims[0].kubeconfig, first.kubeconfig):
+	case !wasAccepted || otherKubeconfig:
 		next.generation++
 		if !wasAccepted && next.Ownership != NotOwned {
 			next.State, next.Probe = fleetv1alpha1.MemberStatePending, nil
 		}
 	}
 	r.lockedPublish(next.Name, next)
+	if otherKubeconfig {
+		r.lockedResolve(cur.ClusterID) // a duplicate of it may take its cluster
+	}
+	r.lockedResolve(next.ClusterID)
 }
 
 func (r *Registry) lockedPublish(name string, c *Cluster) {

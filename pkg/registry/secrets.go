@@ -63,6 +63,13 @@ func NewWithSecrets(mgr manager.Manager, formats []Format, workers int, profiles
 			r.fleetNamespace = f.Namespaces[0]
 		}
 	}
+	if r.fleetNamespace != "" {
+		// Before Synced, the identities the hub records of every name.
+		r.unsynced[recordedIdentities] = struct{}{}
+		if err := mgr.Add(identityRecords{registry: r, cache: mgr.GetCache()}); err != nil {
+			return nil, err
+		}
+	}
 	if workers <= 0 {
 		workers = DefaultWorkers
 	}
@@ -338,7 +345,7 @@ func (r *secretReader) read(ctx context.Context, secret *corev1.Secret) {
 	if refusal := droppedRefusal(secret, r.format.Keys); refusal != nil && !isRefusal(err, ReasonInvalidClusterName) {
 		err = refusal
 	}
-	c := Claim{Source: src, Labels: maps.Clone(secret.Labels), kubeconfig: reg.Kubeconfig}
+	c := Claim{Source: src, Labels: maps.Clone(secret.Labels), Created: secret.CreationTimestamp.Time, kubeconfig: reg.Kubeconfig}
 	if err != nil {
 		refusal, ok := errors.AsType[*kubeconfig.RefusedError](err)
 		if !ok {

@@ -238,6 +238,9 @@ func (mc *memberClusters) recordTransition(obj *fleetv1alpha1.MemberCluster, fro
 		}
 	}
 	note := transitionNotes[last.Reason]
+	if last.Reason == registry.ReasonDuplicateCluster {
+		note = "Pending: " + meta.FindStatusCondition(obj.Status.Conditions, fleetv1alpha1.ConditionReady).Message
+	}
 	if note == "" {
 		note = fmt.Sprintf("%s (%s)", last.State, last.Reason)
 	}
@@ -308,9 +311,13 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 	status.Replica = mc.m.ReplicaName()
 	refusal, probe := c.Refusal, c.Probe
 	probed := probe != nil
+	if c.ClusterID != "" {
+		status.ClusterID = c.ClusterID
+	}
+	duplicate := refusal != nil && refusal.Reason == registry.ReasonDuplicateCluster
 	switch {
-	case refusal != nil && refusal.Reason == registry.ReasonClusterNameConflict:
-		status.SetState(fleetv1alpha1.MemberStatePending, registry.ReasonClusterNameConflict, now)
+	case refusal != nil && (refusal.Reason == registry.ReasonClusterNameConflict || duplicate):
+		status.SetState(fleetv1alpha1.MemberStatePending, refusal.Reason, now)
 	case refusal != nil:
 		status.SetState(fleetv1alpha1.MemberStatePending, fleetv1alpha1.ReasonCredentialsRefused, now)
 	default:
@@ -319,6 +326,8 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 
 	accepted := metav1.Condition{Type: fleetv1alpha1.ConditionCredentialsAccepted, Status: metav1.ConditionTrue, Reason: fleetv1alpha1.ReasonAccepted, Message: "the kubeconfig meets the policy"}
 	switch {
+	case duplicate:
+		// Its kubeconfig is not at fault: the Ready condition says why.
 	case refusal != nil:
 		accepted.Status, accepted.Reason, accepted.Message = metav1.ConditionFalse, refusal.Reason, refusal.Message
 	case probed && apierrors.IsUnauthorized(probe.Err):
@@ -346,7 +355,10 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 	meta.SetStatusCondition(&status.Conditions, healthy)
 
 	ready := metav1.Condition{Type: fleetv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: string(status.State), Message: "the member is " + string(status.State)}
-	if status.State == fleetv1alpha1.MemberStateReady {
+	switch {
+	case duplicate:
+		ready.Reason, ready.Message = refusal.Reason, refusal.Message
+	case status.State == fleetv1alpha1.MemberStateReady:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, fleetv1alpha1.ReasonEngaged, "the member is engaged and healthy"
 	}
 	meta.SetStatusCondition(&status.Conditions, ready)
