@@ -63,17 +63,17 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	var status fleetv1alpha1.PropagationStatus
-	var lock []client.MergeFromOption
+	// A rollout planned from a stale record must not be written: the
+	// record is who is given what (see rollout). And other replicas
+	// write their shards: a write over a newer version would undo theirs.
+	lock := []client.MergeFromOption{client.MergeFromWithOptimisticLock{}}
 	var after time.Duration
 	if r.m.ReplicaName() == "" {
 		status = r.status(ctx, p, r.ownedMembers(), rv.revs)
 		after = r.rollout(ctx, p, &status, rv)
 		setConditions(p, &status, rv.hubProblem)
 	} else {
-		// Other replicas write their shards: a write over a newer
-		// version would undo theirs.
 		status, after = r.shardedStatus(ctx, p, rv)
-		lock = append(lock, client.MergeFromWithOptimisticLock{})
 	}
 	if r.sumsUp(p) {
 		if err := r.pruneRevisions(ctx, p, rv.revs, revisionsInUse(status.Rollout)); err != nil {
