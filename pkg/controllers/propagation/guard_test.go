@@ -98,7 +98,9 @@ func TestProgressiveClusterPropagationCompletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		t.Cleanup(func() { _ = suite.MemberClients[i].Delete(context.Background(), &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role.Name}}) })
+		t.Cleanup(func() {
+			_ = suite.MemberClients[i].Delete(context.Background(), &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role.Name}})
+		})
 	}
 	name := suite.Name("guard")
 	cp := &fleetv1alpha1.ClusterPropagation{
