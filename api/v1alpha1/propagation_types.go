@@ -179,8 +179,9 @@ type PropagationSpec struct {
 	// +optional
 	Revision *int64 `json:"revision,omitempty"`
 
-	// RevisionHistoryLimit is how many revisions are kept besides those
-	// members are given. Default 10.
+	// RevisionHistoryLimit is how many revisions are kept, counting the
+	// one rolled out and those members are given; those are never
+	// deleted, so more are kept while members are given more. Default 10.
 	//
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000

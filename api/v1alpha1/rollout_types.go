@@ -55,9 +55,10 @@ type ProgressiveRollout struct {
 	// once (given the new revision, and not yet Available for
 	// MinSuccessTime, or failed): a number, or a percentage of the
 	// selected members not in maintenance, rounded down but at least 1.
-	// Default 1.
+	// A number is at least 1, a percentage above 0%. Default 1.
 	//
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^0*[1-9][0-9]{0,5}%$')",message="must be a number of at least 1 or a percentage above 0%"
 	// +optional
 	MaxConcurrency *intstr.IntOrString `json:"maxConcurrency,omitempty"`
 	// MinSuccessTime is how long a member must have been Available with

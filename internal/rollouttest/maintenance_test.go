@@ -1,7 +1,9 @@
 package rollouttest
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,4 +183,85 @@ func TestRevisionsAreMadeOnlyOnChange(t *testing.T) {
 	if n := f.get().Status.Revision; n != 2 {
 		t.Errorf("revision %d after one change, want 2", n)
 	}
+}
+
+// TestDrainWaitsForACopyAFinalizerHolds: a drained member whose copy a
+// finalizer holds is not Drained while the copy is there, its drain
+// names what it waits for, and it keeps the disruption budget's only
+// slot: the next drained member keeps its copy. Once the finalizer goes,
+// both are drained.
+func TestDrainWaitsForACopyAFinalizerHolds(t *testing.T) {
+	f := newFleet(t, 0)
+	a, b := f.register(0, "a", nil), f.register(1, "b", nil)
+	f.configMap("web", "1")
+	f.propagation(nil, configMapKind)
+	f.waitRollout("of revision 1 complete", complete(1))
+	const finalizer = "test.fleetkube.io/hold"
+	held := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: f.team, Name: "web"}
+	member := suite.MemberClients[f.members[a]]
+	if err := member.Get(t.Context(), key, held); err != nil {
+		t.Fatal(err)
+	}
+	held.Finalizers = append(held.Finalizers, finalizer)
+	if err := member.Update(t.Context(), held); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cm := &corev1.ConfigMap{}
+		if member.Get(context.Background(), key, cm) == nil {
+			cm.Finalizers = nil
+			_ = member.Update(context.Background(), cm)
+		}
+	})
+
+	f.maintain(a, fleetv1alpha1.MaintenanceDrain)
+	f.maintain(b, fleetv1alpha1.MaintenanceDrain)
+	memberCluster := func(name string) *fleetv1alpha1.MemberCluster {
+		mc := &fleetv1alpha1.MemberCluster{}
+		if err := suite.HubClient.Get(t.Context(), client.ObjectKey{Name: name}, mc); err != nil {
+			t.Fatal(err)
+		}
+		return mc
+	}
+	deleting := func(cm *corev1.ConfigMap) bool { return cm.DeletionTimestamp != nil }
+	var mcA, mcB *fleetv1alpha1.MemberCluster
+	poll.Until(t, "a's copy deleting, and a's drain naming it, or a drained", func() bool {
+		mcA, mcB = memberCluster(a), memberCluster(b)
+		cm := &corev1.ConfigMap{}
+		if err := member.Get(t.Context(), key, cm); err != nil || !deleting(cm) {
+			return false
+		}
+		return fleettest.Condition(mcA, fleetv1alpha1.ConditionDrained) == metav1.ConditionTrue ||
+			mcA.Status.Drain != nil && strings.Contains(mcA.Status.Drain.Message, "waiting for the member to delete ConfigMap web")
+	})
+	if got := fleettest.Condition(mcA, fleetv1alpha1.ConditionDrained); got == metav1.ConditionTrue {
+		t.Errorf("%s is Drained (%+v) while a finalizer holds its copy", a, mcA.Status.Drain)
+	}
+	// The drain of a was handled: b's must have been planned from it.
+	poll.Until(t, "b waiting for the disruption budget, or drained", func() bool {
+		mcB = memberCluster(b)
+		return mcB.Status.Drain != nil && mcB.Status.Drain.Message == "waiting for the disruption budget of Propagation "+f.team+"/web" ||
+			f.valueIn(b, "web") == ""
+	})
+	if f.valueIn(b, "web") != "1" {
+		t.Errorf("%s lost its copy while %s's was still being deleted: two members without it under maxUnavailable 1", b, a)
+	}
+
+	held = &corev1.ConfigMap{}
+	if err := member.Get(t.Context(), key, held); err != nil {
+		t.Fatal(err)
+	}
+	held.Finalizers = nil
+	if err := member.Update(t.Context(), held); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "both members drained", func() bool {
+		for _, m := range []string{a, b} {
+			if fleettest.Condition(memberCluster(m), fleetv1alpha1.ConditionDrained) != metav1.ConditionTrue || f.valueIn(m, "web") != "" {
+				return false
+			}
+		}
+		return true
+	})
 }

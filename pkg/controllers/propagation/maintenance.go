@@ -6,8 +6,10 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -27,6 +29,41 @@ func (r *reconciler) maintenance(ctx context.Context, member string) (fleetv1alp
 		return "", err
 	}
 	return mc.Spec.Maintenance, nil
+}
+
+// reasonWaitingForDeletion is the reason of a member run whose copy the
+// member accepted to delete but still holds (a finalizer holds it).
+const reasonWaitingForDeletion = "WaitingForDeletion"
+
+// deletingRetry is when a run that waits for a copy's deletion looks
+// again, if no event of the copy asked first.
+const deletingRetry = 10 * time.Second
+
+// gone reports whether copy live, whose deletion the member accepted, is
+// gone: not found when read from the member's API server, or found
+// without a deletion under way (orphaned: no longer a copy). One still
+// being deleted is counted as held, and named in run.deleting and
+// run.waiting: a drain is not done, and keeps its place in the
+// disruption budget, until it is gone.
+func (run *memberRun) gone(ctx context.Context, live *unstructured.Unstructured) (bool, error) {
+	found := &unstructured.Unstructured{}
+	found.SetGroupVersionKind(live.GroupVersionKind())
+	err := run.member.reader.Get(ctx, client.ObjectKeyFromObject(live), found)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	} else if err != nil {
+		return false, fmt.Errorf("reading %s %s after its deletion: %w", live.GetKind(), live.GetName(), err)
+	}
+	if found.GetUID() != live.GetUID() || found.GetDeletionTimestamp() == nil {
+		return true, nil
+	}
+	run.hold(live.GroupVersionKind())
+	name := live.GetKind() + " " + live.GetName()
+	run.deleting = append(run.deleting, name)
+	if run.waiting == nil {
+		run.waiting = &failure{reason: reasonWaitingForDeletion, message: "waiting for the member to delete " + name + ": finalizers hold it"}
+	}
+	return false, nil
 }
 
 // maintenanceChanged passes the events of a MemberCluster whose
@@ -86,10 +123,16 @@ func (r *reconciler) publishDrain(member string, maintenance fleetv1alpha1.Maint
 	}
 	st := fleetv1alpha1.DrainStatus{Remaining: int32(len(holding))}
 	results := r.results.ofMember(member)
-	for _, key := range slices.SortedFunc(maps.Keys(holding), func(a, b propagationKey) int { return strings.Compare(a.String(), b.String()) }) {
+	keys := slices.SortedFunc(maps.Keys(holding), func(a, b propagationKey) int { return strings.Compare(a.String(), b.String()) })
+	for _, key := range keys {
 		if results[key].reason == fleetv1alpha1.ReasonWaitingForDisruptionBudget {
 			st.Message = "waiting for the disruption budget of " + describeKey(key)
 			break
+		}
+	}
+	for _, key := range keys {
+		if res := results[key]; st.Message == "" && res.reason == reasonWaitingForDeletion {
+			st.Message = describeKey(key) + ": " + res.message
 		}
 	}
 	switch {

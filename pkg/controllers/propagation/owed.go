@@ -318,6 +318,7 @@ func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation) 
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	r.revisionBook.forget(p.UID)
+	r.refusedRevisions.forget(p.UID)
 	if len(owed) > 0 {
 		logf.FromContext(ctx).Info("Propagation deleted; members owe the removal of its copies", "members", owed)
 		r.recorder.Eventf(hubObject(p), nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDeletionOwed, "Delete",

@@ -4,14 +4,17 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
@@ -61,12 +64,71 @@ func (r *reconciler) revise(ctx context.Context, p *fleetv1alpha1.Propagation) (
 	if err != nil {
 		return rv, err
 	}
+	if refused, ok := r.refusedRevisions.recent(p.UID, hash, time.Now()); ok {
+		// Asked again within refusedRevisionRetry, the hub would answer
+		// the same.
+		rv.refused = refused
+		rv.revs, err = r.revisions(ctx, p)
+		return rv, err
+	}
 	rv.revs, err = r.ensureRevision(ctx, p, raw, hash)
 	if apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) {
 		rv.refused = fmt.Sprintf("the hub refused a new revision (%d bytes): %s", len(raw), describeStatus(err))
+		if r.refusedRevisions.refused(p.UID, hash, rv.refused, time.Now()) {
+			logf.FromContext(ctx).Error(err, "The hub refused a new revision: members keep the revisions they have", "bytes", len(raw), "hash", hash)
+		}
 		rv.revs, err = r.revisions(ctx, p)
+	} else if err == nil {
+		r.refusedRevisions.forget(p.UID)
 	}
 	return rv, err
+}
+
+// refusedRevisionRetry is how long the content of a revision the hub
+// refused is not offered again, unless it changes.
+const refusedRevisionRetry = time.Minute
+
+// refusalBook remembers, by Propagation UID, the last revision the hub
+// refused: its content's hash, why, and when it was last offered.
+type refusalBook struct {
+	mu   sync.Mutex
+	last map[types.UID]refusedRevision
+}
+
+type refusedRevision struct {
+	hash, message string
+	at            time.Time
+}
+
+// recent returns why the hub refused a revision of hash for uid, if it
+// did less than refusedRevisionRetry before now.
+func (b *refusalBook) recent(uid types.UID, hash string, now time.Time) (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	last, ok := b.last[uid]
+	if !ok || last.hash != hash || now.Sub(last.at) >= refusedRevisionRetry {
+		return "", false
+	}
+	return last.message, true
+}
+
+// refused records that the hub refused a revision of hash for uid, and
+// reports whether that is news: another content, or another answer.
+func (b *refusalBook) refused(uid types.UID, hash, message string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.last == nil {
+		b.last = map[types.UID]refusedRevision{}
+	}
+	last, ok := b.last[uid]
+	b.last[uid] = refusedRevision{hash: hash, message: message, at: now}
+	return !ok || last.hash != hash || last.message != message
+}
+
+func (b *refusalBook) forget(uid types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.last, uid)
 }
 
 // rollout plans p's rollout into st (see planRollout) from the members'

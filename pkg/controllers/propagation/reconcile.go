@@ -96,6 +96,9 @@ type memberRun struct {
 	waiting *failure
 	// kindArrived is set when a kind the run waited for is served now.
 	kindArrived bool
+	// deleting names the copies whose deletion the member accepted but
+	// which are still there (see gone).
+	deleting []string
 	// skipRemoval holds kinds whose hub objects could not be read: none of
 	// their copies can be proven unwanted.
 	skipRemoval map[schema.GroupVersionKind]bool
@@ -219,7 +222,13 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 			if err := run.remove(ctx, have[k]); err != nil {
 				return reconcile.Result{}, err
 			}
-			if len(run.failures) == failures {
+			if len(run.failures) > failures {
+				continue
+			}
+			// A delete accepted is no copy gone: a finalizer may hold it.
+			if gone, err := run.gone(ctx, have[k]); err != nil {
+				return reconcile.Result{}, err
+			} else if gone {
 				removed = append(removed, journalCopy(have[k]))
 			}
 		}
@@ -227,7 +236,7 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 	if err := r.journal.Forget(mc.name, removed); err != nil {
 		return reconcile.Result{}, fmt.Errorf("recording removed copies in the journal: %w", err)
 	}
-	if len(run.failures) == 0 && len(run.skipRemoval) == 0 {
+	if len(run.failures) == 0 && len(run.skipRemoval) == 0 && len(run.deleting) == 0 {
 		// Every copy the Propagation does not want here is gone.
 		keep := make([]journal.Object, 0, len(desired))
 		for _, c := range recorded {
@@ -563,6 +572,9 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	}
 	if run.kindArrived {
 		after = append(after, kindArrivedRetry)
+	}
+	if len(run.deleting) > 0 {
+		after = append(after, deletingRetry)
 	}
 	if len(after) == 0 {
 		return reconcile.Result{}, nil

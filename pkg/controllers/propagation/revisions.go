@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
@@ -262,6 +263,13 @@ func (r *reconciler) ensureRevision(ctx context.Context, p *fleetv1alpha1.Propag
 	case len(revs) > 0 && revs[len(revs)-1].Labels[fleetv1alpha1.RevisionHashLabel] == hash:
 		return revs, nil
 	}
+	// The owner's kind is the scheme's: an object read from the cache,
+	// or made from a ClusterPropagation, carries no TypeMeta.
+	owner := hubObject(p)
+	gvk, err := apiutil.GVKForObject(owner, r.hub.Scheme())
+	if err != nil {
+		return nil, err
+	}
 	rev := &fleetv1alpha1.PropagationRevision{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      revisionObjectName(p, newest+1),
@@ -270,7 +278,7 @@ func (r *reconciler) ensureRevision(ctx context.Context, p *fleetv1alpha1.Propag
 				fleetv1alpha1.PropagationLabel: p.Name, fleetv1alpha1.RevisionOfLabel: revisionOf(p),
 				fleetv1alpha1.RevisionHashLabel: hash, fleetv1alpha1.FleetLabel: r.fleet,
 			},
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(hubObject(p), hubObject(p).GetObjectKind().GroupVersionKind())},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owner, gvk)},
 		},
 		Revision: newest + 1,
 		Content:  runtime.RawExtension{Raw: raw},

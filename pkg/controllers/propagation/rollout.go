@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -98,6 +99,9 @@ type rolloutSettings struct {
 	maxConcurrency int
 	minSuccessTime time.Duration
 	maxFailures    int
+	// invalid, if set, says why the strategy cannot be rolled out (one
+	// stored before the hub refused it): no member is given a revision.
+	invalid string
 }
 
 // rolloutSettingsOf fills in the defaults of spec's strategy; active is
@@ -115,10 +119,11 @@ func rolloutSettingsOf(spec *fleetv1alpha1.PropagationSpec, active int) rolloutS
 		return s
 	}
 	s.groupBy, s.groups = tuning.GroupBy, tuning.Groups
-	if tuning.MaxConcurrency != nil {
-		// A value that does not parse, such as "ten", keeps the default.
-		if n, err := intstr.GetScaledValueFromIntOrPercent(tuning.MaxConcurrency, active, false); err == nil {
-			s.maxConcurrency = max(n, 1)
+	if c := tuning.MaxConcurrency; c != nil {
+		if n, ok := maxConcurrencyOf(c, active); ok {
+			s.maxConcurrency = n
+		} else {
+			s.invalid = fmt.Sprintf("maxConcurrency %s is neither a number of at least 1 nor a percentage above 0%%: no member is given a revision", c)
 		}
 	}
 	if tuning.MinSuccessTime != nil {
@@ -128,6 +133,20 @@ func rolloutSettingsOf(spec *fleetv1alpha1.PropagationSpec, active int) rolloutS
 		s.maxFailures = max(int(*tuning.MaxFailures), 1)
 	}
 	return s
+}
+
+// maxConcurrencyOf is c of active members: a number of at least 1, or a
+// percentage above 0%, rounded down but at least 1. ok is false for any
+// other value, which the hub refuses but may have stored before.
+func maxConcurrencyOf(c *intstr.IntOrString, active int) (n int, ok bool) {
+	if c.Type == intstr.Int {
+		return c.IntValue(), c.IntValue() >= 1
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(c, active, false)
+	if pct, _ := strconv.Atoi(strings.TrimSuffix(c.StrVal, "%")); err != nil || pct <= 0 {
+		return 0, false
+	}
+	return max(n, 1), true
 }
 
 // groupOf is the index of the group labels put a member in: 0 when
@@ -199,7 +218,12 @@ func planRevision(in rolloutInput, members []plannedMember) (fleetv1alpha1.Rollo
 		return cmp.Or(cmp.Compare(a.group, b.group), strings.Compare(a.name, b.name))
 	})
 
-	assignJoiners(queue, in.target, !s.progressive && !in.spec.Paused)
+	// Under All, not paused, every member is given the target at once:
+	// All has no concurrency guard. Otherwise a member that joins is given
+	// the revision its group has reached, but never the target outside
+	// the guard: given it, a member is in flight like any other.
+	allNow := !s.progressive && !in.spec.Paused
+	joinTarget := assignJoiners(queue, in.target, allNow)
 	var inFlightCount, failedCount int
 	for _, q := range queue {
 		q.state = s.stateOf(q.plannedMember, in.target, in.now)
@@ -210,50 +234,72 @@ func planRevision(in rolloutInput, members []plannedMember) (fleetv1alpha1.Rollo
 			failedCount++
 		}
 	}
-	// An All rollout has given every member the revision: failures
-	// stop nothing, and the members' results report them.
 	stopped := s.progressive && failedCount >= s.maxFailures
-	if !stopped && !in.spec.Paused {
-		if s.progressive {
-			assignInOrder(queue, in.target, s.maxConcurrency-inFlightCount-failedCount)
-		} else {
-			for _, q := range queue {
-				if q.state == rolloutWaiting {
-					q.assigned, q.state = in.target, rolloutInFlight
-				}
+	slots := s.maxConcurrency - inFlightCount - failedCount
+	switch {
+	case stopped || s.invalid != "":
+		// A stopped rollout gives its revision to no one, not even a
+		// member whose group has it.
+	case allNow:
+		for _, q := range queue {
+			if q.state == rolloutWaiting {
+				q.assigned, q.state = in.target, rolloutInFlight
 			}
 		}
+	case !in.spec.Paused:
+		assignInOrder(queue, in.target, slots, nil)
+	case !s.progressive:
+		// Paused under All: a member that joins a group that has the
+		// target is given it.
+		for q := range joinTarget {
+			q.assigned, q.state = in.target, rolloutInFlight
+		}
+	default:
+		// Paused: only a member that joins a group that has the target
+		// is given it, within the guard.
+		assignInOrder(queue, in.target, slots, joinTarget)
 	}
 
 	status := describeRollout(queue, in.target, s.maxFailures, stopped, in.spec.Paused)
+	if s.invalid != "" && status.Phase != fleetv1alpha1.RolloutComplete {
+		status.Phase, status.Reason, status.Message = fleetv1alpha1.RolloutStopped, fleetv1alpha1.ReasonInvalid, s.invalid
+	}
 	status.Message = truncateMessage(status.Message + keptRevisions(members, in.target))
 	return status, untilDone(queue, in.target, s.minSuccessTime, in.now)
 }
 
-// assignJoiners gives each member of queue that has no revision one,
-// in order, each seeing those given before it: target when toTarget, else
-// the revision the rollout has reached for its group.
-func assignJoiners(queue []*queuedMember, target int64, toTarget bool) {
+// assignJoiners gives each member of queue that has no revision one, in
+// order, each seeing those given before it: target when toTarget, else
+// the revision the rollout has reached for its group (see
+// reachedRevision) unless that is target. It returns the members whose
+// group has reached target, left without a revision: only the
+// concurrency guard may give it to them.
+func assignJoiners(queue []*queuedMember, target int64, toTarget bool) map[*queuedMember]bool {
+	joinTarget := map[*queuedMember]bool{}
 	for i, q := range queue {
 		if q.assigned != 0 {
 			continue
 		}
-		if toTarget {
+		switch reached := reachedRevision(queue, i, target); {
+		case toTarget:
 			q.assigned = target
-		} else {
-			q.assigned = reachedRevision(queue, i, target)
+		case reached == target:
+			joinTarget[q] = true
+		default:
+			q.assigned = reached
 		}
 	}
+	return joinTarget
 }
 
 // reachedRevision is the revision the rollout of target has reached for
 // the group of queue[i]: target when every other member of that group and
-// of the groups before has it; else the one most other members of the
-// group have (the higher on a tie), leaving out target; else 0, and the
-// member waits for its turn.
+// of the groups before has it, and there is one; else the one most other
+// members of the group have (the higher on a tie), leaving out target;
+// else 0, and the member waits for its turn.
 func reachedRevision(queue []*queuedMember, i int, target int64) int64 {
 	group := queue[i].group
-	allTarget := true
+	allTarget, others := true, 0
 	count := map[int64]int{}
 	for j, other := range queue {
 		if other.group > group {
@@ -263,11 +309,12 @@ func reachedRevision(queue []*queuedMember, i int, target int64) int64 {
 			continue
 		}
 		allTarget = allTarget && other.assigned == target
+		others++
 		if other.group == group && other.assigned != 0 && other.assigned != target {
 			count[other.assigned]++
 		}
 	}
-	if allTarget {
+	if allTarget && others > 0 {
 		return target
 	}
 	var reached int64
@@ -281,14 +328,14 @@ func reachedRevision(queue []*queuedMember, i int, target int64) int64 {
 
 // assignInOrder gives target to up to slots waiting members of queue, in
 // order, starting no group before every member of the groups before it is
-// done.
-func assignInOrder(queue []*queuedMember, target int64, slots int) {
+// done; only to those of only, when set.
+func assignInOrder(queue []*queuedMember, target int64, slots int, only map[*queuedMember]bool) {
 	earlierNotDone := false
 	for i, q := range queue {
 		if i > 0 && q.group != queue[i-1].group && earlierNotDone {
 			return
 		}
-		if q.state == rolloutWaiting && slots > 0 {
+		if q.state == rolloutWaiting && slots > 0 && (only == nil || only[q]) {
 			q.assigned, q.state = target, rolloutInFlight
 			slots--
 		}

@@ -375,8 +375,12 @@ func TestPlanMaxConcurrency(t *testing.T) {
 		{"10% of 5, at least 1", intstr.FromString("10%"), 5, 1},
 		{"25% of 10, rounded down", intstr.FromString("25%"), 10, 2},
 		{"a number", intstr.FromInt32(3), 10, 3},
-		{"0 is at least 1", intstr.FromInt32(0), 10, 1},
-		{"not a percentage: the default", intstr.FromString("ten"), 10, 1},
+		// Values the hub refuses, stored before it did, hold the rollout.
+		{"0: held", intstr.FromInt32(0), 10, 0},
+		{"-1: held", intstr.FromInt32(-1), 10, 0},
+		{"0%: held", intstr.FromString("0%"), 10, 0},
+		{"not a percentage: held", intstr.FromString("ten"), 10, 0},
+		{"a number as a string: held", intstr.FromString("3"), 10, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spec := progressive(&fleetv1alpha1.ProgressiveRollout{MaxConcurrency: &c.maxConcurrency})
@@ -394,6 +398,10 @@ func TestPlanMaxConcurrency(t *testing.T) {
 			}
 			if got != c.want {
 				t.Errorf("%d members given the revision, want %d", got, c.want)
+			}
+			if held := plan.status.Phase == fleetv1alpha1.RolloutStopped && plan.status.Reason == fleetv1alpha1.ReasonInvalid &&
+				strings.Contains(plan.status.Message, "maxConcurrency "+c.maxConcurrency.String()); held != (c.want == 0) {
+				t.Errorf("phase %s, reason %s, message %q: held %t, want %t", plan.status.Phase, plan.status.Reason, plan.status.Message, held, c.want == 0)
 			}
 		})
 	}
@@ -806,5 +814,88 @@ func TestPlanDrainBlocked(t *testing.T) {
 		name:     "a member no longer drained leaves draining",
 		members:  []plannedMember{member("a", 1, applyingAt(1)), inMaintenance(fleetv1alpha1.MaintenanceCordon, member("x", 1, availableAt(1)))},
 		draining: []string{"x"},
+	}})
+}
+
+// TestPlanGuardHoldsForEveryCause: whatever brings the planner its
+// members (a new Propagation, a fast failure, a restart that left only
+// the persisted record, a record behind the members' reports, members
+// that join), no plan has more members between revisions than
+// maxConcurrency allows, and a stopped rollout gives its revision to no
+// one.
+func TestPlanGuardHoldsForEveryCause(t *testing.T) {
+	one := progressive(&fleetv1alpha1.ProgressiveRollout{MaxConcurrency: ptr.To(intstr.FromInt32(1))})
+	staged := progressive(&fleetv1alpha1.ProgressiveRollout{MaxConcurrency: ptr.To(intstr.FromInt32(1)), GroupBy: "tier", Groups: []string{"canary", "prod"}})
+	forbidden := failedAt(1, fleetv1alpha1.ReasonForbidden, "the member forbids the manager to create configmaps")
+	runPlanCases(t, []planCase{{
+		name:    "a first revision: one member",
+		spec:    one,
+		target:  1,
+		members: fresh(3),
+		want:    progressing(map[string]int64{"m000": 1}, 0, "0 of 3 members run revision 1; in flight: m000"),
+	}, {
+		name:    "a first revision, members each alone in a group: one member",
+		spec:    staged,
+		target:  1,
+		members: []plannedMember{inTier("prod", member("a", 0, unknown)), inTier("canary", member("c", 0, unknown)), member("z", 0, unknown)},
+		want:    progressing(map[string]int64{"c": 1}, 0, "0 of 3 members run revision 1; in flight: c"),
+	}, {
+		name:    "a first revision, the first member in flight: the others wait",
+		spec:    staged,
+		target:  1,
+		members: []plannedMember{inTier("prod", member("a", 0, unknown)), inTier("canary", member("c", 1, applyingAt(1))), member("z", 0, unknown)},
+		want:    progressing(map[string]int64{"c": 1}, 0, "0 of 3 members run revision 1; in flight: c"),
+	}, {
+		name:    "a first revision, the second given while the third joins behind it: one in flight",
+		spec:    one,
+		target:  1,
+		members: []plannedMember{member("a", 1, availableAt(1)), member("b", 1, applyingAt(1)), member("c", 0, unknown)},
+		want:    progressing(map[string]int64{"a": 1, "b": 1}, 1, "1 of 3 members run revision 1; in flight: b"),
+	}, {
+		name:    "a fast failure stops the first revision: the other member holds nothing",
+		spec:    one,
+		target:  1,
+		members: []plannedMember{member("a", 1, forbidden), member("b", 0, unknown)},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 1},
+			phase:    fleetv1alpha1.RolloutStopped, reason: fleetv1alpha1.ReasonRolloutStopped,
+			message: "stopped after 1 failed member (maxFailures 1): member a: the member forbids the manager to create configmaps (Forbidden)",
+			failed:  1,
+		},
+	}, {
+		name:    "a fast failure short of maxFailures holds its slot",
+		spec:    progressive(&fleetv1alpha1.ProgressiveRollout{MaxConcurrency: ptr.To(intstr.FromInt32(1)), MaxFailures: ptr.To[int32](2)}),
+		target:  1,
+		members: []plannedMember{member("a", 1, forbidden), member("b", 0, unknown)},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 1},
+			phase:    fleetv1alpha1.RolloutProgressing, reason: "Progressing",
+			message: "0 of 2 members run revision 1; failed: a", failed: 1,
+		},
+	}, {
+		name:    "a restart: only the record, the member given the revision is in flight",
+		spec:    one,
+		target:  1,
+		members: []plannedMember{member("a", 1, unknown), member("b", 0, unknown), member("c", 0, unknown)},
+		want:    progressing(map[string]int64{"a": 1}, 0, "0 of 3 members run revision 1; in flight: a"),
+	}, {
+		name: "a stale record: the record alone decides",
+		spec: one,
+		// b reports revision 1, which a record newer than the planner's
+		// gave it: the plan from the older one gives c nothing, and its
+		// write, against the older version, is refused by the hub.
+		target:  1,
+		members: []plannedMember{member("a", 1, applyingAt(1)), member("b", 0, applyingAt(1)), member("c", 0, unknown)},
+		want:    progressing(map[string]int64{"a": 1}, 0, "0 of 3 members run revision 1; in flight: a"),
+	}, {
+		name:    "paused: a member joining a group that has the revision takes it only within the guard",
+		spec:    paused(staged),
+		target:  2,
+		members: []plannedMember{inTier("canary", member("a", 2, applyingAt(2))), inTier("canary", member("b", 0, unknown)), inTier("prod", member("p", 1, availableAt(1)))},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 2, "p": 1},
+			phase:    fleetv1alpha1.RolloutPaused, reason: "Paused",
+			message: "paused: 0 of 3 members run revision 2",
+		},
 	}})
 }

@@ -104,6 +104,8 @@ type reconciler struct {
 	drains *registry.Facts[fleetv1alpha1.DrainStatus]
 	// revisionBook remembers the revisions this manager made.
 	revisionBook revisionBook
+	// refusedRevisions remembers the revisions the hub refused.
+	refusedRevisions refusalBook
 	// queue takes the requests the controller makes itself.
 	queue controllerQueue
 

@@ -76,6 +76,10 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	var status fleetv1alpha1.PropagationStatus
+	// A rollout planned from a stale record must not be written: the
+	// record is who is given what (see rollout). And other replicas
+	// write their shards: a write over a newer version would undo theirs.
+	// So the status patch below carries the version it was planned from.
 	var after time.Duration
 	if r.m.ReplicaName() == "" {
 		status = r.status(ctx, p, r.ownedMembers(), rv.revs)
