@@ -100,10 +100,17 @@ func (f *testFleet) removePropagations() {
 // with labels, and waits until its MemberCluster is Ready.
 func (f *testFleet) register(i int, name string, labels map[string]string) string {
 	f.t.Helper()
+	return f.registerKubeconfig(i, name, suite.Kubeconfigs[i], labels)
+}
+
+// registerKubeconfig registers member API server i, reached by
+// kubeconfig, as register does.
+func (f *testFleet) registerKubeconfig(i int, name string, kubeconfig []byte, labels map[string]string) string {
+	f.t.Helper()
 	name = f.fleet.Namespace + "-" + name
 	f.members[name] = i
 	f.deployments.Add(name, suite.MemberClients[i])
-	f.fleet.Register(f.t, name, suite.Kubeconfigs[i], map[string]string{"test.fleetkube.io/fleet": f.fleet.Namespace}, labels)
+	f.fleet.Register(f.t, name, kubeconfig, map[string]string{"test.fleetkube.io/fleet": f.fleet.Namespace}, labels)
 	suite.WaitMemberCluster(f.t, name, "Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
 		return fleettest.Condition(mc, fleetv1alpha1.ConditionReady) == metav1.ConditionTrue
 	})

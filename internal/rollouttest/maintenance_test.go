@@ -265,3 +265,36 @@ func TestDrainWaitsForACopyAFinalizerHolds(t *testing.T) {
 		return true
 	})
 }
+
+// TestDrainedMemberThatIsDownHoldsNoBudget: of two members drained at
+// once under a budget of one, the one that is down (its API server cut
+// off) is given no part of the budget: the other is drained, and the
+// down one keeps its copy until it is back, then is drained too.
+func TestDrainedMemberThatIsDownHoldsNoBudget(t *testing.T) {
+	f := newFleet(t, 0)
+	proxied, proxy := fleettest.ViaProxy(t, suite.Kubeconfigs[0])
+	down := f.registerKubeconfig(0, "down", proxied, nil)
+	up := f.register(1, "up", nil)
+	f.register(2, "stays", nil)
+	f.configMap("web", "1")
+	f.propagation(nil, configMapKind)
+	f.waitRollout("of revision 1 complete", complete(1))
+
+	proxy.Down()
+	suite.WaitMemberCluster(t, down, "not Ready", func(mc *fleetv1alpha1.MemberCluster) bool {
+		return fleettest.Condition(mc, fleetv1alpha1.ConditionReady) != metav1.ConditionTrue
+	})
+	f.maintain(down, fleetv1alpha1.MaintenanceDrain)
+	f.maintain(up, fleetv1alpha1.MaintenanceDrain)
+	poll.Until(t, "the member that is up drained while the other is down", func() bool {
+		return f.valueIn(up, "web") == "" && !slices.Contains(f.get().Status.Rollout.Draining, down)
+	})
+	if f.valueIn(down, "web") != "1" {
+		t.Error("the member that is down lost its copy while cut off")
+	}
+
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the member that was down drained once back", func() bool { return f.valueIn(down, "web") == "" })
+}

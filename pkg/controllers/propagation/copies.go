@@ -486,10 +486,19 @@ func (run *memberRun) failed(err error, verb string, k copyKey) error {
 		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member has no namespace %s, and forbids the manager to read or create namespaces", run.key.Namespace)})
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
 		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s %s: %s", k, where, describeStatus(err))})
+	case notInSchema(err):
+		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s %s: it sets a field the member's schema of %s does not declare (%s)", k, where, k.gvk.Kind, describeStatus(err))})
 	default:
 		return fmt.Errorf("%s %s %s: %w", verb, k, where, err)
 	}
 	return nil
+}
+
+// notInSchema reports whether err is a member's answer to an apply whose
+// object its schema of the kind cannot type (a field it does not declare,
+// say): server-side apply answers 500, though no retry cures it.
+func notInSchema(err error) bool {
+	return apierrors.IsInternalError(err) && strings.Contains(err.Error(), "failed to create typed patch object")
 }
 
 // namespaceKey names namespace as a copyKey, for failed.

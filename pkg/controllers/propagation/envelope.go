@@ -22,8 +22,9 @@ func isEnvelope(gvk schema.GroupVersionKind) bool {
 // that breaks a rule is left out, with a failure naming it: one that is
 // no object, names another namespace, is of the other scope than env (as
 // the hub knows the kind: one it does not know may be served by members),
-// is an Envelope, or is refused (see refusal). Manifests are never cut: the hub bounds an Envelope when it
-// is written.
+// is an Envelope, has the kind and name of an earlier manifest, or is
+// refused (see refusal). Manifests are never cut: the hub bounds an
+// Envelope when it is written.
 func (r *reconciler) unpack(env *unstructured.Unstructured) ([]*unstructured.Unstructured, []failure) {
 	raw, _, err := unstructured.NestedSlice(env.Object, "manifests")
 	if err != nil {
@@ -31,6 +32,7 @@ func (r *reconciler) unpack(env *unstructured.Unstructured) ([]*unstructured.Uns
 	}
 	var objs []*unstructured.Unstructured
 	var failures []failure
+	seen := map[schema.GroupKind]map[string]int{} // the index of the first manifest of each kind and name
 	for i, m := range raw {
 		fields, ok := m.(map[string]any)
 		if !ok {
@@ -43,6 +45,15 @@ func (r *reconciler) unpack(env *unstructured.Unstructured) ([]*unstructured.Uns
 			failures = append(failures, failure{reason: reason, message: name + " " + problem})
 			continue
 		}
+		gk := obj.GroupVersionKind().GroupKind()
+		if first, ok := seen[gk][obj.GetName()]; ok {
+			failures = append(failures, failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("%s has the kind and name of manifest %d: it is not applied", name, first)})
+			continue
+		}
+		if seen[gk] == nil {
+			seen[gk] = map[string]int{}
+		}
+		seen[gk][obj.GetName()] = i
 		obj = obj.DeepCopy()
 		obj.SetNamespace(env.GetNamespace())
 		obj.SetUID(env.GetUID())

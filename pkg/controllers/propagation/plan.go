@@ -167,7 +167,8 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 		if selected, err := selects(p, c.Name, c.Labels); err != nil || !selected {
 			continue
 		}
-		m := plannedMember{name: c.Name, labels: c.Labels, maintenance: maintenance[c.Name], assigned: assignedRevision(p, c.Name)}
+		m := plannedMember{name: c.Name, labels: c.Labels, maintenance: maintenance[c.Name], assigned: assignedRevision(p, c.Name),
+			down: c.Owned() && c.State != fleetv1alpha1.MemberStateReady}
 		switch res, ok := results[c.Name]; {
 		case !c.Owned():
 			m.progress = shardProgress(p, st, c, target)
@@ -175,7 +176,7 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 			// A held member is known too: it holds what it reports, and
 			// runs no revision.
 			m.progress = memberProgress{
-				known: true, revision: revisionOfResult(revs, m.assigned, res.revision),
+				known: true, revision: res.revisionNumber(revs, m.assigned),
 				available: res.converged(), availableSince: res.since.Time,
 				failed: res.result == fleetv1alpha1.ResultFailed, reason: res.reason, message: res.message,
 				holding: res.copies > 0,

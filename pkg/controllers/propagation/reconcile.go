@@ -116,6 +116,7 @@ type memberRun struct {
 	// given none, and says why; draining when its drain removes its
 	// copies.
 	revision    string
+	unloaded    int64 // the revision the member is given, if it could not be loaded
 	overrides   []fleetv1alpha1.Override
 	held        *failure
 	draining    bool
@@ -340,10 +341,10 @@ func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.Maint
 	c, hash, err := run.r.loadRevision(ctx, p, n)
 	if kerr, ok := errors.AsType[*kindError](err); ok {
 		run.fail(failure{reason: kerr.reason, message: kerr.message})
-		run.held = &failure{reason: kerr.reason, message: kerr.message}
+		run.held, run.unloaded = &failure{reason: kerr.reason, message: kerr.message}, n
 		return nil, nil
 	} else if apierrors.IsNotFound(err) {
-		run.held = &failure{reason: fleetv1alpha1.ReasonRevisionInvalid, message: fmt.Sprintf("revision %d is not on the hub", n)}
+		run.held, run.unloaded = &failure{reason: fleetv1alpha1.ReasonRevisionInvalid, message: fmt.Sprintf("revision %d is not on the hub", n)}, n
 		run.fail(*run.held)
 		return nil, nil
 	} else if err != nil {
@@ -498,7 +499,7 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	res := memberResult{
 		result: fleetv1alpha1.ResultApplied, reason: fleetv1alpha1.ReasonApplied, available: metav1.ConditionTrue,
 		generation: gen, since: now, confirmed: now, intent: intent, copies: run.copies, kinds: run.kinds, removing: removing,
-		revision: run.revision, draining: run.draining,
+		revision: run.revision, unloaded: run.unloaded, draining: run.draining,
 	}
 	switch {
 	case len(run.failures) > 0:

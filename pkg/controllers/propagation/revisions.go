@@ -257,10 +257,23 @@ func (r *reconciler) ensureRevision(ctx context.Context, p *fleetv1alpha1.Propag
 	revs := slices.DeleteFunc(all, func(rev fleetv1alpha1.PropagationRevision) bool {
 		return rev.Labels[fleetv1alpha1.FleetLabel] != r.fleet
 	})
-	switch {
-	case r.revisionBook.get(p.UID) > newest:
-		return nil, errRevisionPending // this manager made a newer one the cache does not show yet
-	case len(revs) > 0 && revs[len(revs)-1].Labels[fleetv1alpha1.RevisionHashLabel] == hash:
+	if known := max(r.revisionBook.get(p.UID), highestGiven(p)); known > newest {
+		// A newer revision was made than the cache shows: it is not there
+		// yet, or it was deleted (by hand, as docs/trust.md tells for one
+		// that holds a leaked Secret). The hub itself says which.
+		deleted, err := r.revisionDeleted(ctx, p, known)
+		if err != nil {
+			return nil, err
+		}
+		if !deleted {
+			return nil, errRevisionPending
+		}
+		// Numbers go on past it: a number a member was given never
+		// names other content.
+		r.revisionBook.forget(p.UID)
+		newest = known
+	}
+	if len(revs) > 0 && revs[len(revs)-1].Labels[fleetv1alpha1.RevisionHashLabel] == hash {
 		return revs, nil
 	}
 	// The owner's kind is the scheme's: an object read from the cache,
@@ -290,6 +303,33 @@ func (r *reconciler) ensureRevision(ctx context.Context, p *fleetv1alpha1.Propag
 	}
 	r.revisionBook.made(p.UID, rev.Revision)
 	return append(revs, *rev), nil
+}
+
+// highestGiven is the highest revision number p's status names: the
+// newest made, the one rolled out, or one a member is given.
+func highestGiven(p *fleetv1alpha1.Propagation) int64 {
+	highest := p.Status.Revision
+	if ro := p.Status.Rollout; ro != nil {
+		highest = max(highest, ro.Revision)
+		for _, g := range ro.Members {
+			highest = max(highest, g.Revision)
+		}
+	}
+	return highest
+}
+
+// revisionDeleted reports whether p's revision number n is gone from the
+// hub, read from the hub itself, not the cache.
+func (r *reconciler) revisionDeleted(ctx context.Context, p *fleetv1alpha1.Propagation, n int64) (bool, error) {
+	var rev fleetv1alpha1.PropagationRevision
+	err := r.live.Get(ctx, client.ObjectKey{Namespace: r.revisionsNamespace(p), Name: revisionObjectName(p, n)}, &rev)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading revision %d: %w", n, err)
+	}
+	return !metav1.IsControlledBy(&rev, hubObject(p)), nil
 }
 
 // releaseName deletes revision name if it is of an earlier Propagation of

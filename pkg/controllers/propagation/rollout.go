@@ -33,6 +33,8 @@ type plannedMember struct {
 	// assigned is the revision the member is given now, 0 for none.
 	assigned int64
 	progress memberProgress
+	// down is set when the member cannot act now: it is not Ready.
+	down bool
 }
 
 // memberProgress is what the member's last run says; known is false when
@@ -474,20 +476,24 @@ func revisionMembersOf(members []plannedMember) []fleetv1alpha1.RevisionMembers 
 // planDrain picks the drained members whose copies may be removed now,
 // within the disruption budget, and says what the others wait for. A
 // drained member whose progress is unknown may still hold copies: it
-// counts as holding them.
+// counts as holding them. One that is down cannot remove them: it is
+// given no part of the budget, not even one it had, and its removal
+// stays owed until it is back.
 func planDrain(in rolloutInput, members []plannedMember) ([]string, map[string]string) {
 	maxUnavailable := 1
 	if in.spec.DisruptionBudget.MaxUnavailable != nil {
 		maxUnavailable = int(*in.spec.DisruptionBudget.MaxUnavailable)
 	}
 	unavailable := 0
-	var holders []string
+	var holders, down []string
 	for _, m := range members {
 		switch {
 		case m.maintenance == "":
 			if m.assigned != 0 && !(m.progress.known && m.progress.available) {
 				unavailable++
 			}
+		case m.maintenance == fleetv1alpha1.MaintenanceDrain && m.down:
+			down = append(down, m.name)
 		case m.maintenance == fleetv1alpha1.MaintenanceDrain && (m.progress.holding || !m.progress.known):
 			holders = append(holders, m.name)
 		}
@@ -512,6 +518,12 @@ func planDrain(in rolloutInput, members []plannedMember) ([]string, map[string]s
 	slices.Sort(draining)
 
 	var waits map[string]string
+	for _, name := range down {
+		if waits == nil {
+			waits = map[string]string{}
+		}
+		waits[name] = "the member to be Ready: its copies are removed once it is back, within the disruption budget"
+	}
 	for _, name := range holders {
 		if slices.Contains(draining, name) {
 			continue

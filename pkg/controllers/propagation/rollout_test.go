@@ -899,3 +899,82 @@ func TestPlanGuardHoldsForEveryCause(t *testing.T) {
 		},
 	}})
 }
+
+// TestPlanDrainDownMember: a drained member that is down cannot remove
+// its copies: it is given no part of the disruption budget, and one it had
+// goes to a member that can act.
+func TestPlanDrainDownMember(t *testing.T) {
+	down := func(m plannedMember) plannedMember {
+		m.down = true
+		return m
+	}
+	drained := func(name string, p memberProgress) plannedMember {
+		return inMaintenance(fleetv1alpha1.MaintenanceDrain, member(name, 1, p))
+	}
+	waitReady := "the member to be Ready: its copies are removed once it is back, within the disruption budget"
+	budget := "the disruption budget of maxUnavailable 1: 1 member unavailable"
+	for _, c := range []struct {
+		name      string
+		members   []plannedMember
+		draining  []string
+		want      []string
+		wantWaits map[string]string
+	}{{
+		name:      "never reported: the budget goes to a member that is up",
+		members:   []plannedMember{member("a", 1, availableAt(1)), down(drained("x", unknown)), drained("y", availableAt(1)), drained("z", availableAt(1))},
+		want:      []string{"y"},
+		wantWaits: map[string]string{"x": waitReady, "z": budget},
+	}, {
+		name:      "down while draining: its part of the budget goes to the next",
+		members:   []plannedMember{member("a", 1, availableAt(1)), down(drained("x", availableAt(1))), drained("y", availableAt(1))},
+		draining:  []string{"x"},
+		want:      []string{"y"},
+		wantWaits: map[string]string{"x": waitReady},
+	}, {
+		name:     "back: it drains in turn",
+		members:  []plannedMember{member("a", 1, availableAt(1)), drained("x", availableAt(1)), drained("y", gone)},
+		draining: []string{"y"},
+		want:     []string{"x"},
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := fleetv1alpha1.PropagationSpec{}
+			plan := planRollout(rolloutInput{spec: &spec, target: 1, members: c.members, draining: c.draining, now: planNow})
+			if !slices.Equal(plan.status.Draining, c.want) {
+				t.Errorf("draining %v, want %v", plan.status.Draining, c.want)
+			}
+			if !maps.Equal(plan.waits, c.wantWaits) {
+				t.Errorf("waits %v, want %v", plan.waits, c.wantWaits)
+			}
+		})
+	}
+}
+
+// TestPlanRevisionNotLoaded: a member whose run could not load the
+// revision it is given reports that revision, failed: it counts toward
+// maxFailures, not as in flight.
+func TestPlanRevisionNotLoaded(t *testing.T) {
+	notLoaded := failedAt(2, fleetv1alpha1.ReasonRevisionInvalid, "revision 2 is not on the hub")
+	notLoaded.holding = false
+	runPlanCases(t, []planCase{{
+		name:    "the rollout stops",
+		spec:    progressive(nil),
+		target:  2,
+		members: []plannedMember{member("a", 2, notLoaded), member("b", 1, availableAt(1))},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 2, "b": 1},
+			phase:    fleetv1alpha1.RolloutStopped, reason: fleetv1alpha1.ReasonRolloutStopped,
+			message: "stopped after 1 failed member (maxFailures 1): member a: revision 2 is not on the hub (RevisionInvalid)",
+			failed:  1,
+		},
+	}, {
+		name:    "the revision it had before is no failure of this one",
+		spec:    progressive(nil),
+		target:  3,
+		members: []plannedMember{member("a", 3, notLoaded), member("b", 1, availableAt(1))},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 3, "b": 1},
+			phase:    fleetv1alpha1.RolloutProgressing, reason: "Progressing",
+			message: "0 of 2 members run revision 3; in flight: a",
+		},
+	}})
+}

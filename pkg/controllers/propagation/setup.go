@@ -87,9 +87,11 @@ func NewOwedRemovals() *registry.Facts[[]fleetv1alpha1.OwedRemoval] {
 // wants, and one per Propagation on the hub (cluster ""), which writes its
 // status from the members' results and releases its finalizer.
 type reconciler struct {
-	m        *fleet.Manager
-	fleet    string
-	hub      client.Client
+	m     *fleet.Manager
+	fleet string
+	hub   client.Client
+	// live reads the hub itself, where its cache may lag.
+	live     client.Reader
 	recorder events.EventRecorder
 	log      logr.Logger
 	journal  *journal.Journal
@@ -173,7 +175,7 @@ func Add(m *fleet.Manager, opts Options) error {
 	}
 	log := m.GetLogger().WithValues("controller", ControllerName)
 	r := &reconciler{
-		m: m, fleet: m.Namespace(), hub: opts.Client, log: log, journal: opts.Journal,
+		m: m, fleet: m.Namespace(), hub: opts.Client, live: apiReader, log: log, journal: opts.Journal,
 		recorder: m.GetEventRecorder("fleet-manager"),
 		results:  newResults(),
 		metrics:  pm,

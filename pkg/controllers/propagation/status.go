@@ -245,7 +245,7 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 			entry.LastConfirmedTime = &res.confirmed
 		}
 		if has {
-			entry.Revision = revisionOfResult(revs, assignedRevision(p, c.Name), res.revision)
+			entry.Revision = res.revisionNumber(revs, assignedRevision(p, c.Name))
 		}
 		if selected && has && (res.draining || res.reason == fleetv1alpha1.ReasonWaitingForDisruptionBudget || res.reason == fleetv1alpha1.ReasonCordoned) {
 			// Drained, or cordoned before it was given the Propagation:
@@ -520,12 +520,24 @@ type memberResult struct {
 	revision string
 	held     bool
 	draining bool
+	// unloaded is the revision the member was given, when the run could
+	// not load it: the run failed with it.
+	unloaded int64
+}
+
+// revisionNumber is the number of the revision the result is of (see
+// revisionOfResult), or the one it failed to load.
+func (a memberResult) revisionNumber(revs []fleetv1alpha1.PropagationRevision, assigned int64) int64 {
+	if a.unloaded != 0 {
+		return a.unloaded
+	}
+	return revisionOfResult(revs, assigned, a.revision)
 }
 
 func (a memberResult) same(b memberResult) bool {
 	return a.result == b.result && a.reason == b.reason && a.message == b.message && a.generation == b.generation &&
 		a.copies == b.copies && a.removing == b.removing && a.available == b.available && slices.Equal(a.drifted, b.drifted) &&
-		a.revision == b.revision && a.draining == b.draining
+		a.revision == b.revision && a.unloaded == b.unloaded && a.draining == b.draining
 }
 
 // converged reports whether every copy is applied and Available.
