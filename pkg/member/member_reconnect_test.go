@@ -300,6 +300,8 @@ func scriptedMember(t *testing.T, clk clock.WithTickerAndDelayedExecution, inter
 		},
 		ReconnectBackoff: &wait.Backoff{Duration: backoff},
 		Clock:            clk,
+		// Its server is closed: the member reads no cluster identity.
+		AllowDuplicateClusters: true,
 	})
 	if err != nil {
 		t.Fatal(err)
