@@ -104,6 +104,11 @@ type owedKeeper struct {
 	// nudge tells keepOwed that members are dirty.
 	nudge chan struct{}
 
+	// telling is held across reading a member's owed removals in the
+	// journal and telling them (countOwed): a reading is never told after
+	// a later one, so what is told is what the journal held last.
+	telling sync.Mutex
+
 	// mu guards replays, the member replays under way, and dirty, the
 	// members whose mirror may differ from the journal. It is never held
 	// across a request.
@@ -236,6 +241,8 @@ const maxOwedReason = 512
 // the hub's mirror follow.
 func (r *reconciler) countOwed(member string) {
 	r.owed.touch(member)
+	r.owed.telling.Lock()
+	defer r.owed.telling.Unlock()
 	owed, err := r.journal.Owed(member)
 	if err != nil {
 		return
