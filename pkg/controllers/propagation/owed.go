@@ -440,7 +440,17 @@ func (r *reconciler) followTakeovers(ctx context.Context) {
 		if e.New != nil && e.New.Owned() && (e.Old == nil || !e.Old.Owned()) {
 			r.owed.takeOver(e.Name)
 		}
+		if handedOff(e) {
+			// Its series are its new owner's to write.
+			r.metrics.forget(e.Name)
+		}
 	})
+}
+
+// handedOff reports whether e takes a member this replica owned away
+// from it, to another replica.
+func handedOff(e registry.Event) bool {
+	return e.Old != nil && e.Old.Owned() && e.New != nil && !e.New.Owned()
 }
 
 // sweepDeparted records when each member of the journal that is not
