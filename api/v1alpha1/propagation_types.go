@@ -330,6 +330,12 @@ const (
 	// PropagationAvailable: every selected member has every copy applied
 	// and Available.
 	PropagationAvailable = "Available"
+	// PropagationStatusTruncated: the status was cut to fit its byte
+	// budget, or status.kinds to MaxCopiedKinds; the message says what was
+	// cut. Counts, conditions and status.rollout are never cut.
+	PropagationStatusTruncated = "StatusTruncated"
+	// ReasonStatusBudget: what StatusTruncated's message names was cut.
+	ReasonStatusBudget = "StatusBudget"
 )
 
 // MemberResult is where a Propagation stands in one member.
@@ -439,6 +445,10 @@ const MaxMemberMessageLength = 512
 // MaxDriftedFields bounds the field paths listed for one member.
 const MaxDriftedFields = 16
 
+// MaxCopiedKinds bounds status.kinds: as many as one Envelope may hold
+// (MaxEnvelopeManifests).
+const MaxCopiedKinds = 256
+
 // PropagationStatus is what the manager observed, per member and in sum.
 type PropagationStatus struct {
 	// ObservedGeneration is the generation the status describes.
@@ -477,8 +487,9 @@ type PropagationStatus struct {
 	PendingDeletions int32 `json:"pendingDeletions"`
 
 	// Kinds are every kind the Propagation has copied, so that copies of a
-	// kind removed from resources are still found and removed.
-	// +kubebuilder:validation:MaxItems=64
+	// kind removed from resources are still found and removed; sorted, the
+	// kinds it copies now first, at most MaxCopiedKinds.
+	// +kubebuilder:validation:MaxItems=256
 	// +listType=atomic
 	// +optional
 	Kinds []KindReference `json:"kinds,omitempty"`

@@ -305,7 +305,9 @@
 // replica writes the mirror entries of the registered members it owns
 // only; a member it takes over has its mirrored owed removals merged into
 // the journal first, so the new owner carries out what the old one
-// recorded. A member that left keeps its mirror entry, as last written.
+// recorded. A member whose registration is gone keeps its mirror entry,
+// as last written, stamped with when it left, until it has been gone for
+// Options.ForgetAfter; a member only down is registered, and keeps it.
 // The replica that sums a Propagation up makes its revisions and plans
 // its rollout, from the shards for the members other replicas own.
 package propagation

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetkube/fleet-manager/internal/metrics"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // Label values of fleet_propagation_applies_total's result.
@@ -17,7 +18,8 @@ const (
 
 // propagationMetrics are the Propagation controller's series. Every
 // per-member series has a cluster label, is written only while the
-// registry accepts the member, and is deleted when it no longer does:
+// registry accepts the member and this replica owns it (writesSeries),
+// and is deleted when it no longer does, or the member is handed off:
 // neither a reconcile still running nor an owed removal counted after
 // forget writes it again.
 type propagationMetrics struct {
@@ -55,6 +57,14 @@ func (s memberSeries[T]) WithLabelValues(labelValues ...string) T {
 		return s.ignored
 	}
 	return s.with(labelValues...)
+}
+
+// writesSeries reports whether this replica writes the series of a
+// member, c as the registry has it (ok: registered): while the registry
+// accepts it and this replica owns it. A member handed off to another
+// replica has its series written there, and forgotten here.
+func writesSeries(c *registry.Cluster, ok bool) bool {
+	return ok && c.Accepted() && c.Owned()
 }
 
 // readinessValues are the values of fleet_propagations' ready label.

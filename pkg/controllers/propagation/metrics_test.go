@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // liveMembers is the registry's view that newMetrics is given.
@@ -105,5 +107,38 @@ func TestMetricsOfAMemberThatLeftStayGone(t *testing.T) {
 		if n, err := testutil.GatherAndCount(reg, perMemberSeries...); err != nil || n != 0 {
 			t.Fatalf("%d series of east are left once it was forgotten (%v)", n, err)
 		}
+	}
+}
+
+// TestMetricsOfAMemberHandedOffGo hands a member off to another replica:
+// its series go, and a reconcile or owed count still running here writes
+// none again; the new owner's are the only ones.
+func TestMetricsOfAMemberHandedOffGo(t *testing.T) {
+	owned := &registry.Cluster{Name: "east", Claims: []registry.Claim{{}}}
+	moved := &registry.Cluster{Name: "east", Claims: []registry.Claim{{}}, Ownership: registry.NotOwned}
+	var mu sync.Mutex
+	now := owned
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, func(string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return writesSeries(now, true)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAll(m, "east")
+	if n, err := testutil.GatherAndCount(reg, perMemberSeries...); err != nil || n != len(perMemberSeries) {
+		t.Fatalf("%d series of east while it is owned here (%v), want %d", n, err, len(perMemberSeries))
+	}
+	mu.Lock()
+	now = moved
+	mu.Unlock()
+	if e := (registry.Event{Name: "east", Old: owned, New: moved}); handedOff(e) {
+		m.forget(e.Name)
+	}
+	writeAll(m, "east")
+	if n, err := testutil.GatherAndCount(reg, perMemberSeries...); err != nil || n != 0 {
+		t.Errorf("%d series of east are left once it was handed off (%v): the owed-removals alert would fire here for good", n, err)
 	}
 }

@@ -225,6 +225,7 @@ func (r *reconciler) syncMirror(ctx context.Context, id string, members []string
 		}
 		mine := r.mirrorsOf()
 		maps.DeleteFunc(mirrored, func(member string, _ mirroredMember) bool { return mine(member) })
+		ageDeparted(mirrored, func(member string) bool { _, ok := r.m.Registry().Get(member); return ok }, time.Now(), r.owed.forgetAfter)
 		for _, member := range journaled {
 			if shardOf(member) != i || !mine(member) {
 				continue
@@ -302,4 +303,23 @@ func (r *reconciler) mergeMirror(ctx context.Context, id string, members map[str
 		return fmt.Errorf("merging the owed removals' mirror of namespace %s: %w", r.fleet, err)
 	}
 	return nil
+}
+
+// ageDeparted ages the entries of mirrored whose members have no
+// registration: each is stamped as gone now, unless it says since when,
+// and goes once gone for forgetAfter, as the journal forgets them. A
+// member only down is registered and keeps its entry: only one whose
+// registration is gone, for whom nobody can carry its removals out, is
+// forgotten, and one registered again within forgetAfter keeps them.
+func ageDeparted(mirrored map[string]mirroredMember, registered func(member string) bool, now time.Time, forgetAfter time.Duration) {
+	for member, m := range mirrored {
+		switch {
+		case registered(member):
+		case m.Departed == nil:
+			m.Departed = &now
+			mirrored[member] = m
+		case now.Sub(*m.Departed) >= forgetAfter:
+			delete(mirrored, member)
+		}
+	}
 }

@@ -104,6 +104,11 @@ type owedKeeper struct {
 	// nudge tells keepOwed that members are dirty.
 	nudge chan struct{}
 
+	// telling is held across reading a member's owed removals in the
+	// journal and telling them (countOwed): a reading is never told after
+	// a later one, so what is told is what the journal held last.
+	telling sync.Mutex
+
 	// mu guards replays, the member replays under way, and dirty, the
 	// members whose mirror may differ from the journal. It is never held
 	// across a request.
@@ -236,6 +241,8 @@ const maxOwedReason = 512
 // the hub's mirror follow.
 func (r *reconciler) countOwed(member string) {
 	r.owed.touch(member)
+	r.owed.telling.Lock()
+	defer r.owed.telling.Unlock()
 	owed, err := r.journal.Owed(member)
 	if err != nil {
 		return
@@ -433,7 +440,17 @@ func (r *reconciler) followTakeovers(ctx context.Context) {
 		if e.New != nil && e.New.Owned() && (e.Old == nil || !e.Old.Owned()) {
 			r.owed.takeOver(e.Name)
 		}
+		if handedOff(e) {
+			// Its series are its new owner's to write.
+			r.metrics.forget(e.Name)
+		}
 	})
+}
+
+// handedOff reports whether e takes a member this replica owned away
+// from it, to another replica.
+func handedOff(e registry.Event) bool {
+	return e.Old != nil && e.Old.Owned() && e.New != nil && !e.New.Owned()
 }
 
 // sweepDeparted records when each member of the journal that is not

@@ -122,6 +122,13 @@ func TestReRegisteredMemberKeepsItsOwedRemoval(t *testing.T) {
 		owed, err := f.journal.Owed("east")
 		return err == nil && len(owed) == 0
 	})
+	// The MemberCluster, the metric and the hub's mirror follow the
+	// journal: nothing shows the removal owed once it is carried out.
+	poll.Until(t, "the manager publishes that east owes nothing", func() bool {
+		owed, published := f.owedRemovals.Get("east")
+		return published && len(owed) == 0
+	})
+	poll.Until(t, "the mirror emptied once east settled", func() bool { return len(f.mirror()) == 0 })
 }
 
 // TestFailoverCarriesOutOwedRemovals deletes a Propagation while east is

@@ -164,8 +164,7 @@ func Add(m *fleet.Manager, opts Options) error {
 		}
 	}
 	pm, err := newMetrics(crmetrics.Registry, func(name string) bool {
-		c, ok := m.Registry().Get(name)
-		return ok && c.Accepted()
+		return writesSeries(m.Registry().Get(name))
 	})
 	if err != nil {
 		return err

@@ -88,6 +88,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	} else {
 		status, after = r.shardedStatus(ctx, p, rv)
 	}
+	fitStatus(&status, statusBudget)
 	if r.sumsUp(p) {
 		if err := r.pruneRevisions(ctx, p, rv.revs, revisionsInUse(status.Rollout)); err != nil {
 			return reconcile.Result{}, err
@@ -413,14 +414,13 @@ func conditionStatus(conditions []metav1.Condition, t string) metav1.ConditionSt
 	return metav1.ConditionUnknown
 }
 
-// copiedKindsStatus is status.kinds: the kinds p copied before, then
-// those it copies now, an Envelope's manifests' in its place.
+// copiedKindsStatus is status.kinds: the kinds p copies now, an
+// Envelope's manifests' in its place, and those it copied before, bounded
+// (boundKinds).
 func (r *reconciler) copiedKindsStatus(ctx context.Context, p *fleetv1alpha1.Propagation) []fleetv1alpha1.KindReference {
-	kinds := slices.Clone(p.Status.Kinds)
+	var current []fleetv1alpha1.KindReference
 	add := func(apiVersion, kind string) {
-		if k := (fleetv1alpha1.KindReference{APIVersion: apiVersion, Kind: kind}); !slices.Contains(kinds, k) {
-			kinds = append(kinds, k)
-		}
+		current = append(current, fleetv1alpha1.KindReference{APIVersion: apiVersion, Kind: kind})
 	}
 	for _, res := range p.Spec.Resources {
 		gvk, err := resourceKind(res)
@@ -436,9 +436,32 @@ func (r *reconciler) copiedKindsStatus(ctx context.Context, p *fleetv1alpha1.Pro
 			}
 		}
 	}
-	if len(kinds) > 64 {
-		kinds = kinds[len(kinds)-64:]
+	return boundKinds(p.Status.Kinds, current)
+}
+
+// boundKinds returns the kinds of current and previous, sorted, without
+// duplicates, at most MaxCopiedKinds: past the bound, the kinds copied
+// before and not now are left out first, the last in order first. It is
+// a fixed point (boundKinds(boundKinds(p, c), c) is boundKinds(p, c)), so
+// that a status written from it is not written again.
+func boundKinds(previous, current []fleetv1alpha1.KindReference) []fleetv1alpha1.KindReference {
+	compare := func(a, b fleetv1alpha1.KindReference) int {
+		return cmp.Or(strings.Compare(a.APIVersion, b.APIVersion), strings.Compare(a.Kind, b.Kind))
 	}
+	now := slices.Compact(slices.SortedFunc(slices.Values(current), compare))
+	var before []fleetv1alpha1.KindReference
+	for _, k := range previous {
+		if _, found := slices.BinarySearchFunc(now, k, compare); !found {
+			before = append(before, k)
+		}
+	}
+	slices.SortFunc(before, compare)
+	before = slices.Compact(before)
+	if len(now) >= fleetv1alpha1.MaxCopiedKinds {
+		return now[:fleetv1alpha1.MaxCopiedKinds]
+	}
+	kinds := append(now, before[:min(len(before), fleetv1alpha1.MaxCopiedKinds-len(now))]...)
+	slices.SortFunc(kinds, compare)
 	return kinds
 }
 
