@@ -158,9 +158,33 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 		st.Rollout = p.Status.Rollout
 		return time.Second
 	}
-	results := r.results.of(client.ObjectKeyFromObject(p))
+	members := plannedMembersOf(p, st, r.m.Registry().List(), maintenance, r.results.of(client.ObjectKeyFromObject(p)), revs, target)
+	var draining []string
+	if p.Status.Rollout != nil {
+		draining = p.Status.Rollout.Draining
+	}
+	plan := planRollout(rolloutInput{spec: &p.Spec, target: target, members: members, draining: draining, now: time.Now()})
+	switch {
+	case p.Spec.Revision != nil && !hasRevision(revs, target):
+		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionInvalid, fmt.Sprintf("spec.revision %d is not kept: it cannot be rolled out", target)
+	case rv.refused != "":
+		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionInvalid, truncate(rv.refused, 1024)
+	}
+	before := p.Status.Rollout
+	st.Rollout = &plan.status
+	r.tellRollout(p, before, st.Rollout)
+	return plan.after
+}
+
+// plannedMembersOf is every accepted member of clusters that p selects,
+// as the planner of target sees it: a member this replica owns by its
+// result in results, one another replica owns by that replica's shard of
+// st (see shardProgress).
+func plannedMembersOf(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, clusters []*registry.Cluster,
+	maintenance map[string]fleetv1alpha1.MaintenanceMode, results map[string]memberResult, revs []fleetv1alpha1.PropagationRevision, target int64,
+) []plannedMember {
 	var members []plannedMember
-	for _, c := range r.m.Registry().List() {
+	for _, c := range clusters {
 		if !c.Accepted() {
 			continue
 		}
@@ -185,21 +209,7 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 		}
 		members = append(members, m)
 	}
-	var draining []string
-	if p.Status.Rollout != nil {
-		draining = p.Status.Rollout.Draining
-	}
-	plan := planRollout(rolloutInput{spec: &p.Spec, target: target, members: members, draining: draining, now: time.Now()})
-	switch {
-	case p.Spec.Revision != nil && !hasRevision(revs, target):
-		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionInvalid, fmt.Sprintf("spec.revision %d is not kept: it cannot be rolled out", target)
-	case rv.refused != "":
-		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionInvalid, truncate(rv.refused, 1024)
-	}
-	before := p.Status.Rollout
-	st.Rollout = &plan.status
-	r.tellRollout(p, before, st.Rollout)
-	return plan.after
+	return members
 }
 
 // shardProgress is the progress of member c, which another replica owns,
@@ -230,16 +240,25 @@ func shardProgress(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationSt
 // replica owns that is given it has it applied and Available, else 0:
 // what the replica's shard says, for the replica that sums p up.
 func (r *reconciler) rolledOutHere(p *fleetv1alpha1.Propagation, revs []fleetv1alpha1.PropagationRevision) int64 {
+	var owned []string
+	for _, c := range r.ownedMembers() {
+		owned = append(owned, c.Name)
+	}
+	return rolledOut(p, owned, r.results.of(client.ObjectKeyFromObject(p)), revs)
+}
+
+// rolledOut is what rolledOutHere says of the members owned, from their
+// results.
+func rolledOut(p *fleetv1alpha1.Propagation, owned []string, results map[string]memberResult, revs []fleetv1alpha1.PropagationRevision) int64 {
 	if p.Status.Rollout == nil || p.Status.Rollout.Revision == 0 {
 		return 0
 	}
 	target := p.Status.Rollout.Revision
-	results := r.results.of(client.ObjectKeyFromObject(p))
-	for _, c := range r.ownedMembers() {
-		if assignedRevision(p, c.Name) != target {
+	for _, name := range owned {
+		if assignedRevision(p, name) != target {
 			continue
 		}
-		res, ok := results[c.Name]
+		res, ok := results[name]
 		if !ok || !res.converged() || revisionOfResult(revs, target, res.revision) != target {
 			return 0
 		}
