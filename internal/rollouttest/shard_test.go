@@ -127,11 +127,11 @@ func TestShardedProgressiveRolloutHoldsTheGuard(t *testing.T) {
 				for _, name := range names {
 					s.given[name] = assigned(p.Status.Rollout, name)
 				}
+				s.at = time.Now()
+				mu.Lock()
+				samples = append(samples, s)
+				mu.Unlock()
 			}
-			s.at = time.Now()
-			mu.Lock()
-			samples = append(samples, s)
-			mu.Unlock()
 			select {
 			case <-ctx.Done():
 			case <-time.After(50 * time.Millisecond):

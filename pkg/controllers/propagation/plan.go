@@ -247,14 +247,21 @@ func shardProgress(p *fleetv1alpha1.Propagation, shards []fleetv1alpha1.Propagat
 		return memberProgress{
 			known: e.Reason != fleetv1alpha1.ReasonWaitingForRollout && e.Reason != fleetv1alpha1.ReasonCordoned, revision: e.Revision,
 			available:      (e.Result == fleetv1alpha1.ResultApplied || e.Result == fleetv1alpha1.ResultDrifted) && e.Available == metav1.ConditionTrue,
-			availableSince: e.LastTransitionTime.Time, failed: e.Result == fleetv1alpha1.ResultFailed,
+			availableSince: recordedSince(e.LastTransitionTime), failed: e.Result == fleetv1alpha1.ResultFailed,
 			reason: e.Reason, message: e.Message, holding: true,
 		}
 	}
 	if isGiven && target > 0 && s.Revision == target && s.AvailableSince != nil {
-		return memberProgress{known: true, revision: target, available: true, availableSince: s.AvailableSince.Time, holding: true}
+		return memberProgress{known: true, revision: target, available: true, availableSince: recordedSince(*s.AvailableSince), holding: true}
 	}
 	return memberProgress{}
+}
+
+// recordedSince is the latest a time the hub records may stand for: the
+// hub keeps whole seconds, so the time itself may be up to a second
+// later, and minSuccessTime is judged from then.
+func recordedSince(t metav1.Time) time.Time {
+	return t.Truncate(time.Second).Add(time.Second)
 }
 
 // givenHash is what a shard's Given holds for target given to the
