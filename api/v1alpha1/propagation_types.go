@@ -554,10 +554,22 @@ type PropagationShard struct {
 	// +listType=atomic
 	// +optional
 	Members []MemberPropagationStatus `json:"members,omitempty"`
-	// Revision is the rollout's revision when the shard was written:
-	// Members then lists every member of the replica not done with it.
+	// Given is a hash of the rollout's revision when the shard was
+	// written and of the names of the replica's members that
+	// status.rollout.members then gave it: the shard speaks of those
+	// members only while the record gives the revision to the same ones.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Given string `json:"given,omitempty"`
+	// Revision is the rollout's revision when every one of those members
+	// had it applied and Available, and there was one; else 0.
 	// +optional
 	Revision int64 `json:"revision,omitempty"`
+	// AvailableSince is, when Revision is set, since when the last of
+	// those members has been Available with it: minSuccessTime is judged
+	// from it.
+	// +optional
+	AvailableSince *metav1.Time `json:"availableSince,omitempty"`
 	// Released is true once the Propagation is deleted and every member of
 	// the replica has removed its copies or owes their removal.
 	// +optional

@@ -2,6 +2,8 @@ package propagation
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"sync"
@@ -158,34 +160,7 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 		st.Rollout = p.Status.Rollout
 		return time.Second
 	}
-	results := r.results.of(client.ObjectKeyFromObject(p))
-	var members []plannedMember
-	for _, c := range r.m.Registry().List() {
-		if !c.Accepted() {
-			continue
-		}
-		if selected, err := selects(p, c.Name, c.Labels); err != nil || !selected {
-			continue
-		}
-		m := plannedMember{name: c.Name, labels: c.Labels, maintenance: maintenance[c.Name], assigned: assignedRevision(p, c.Name),
-			down: c.Owned() && c.State != fleetv1alpha1.MemberStateReady}
-		switch res, ok := results[c.Name]; {
-		case !c.Owned():
-			m.progress = shardProgress(p, st, c, target)
-		case ok && c.State == fleetv1alpha1.MemberStateReady:
-			// A held member is known too: it holds what it reports, and
-			// runs no revision.
-			m.progress = memberProgress{
-				known: true, revision: res.revisionNumber(revs, m.assigned),
-				available: res.converged(), availableSince: res.since.Time,
-				failed: res.result == fleetv1alpha1.ResultFailed, reason: res.reason, message: res.message,
-				holding: res.copies > 0,
-			}
-		case ok:
-			m.progress.holding = res.copies > 0
-		}
-		members = append(members, m)
-	}
+	members := plannedMembersOf(p, st, r.m.Registry().List(), maintenance, r.results.of(client.ObjectKeyFromObject(p)), revs, target)
 	var draining []string
 	if p.Status.Rollout != nil {
 		draining = p.Status.Rollout.Draining
@@ -203,49 +178,144 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 	return plan.after
 }
 
-// shardProgress is the progress of member c, which another replica owns,
-// as its shard of st says: its entry, if it is listed; else done with
-// target if the shard says every member of its given target has it,
-// unknown otherwise. A member done so counts as Available since long
-// ago: minSuccessTime is judged by the replica that owns it only as far
-// as it lists the member.
-func shardProgress(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, c *registry.Cluster, target int64) memberProgress {
-	if i := slices.IndexFunc(st.Members, func(e fleetv1alpha1.MemberPropagationStatus) bool { return e.Name == c.Name }); i >= 0 {
-		e := st.Members[i]
+// plannedMembersOf is every accepted member of clusters that p selects,
+// as the planner of target sees it: a member this replica owns by its
+// result in results, one another replica owns by that replica's shard of
+// st (see shardProgress).
+func plannedMembersOf(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, clusters []*registry.Cluster,
+	maintenance map[string]fleetv1alpha1.MaintenanceMode, results map[string]memberResult, revs []fleetv1alpha1.PropagationRevision, target int64,
+) []plannedMember {
+	// given names, by replica, the members of other replicas the record
+	// gives target: their shards speak of them only as of this record.
+	given := map[string][]string{}
+	for _, c := range clusters {
+		if c.Accepted() && !c.Owned() && assignedRevision(p, c.Name) == target {
+			given[c.Owner] = append(given[c.Owner], c.Name)
+		}
+	}
+	var members []plannedMember
+	for _, c := range clusters {
+		if !c.Accepted() {
+			continue
+		}
+		if selected, err := selects(p, c.Name, c.Labels); err != nil || !selected {
+			continue
+		}
+		m := plannedMember{name: c.Name, labels: c.Labels, maintenance: maintenance[c.Name], assigned: assignedRevision(p, c.Name),
+			down: c.Owned() && c.State != fleetv1alpha1.MemberStateReady}
+		switch res, ok := results[c.Name]; {
+		case !c.Owned():
+			m.progress = shardProgress(p, st.Shards, c, given[c.Owner], target)
+		case ok && c.State == fleetv1alpha1.MemberStateReady:
+			// A held member is known too: it holds what it reports, and
+			// runs no revision.
+			m.progress = memberProgress{
+				known: true, revision: res.revisionNumber(revs, m.assigned),
+				available: res.converged(), availableSince: res.since.Time,
+				failed: res.result == fleetv1alpha1.ResultFailed, reason: res.reason, message: res.message,
+				holding: res.copies > 0,
+			}
+		case ok:
+			m.progress.holding = res.copies > 0
+		}
+		members = append(members, m)
+	}
+	return members
+}
+
+// shardProgress is the progress of member c, which another replica
+// owns, as that replica's shard in shards says. A shard speaks of a
+// member the record gives target only if it was written from a record
+// that gave target to the same members of the replica, given (its Given
+// hash): before that, such a member is in flight. It speaks of a member
+// by its entry, if it lists it, with its Available-since time; else, if
+// it says every member given target has it applied and Available
+// (Revision), as Available since the last of them became so: so
+// minSuccessTime holds for every member, whoever owns it. Otherwise the
+// member's progress is unknown.
+func shardProgress(p *fleetv1alpha1.Propagation, shards []fleetv1alpha1.PropagationShard, c *registry.Cluster, given []string, target int64) memberProgress {
+	i := slices.IndexFunc(shards, func(s fleetv1alpha1.PropagationShard) bool { return s.Replica == c.Owner })
+	if c.Owner == "" || i < 0 || shards[i].ObservedGeneration != p.Generation {
+		return memberProgress{}
+	}
+	s := shards[i]
+	isGiven := slices.Contains(given, c.Name)
+	if isGiven && s.Given != givenHash(target, given) {
+		return memberProgress{}
+	}
+	if j := slices.IndexFunc(s.Members, func(e fleetv1alpha1.MemberPropagationStatus) bool { return e.Name == c.Name }); j >= 0 {
+		e := s.Members[j]
 		return memberProgress{
 			known: e.Reason != fleetv1alpha1.ReasonWaitingForRollout && e.Reason != fleetv1alpha1.ReasonCordoned, revision: e.Revision,
 			available:      (e.Result == fleetv1alpha1.ResultApplied || e.Result == fleetv1alpha1.ResultDrifted) && e.Available == metav1.ConditionTrue,
-			availableSince: e.LastTransitionTime.Time, failed: e.Result == fleetv1alpha1.ResultFailed,
+			availableSince: recordedSince(e.LastTransitionTime), failed: e.Result == fleetv1alpha1.ResultFailed,
 			reason: e.Reason, message: e.Message, holding: true,
 		}
 	}
-	for _, s := range st.Shards {
-		if s.Replica == c.Owner && s.ObservedGeneration == p.Generation && s.Revision == target && target > 0 {
-			return memberProgress{known: true, revision: target, available: true, holding: true}
-		}
+	if isGiven && target > 0 && s.Revision == target && s.AvailableSince != nil {
+		return memberProgress{known: true, revision: target, available: true, availableSince: recordedSince(*s.AvailableSince), holding: true}
 	}
 	return memberProgress{}
 }
 
-// rolledOutHere returns the revision p rolls out if every member this
-// replica owns that is given it has it applied and Available, else 0:
-// what the replica's shard says, for the replica that sums p up.
-func (r *reconciler) rolledOutHere(p *fleetv1alpha1.Propagation, revs []fleetv1alpha1.PropagationRevision) int64 {
+// recordedSince is the latest a time the hub records may stand for: the
+// hub keeps whole seconds, so the time itself may be up to a second
+// later, and minSuccessTime is judged from then.
+func recordedSince(t metav1.Time) time.Time {
+	return t.Truncate(time.Second).Add(time.Second)
+}
+
+// givenHash is what a shard's Given holds for target given to the
+// members names (in any order): a hash of target and the sorted names.
+func givenHash(target int64, names []string) string {
+	names = slices.Sorted(slices.Values(names))
+	h := sha256.New()
+	fmt.Fprintf(h, "%d", target)
+	for _, name := range names {
+		fmt.Fprintf(h, "\n%s", name)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// rolledOutHere is what this replica's shard says of the rollout (see
+// shardProgress), from the members it owns.
+func (r *reconciler) rolledOutHere(p *fleetv1alpha1.Propagation, revs []fleetv1alpha1.PropagationRevision) (given string, revision int64, since *metav1.Time) {
+	var owned []string
+	for _, c := range r.ownedMembers() {
+		owned = append(owned, c.Name)
+	}
+	return rolledOut(p, owned, r.results.of(client.ObjectKeyFromObject(p)), revs)
+}
+
+// rolledOut is what a shard says of the rollout of p's record, from the
+// results of the members owned: given, the hash of the record's revision
+// and of those it gives it to; and, if it gives it to any and every one
+// of them has it applied and Available, the revision and since when the
+// last of them has been Available. Else revision is 0 and since nil.
+func rolledOut(p *fleetv1alpha1.Propagation, owned []string, results map[string]memberResult, revs []fleetv1alpha1.PropagationRevision) (given string, revision int64, since *metav1.Time) {
 	if p.Status.Rollout == nil || p.Status.Rollout.Revision == 0 {
-		return 0
+		return "", 0, nil
 	}
 	target := p.Status.Rollout.Revision
-	results := r.results.of(client.ObjectKeyFromObject(p))
-	for _, c := range r.ownedMembers() {
-		if assignedRevision(p, c.Name) != target {
+	var names []string
+	var last metav1.Time
+	converged := true
+	for _, name := range owned {
+		if assignedRevision(p, name) != target {
 			continue
 		}
-		res, ok := results[c.Name]
+		names = append(names, name)
+		res, ok := results[name]
 		if !ok || !res.converged() || revisionOfResult(revs, target, res.revision) != target {
-			return 0
+			converged = false
+		} else if last.Before(&res.since) {
+			last = res.since
 		}
 	}
-	return target
+	if !converged || len(names) == 0 {
+		return givenHash(target, names), 0, nil
+	}
+	return givenHash(target, names), target, &last
 }
 
 // tellRollout tells, as an Event on p, a rollout that stopped, naming the

@@ -134,7 +134,7 @@ func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propaga
 	mine.ObservedGeneration = p.Generation
 	mine.Selected, mine.Applied, mine.Available, mine.Drifted, mine.Failed, mine.PendingDeletions = own.Selected, own.Applied, own.Available, own.Drifted, own.Failed, own.PendingDeletions
 	mine.Members = own.Members[:min(len(own.Members), fleetv1alpha1.MaxShardMembers)]
-	mine.Revision = r.rolledOutHere(p, rv.revs)
+	mine.Given, mine.Revision, mine.AvailableSince = r.rolledOutHere(p, rv.revs)
 	st.Shards = withShard(st.Shards, mine)
 	if !r.m.OwnsKey(summaryKey(p)) {
 		return st, 0
