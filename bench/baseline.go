@@ -410,7 +410,7 @@ func (b *bench) createBaselineObjects(ctx context.Context, s *baselineSetup) err
 // baselinePropagations are the ClusterPropagation of s, named with its
 // prefix, and its Propagation, named baseline.
 func baselinePropagations(s *baselineSetup) (*fleetv1alpha1.ClusterPropagation, *fleetv1alpha1.Propagation) {
-	byLabel := &metav1.LabelSelector{MatchLabels: map[string]string{baselineLabel: s.prefix}}
+	byLabel := fleetv1alpha1.SetAsLabelSelector(map[string]string{baselineLabel: s.prefix})
 	rbac := rbacv1.SchemeGroupVersion.String()
 	members := fleetv1alpha1.MemberSelector{Selector: byLabel}
 	cp := &fleetv1alpha1.ClusterPropagation{

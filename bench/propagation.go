@@ -245,7 +245,7 @@ func (b *bench) setUpPropagation(ctx context.Context, n, objects int) (*propSetu
 	return s, b.lab.hubClient.Create(ctx, &fleetv1alpha1.Propagation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.team, Name: "web"},
 		Spec: fleetv1alpha1.PropagationSpec{
-			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}},
+			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"app": "web"})}},
 		},
 	})
 }

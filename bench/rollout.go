@@ -478,7 +478,7 @@ func rolloutObject(i int) string { return fmt.Sprintf("settings-%02d", i) }
 // given different revisions write the same copies of their shared
 // servers.
 func (b *bench) createRolloutPropagation(ctx context.Context, s *rolloutSetup, strategy fleetv1alpha1.RolloutStrategy) error {
-	byLabel := &metav1.LabelSelector{MatchLabels: map[string]string{rolloutLabel: s.fleetNS}}
+	byLabel := fleetv1alpha1.SetAsLabelSelector(map[string]string{rolloutLabel: s.fleetNS})
 	return b.lab.hubClient.Create(ctx, &fleetv1alpha1.Propagation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.team, Name: rolloutName},
 		Spec: fleetv1alpha1.PropagationSpec{

@@ -283,7 +283,7 @@ type ResourceSelector struct {
 	// Selector selects the objects whose labels it matches.
 	//
 	// +optional
-	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+	Selector *LabelSelector `json:"selector,omitempty"`
 	// Wave orders the copies in each member: those of a lower wave are
 	// applied and Available before any of a higher wave is applied, and
 	// removed after. Within a wave, Namespaces and CustomResourceDefinitions
@@ -309,7 +309,7 @@ type MemberSelector struct {
 	// Selector matches MemberCluster labels.
 	//
 	// +optional
-	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+	Selector *LabelSelector `json:"selector,omitempty"`
 	// Names are member cluster names.
 	//
 	// +kubebuilder:validation:MaxItems=1000

@@ -63,7 +63,7 @@ func (d *demo) showPropagation(ctx context.Context, hub *cluster, members []*clu
 	p := &fleetv1alpha1.Propagation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: demoPropagation},
 		Spec: fleetv1alpha1.PropagationSpec{
-			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Selector: &metav1.LabelSelector{MatchLabels: cm.Labels}}},
+			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Selector: fleetv1alpha1.SetAsLabelSelector(cm.Labels)}},
 		},
 	}
 	if err := hubClient.Create(ctx, p); err != nil {

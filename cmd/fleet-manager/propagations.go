@@ -481,8 +481,8 @@ func memberSelector(s fleetv1alpha1.MemberSelector) string {
 }
 
 // selectorString is s as kubectl -l writes it, or its error.
-func selectorString(s *metav1.LabelSelector) string {
-	sel, err := metav1.LabelSelectorAsSelector(s)
+func selectorString(s *fleetv1alpha1.LabelSelector) string {
+	sel, err := s.AsSelector()
 	if err != nil {
 		return "invalid: " + err.Error()
 	}

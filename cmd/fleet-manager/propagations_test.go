@@ -63,13 +63,13 @@ func TestGetPropagations(t *testing.T) {
 	web := newPropagation("prop-team-a", "web", fleetv1alpha1.PropagationSpec{
 		Resources: []fleetv1alpha1.ResourceSelector{
 			{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
-			{APIVersion: "v1", Kind: "ConfigMap", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+			{APIVersion: "v1", Kind: "ConfigMap", Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"app": "web"})},
 		},
-		Members: fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}, Names: []string{"east", "north", "south", "west", "up"}},
+		Members: fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"env": "prod"}), Names: []string{"east", "north", "south", "west", "up"}},
 		Drift:   fleetv1alpha1.DriftReport,
 		Overrides: []fleetv1alpha1.Override{{
 			Name:      "eu-replicas",
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}},
+			Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"region": "eu"})},
 			Target:    fleetv1alpha1.OverrideTarget{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
 			JSONPatch: []fleetv1alpha1.JSONPatchOperation{{Op: "replace", Path: "/spec/replicas", Value: &apiextensionsv1.JSON{Raw: []byte("3")}}},
 		}},

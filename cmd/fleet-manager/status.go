@@ -224,7 +224,7 @@ func selectsMember(s fleetv1alpha1.MemberSelector, mc *fleetv1alpha1.MemberClust
 	if len(s.Names) > 0 && !slices.Contains(s.Names, mc.Name) {
 		return false
 	}
-	sel, err := metav1.LabelSelectorAsSelector(s.Selector)
+	sel, err := s.Selector.AsSelector()
 	return err == nil && (s.Selector == nil || sel.Matches(labels.Set(mc.Labels)))
 }
 

@@ -218,7 +218,7 @@ func TestKilledManagerConverges(t *testing.T) {
 	prop := &fleetv1alpha1.Propagation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "crash"},
 		Spec: fleetv1alpha1.PropagationSpec{
-			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "crash"}}}},
+			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"app": "crash"})}},
 		},
 	}
 	if err := suite.HubClient.Create(ctx, prop); err != nil {

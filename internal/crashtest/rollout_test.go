@@ -69,7 +69,7 @@ func TestKilledManagerGoesOnWithTheRollout(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: rolloutTeam, Name: "web"},
 		Spec: fleetv1alpha1.PropagationSpec{
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"}},
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"rollout-test": "yes"}}},
+			Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"rollout-test": "yes"})},
 			Strategy: fleetv1alpha1.RolloutStrategy{Type: fleetv1alpha1.RolloutProgressive, Progressive: &fleetv1alpha1.ProgressiveRollout{
 				MaxConcurrency: ptr.To(intstr.FromInt32(1)),
 			}},

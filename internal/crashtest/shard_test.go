@@ -75,7 +75,7 @@ func TestKilledReplicaHandsOver(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: shardTeam, Name: "settings"},
 		Spec: fleetv1alpha1.PropagationSpec{
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "settings"}},
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"shard-test": "yes"}}},
+			Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"shard-test": "yes"})},
 		},
 	}
 	if err := suite.HubClient.Create(ctx, p); err != nil {

@@ -154,12 +154,12 @@ func (f *testFleet) propagation(edit func(p *fleetv1alpha1.Propagation), kinds .
 	p := &fleetv1alpha1.Propagation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "web"},
 		Spec: fleetv1alpha1.PropagationSpec{
-			Members: fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.fleetkube.io/fleet": f.fleet.Namespace}}},
+			Members: fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"test.fleetkube.io/fleet": f.fleet.Namespace})},
 		},
 	}
 	for _, k := range kinds {
 		p.Spec.Resources = append(p.Spec.Resources, fleetv1alpha1.ResourceSelector{
-			APIVersion: k.APIVersion, Kind: k.Kind, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			APIVersion: k.APIVersion, Kind: k.Kind, Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"app": "web"}),
 		})
 	}
 	if edit != nil {

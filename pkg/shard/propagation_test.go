@@ -82,7 +82,7 @@ func TestPropagationUnderSharding(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "settings"},
 		Spec: fleetv1alpha1.PropagationSpec{
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "settings"}},
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": ns}}},
+			Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"fleet": ns})},
 		},
 	}
 	if err := suite.HubClient.Create(t.Context(), p); err != nil {

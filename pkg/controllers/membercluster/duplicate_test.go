@@ -70,7 +70,7 @@ func TestOneClusterUnderTwoNamesIsEngagedOnce(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "web"},
 		Spec: fleetv1alpha1.PropagationSpec{
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "web"}},
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"selected": team}}},
+			Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"selected": team})},
 		},
 	}
 	if err := suite.HubClient.Create(t.Context(), p); err != nil {

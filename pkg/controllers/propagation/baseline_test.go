@@ -119,7 +119,7 @@ func TestOverridesGiveEachMemberItsValues(t *testing.T) {
 		p.Spec.Overrides = []fleetv1alpha1.Override{
 			{
 				Name:      "eu-replicas",
-				Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}},
+				Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"region": "eu"})},
 				Target:    fleetv1alpha1.OverrideTarget{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
 				JSONPatch: []fleetv1alpha1.JSONPatchOperation{{Op: "replace", Path: "/spec/replicas", Value: &apiextensionsv1.JSON{Raw: []byte("3")}}},
 			},

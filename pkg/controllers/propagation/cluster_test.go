@@ -31,7 +31,7 @@ func (f *testFleet) clusterPropagation(name string, resources ...fleetv1alpha1.R
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: fleetv1alpha1.PropagationSpec{
 			Resources: resources,
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod", testFleetLabel: f.namespace}}},
+			Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"env": "prod", testFleetLabel: f.namespace})},
 		},
 	}
 	if err := f.hub.Client.Create(f.t.Context(), cp); err != nil {
@@ -146,7 +146,7 @@ func TestClusterPropagationAppliesABaselineInOrder(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: base, Name: "quota"},
 		Spec: fleetv1alpha1.PropagationSpec{
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ResourceQuota", Name: "quota"}},
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{testFleetLabel: f.namespace}}},
+			Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{testFleetLabel: f.namespace})},
 		},
 	}
 	if err := f.hub.Client.Create(t.Context(), quota); err != nil {

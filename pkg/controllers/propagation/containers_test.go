@@ -76,7 +76,7 @@ func TestClusterPropagationLeavesTheNamespaceItsFleetCreated(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "web"},
 		Spec: fleetv1alpha1.PropagationSpec{
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "settings"}},
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{testFleetLabel: f.namespace}}},
+			Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{testFleetLabel: f.namespace})},
 		},
 	}); err != nil {
 		t.Fatal(err)

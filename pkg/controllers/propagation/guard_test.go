@@ -107,7 +107,7 @@ func TestProgressiveClusterPropagationCompletes(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: fleetv1alpha1.PropagationSpec{
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role.Name}},
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod", testFleetLabel: f.namespace}}},
+			Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"env": "prod", testFleetLabel: f.namespace})},
 			Strategy:  fleetv1alpha1.RolloutStrategy{Type: fleetv1alpha1.RolloutProgressive},
 		},
 	}

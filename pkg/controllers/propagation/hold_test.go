@@ -6,19 +6,30 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/deploy"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 )
 
 // TestMembersSelectorThatDoesNotParseHoldsTheCopies: a members selector
-// the manager cannot parse (a label value with a space, which the CRD
-// accepts) deselects no one: the member keeps its copy, nothing is
-// applied, and the status says why; fixed, the Propagation goes on.
+// the manager cannot parse (an In value with a space) deselects no one:
+// the member keeps its copy, nothing is applied, and the status says why;
+// fixed, the Propagation goes on.
+//
+// The CRD refuses such a selector at admission, so the test writes it as
+// it could be written before the CRD checked selectors: under that older
+// CRD, on the test's own hub, which is then upgraded to the current one.
+// The stored selector stays, as it would on a hub upgraded in place, and
+// other fields can still be edited (the API server ratchets the selector's
+// errors while it is unchanged).
 func TestMembersSelectorThatDoesNotParseHoldsTheCopies(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
@@ -30,9 +41,28 @@ func TestMembersSelectorThatDoesNotParseHoldsTheCopies(t *testing.T) {
 	f.waitStatus("web", "Ready", ready)
 	f.waitCopy(0, "web", "copied", exists)
 
-	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) {
-		p.Spec.Members.Selector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "env", Operator: metav1.LabelSelectorOpIn, Values: []string{"prod west"}}}
+	notParsing := []fleetv1alpha1.LabelSelectorRequirement{{Key: "env", Operator: metav1.LabelSelectorOpIn, Values: []string{"prod west"}}}
+	f.installPropagationCRD(withoutSelectorChecks)
+	t.Cleanup(func() { f.installPropagationCRD(nil) })
+	poll.Until(t, "the selector that does not parse written under the older CRD", func() bool {
+		p := f.hubPropagation("web")
+		p.Spec.Members.Selector.MatchExpressions = notParsing
+		err := f.hub.Client.Update(t.Context(), p)
+		if err != nil && !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
+			t.Fatal(err)
+		}
+		return err == nil
 	})
+	f.installPropagationCRD(nil)
+	poll.Until(t, "the current CRD refusing the selector", func() bool {
+		p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: "refused"}, Spec: f.hubPropagation("web").Spec}
+		err := f.hub.Client.Create(t.Context(), p, client.DryRunAll)
+		if err != nil && !apierrors.IsInvalid(err) {
+			t.Fatal(err)
+		}
+		return apierrors.IsInvalid(err)
+	})
+
 	p := f.waitStatus("web", "Ready=False for the selector, and east held", func(p *fleetv1alpha1.Propagation) bool {
 		c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == fleetv1alpha1.ReasonInvalidSelector &&
@@ -101,7 +131,7 @@ func TestTwoFleetsOnOneHubEachHandleTheirOwn(t *testing.T) {
 	a.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
 	anyProd := func(fleetNamespace string) func(p *fleetv1alpha1.Propagation) {
 		return func(p *fleetv1alpha1.Propagation) {
-			p.Spec.Members.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}
+			p.Spec.Members.Selector = fleetv1alpha1.SetAsLabelSelector(map[string]string{"env": "prod"})
 			p.Spec.Strategy = fleetv1alpha1.RolloutStrategy{Type: fleetv1alpha1.RolloutProgressive}
 			if fleetNamespace != "" {
 				p.Labels = map[string]string{fleetv1alpha1.FleetLabel: fleetNamespace}
@@ -156,7 +186,7 @@ func TestTwoFleetsOnOneHubEachHandleTheirOwn(t *testing.T) {
 	a.configMap("other", map[string]string{"color": "red"}, map[string]string{"app": "other"})
 	a.propagation("unclaimed", func(p *fleetv1alpha1.Propagation) {
 		anyProd("")(p)
-		p.Spec.Resources[0].Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "other"}}
+		p.Spec.Resources[0].Selector = fleetv1alpha1.SetAsLabelSelector(map[string]string{"app": "other"})
 	})
 	p := &fleetv1alpha1.Propagation{}
 	poll.Until(t, "unclaimed claimed by a fleet", func() bool {
@@ -177,4 +207,72 @@ func (f *testFleet) hubConfigMap(name string) *corev1.ConfigMap {
 		f.t.Fatal(err)
 	}
 	return cm
+}
+
+// hubPropagation returns Propagation name of the team namespace.
+func (f *testFleet) hubPropagation(name string) *fleetv1alpha1.Propagation {
+	f.t.Helper()
+	p := &fleetv1alpha1.Propagation{}
+	if err := f.hub.Client.Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, p); err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+// installPropagationCRD installs on f's hub the Propagation CRD of
+// deploy/crd, its schema changed by edit if set. The API server serves a
+// changed schema a moment later: callers wait for it.
+func (f *testFleet) installPropagationCRD(edit func(*apiextensionsv1.JSONSchemaProps)) {
+	f.t.Helper()
+	crds, err := deploy.CRDs()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	i := slices.IndexFunc(crds, func(crd *apiextensionsv1.CustomResourceDefinition) bool {
+		return crd.Spec.Names.Kind == "Propagation"
+	})
+	if i < 0 {
+		f.t.Fatal("deploy/crd holds no Propagation CRD")
+	}
+	if edit != nil {
+		for _, v := range crds[i].Spec.Versions {
+			edit(v.Schema.OpenAPIV3Schema)
+		}
+	}
+	if _, err := envtest.InstallCRDs(f.hub.Env.Config, envtest.CRDInstallOptions{CRDs: crds[i : i+1]}); err != nil {
+		f.t.Error(err)
+	}
+}
+
+// withoutSelectorChecks takes out of s the checks of every label selector
+// in it, leaving the schema the CRD had before selectors were checked at
+// admission.
+func withoutSelectorChecks(s *apiextensionsv1.JSONSchemaProps) {
+	if _, ok := s.Properties["matchExpressions"]; ok {
+		withoutChecks(s)
+		return
+	}
+	for name, p := range s.Properties {
+		withoutSelectorChecks(&p)
+		s.Properties[name] = p
+	}
+	if s.Items != nil && s.Items.Schema != nil {
+		withoutSelectorChecks(s.Items.Schema)
+	}
+}
+
+// withoutChecks takes every check out of s and what it holds.
+func withoutChecks(s *apiextensionsv1.JSONSchemaProps) {
+	s.XValidations, s.Enum, s.Pattern = nil, nil, ""
+	s.MaxLength, s.MaxItems, s.MaxProperties = nil, nil, nil
+	for name, p := range s.Properties {
+		withoutChecks(&p)
+		s.Properties[name] = p
+	}
+	if s.Items != nil && s.Items.Schema != nil {
+		withoutChecks(s.Items.Schema)
+	}
+	if s.AdditionalProperties != nil && s.AdditionalProperties.Schema != nil {
+		withoutChecks(s.AdditionalProperties.Schema)
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -84,8 +83,8 @@ func valueAt(t *testing.T, c *unstructured.Unstructured, path string) any {
 }
 
 func TestOverrideSelectsMembersAndCopies(t *testing.T) {
-	byRegion := func(region string) *metav1.LabelSelector {
-		return &metav1.LabelSelector{MatchLabels: map[string]string{"region": region}}
+	byRegion := func(region string) *fleetv1alpha1.LabelSelector {
+		return fleetv1alpha1.SetAsLabelSelector(map[string]string{"region": region})
 	}
 	for _, tc := range []struct {
 		name    string
@@ -129,7 +128,7 @@ func TestOverrideSelectsMembersAndCopies(t *testing.T) {
 
 func TestOverrideInvalidMembersSelectorNamesTheRule(t *testing.T) {
 	rule := deploymentRule("bad", patchOp("replace", "/spec/replicas", "5"))
-	rule.Members.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "region", Operator: "Near"}}}
+	rule.Members.Selector = &fleetv1alpha1.LabelSelector{MatchExpressions: []fleetv1alpha1.LabelSelectorRequirement{{Key: "region", Operator: "Near"}}}
 	_, err := override(webCopy(), []fleetv1alpha1.Override{rule}, east)
 	var oe *overrideError
 	if !errors.As(err, &oe) || !strings.HasPrefix(err.Error(), `override "bad" does not apply to Deployment web: its members selector: `) {
@@ -486,7 +485,7 @@ func BenchmarkOverride(b *testing.B) {
 			`{"name":"web","image":"registry.${MEMBER_LABEL:region}.example/web:1.4.2"},`+
 			`{"name":"sidecar","image":"registry.${MEMBER_LABEL:region}.example/proxy:2.1.0"}]}}}}`),
 	}
-	rules[2].Members.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}
+	rules[2].Members.Selector = fleetv1alpha1.SetAsLabelSelector(map[string]string{"region": "eu"})
 	b.ReportAllocs()
 	for b.Loop() {
 		c := &unstructured.Unstructured{Object: copyContent}

@@ -233,8 +233,8 @@ func (f *testFleet) propagation(name string, edit func(p *fleetv1alpha1.Propagat
 	p := &fleetv1alpha1.Propagation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.team, Name: name},
 		Spec: fleetv1alpha1.PropagationSpec{
-			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}},
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod", testFleetLabel: f.namespace}}},
+			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"app": "web"})}},
+			Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"env": "prod", testFleetLabel: f.namespace})},
 		},
 	}
 	if edit != nil {

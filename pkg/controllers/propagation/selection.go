@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -209,7 +208,7 @@ func resourceKind(sel fleetv1alpha1.ResourceSelector) (schema.GroupVersionKind, 
 
 // metaLabelSelector is sel's label selector.
 func metaLabelSelector(sel fleetv1alpha1.ResourceSelector) (labels.Selector, error) {
-	s, err := metav1.LabelSelectorAsSelector(sel.Selector)
+	s, err := sel.Selector.AsSelector()
 	if err != nil {
 		return nil, &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the selector of %s: %v", sel.Kind, err)}
 	}
@@ -228,7 +227,7 @@ func selects(p *fleetv1alpha1.Propagation, name string, l map[string]string) (bo
 // membersSelectorError says why p's members selector does not parse, nil
 // if it does.
 func membersSelectorError(p *fleetv1alpha1.Propagation) *kindError {
-	if _, err := metav1.LabelSelectorAsSelector(p.Spec.Members.Selector); err != nil {
+	if _, err := p.Spec.Members.Selector.AsSelector(); err != nil {
 		return invalidMembersSelector(err)
 	}
 	return nil
@@ -248,7 +247,7 @@ func selectsMember(sel fleetv1alpha1.MemberSelector, member memberFacts) (bool, 
 	if sel.Selector == nil {
 		return true, nil
 	}
-	s, err := metav1.LabelSelectorAsSelector(sel.Selector)
+	s, err := sel.Selector.AsSelector()
 	if err != nil {
 		return false, err
 	}

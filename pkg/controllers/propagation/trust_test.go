@@ -73,8 +73,8 @@ func TestPropagationInTheFleetNamespaceCopiesNothing(t *testing.T) {
 	p := &fleetv1alpha1.Propagation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "spread"},
 		Spec: fleetv1alpha1.PropagationSpec{
-			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "Secret", Selector: &metav1.LabelSelector{}}},
-			Members:   fleetv1alpha1.MemberSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{testFleetLabel: f.namespace}}},
+			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "Secret", Selector: &fleetv1alpha1.LabelSelector{}}},
+			Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{testFleetLabel: f.namespace})},
 		},
 	}
 	if err := f.hub.Client.Create(t.Context(), p); err != nil {
@@ -125,7 +125,7 @@ func TestCredentialSecretsAreRefused(t *testing.T) {
 	f.propagation("secrets", func(p *fleetv1alpha1.Propagation) {
 		p.Spec.Resources = []fleetv1alpha1.ResourceSelector{
 			{APIVersion: "v1", Kind: "Secret", Name: "east-kubeconfig"},
-			{APIVersion: "v1", Kind: "Secret", Selector: &metav1.LabelSelector{MatchLabels: web}},
+			{APIVersion: "v1", Kind: "Secret", Selector: fleetv1alpha1.SetAsLabelSelector(web)},
 		}
 	})
 	key := types.NamespacedName{Namespace: f.team, Name: "secrets"}
