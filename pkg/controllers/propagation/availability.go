@@ -516,8 +516,20 @@ func (c *availableWhenCosts) EstimateCallCost(function, overloadID string, targe
 		size := c.sizeOf(args[0]).Add(c.sizeOf(args[1]))
 		est = &checker.CallEstimate{CostEstimate: checker.CostEstimate{Min: 1, Max: 1}, ResultSize: &size}
 	default:
-		if est = c.kubernetes.EstimateCallCost(function, overloadID, target, args); est == nil || est.ResultSize == nil {
+		est = c.kubernetes.EstimateCallCost(function, overloadID, target, args)
+		if allocating[function] && (est == nil || est.ResultSize == nil) {
+			// A call that makes a string or list CEL cannot size.
+			c.largestResult = math.MaxUint64
 			return est
+		}
+		if est == nil || est.ResultSize == nil {
+			return est
+		}
+		if function == "join" && target != nil {
+			// Each element may be a string of the copy, whatever CEL
+			// estimates of it (nothing, through dyn).
+			size := checker.SizeEstimate{Max: saturatingProduct(c.sizeOf(*target).Max, maxCopySize)}
+			est.ResultSize = &size
 		}
 	}
 	largest := est.ResultSize.Max
@@ -527,6 +539,14 @@ func (c *availableWhenCosts) EstimateCallCost(function, overloadID string, targe
 	c.largestResult = max(c.largestResult, largest)
 	est.CostEstimate = est.CostEstimate.Add(checker.CostEstimate(*est.ResultSize))
 	return est
+}
+
+// allocating are the functions of availableWhen's environment that make
+// a string or list: one whose result CEL cannot size is unbounded.
+var allocating = map[string]bool{
+	"charAt": true, "join": true, "lowerAscii": true, "quote": true, "strings.quote": true, "replace": true,
+	"split": true, "substring": true, "trim": true, "upperAscii": true, "reverse": true, "format": true,
+	"string": true, "bytes": true,
 }
 
 // listEntryBytes is what an entry of a list a call makes takes at least:

@@ -330,7 +330,7 @@ func TestAvailableWhenRefusesWhatCouldGrow(t *testing.T) {
 		{"one replacement around every character", `self.metadata.name.replace('', 'xxxxxxxxxx') != ''`, "one of its calls could make"},
 		{"a replacement from the copy", `self.metadata.name.replace('', self.metadata.namespace) == ''`, "one of its calls could make"},
 		{"repetition through join", `[self.spec.s, self.spec.s, self.spec.s].join('') != ''`, "one of its calls could make"},
-		{"repetition through join of a comprehension", `self.spec.items.map(x, self.spec.s).join('').size() > 0`, "one of its calls could make a string or list of no bound"},
+		{"repetition through join of a comprehension", `self.spec.items.map(x, self.spec.s).join('').size() > 0`, "one of its calls could make a string or list of"},
 		{"format", `'%s'.format([self.spec.items.map(x, self.spec.s)]) != ''`, "of no bound"},
 		{"list concatenation in a comprehension", `self.spec.items.map(x, self.spec.items + self.spec.items).size() > 0`, "its estimated cost"},
 		{"list concatenation in nested comprehensions", `self.spec.items.all(x, self.spec.items.map(y, [x] + [y]).size() > 0)`, "its estimated cost"},
@@ -338,6 +338,9 @@ func TestAvailableWhenRefusesWhatCouldGrow(t *testing.T) {
 		{"concatenation in a comprehension", `self.spec.items.all(x, self.spec.s + self.spec.s != '')`, "its estimated cost"},
 		{"split on a string of the copy", `self.spec.s.split('').size() > 0`, "one of its calls could make"},
 		{"a string function on each element", `self.status.conditions.all(c, c.status.lowerAscii() == 'true')`, "its estimated cost"},
+		{"join of a comprehension through dyn", `dyn(self.data.map(k, self.data.big)).join('') == ''`, "one of its calls could make"},
+		{"join of a literal list through dyn", `dyn([self.data.big, self.data.big, self.data.big]).join('') == ''`, "one of its calls could make"},
+		{"quote", `strings.quote(self.data.big) == ''`, "one of its calls could make"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
