@@ -240,16 +240,18 @@ func invalidMembersSelector(err error) *kindError {
 }
 
 // selectsMember reports whether sel selects member, as spec.members does.
+// A selector that does not parse is an error for every member, named or
+// not: it deselects no one.
 func selectsMember(sel fleetv1alpha1.MemberSelector, member memberFacts) (bool, error) {
+	s := labels.Everything()
+	if sel.Selector != nil {
+		var err error
+		if s, err = sel.Selector.AsSelector(); err != nil {
+			return false, err
+		}
+	}
 	if len(sel.Names) > 0 && !slices.Contains(sel.Names, member.name) {
 		return false, nil
-	}
-	if sel.Selector == nil {
-		return true, nil
-	}
-	s, err := sel.Selector.AsSelector()
-	if err != nil {
-		return false, err
 	}
 	return s.Matches(labels.Set(member.labels)), nil
 }
