@@ -81,16 +81,16 @@ func hasLabel(l map[string]string, key string) bool {
 // naming at least one cluster and one user. It only parses:
 // clientcmd.Load reads no file a kubeconfig names.
 func holdsKubeconfig(obj *unstructured.Unstructured) bool {
-	data, _, _ := unstructured.NestedStringMap(obj.Object, "data")
-	plain, _, _ := unstructured.NestedStringMap(obj.Object, "stringData")
 	for _, key := range []string{"kubeconfig", "value"} {
+		// Read key by key: another key's value of another type (null)
+		// must not hide this one.
 		var values [][]byte
-		if encoded, ok := data[key]; ok {
+		if encoded, ok, _ := unstructured.NestedString(obj.Object, "data", key); ok {
 			if raw, err := base64.StdEncoding.DecodeString(encoded); err == nil {
 				values = append(values, raw)
 			}
 		}
-		if s, ok := plain[key]; ok {
+		if s, ok, _ := unstructured.NestedString(obj.Object, "stringData", key); ok {
 			values = append(values, []byte(s))
 		}
 		for _, raw := range values {
