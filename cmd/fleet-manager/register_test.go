@@ -232,11 +232,16 @@ func TestRegisterWaitsForAProbeNewerThanItsStart(t *testing.T) {
 		t.Fatalf("register with a manager: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
 	}
 
-	res = runEnroll(t, append([]string{"register", "reg-probe", "--permissions=view", "--wait=2s"}, flags...)...)
+	// The wait counts from register's start: long enough that its writes
+	// fit in it on two loaded cores.
+	res = runEnroll(t, append([]string{"register", "reg-probe", "--permissions=view", "--wait=8s"}, flags...)...)
 	want := "Waiting for MemberCluster reg-probe to be Ready: Ready as recorded, but not probed since register started\n" +
-		"fleet-manager register: MemberCluster reg-probe is not Ready: not probed since register started, within 2s (is a manager running for this fleet?): state Ready"
+		"fleet-manager register: MemberCluster reg-probe is not Ready: not probed since register started, within 8s (is a manager running for this fleet?): state Ready"
 	if res.code != 1 || strings.Contains(res.stdout, "is Ready") || !strings.Contains(res.stderr, want) {
 		t.Errorf("register without a manager: exit %d, want 1\nstdout:\n%s\nstderr:\n%s\nwant in stderr:\n%s", res.code, res.stdout, res.stderr, want)
+	}
+	if n := strings.Count(res.stderr, "Waiting for MemberCluster"); n != 2 {
+		t.Errorf("register without a manager printed %d progress lines, want 2 (Ready, then Ready as recorded): one per change, not per read\n%s", n, res.stderr)
 	}
 }
 

@@ -32,10 +32,12 @@ func lastProbe(ctx context.Context, hub client.Client, ns, name string) *metav1.
 // may be one no manager probes any more. progress is called with its
 // state each time that changes.
 func waitProbed(ctx context.Context, hub client.Client, ns, name string, before *metav1.Time, timeout time.Duration, progress func(state string)) (*fleetv1alpha1.MemberCluster, error) {
+	const recorded = "Ready as recorded, but not probed since register started"
 	deadline := time.Now().Add(timeout)
 	shown := ""
 	show := func(state string) {
-		if state != shown {
+		// Still recorded Ready: say so once, not at each read.
+		if state != shown && (shown != recorded || state != string(fleetv1alpha1.MemberStateReady)) {
 			shown = state
 			progress(state)
 		}
@@ -48,14 +50,14 @@ func waitProbed(ctx context.Context, hub client.Client, ns, name string, before 
 		if p := mc.Status.LastProbeTime; p != nil && (before == nil || p.After(before.Time)) {
 			return mc, nil
 		}
-		show("Ready as recorded, but not probed since register started")
-		if !time.Now().Add(probePollInterval).Before(deadline) {
-			return nil, &enroll.NotReadyError{Name: name, Member: mc, Err: fmt.Errorf("not probed since register started, within %s (is a manager running for this fleet?)", timeout)}
-		}
+		show(recorded)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(probePollInterval):
+		}
+		if time.Until(deadline) < probePollInterval {
+			return nil, &enroll.NotReadyError{Name: name, Member: mc, Err: fmt.Errorf("not probed since register started, within %s (is a manager running for this fleet?)", timeout)}
 		}
 	}
 }
