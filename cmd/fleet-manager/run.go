@@ -464,7 +464,7 @@ func registrationsSynced(mgr *fleet.Manager) healthz.Checker {
 		case <-mgr.Registry().Synced():
 			return nil
 		default:
-			return errors.New("the registration Secrets have not been read yet")
+			return errors.New("the registrations have not all been read yet: the registration Secrets, and the cluster identities the MemberClusters record")
 		}
 	}
 }
