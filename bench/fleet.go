@@ -78,7 +78,10 @@ type benchFleet struct {
 var controllerIDs atomic.Int32
 
 // managerOptions are the options of a bench fleet manager of fleet
-// namespace ns: no metrics or probe servers, logs only with $BENCH_LOG.
+// namespace ns: no metrics or probe servers, logs only with $BENCH_LOG,
+// and every name engaged, though many reach one member server (so no
+// member reads its cluster's identity, which a fleet of distinct
+// clusters does once per connection).
 func managerOptions(ns string) fleet.Options {
 	return fleet.Options{
 		Options: manager.Options{
@@ -87,7 +90,8 @@ func managerOptions(ns string) fleet.Options {
 			HealthProbeBindAddress: "0",
 			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 		},
-		Namespace: ns,
+		Namespace:              ns,
+		AllowDuplicateClusters: true,
 	}
 }
 

@@ -72,7 +72,8 @@ func TestNoHubKubeconfigNamesTheFlag(t *testing.T) {
 }
 
 // TestReadyOnlyOnceRegistrationsAreRead runs the manager as a user that
-// may not read the fleet's Secrets: it stays unready until it may.
+// may not read the fleet's Secrets, nor the MemberClusters that record
+// the identities of its clusters: it stays unready until it may.
 func TestReadyOnlyOnceRegistrationsAreRead(t *testing.T) {
 	needAPIServers(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -148,6 +149,7 @@ func TestReadyOnlyOnceRegistrationsAreRead(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
+	subjects := []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: userName}}
 	role := &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "registrations"},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}}},
@@ -155,14 +157,23 @@ func TestReadyOnlyOnceRegistrationsAreRead(t *testing.T) {
 	binding := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "registrations"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: userName}},
+		Subjects:   subjects,
 	}
-	for _, obj := range []client.Object{role, binding} {
+	records := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "readyz-cluster-identities"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{fleetv1alpha1.GroupVersion.Group}, Resources: []string{"memberclusters"}, Verbs: []string{"get", "list", "watch"}}},
+	}
+	recordsBinding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: records.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: records.Name},
+		Subjects:   subjects,
+	}
+	for _, obj := range []client.Object{role, binding, records, recordsBinding} {
 		if err := admin.Create(ctx, obj); err != nil {
 			t.Fatal(err)
 		}
 	}
-	poll.Until(t, "/readyz answers 200 once the Secrets may be read", func() bool { return readyz() == http.StatusOK })
+	poll.Until(t, "/readyz answers 200 once the Secrets and MemberClusters may be read", func() bool { return readyz() == http.StatusOK })
 }
 
 // closedAddress returns a loopback address nothing listens on.

@@ -44,6 +44,10 @@ const leaderElectionID = "fleet-manager"
 // hubProbeTimeout bounds the check that the hub answers at startup.
 const hubProbeTimeout = 30 * time.Second
 
+// allowDuplicateClustersFlag names run's hidden flag that turns off the
+// refusal of a second name of one cluster.
+const allowDuplicateClustersFlag = "allow-duplicate-clusters"
+
 // anonymousUser is who the hub takes a client without credentials for.
 const anonymousUser = "system:anonymous"
 
@@ -85,6 +89,11 @@ type runFlags struct {
 	exportProfiles  bool
 	exportNamespace string
 	zap             zap.Options
+
+	// allowDuplicateClusters engages every name, even names that reach
+	// one cluster (fleet.Options.AllowDuplicateClusters): hidden, for
+	// tests and benches that register one API server under many names.
+	allowDuplicateClusters bool
 
 	// skipNameValidation lets a test run the manager more than once in a
 	// process, which controller-runtime's unique controller names forbid.
@@ -168,6 +177,8 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 		MemberQPS:        float32(f.memberQPS),
 		MemberBurst:      f.memberBurst,
 		MemberHealth:     f.health,
+
+		AllowDuplicateClusters: f.allowDuplicateClusters,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the fleet manager: %w", err)
@@ -197,6 +208,9 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 		return fmt.Errorf("adding the journal's readiness check: %w", err)
 	}
 
+	if f.allowDuplicateClusters {
+		log.Info("Engaging every registered name, even names that reach one cluster, which then fight over it: --" + allowDuplicateClustersFlag + " is for tests and benches only")
+	}
 	log.Info("Starting fleet manager", "host", cfg.Host, "user", user, "namespace", f.namespace, "leaderElection", f.leaderElect, "shard", f.shard, "replica", f.replicaName, "formats", formatNames)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the fleet manager: %w", err)
@@ -270,6 +284,10 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.stateDir, "state-dir", "", "Directory of the journal, the manager's record of the copies it applied in each member and the removals members owe; only one manager may use it at a time. Default: a temporary directory removed at exit, so what is owed is forgotten by a restart (deploy/ mounts one).")
 	fs.BoolVar(&f.renewTokens, "renew-tokens", true, "Renew each member's service account token, in a native registration Secret, through the member's TokenRequest API at about 80% of its lifetime, and write it back into the Secret (needs update on Secrets in the fleet namespace). False keeps the tokenrenewal controller describing credentials without renewing them.")
 	bindPolicyFlags(fs, &f.policy)
+	// Hidden, as kube components hide their test-only knobs: two names
+	// of one cluster fight over it, so no install should turn this on.
+	fs.BoolVar(&f.allowDuplicateClusters, allowDuplicateClustersFlag, false, "For tests and benches only: engage every registered name, even names that reach the same cluster, which then fight over it.")
+	_ = fs.MarkHidden(allowDuplicateClustersFlag)
 
 	// Registration formats besides the native one, which is always read.
 	fs.BoolVar(&f.mcrSecrets, "multicluster-runtime-secrets", false, "Also register multicluster-runtime kubeconfig Secrets in the fleet namespace. Default: off.")
@@ -446,7 +464,7 @@ func registrationsSynced(mgr *fleet.Manager) healthz.Checker {
 		case <-mgr.Registry().Synced():
 			return nil
 		default:
-			return errors.New("the registration Secrets have not been read yet")
+			return errors.New("the registrations have not all been read yet: the registration Secrets, and the cluster identities the MemberClusters record")
 		}
 	}
 }

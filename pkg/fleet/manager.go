@@ -91,7 +91,8 @@ type Options struct {
 	ConfigureMember func(clusterName string, o *cluster.Options)
 
 	// AllowDuplicateClusters, LOW LEVEL PRIMITIVE, engages every
-	// registered name, even names that reach one cluster; see
+	// registered name, even names that reach one cluster, whatever the
+	// hub's MemberClusters record of their clusters; see
 	// member.Options.AllowDuplicateClusters. Default false: of the names
 	// of one cluster, only the one registered first is engaged.
 	AllowDuplicateClusters bool
@@ -199,7 +200,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	if opts.Shard != nil && opts.LeaderElection {
 		return nil, errors.New("a fleet shared by replicas (Options.Shard) elects no leader: every replica works")
 	}
-	if m.registry, err = registry.NewWithSecrets(hub, formats, hub.GetControllerOptions().MaxConcurrentReconciles, opts.ClusterProfiles, opts.Shard != nil); err != nil {
+	if m.registry, err = registry.NewWithSecrets(hub, formats, hub.GetControllerOptions().MaxConcurrentReconciles, opts.ClusterProfiles, opts.Shard != nil, opts.AllowDuplicateClusters); err != nil {
 		return nil, err
 	}
 	m.engager = engage.NewEngager(engage.Options{Logger: log.WithName("engager"), Observe: m.metrics.observeEngage})

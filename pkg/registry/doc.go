@@ -42,7 +42,9 @@
 // ([Registry.Identify]); the hub's MemberClusters record them
 // ([Registry.Record]), read before Synced. Of the names of one cluster,
 // the one whose registration was created first keeps it; the others are
-// refused as ReasonDuplicateCluster, naming it, until it goes.
+// refused as ReasonDuplicateCluster, naming it, until it goes. A
+// registry that allows duplicates ([NewWithSecrets], for tests and
+// benches that register one API server under many names) refuses none.
 //
 // # State
 //

@@ -85,9 +85,10 @@ func candidate(c *Cluster) bool {
 
 // lockedResolve decides which name keeps the cluster of identity id and
 // refuses the others, or accepts them again: the keeper is the candidate
-// whose accepted registration was created first, then the first name.
+// whose accepted registration was created first, then the first name. A
+// registry that allows duplicates refuses none.
 func (r *Registry) lockedResolve(id string) {
-	if id == "" {
+	if id == "" || r.allowDuplicates {
 		return
 	}
 	var group []*Cluster

@@ -107,3 +107,25 @@ func TestDuplicatesFollowKubeconfigsAndRecords(t *testing.T) {
 		t.Fatalf("b is a duplicate of %q, of a name refused for its claims", got)
 	}
 }
+
+// TestAllowedDuplicatesAreNotRefused: a registry that allows duplicates
+// refuses no name of one cluster, neither for its member's report nor
+// for the hub's records, as a manager run once without allowing them
+// leaves.
+func TestAllowedDuplicatesAreNotRefused(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := New("native")
+	r.allowDuplicates = true
+	r.Record("old", "uid-1")
+	r.claim("old", claimAt("old", "kc-old", t0))
+	r.claim("young", claimAt("young", "kc-young", t0.Add(time.Second)))
+	r.Record("young", "uid-1")
+	if keeper := r.Identify("young", fingerprint("kc-young"), "uid-1"); keeper != "young" {
+		t.Fatalf("young: keeper %q, want young", keeper)
+	}
+	for _, name := range []string{"old", "young"} {
+		if got := duplicateOf(t, r, name); got != "" {
+			t.Errorf("%s is a duplicate of %q", name, got)
+		}
+	}
+}

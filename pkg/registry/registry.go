@@ -154,6 +154,9 @@ type Registry struct {
 	// shared is true when replicas share the fleet: a new name is
 	// NotOwned until Assign says otherwise.
 	shared bool
+	// allowDuplicates refuses no name as another's duplicate, whatever
+	// its member or the hub's records say of its cluster.
+	allowDuplicates bool
 
 	// mu guards everything below.
 	mu       sync.Mutex

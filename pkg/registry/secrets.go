@@ -48,8 +48,11 @@ const DefaultWorkers = 16
 //
 // The native format's namespace is the fleet namespace: a registration
 // from elsewhere never takes a name one of its Secrets claims. A shared
-// registry is NewShared's: for a replica that shares the fleet.
-func NewWithSecrets(mgr manager.Manager, formats []Format, workers int, profiles *ClusterProfiles, shared bool) (*Registry, error) {
+// registry is NewShared's: for a replica that shares the fleet. One that
+// allows duplicates refuses no name as ReasonDuplicateCluster, whatever
+// the hub's MemberClusters record: for tests and benches that register
+// one API server under many names.
+func NewWithSecrets(mgr manager.Manager, formats []Format, workers int, profiles *ClusterProfiles, shared, allowDuplicates bool) (*Registry, error) {
 	names := make([]string, len(formats))
 	for i, f := range formats {
 		names[i] = f.Name
@@ -58,6 +61,7 @@ func NewWithSecrets(mgr manager.Manager, formats []Format, workers int, profiles
 		names = append(names, ClusterProfileFormat)
 	}
 	r := newRegistry(shared, names)
+	r.allowDuplicates = allowDuplicates
 	for _, f := range formats {
 		if f.Name == NativeFormatName && len(f.Namespaces) == 1 {
 			r.fleetNamespace = f.Namespaces[0]
