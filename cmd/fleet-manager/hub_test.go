@@ -104,22 +104,6 @@ func TestReadyOnlyOnceRegistrationsAreRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The registry reads the cluster identities MemberClusters record
-	// before it is synced: the user may read those from the start.
-	records := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "readyz-memberclusters"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{fleetv1alpha1.GroupVersion.Group}, Resources: []string{"memberclusters"}, Verbs: []string{"get", "list", "watch"}}},
-	}
-	recordsBinding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "readyz-memberclusters"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: records.Name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: userName}},
-	}
-	for _, obj := range []client.Object{records, recordsBinding} {
-		if err := admin.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- run(ctx, f, logr.Discard()) }()
 	defer func() {
