@@ -61,6 +61,9 @@ func (m *member) admit(ctx context.Context) (bool, error) {
 	}
 	id, err := m.identify(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return false, nil // the member stops: no failure
+		}
 		return false, err
 	}
 	p.mu.Lock()

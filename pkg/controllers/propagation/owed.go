@@ -390,13 +390,15 @@ func (r *reconciler) keepOwed(ctx context.Context) {
 	for {
 		if !merged {
 			if err := r.mergeMirror(ctx, id, nil); err != nil {
-				r.log.Error(err, "Reading the owed removals mirrored on the hub; trying again", "namespace", r.fleet)
+				if ctx.Err() == nil {
+					r.log.Error(err, "Reading the owed removals mirrored on the hub; trying again", "namespace", r.fleet)
+				}
 			} else {
 				merged = true
 			}
 		}
 		if unmerged := r.owed.unmergedMembers(); len(unmerged) > 0 {
-			if err := r.mergeMirror(ctx, id, unmerged); err != nil {
+			if err := r.mergeMirror(ctx, id, unmerged); err != nil && ctx.Err() == nil {
 				r.log.Error(err, "Reading the owed removals mirrored on the hub; trying again", "namespace", r.fleet)
 			} else {
 				r.owed.merged(unmerged)
