@@ -302,6 +302,7 @@ func (b *Builder) Build(r Reconciler) (Controller, error) {
 		metrics:     b.mgr.metrics,
 		hub:         b.mgr.Manager,
 		registry:    b.mgr.registry,
+		mayAct:      b.mgr.mayAct,
 		ready:       make(chan struct{}),
 		engaged:     map[string]context.Context{},
 		reconciling: map[string]*sync.WaitGroup{},

@@ -44,6 +44,9 @@ type controller struct {
 	// registry says which members' work is held: a queue made, or a
 	// member engaged again, takes the holds from it.
 	registry *registry.Registry
+	// mayAct refuses, with a reason, a member's requests while this
+	// replica cannot prove that it holds its Lease.
+	mayAct func(clusterName string) error
 
 	// mu guards engaged: each engaged cluster's engagement context (a
 	// cluster's requests are reconciled only while its context lives);
@@ -214,7 +217,11 @@ const incomingRetry = 100 * time.Millisecond
 // Reconcile runs the user's reconciler for requests of engaged clusters
 // this replica owns, under a context that ends when the cluster leaves,
 // and drops the rest: requests that were being handed out as their
-// cluster left, or went to another replica.
+// cluster left, or went to another replica. A member's request waits
+// while this replica cannot prove that it holds its Lease, checked here,
+// as it is handed out: a process that was paused starts none after it
+// woke, though the registry still says the member is its own until its
+// replica's next pass.
 func (c *controller) Reconcile(ctx context.Context, req Request) (reconcile.Result, error) {
 	if req.ClusterName != registry.HubName {
 		member, ok := c.registry.Get(req.ClusterName)
@@ -223,6 +230,9 @@ func (c *controller) Reconcile(ctx context.Context, req Request) (reconcile.Resu
 		}
 		if !ok || !member.Owned() {
 			return reconcile.Result{}, nil
+		}
+		if c.mayAct(req.ClusterName) != nil {
+			return reconcile.Result{RequeueAfter: incomingRetry}, nil
 		}
 	}
 	c.mu.Lock()

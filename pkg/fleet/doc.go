@@ -70,7 +70,11 @@
 // replicas. Only the owner runs a member and reconciles its requests;
 // [Manager.GetCluster] of another's member returns an error wrapping
 // [ErrNotOwned]. A member this replica takes over runs with its work held
-// until the previous owner has let it go. [Manager.Owns] says whose
-// work a cluster's is, [Manager.OwnsKey] picks one replica for hub work
-// of any key. Hub requests reach every replica.
+// until the previous owner has let it go. While the replica cannot
+// prove by its clock that it holds its Lease (shard.Replica.Proved), it
+// hands no member's request to a reconciler, refuses every request that
+// could change a member before it is sent, and GetCluster returns
+// ErrNotOwned. [Manager.Owns] says whose work a cluster's is now,
+// [Manager.OwnsKey] picks one replica for hub work of any key. Hub
+// requests reach every replica.
 package fleet

@@ -214,6 +214,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		Burst:     opts.MemberBurst,
 		Configure: opts.ConfigureMember,
 		Health:    opts.MemberHealth,
+		MayWrite:  m.mayAct,
 
 		AllowDuplicateClusters: opts.AllowDuplicateClusters,
 	})
@@ -297,7 +298,8 @@ func (m *Manager) GetRunningCluster(clusterName string, kubeconfig []byte) (clus
 }
 
 // checkOwned returns an error wrapping ErrNotOwned unless this replica
-// owns registered member clusterName.
+// owns registered member clusterName and can prove now that it holds its
+// Lease.
 func (m *Manager) checkOwned(clusterName string) error {
 	c, ok := m.registry.Get(clusterName)
 	switch {
@@ -310,17 +312,29 @@ func (m *Manager) checkOwned(clusterName string) error {
 	case !c.Owned():
 		return fmt.Errorf("%w: %q: replica %s owns it", ErrNotOwned, clusterName, c.Owner)
 	}
-	return nil
+	return m.mayAct(clusterName)
+}
+
+// mayAct returns an error wrapping ErrNotOwned while this replica
+// cannot prove, by its clock now, that it holds its Lease
+// (shard.Replica.Proved): it then acts on no member, whatever the
+// registry says, until a handoff gives them back.
+func (m *Manager) mayAct(clusterName string) error {
+	if m.replica == nil || m.replica.Proved() {
+		return nil
+	}
+	return fmt.Errorf("%w: %q: this replica cannot prove that it holds its Lease", ErrNotOwned, clusterName)
 }
 
 // Owns reports whether this replica does the work of cluster
-// clusterName: of a registered cluster, once it has taken it over; of a
-// name no longer registered (what it left on the hub), if the name's
-// owner among the live replicas is this one. A manager that works alone
-// owns every cluster.
+// clusterName now: of a registered cluster, once it has taken it over
+// and while it can prove that it holds its Lease; of a name no longer
+// registered (what it left on the hub), if the name's owner among the
+// live replicas is this one. A manager that works alone owns every
+// cluster.
 func (m *Manager) Owns(clusterName string) bool {
 	if c, ok := m.registry.Get(clusterName); ok {
-		return c.Owned()
+		return c.Owned() && m.mayAct(clusterName) == nil
 	}
 	return m.replica == nil || m.replica.Owns(clusterName)
 }

@@ -78,6 +78,14 @@ type Options struct {
 	// Disconnected.
 	Health HealthOptions
 
+	// MayWrite, if set, is asked before each request that could change a
+	// member is sent: any but a GET, HEAD or OPTIONS, or a review (a
+	// create of a *reviews resource, which persists nothing, as the
+	// probe's SelfSubjectReview). An error refuses the request: it is
+	// returned, wrapped, and nothing is sent. A replica that shares the
+	// fleet refuses so while it cannot prove that it holds its Lease.
+	MayWrite func(clusterName string) error
+
 	// ReconnectBackoff spaces out the attempts to connect a Disconnected
 	// member again. Defaults to 1s doubling to 1m, with 20% jitter; a
 	// connection that became Ready resets it.

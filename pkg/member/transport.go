@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -111,8 +112,49 @@ func (m *member) newTransport(cfg *rest.Config) (http.RoundTripper, error) {
 	}
 	tc.Transport = t
 	tc.TLS, tc.Proxy = transport.TLSConfig{}, nil
-	return transport.New(tc)
+	rt, err := transport.New(tc)
+	if err != nil || m.pool.opts.MayWrite == nil {
+		return rt, err
+	}
+	return gatedWrites{name: m.name, mayWrite: m.pool.opts.MayWrite, next: rt}, nil
 }
+
+// gatedWrites asks mayWrite before it sends a request that could change
+// the member, at the last moment the process decides it.
+type gatedWrites struct {
+	name     string
+	mayWrite func(clusterName string) error
+	next     http.RoundTripper
+}
+
+func (g gatedWrites) RoundTrip(req *http.Request) (*http.Response, error) {
+	if changes(req) {
+		if err := g.mayWrite(g.name); err != nil {
+			if req.Body != nil {
+				_ = req.Body.Close() // a RoundTripper closes it, even on error
+			}
+			return nil, fmt.Errorf("member %s: request not sent: %w", g.name, err)
+		}
+	}
+	return g.next.RoundTrip(req)
+}
+
+// changes reports whether req could change the member: any method but
+// GET, HEAD and OPTIONS, except the create of a review (TokenReview,
+// SelfSubjectReview, SubjectAccessReview...), which persists nothing.
+func changes(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	case http.MethodPost:
+		return !strings.HasSuffix(req.URL.Path, "reviews")
+	}
+	return true
+}
+
+// WrappedRoundTripper lets client-go find the transport under the gate
+// (utilnet.RoundTripperWrapper), as it does under its own wrappers.
+func (g gatedWrites) WrappedRoundTripper() http.RoundTripper { return g.next }
 
 // configureHTTP2 enables HTTP/2 on t as client-go does, with its
 // connection health check, unless DISABLE_HTTP2 is set, and keeps track

@@ -63,12 +63,20 @@
 // clock, as client-go's leader election does: clock skew between replicas
 // does not matter, only the rates of their clocks. And only once the hub
 // itself, read with a quorum read, still holds the version their cache
-// shows: a cache that lags makes a live replica look dead. The gap
-// LeaseDuration − RenewDeadline must cover a fenced replica's release:
-// reconciles that heed their context end at once; one that does not and
-// runs longer could overlap its member's next owner, as may one in flight
-// while its process was paused. Fencing tokens checked by the storage are
-// not possible: members' API servers are not ours to change.
+// shows: a cache that lags makes a live replica look dead.
+//
+// Between passes, [Replica.Proved] answers by the clock: false from the
+// renew deadline of the last renewal proved, and after a pass that
+// fenced. package fleet checks it, besides the member's ownership in the
+// registry, as it hands a member's request to a reconciler and before
+// each request that could change a member leaves the process, so that a
+// process that wakes from a pause acts on nothing before its next pass
+// fences it. What remains is a write checked before the pause and sent
+// after it: it was checked while the proof held, so LeaseDuration −
+// RenewDeadline before any other replica may take its member, which
+// covers it if it lands within that margin. Fencing tokens checked by
+// the storage are not possible: members' API servers are not ours to
+// change.
 //
 // A replica leaving (its context ends, as on SIGTERM) marks its Lease
 // leaving, so that the view no longer holds it, hands its members over

@@ -110,7 +110,12 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool, wake
 		r.metrics.replicas.Set(float64(len(view)))
 	}
 	r.mu.Lock()
-	r.working, r.validUntil = nil, deadline
+	r.working, r.validUntil, r.provedUntil = nil, deadline, deadline
+	if fenced {
+		// Before the members lose their ownership below: a renewal
+		// that landed after a pause must not let them act meanwhile.
+		r.provedUntil = time.Time{}
+	}
 	if in {
 		r.working = r.view
 	}

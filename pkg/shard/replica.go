@@ -157,11 +157,13 @@ type Replica struct {
 	expiredOnHub map[string]string
 
 	// mu guards working: the view, when this replica is in it; nil while
-	// it is fenced or leaving; and validUntil, when it is fenced at the
-	// latest unless its Lease is renewed.
-	mu         sync.Mutex
-	working    []string
-	validUntil time.Time
+	// it is fenced or leaving; validUntil, when it is fenced at the
+	// latest unless its Lease is renewed; and provedUntil: validUntil
+	// while its last pass did not fence, zero after one that did.
+	mu          sync.Mutex
+	working     []string
+	validUntil  time.Time
+	provedUntil time.Time
 }
 
 var _ manager.LeaderElectionRunnable = (*Replica)(nil)
@@ -224,7 +226,21 @@ func New(cfg *rest.Config, opts Options) (*Replica, error) {
 func (r *Replica) Owns(key string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.working != nil && r.opts.Clock.Now().Before(r.validUntil) && ownerOf(key, r.working) == r.opts.Name
+	return r.working != nil && r.opts.Clock.Now().Before(r.provedUntil) && ownerOf(key, r.working) == r.opts.Name
+}
+
+// Proved reports whether this replica may act now, by its clock: its
+// last pass did not fence it, and the renewal that pass proved was sent
+// less than RenewDeadline ago. It turns false at that deadline even if
+// the loop has not run since (a paused process wakes up with it false),
+// and stays false after a pass that fenced until a pass proves a renewal
+// again. A leaving replica that still holds its Lease is proved: it hands
+// its members over while they run. Gate every action on a member on it,
+// at the moment it is taken, besides the member's ownership.
+func (r *Replica) Proved() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.opts.Clock.Now().Before(r.provedUntil)
 }
 
 // Replicas returns the live replicas that are not leaving, this one

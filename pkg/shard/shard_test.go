@@ -33,7 +33,12 @@ import (
 // their writes audited.
 var suite = &fleettest.Suite{MemberCount: 3, Audit: true}
 
-func TestMain(m *testing.M) { os.Exit(suite.Run(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childReplicaEnv) != "" {
+		os.Exit(childReplicaMain())
+	}
+	os.Exit(suite.Run(m))
+}
 
 // quickShard is replica name's part in a test's fleet, with a Lease short
 // enough for a test to see it expire.

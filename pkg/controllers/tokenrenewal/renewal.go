@@ -252,6 +252,13 @@ func (r *credentialRenewal) evaluate(ctx context.Context, queue workqueue.TypedD
 		return
 	}
 	err = r.renew(ctx, name, t, reg.Kubeconfig)
+	if errors.Is(err, fleet.ErrNotOwned) {
+		// This replica cannot act on the member now: its owner renews,
+		// or this replica once it proves its Lease again.
+		r.log.V(1).Info("Renewal waits: this replica does not own the member now", "cluster", name)
+		queue.AddAfter(name, time.Second)
+		return
+	}
 	if errors.Is(err, member.ErrOtherKubeconfig) {
 		// The pool has yet to run this kubeconfig: not a failure.
 		r.log.V(1).Info("Renewal waits for the member to run the kubeconfig it renews", "cluster", name)
@@ -364,7 +371,7 @@ var errSecretChanged = errors.New("the registration Secret changed meanwhile")
 // kubeconfig must still be kubeconfigData.
 func (r *credentialRenewal) renew(ctx context.Context, name string, t *tracked, kubeconfigData []byte) error {
 	running, err := r.running(name, kubeconfigData)
-	if errors.Is(err, member.ErrOtherKubeconfig) {
+	if errors.Is(err, member.ErrOtherKubeconfig) || errors.Is(err, fleet.ErrNotOwned) {
 		return err
 	}
 	if err != nil {
@@ -398,7 +405,11 @@ func (r *credentialRenewal) renew(ctx context.Context, name string, t *tracked, 
 		return fmt.Errorf("writing the renewed kubeconfig: %w", err)
 	}
 	// The Secret carries the resourceVersion it was read at: a Secret
-	// changed since is not overwritten.
+	// changed since is not overwritten. The token is written only while
+	// this replica still owns the member and proves its Lease.
+	if !r.m.Owns(name) {
+		return fmt.Errorf("%w: %q: not writing its renewed token", fleet.ErrNotOwned, name)
+	}
 	if err := r.opts.Client.Update(ctx, secret); err != nil {
 		return fmt.Errorf("writing the renewed token into Secret %s: %w", t.secret.NamespacedName, err)
 	}
