@@ -6,15 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
-
-	"k8s.io/client-go/rest"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
@@ -37,17 +34,11 @@ func (b *bench) benchHubOutage(ctx context.Context) error {
 	if b.quick {
 		outage = 8 * time.Second
 	}
-	u, err := url.Parse(b.lab.hub.Config.Host)
-	if err != nil {
-		return err
-	}
-	proxy, err := controlplane.StartProxy(u.Host)
+	hub, proxy, err := controlplane.ProxyConfig(b.lab.hub.Config)
 	if err != nil {
 		return err
 	}
 	defer proxy.Close()
-	hub := rest.CopyConfig(b.lab.hub.Config)
-	hub.Host = "https://" + proxy.Addr()
 	ns, err := b.lab.newNamespace(ctx)
 	if err != nil {
 		return err

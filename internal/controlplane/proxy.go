@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -25,6 +26,22 @@ type Proxy struct {
 	conns    map[net.Conn]struct{} // every open connection, both sides
 	accepted map[net.Conn]struct{} // the open connections clients made
 	wg       sync.WaitGroup
+}
+
+// ProxyConfig starts a Proxy to cfg's server and returns a copy of cfg
+// that reaches the server through it.
+func ProxyConfig(cfg *rest.Config) (*rest.Config, *Proxy, error) {
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := StartProxy(u.Host)
+	if err != nil {
+		return nil, nil, err
+	}
+	proxied := rest.CopyConfig(cfg)
+	proxied.Host = "https://" + p.Addr()
+	return proxied, p, nil
 }
 
 // StartProxy listens on a free loopback port and forwards to target.

@@ -3,7 +3,6 @@ package rollouttest
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -48,17 +47,11 @@ func TestShardedProgressiveRolloutHoldsTheGuard(t *testing.T) {
 	const minSuccess = time.Second
 	team, ns := suite.Name("team"), suite.Name("sharded")
 	fleettest.CreateNamespace(t, suite.HubClient, team)
-	hubURL, err := url.Parse(suite.Hub.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hubProxy, err := controlplane.StartProxy(hubURL.Host)
+	cutOff, hubProxy, err := controlplane.ProxyConfig(suite.Hub.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(hubProxy.Close)
-	cutOff := rest.CopyConfig(suite.Hub.Config)
-	cutOff.Host = "https://" + hubProxy.Addr()
 
 	start := func(name string, cfg *rest.Config) *fleettest.Fleet {
 		j, err := journal.Open(t.TempDir(), journal.Options{})

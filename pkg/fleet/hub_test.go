@@ -2,14 +2,12 @@ package fleet_test
 
 import (
 	"context"
-	"net/url"
 	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -24,17 +22,11 @@ const hubOutage = 12 * time.Second
 
 func TestHubReturnsWithinSeconds(t *testing.T) {
 	ns := suite.FleetNamespace(t)
-	u, err := url.Parse(suite.Hub.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := controlplane.StartProxy(u.Host)
+	cfg, proxy, err := controlplane.ProxyConfig(suite.Hub.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Close)
-	cfg := rest.CopyConfig(suite.Hub.Config)
-	cfg.Host = "https://" + proxy.Addr()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Namespace: ns, Config: cfg})
 	f.Register(t, "before-outage", suite.Kubeconfigs[0])
 	poll.Until(t, "before-outage engaged", func() bool { return slices.Contains(f.Manager.ClusterNames(), "before-outage") })

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -256,17 +255,11 @@ func load(t *testing.T) {
 // itself; the others take over once its Lease expires).
 func TestReplicasShareTheFleet(t *testing.T) {
 	rs := &replicas{t: t, ns: suite.Name("shard"), runs: &reconciles{runs: map[string][]run{}}, fleet: map[string]*fleettest.Fleet{}}
-	hubURL, err := url.Parse(suite.Hub.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hubProxy, err := controlplane.StartProxy(hubURL.Host)
+	cutOff, hubProxy, err := controlplane.ProxyConfig(suite.Hub.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(hubProxy.Close)
-	cutOff := rest.CopyConfig(suite.Hub.Config)
-	cutOff.Host = "https://" + hubProxy.Addr()
 
 	first := rs.start("replica-a", nil)
 	rs.start("replica-b", nil)
