@@ -457,9 +457,15 @@ func (run *memberRun) heldByAvailableWhen(resources []fleetv1alpha1.ResourceSele
 	if kerr == nil {
 		return false
 	}
+	run.holdFailed(kerr)
+	return true
+}
+
+// holdFailed holds the run, failed with kerr: a spec the manager cannot
+// use neither applies nor removes anything, and the status says why.
+func (run *memberRun) holdFailed(kerr *kindError) {
 	run.held = &failure{reason: kerr.reason, message: kerr.message}
 	run.fail(*run.held)
-	return true
 }
 
 // availableWhenFailure is err, compiling the availableWhen of a resource

@@ -271,8 +271,7 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if kerr, ok := errors.AsType[*kindError](err); ok {
 		// A selector that does not parse deselects no one: the member
 		// keeps what it holds, and the status says why.
-		run.fail(failure{reason: kerr.reason, message: kerr.message})
-		run.held = &failure{reason: kerr.reason, message: kerr.message}
+		run.holdFailed(kerr)
 		return nil, false, nil
 	} else if !selected {
 		return nil, true, nil
