@@ -361,10 +361,11 @@ func (u *uninstaller) waitPropagationsGone(ctx context.Context) error {
 	shown := ""
 	var left []propagationObject
 	err := wait.PollUntilContextTimeout(ctx, uninstallPoll, u.timeout, true, func(ctx context.Context) (bool, error) {
-		var err error
-		if left, err = u.propagations(ctx); err != nil {
+		props, err := u.propagations(ctx)
+		if err != nil {
 			return false, err
 		}
+		left = props
 		if err := u.deletePropagations(ctx, left); err != nil {
 			return false, err
 		}
