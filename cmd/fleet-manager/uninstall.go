@@ -49,7 +49,8 @@ func uninstallCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "uninstall",
 		Short: "Remove a fleet from its hub and members, leaving nothing stuck",
-		Long: `Remove the fleet of --namespace from its hub, while its manager still runs:
+		Long: `Remove the fleet of --namespace from its hub, while its manager still runs
+(it refuses to start when no manager holds a live Lease in --namespace):
 
  1. delete every Propagation and ClusterPropagation of the fleet, and wait
     until the manager has removed their copies from the members and let them
@@ -61,9 +62,8 @@ func uninstallCommand(hub *hubFlags, clk clock.PassiveClock) *cobra.Command {
  3. unregister every member: delete its registration Secret, wait for its
     MemberCluster to go, and, where your kubeconfig has a context of the
     member's name, delete what "fleet-manager register" made in it;
- 4. delete the hub state the manager made: the owed removals' mirror, and
-    the fleet's identity (kept while a member still holds objects labelled
-    with it);
+ 4. delete the fleet's identity, ConfigMap fleet-identity, unless a member
+    may still hold objects labelled with it, which it proves the fleet's;
  5. print how to remove the install itself (kubectl delete -k, or
     helm uninstall and then the CRDs).
 
