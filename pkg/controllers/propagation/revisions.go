@@ -212,6 +212,31 @@ func (r *reconciler) allRevisions(ctx context.Context, p *fleetv1alpha1.Propagat
 	return revs, nil
 }
 
+// newestRevisionOf returns the number of this fleet's newest revision of
+// p when its content has hash, 0 if there is none or it is of other
+// content: under strategy All a member applies the hub's content before
+// the hub request makes its revision. It reads the cache without copying
+// the revisions' content.
+func (r *reconciler) newestRevisionOf(ctx context.Context, p *fleetv1alpha1.Propagation, hash string) (int64, error) {
+	var list fleetv1alpha1.PropagationRevisionList
+	if err := r.hub.List(ctx, &list, client.InNamespace(r.revisionsNamespace(p)), client.MatchingLabels{
+		fleetv1alpha1.PropagationLabel: p.Name, fleetv1alpha1.RevisionOfLabel: revisionOf(p), fleetv1alpha1.FleetLabel: r.fleet,
+	}, client.UnsafeDisableDeepCopy); err != nil {
+		return 0, err
+	}
+	var newest *fleetv1alpha1.PropagationRevision
+	for i := range list.Items {
+		rev := &list.Items[i]
+		if metav1.IsControlledBy(rev, hubObject(p)) && (newest == nil || rev.Revision > newest.Revision) {
+			newest = rev
+		}
+	}
+	if newest == nil || newest.Labels[fleetv1alpha1.RevisionHashLabel] != hash {
+		return 0, nil
+	}
+	return newest.Revision, nil
+}
+
 // revisionBook remembers the newest revision this manager made of each
 // Propagation, by UID: the cache may not show it yet when the next is
 // made.
