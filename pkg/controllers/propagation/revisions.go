@@ -376,6 +376,15 @@ func (r *reconciler) releaseName(ctx context.Context, p *fleetv1alpha1.Propagati
 	return errRevisionPending
 }
 
+// refusedByHub reports whether err is the hub's refusal of a revision,
+// which it would refuse again: too large for the request (413) or for
+// its store (etcd's "request is too large", which the API server passes
+// on as an internal error), or invalid.
+func refusedByHub(err error) bool {
+	return apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) ||
+		apierrors.IsInternalError(err) && strings.Contains(err.Error(), "request is too large")
+}
+
 // errRevisionPending says that a revision was made that the cache does
 // not show yet: the reconcile is tried again soon.
 var errRevisionPending = errors.New("a new revision is not in the cache yet")
