@@ -119,6 +119,9 @@ type reconciler struct {
 	readiness  map[propagationKey]string
 	// recoveryTold holds the members told that the journal was lost.
 	recoveryTold sync.Map
+	// mirrorCut holds, by mirror ConfigMap, how many owed removals it
+	// last had no room for.
+	mirrorCut sync.Map
 	// clusterPropagations is set when the hub serves ClusterPropagations.
 	clusterPropagations bool
 }
