@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -145,10 +144,9 @@ func TestCordonedMemberKeepsWhatItHas(t *testing.T) {
 	}
 	poll.Until(t, "the open member has the new Propagation's copy", func() bool { return f.valueIn(open, "other") == "1" })
 	f.waitRollout("of revision 2 complete", complete(2))
-	// Every member is asked again, the cordoned one included.
-	f.edit(func(p *fleetv1alpha1.Propagation) { p.Spec.Adopt = true })
-	f.waitRollout("of the edit", func(r *fleetv1alpha1.RolloutStatus) bool { return r.Phase == fleetv1alpha1.RolloutComplete })
-	time.Sleep(2 * time.Second)
+	// Every member is asked again, the cordoned one included, and each
+	// reports what it holds after the edit.
+	f.reconciledAgain()
 	if got := f.valueIn(cordoned, "web"); got != "1" {
 		t.Errorf("the cordoned member's copy holds %q, want revision 1's 1", got)
 	}
@@ -173,16 +171,45 @@ func TestRevisionsAreMadeOnlyOnChange(t *testing.T) {
 	}
 	f.propagation(nil, configMapKind)
 	f.waitRollout("of revision 1 complete", complete(1))
-	time.Sleep(3 * time.Second)
-	if n := f.get().Status.Revision; n != 1 {
-		t.Errorf("revision %d with nothing changed, want 1", n)
+	// Each edit is summed up again, the content read from the hub anew.
+	for range 3 {
+		f.reconciledAgain()
+	}
+	if n, made := f.get().Status.Revision, f.revisionCount(); n != 1 || made != 1 {
+		t.Errorf("revision %d (%d made) with nothing changed, want 1", n, made)
 	}
 	f.configMap("web-c", "2")
 	f.waitRollout("of revision 2 complete", complete(2))
-	time.Sleep(3 * time.Second)
-	if n := f.get().Status.Revision; n != 2 {
-		t.Errorf("revision %d after one change, want 2", n)
+	for range 3 {
+		f.reconciledAgain()
 	}
+	if n, made := f.get().Status.Revision, f.revisionCount(); n != 2 || made != 2 {
+		t.Errorf("revision %d (%d made) after one change, want 2", n, made)
+	}
+}
+
+// reconciledAgain makes every member, and the hub's summing-up, handle
+// Propagation web once more, by an edit of its spec that changes no
+// copy, and waits until the rollout is recorded for the new generation
+// and every selected member reported it: a check that nothing happened
+// counts from there.
+func (f *testFleet) reconciledAgain() {
+	f.t.Helper()
+	f.edit(func(p *fleetv1alpha1.Propagation) { p.Spec.Adopt = !p.Spec.Adopt })
+	f.waitRollout("recorded, every member reporting the edit", func(*fleetv1alpha1.RolloutStatus) bool {
+		st := f.get().Status
+		return st.Selected > 0 && st.Selected == st.Applied+st.Drifted+st.Failed
+	})
+}
+
+// revisionCount is how many revisions of Propagation web the hub holds.
+func (f *testFleet) revisionCount() int {
+	f.t.Helper()
+	var list fleetv1alpha1.PropagationRevisionList
+	if err := suite.HubClient.List(f.t.Context(), &list, client.InNamespace(f.team), client.MatchingLabels{fleetv1alpha1.PropagationLabel: "web"}); err != nil {
+		f.t.Fatal(err)
+	}
+	return len(list.Items)
 }
 
 // TestDrainWaitsForACopyAFinalizerHolds: a drained member whose copy a

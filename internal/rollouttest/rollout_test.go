@@ -150,8 +150,22 @@ func TestPausedRolloutHoldsAndJoinersGetTheirGroupsRevision(t *testing.T) {
 	if got := f.imageIn(joinedProd); got != "web:1" {
 		t.Errorf("the member that joined the prod group runs %q, want the group's web:1", got)
 	}
-	time.Sleep(6 * time.Second) // past minSuccessTime: unpaused, prod would start
+	// Unpaused, prod would start once the canary group has been Available
+	// for minSuccessTime: past that, the rollout is planned again.
+	poll.Until(t, "the canary group Available for minSuccessTime", func() bool {
+		past := map[string]bool{}
+		for _, c := range f.deployments.Changes() {
+			if c.Image == "web:2" && !c.Available.IsZero() && time.Since(c.Available) > 5*time.Second {
+				past[c.Member] = true
+			}
+		}
+		return past[canary[0]] && past[canary[1]] && past[joinedCanary]
+	})
+	f.reconciledAgain()
 	for _, m := range append(prod, joinedProd) {
+		if r := f.get().Status.Rollout; assigned(r, m) != 1 {
+			t.Errorf("%s is given revision %d while the rollout is paused, want 1", m, assigned(r, m))
+		}
 		if got := f.imageIn(m); got != "web:1" {
 			t.Errorf("%s runs %q while the rollout is paused, want web:1", m, got)
 		}

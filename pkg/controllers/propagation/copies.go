@@ -299,13 +299,19 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	if live != nil && !adopted {
 		changedFields := drift(desired, live)
 		sameHub := live.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation] == desired.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
+		revision := desired.GetLabels()[fleetv1alpha1.RevisionLabel]
+		relabel := revision != "" && live.GetLabels()[fleetv1alpha1.RevisionLabel] != revision
 		switch {
-		case sameHub && len(changedFields) == 0:
+		case sameHub && len(changedFields) == 0 && !relabel:
 			run.hold(k.gvk)
 			return live, nil
-		case sameHub && p.Spec.Drift == fleetv1alpha1.DriftReport:
+		case sameHub && p.Spec.Drift == fleetv1alpha1.DriftReport && len(changedFields) > 0:
 			run.hold(k.gvk)
 			run.reportDrift(k, changedFields)
+			if relabel {
+				// Only the label: applying the copy would correct the drift.
+				return live, run.labelRevision(ctx, k, live, revision)
+			}
 			return live, nil
 		case sameHub:
 			run.r.metrics.driftDetected.WithLabelValues(name).Inc()
@@ -326,6 +332,16 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	run.r.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
 	run.hold(k.gvk)
 	return desired, nil // the apply's response: the copy as the member holds it now
+}
+
+// labelRevision sets RevisionLabel of live, copy k, to revision, and
+// nothing else.
+func (run *memberRun) labelRevision(ctx context.Context, k copyKey, live *unstructured.Unstructured, revision string) error {
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, fleetv1alpha1.RevisionLabel, revision)
+	if err := run.member.client.Patch(ctx, live, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
+		return run.failed(err, "patch", k)
+	}
+	return nil
 }
 
 // markAdopted marks obj, which adopt takes over as copy k, with
@@ -452,7 +468,7 @@ func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructure
 // a copy, and keeps the object.
 func (run *memberRun) orphan(ctx context.Context, live *unstructured.Unstructured, k copyKey) error {
 	patch := map[string]any{"metadata": map[string]any{
-		"labels": map[string]any{fleetv1alpha1.FleetLabel: nil, fleetv1alpha1.FleetIDLabel: nil, fleetv1alpha1.PropagationLabel: nil},
+		"labels": map[string]any{fleetv1alpha1.FleetLabel: nil, fleetv1alpha1.FleetIDLabel: nil, fleetv1alpha1.PropagationLabel: nil, fleetv1alpha1.RevisionLabel: nil},
 		"annotations": map[string]any{
 			fleetv1alpha1.SourceAnnotation: nil, fleetv1alpha1.SourceUIDAnnotation: nil, fleetv1alpha1.ContentHashAnnotation: nil,
 			fleetv1alpha1.DeletionAnnotation: nil, fleetv1alpha1.AdoptedAnnotation: nil,

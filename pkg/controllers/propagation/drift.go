@@ -15,9 +15,10 @@ import (
 
 // drift returns the paths of desired's fields whose value live does not
 // hold, leaving out those that another manager claimed on purpose (see
-// claimedByOthers). Fields live has and desired lacks, such as defaults
-// and other managers' additions, are not drift. Lists must have the same
-// length; their items compare the same way.
+// claimedByOthers) and RevisionLabel, which says where the copy comes
+// from. Fields live has and desired lacks, such as defaults and other
+// managers' additions, are not drift. Lists must have the same length;
+// their items compare the same way.
 func drift(desired, live *unstructured.Unstructured) []string {
 	claimed := claimedByOthers(live)
 	var paths []string
@@ -59,6 +60,9 @@ func drift(desired, live *unstructured.Unstructured) []string {
 		want, _, _ := unstructured.NestedStringMap(desired.Object, "metadata", field)
 		got, _, _ := unstructured.NestedStringMap(live.Object, "metadata", field)
 		for _, k := range slices.Sorted(maps.Keys(want)) {
+			if field == "labels" && k == fleetv1alpha1.RevisionLabel {
+				continue // which revision the copy comes from: no content
+			}
 			if path := ".metadata." + field + "." + k; got[k] != want[k] && !claimed.covers(path) {
 				paths = append(paths, path)
 			}

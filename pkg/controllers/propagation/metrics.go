@@ -30,6 +30,8 @@ type propagationMetrics struct {
 	owedDeletions  memberSeries[prometheus.Gauge]
 	propagationsBy *prometheus.GaugeVec
 	journalLost    prometheus.Gauge
+	// unmirrored is by mirror ConfigMap (shard).
+	unmirrored     *prometheus.GaugeVec
 	perClusterVecs []interface{ DeletePartialMatch(prometheus.Labels) int }
 
 	// live reports whether the registry accepts a member. mu is held
@@ -103,13 +105,17 @@ func newMetrics(reg prometheus.Registerer, live func(cluster string) bool) (*pro
 			Name: "fleet_propagation_journal_lost_timestamp_seconds",
 			Help: "When this manager's journal, unusable at start, was moved aside and started afresh (Unix seconds; 0: it was not). Removals owed to members that are down are lost unless the hub's mirror holds them.",
 		}),
+		unmirrored: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleet_propagation_owed_removals_unmirrored",
+			Help: "Owed removals this replica's journal holds that the hub's mirror ConfigMap (shard) has no room for: they are carried out, but a replica taking over without this journal does not learn them.",
+		}, []string{"shard"}),
 		live: live,
 	}
 	if err := errors.Join(
 		metrics.Register(reg, &applies), metrics.Register(reg, &applyDuration),
 		metrics.Register(reg, &driftDetected), metrics.Register(reg, &driftCorrected),
 		metrics.Register(reg, &owedDeletions), metrics.Register(reg, &m.propagationsBy),
-		metrics.Register(reg, &m.journalLost),
+		metrics.Register(reg, &m.journalLost), metrics.Register(reg, &m.unmirrored),
 	); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package propagation
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"hash/fnv"
 	"maps"
 	"slices"
+	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +37,9 @@ import (
 const (
 	mirrorShards = 16
 	mirrorKey    = "members.json"
+	// mirrorBudget bounds the JSON one mirror ConfigMap holds, below the
+	// 1 MiB the API server takes of a ConfigMap's data.
+	mirrorBudget = 960 << 10
 )
 
 // OwedRemovalsConfigMaps names the ConfigMaps of the fleet namespace that
@@ -104,6 +110,11 @@ func (r *reconciler) readShard(ctx context.Context, i int, id string) (shard, er
 // or, when members is empty, deletes it, each only if sh, as read, is
 // still there.
 func (r *reconciler) writeShard(ctx context.Context, i int, id string, sh shard, members map[string]mirroredMember) error {
+	members, cut, err := fitMirror(members, mirrorBudget, r.journalHolds)
+	if err != nil {
+		return err
+	}
+	r.tellCut(i, cut)
 	data, err := json.Marshal(members)
 	if err != nil {
 		return err
@@ -323,3 +334,88 @@ func ageDeparted(mirrored map[string]mirroredMember, registered func(member stri
 		}
 	}
 }
+
+// fitMirror returns members cut to at most budget bytes of JSON, and how
+// many removals were cut. It cuts first what the local journal holds
+// (held): those stay owed here, are carried out, and are mirrored again
+// once there is room; of them, departed members' first, then the
+// oldest. What only the mirror holds (another replica's, not merged yet)
+// is cut last, the oldest first.
+func fitMirror(members map[string]mirroredMember, budget int, held func(member string, o mirroredRemoval) bool) (map[string]mirroredMember, int, error) {
+	data, err := json.Marshal(members)
+	if err != nil || len(data) <= budget {
+		return members, 0, err
+	}
+	type entry struct {
+		member  string
+		removal mirroredRemoval
+		held    bool
+	}
+	var entries []entry
+	for member, m := range members {
+		for _, o := range m.Owed {
+			entries = append(entries, entry{member: member, removal: o, held: held(member, o)})
+		}
+	}
+	// The most worth keeping first.
+	slices.SortFunc(entries, func(a, b entry) int {
+		if a.held != b.held {
+			return cmpBool(a.held, b.held)
+		}
+		if da, db := members[a.member].Departed != nil, members[b.member].Departed != nil; da != db {
+			return cmpBool(da, db)
+		}
+		return cmp.Or(b.removal.Since.Compare(a.removal.Since), strings.Compare(a.member, b.member),
+			strings.Compare(a.removal.Namespace, b.removal.Namespace), strings.Compare(a.removal.Propagation, b.removal.Propagation))
+	})
+	keep := func(n int) map[string]mirroredMember {
+		kept := map[string]mirroredMember{}
+		for _, e := range entries[:n] {
+			m := kept[e.member]
+			m.Departed = members[e.member].Departed
+			m.Owed = append(m.Owed, e.removal)
+			kept[e.member] = m
+		}
+		return kept
+	}
+	// The most entries that fit.
+	n := sort.Search(len(entries)+1, func(n int) bool {
+		data, err := json.Marshal(keep(n))
+		return err != nil || len(data) > budget
+	}) - 1
+	return keep(max(n, 0)), len(entries) - max(n, 0), nil
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+// journalHolds reports whether the journal holds member's owed removal o.
+func (r *reconciler) journalHolds(member string, o mirroredRemoval) bool {
+	owed, err := r.journal.Owed(member)
+	return err == nil && slices.ContainsFunc(owed, func(j journal.Owed) bool { return j.Namespace == o.Namespace && j.Propagation == o.Propagation })
+}
+
+// tellCut publishes, and logs when it changes, how many owed removals
+// mirror ConfigMap i has no room for.
+func (r *reconciler) tellCut(i int, cut int) {
+	r.metrics.unmirrored.WithLabelValues(mirrorName(i)).Set(float64(cut))
+	prev, _ := r.mirrorCut.Swap(i, cut)
+	if was, _ := prev.(int); was == cut {
+		return
+	}
+	if cut > 0 {
+		r.log.Error(errMirrorFull, "The hub's mirror of the owed removals has no room for some: this replica carries them out, a replica taking over without its journal would not", "name", mirrorName(i), "unmirrored", cut, "budgetBytes", mirrorBudget)
+		return
+	}
+	r.log.Info("The hub's mirror of the owed removals holds them all again", "name", mirrorName(i))
+}
+
+var errMirrorFull = errors.New("a ConfigMap of the owed removals' mirror is full")

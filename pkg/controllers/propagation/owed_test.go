@@ -1,6 +1,7 @@
 package propagation_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -227,4 +228,36 @@ func TestUnlistableKindAtDeletionIsOwedAndRetried(t *testing.T) {
 		owed, err := f.journal.Owed("west")
 		return err == nil && len(owed) == 0
 	})
+}
+
+// TestFailoverRemovesCopiesOfAKindNoLongerCopied: Propagation web stops
+// copying ServiceAccounts while east is down, then a manager on a new,
+// empty state directory takes over, as the second replica of the default
+// install would: it learns the kind from status.kinds, and removes east's
+// copy once east is back.
+func TestFailoverRemovesCopiesOfAKindNoLongerCopied(t *testing.T) {
+	t.Parallel()
+	f, proxy := newFleetOwingServiceAccounts(t)
+	f.configMap("web", map[string]string{"v": "1"}, map[string]string{"app": "web"})
+	proxy.Down()
+	poll.Until(t, "east Unhealthy", func() bool { s, _ := f.mgr.MemberState("east"); return s == fleetv1alpha1.MemberStateUnhealthy })
+	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) {
+		p.Spec.Resources = []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "web"}}
+	})
+	poll.Until(t, "west's ServiceAccount copy removed", func() bool { return !f.serviceAccountIn(1) })
+	f.waitStatus("web", "the ServiceAccount kind kept in status.kinds", func(p *fleetv1alpha1.Propagation) bool {
+		return slices.Contains(p.Status.Kinds, fleetv1alpha1.KindReference{APIVersion: "v1", Kind: "ServiceAccount"})
+	})
+
+	f.stop()
+	f.stateDir = t.TempDir()
+	f.start(f.health)
+	if !f.serviceAccountIn(0) {
+		t.Fatal("the copy in east is gone while east was down: the test proves nothing")
+	}
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "east's ServiceAccount copy removed by the new leader once east is back", func() bool { return !f.serviceAccountIn(0) })
+	f.waitCopy(0, "web", "applied", exists)
 }

@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,7 +73,7 @@ func (r *reconciler) revise(ctx context.Context, p *fleetv1alpha1.Propagation) (
 		return rv, err
 	}
 	rv.revs, err = r.ensureRevision(ctx, p, raw, hash)
-	if apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) {
+	if refusedByHub(err) {
 		rv.refused = fmt.Sprintf("the hub refused a new revision (%d bytes): %s", len(raw), describeStatus(err))
 		if r.refusedRevisions.refused(p.UID, hash, rv.refused, time.Now()) {
 			logf.FromContext(ctx).Error(err, "The hub refused a new revision: members keep the revisions they have", "bytes", len(raw), "hash", hash)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -115,7 +116,11 @@ type memberRun struct {
 	// overrides are that content's. held is set when the member is
 	// given none, and says why; draining when its drain removes its
 	// copies.
-	revision    string
+	revision string
+	// number is the number of that revision, stamped on each copy
+	// (RevisionLabel); 0 under strategy All until the revision of the
+	// hub's content is made.
+	number      int64
 	unloaded    int64 // the revision the member is given, if it could not be loaded
 	overrides   []fleetv1alpha1.Override
 	held        *failure
@@ -325,7 +330,10 @@ func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.Maint
 		if err != nil {
 			return nil, err
 		}
-		_, run.revision, err = c.encode()
+		if _, run.revision, err = c.encode(); err != nil {
+			return nil, err
+		}
+		run.number, err = run.r.newestRevisionOf(ctx, p, run.revision)
 		return c, err
 	}
 	n := assignedRevision(p, run.member.name)
@@ -349,7 +357,7 @@ func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.Maint
 	} else if err != nil {
 		return nil, err
 	}
-	run.revision = hash
+	run.revision, run.number = hash, n
 	return c, nil
 }
 
@@ -387,8 +395,10 @@ func (run *memberRun) want(want map[copyKey]*unstructured.Unstructured, obj *uns
 }
 
 // desiredCopies returns the copy the member should hold of each hub
-// object wanted. A hub object an override fails to patch gets none: the
-// run fails, naming the rule, and its copy stays as it is.
+// object wanted, labelled with the number of the revision it comes from
+// (RevisionLabel), which its content hash leaves out. A hub object an
+// override fails to patch gets none: the run fails, naming the rule, and
+// its copy stays as it is.
 func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured) map[copyKey]*unstructured.Unstructured {
 	desired := make(map[copyKey]*unstructured.Unstructured, len(want))
 	member := memberFacts{name: run.member.name, labels: run.labels}
@@ -397,6 +407,11 @@ func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured)
 		if err != nil {
 			run.fail(failure{reason: fleetv1alpha1.ReasonOverrideFailed, message: err.Error()})
 			continue
+		}
+		if run.number > 0 {
+			labels := d.GetLabels()
+			labels[fleetv1alpha1.RevisionLabel] = strconv.FormatInt(run.number, 10)
+			d.SetLabels(labels)
 		}
 		desired[k] = d
 	}

@@ -212,6 +212,31 @@ func (r *reconciler) allRevisions(ctx context.Context, p *fleetv1alpha1.Propagat
 	return revs, nil
 }
 
+// newestRevisionOf returns the number of this fleet's newest revision of
+// p when its content has hash, 0 if there is none or it is of other
+// content: under strategy All a member applies the hub's content before
+// the hub request makes its revision. It reads the cache without copying
+// the revisions' content.
+func (r *reconciler) newestRevisionOf(ctx context.Context, p *fleetv1alpha1.Propagation, hash string) (int64, error) {
+	var list fleetv1alpha1.PropagationRevisionList
+	if err := r.hub.List(ctx, &list, client.InNamespace(r.revisionsNamespace(p)), client.MatchingLabels{
+		fleetv1alpha1.PropagationLabel: p.Name, fleetv1alpha1.RevisionOfLabel: revisionOf(p), fleetv1alpha1.FleetLabel: r.fleet,
+	}, client.UnsafeDisableDeepCopy); err != nil {
+		return 0, err
+	}
+	var newest *fleetv1alpha1.PropagationRevision
+	for i := range list.Items {
+		rev := &list.Items[i]
+		if metav1.IsControlledBy(rev, hubObject(p)) && (newest == nil || rev.Revision > newest.Revision) {
+			newest = rev
+		}
+	}
+	if newest == nil || newest.Labels[fleetv1alpha1.RevisionHashLabel] != hash {
+		return 0, nil
+	}
+	return newest.Revision, nil
+}
+
 // revisionBook remembers the newest revision this manager made of each
 // Propagation, by UID: the cache may not show it yet when the next is
 // made.
@@ -349,6 +374,15 @@ func (r *reconciler) releaseName(ctx context.Context, p *fleetv1alpha1.Propagati
 		return fmt.Errorf("deleting revision %s of a deleted Propagation: %w", name, err)
 	}
 	return errRevisionPending
+}
+
+// refusedByHub reports whether err is the hub's refusal of a revision,
+// which it would refuse again: too large for the request (413) or for
+// its store (etcd's "request is too large", which the API server passes
+// on as an internal error), or invalid.
+func refusedByHub(err error) bool {
+	return apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) ||
+		apierrors.IsInternalError(err) && strings.Contains(err.Error(), "request is too large")
 }
 
 // errRevisionPending says that a revision was made that the cache does

@@ -119,6 +119,9 @@ type reconciler struct {
 	readiness  map[propagationKey]string
 	// recoveryTold holds the members told that the journal was lost.
 	recoveryTold sync.Map
+	// mirrorCut holds, by mirror ConfigMap, how many owed removals it
+	// last had no room for.
+	mirrorCut sync.Map
 	// clusterPropagations is set when the hub serves ClusterPropagations.
 	clusterPropagations bool
 }
@@ -203,6 +206,7 @@ func Add(m *fleet.Manager, opts Options) error {
 			WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, statusOf, fleet.InClusters(fleet.Hub), fleet.WithPredicates(r.concerned(), statusOnly)).
 			WatchesFleet(&fleetv1alpha1.ClusterPropagation{}, r.everyCluster, fleet.InClusters(fleet.Hub), fleet.WithPredicates(r.concerned(), rolloutChanged))
 	}
+	b = b.WatchesFleet(&fleetv1alpha1.PropagationRevision{}, r.revisionMade, fleet.InClusters(fleet.Hub), fleet.WithPredicates(createdOnly))
 	return b.WatchesFleet(&fleetv1alpha1.MemberCluster{}, r.memberMaintained, fleet.InClusters(fleet.Hub), fleet.WithPredicates(maintenanceChanged)).
 		WatchesClusterSource(hubEngagement{r}, fleet.InClusters(fleet.Hub)).
 		WatchesClusterSource(r.copies).
@@ -320,6 +324,35 @@ func (r *reconciler) everyCluster(_ context.Context, _ string, obj client.Object
 		reqs = append(reqs, fleet.Request{ClusterName: name, NamespacedName: key})
 	}
 	return reqs
+}
+
+// revisionMade maps a revision this fleet made of a Propagation whose
+// members apply the hub's content at once (see allAtOnce) to a request
+// for each engaged member: they applied that content before the
+// revision was made, and now label their copies with its number.
+func (r *reconciler) revisionMade(ctx context.Context, _ string, obj client.Object) []fleet.Request {
+	l := obj.GetLabels()
+	if l[fleetv1alpha1.FleetLabel] != r.fleet {
+		return nil
+	}
+	key := propagationKey{Name: l[fleetv1alpha1.PropagationLabel]}
+	if l[fleetv1alpha1.RevisionOfLabel] == "Propagation" {
+		key.Namespace = obj.GetNamespace()
+	} else if !r.clusterPropagations {
+		return nil
+	}
+	p, err := r.getPropagation(ctx, key)
+	if err != nil || !r.ours(p) || !allAtOnce(&p.Spec) {
+		return nil
+	}
+	return slices.DeleteFunc(r.everyCluster(ctx, "", p), func(req fleet.Request) bool { return req.ClusterName == registry.HubName })
+}
+
+// createdOnly passes only create events.
+var createdOnly = predicate.Funcs{
+	UpdateFunc:  func(event.UpdateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
 // hubObjectChanged asks again, in every member, each Propagation of
