@@ -9,7 +9,7 @@ GO_TEST_FLAGS ?= -race -timeout 15m
 VERSION := $(shell cat VERSION)
 GO_LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build image push test fuzz envtest promtool demo bench lint manifests chart
+.PHONY: all build image push test test-time fuzz envtest promtool demo bench lint manifests chart
 
 all: build
 
@@ -48,6 +48,16 @@ test: envtest promtool
 	go test $(GO_TEST_FLAGS) ./...
 	cd hack/image && go test $(GO_TEST_FLAGS) ./...
 	cd hack/manifests && go test $(filter-out -race,$(GO_TEST_FLAGS)) ./...
+
+## test-time: run make test from an empty Go build cache, as CI does, and
+## print the CPU seconds of each test package, of compiling, and in all;
+## fails if the total over CORES (2) is more than BUDGET seconds (1200).
+## CPU time, unlike wall time, holds on a busy machine. TEST_TIME_WARM=1
+## keeps the build cache.
+CORES ?= 2
+BUDGET ?= 1200
+test-time:
+	CORES=$(CORES) BUDGET=$(BUDGET) hack/test-time.sh
 
 ## promtool: build Prometheus's promtool from the Go module proxy into bin/
 ## (only when missing or changed), for the alerts' rule tests.

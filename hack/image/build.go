@@ -28,9 +28,10 @@ var platforms = []v1.Platform{
 var semver = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
 
 type buildOptions struct {
-	Root    string    // the repository: its VERSION file and ./cmd/fleet-manager
-	CACerts string    // the CA bundle put in the image
-	Log     io.Writer // progress; may be nil
+	Root      string        // the repository: its VERSION file and ./cmd/fleet-manager
+	CACerts   string        // the CA bundle put in the image
+	Log       io.Writer     // progress; may be nil
+	Platforms []v1.Platform // the platforms to build for; nil means platforms, every one
 }
 
 // build cross-compiles fleet-manager for each platform and returns the
@@ -56,8 +57,12 @@ func build(ctx context.Context, opts buildOptions) (v1.ImageIndex, error) {
 	}
 	defer os.RemoveAll(tmp)
 
-	binaries := make([]platformBinary, 0, len(platforms))
-	for _, p := range platforms {
+	targets := opts.Platforms
+	if targets == nil {
+		targets = platforms
+	}
+	binaries := make([]platformBinary, 0, len(targets))
+	for _, p := range targets {
 		logf("building fleet-manager %s for %s", version, p)
 		path := filepath.Join(tmp, p.OS+"-"+p.Architecture, "fleet-manager")
 		if err := compile(ctx, opts.Root, version, p, path); err != nil {

@@ -25,17 +25,24 @@ import (
 // repoRoot is the fleet-manager repository, seen from this package.
 const repoRoot = "../.."
 
-// TestImage builds the image from the repository, pushes it to an
-// in-process registry on loopback, pulls it back, and runs its binary.
+// TestImage builds the image from the repository for the host's platform,
+// pushes it to an in-process registry on loopback, pulls it back, and runs
+// its binary. Only the host's: each platform costs a build of the whole
+// binary from a cold cache, and the platforms differ only in GOARCH, which
+// TestEveryPlatformBuilds and TestAssembleEveryPlatform cover.
 func TestImage(t *testing.T) {
 	ctx := t.Context()
 	version, err := readVersion(repoRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Others may commit while the binaries build: either HEAD is right.
+	host := v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
+	if !slices.ContainsFunc(platforms, host.Equals) {
+		host = platforms[0]
+	}
+	// Others may commit while the binary builds: either HEAD is right.
 	heads := []string{gitHead(t)}
-	idx, err := build(ctx, buildOptions{Root: repoRoot, CACerts: defaultCACerts, Log: t.Output()})
+	idx, err := build(ctx, buildOptions{Root: repoRoot, CACerts: defaultCACerts, Log: t.Output(), Platforms: []v1.Platform{host}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,72 +75,16 @@ func TestImage(t *testing.T) {
 	if digest.String() != pushed.DigestStr() {
 		t.Errorf("pulled index %s, pushed %s", digest, pushed.DigestStr())
 	}
-	m, err := pulled.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var revision string
-	var gotPlatforms []string
-	var host v1.Image
-	for _, desc := range m.Manifests {
-		if desc.Platform == nil {
-			t.Fatalf("manifest %s has no platform", desc.Digest)
-		}
-		p := desc.Platform.String()
-		gotPlatforms = append(gotPlatforms, p)
-		img, err := pulled.Image(desc.Digest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := img.ConfigFile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := cfg.Platform().String(); got != p {
-			t.Errorf("%s: config is for %s", p, got)
-		}
-		c := cfg.Config
-		if !slices.Equal(c.Entrypoint, []string{"/fleet-manager"}) || !slices.Equal(c.Cmd, []string{"run"}) {
-			t.Errorf("%s: entrypoint %q, cmd %q, want [/fleet-manager] [run]", p, c.Entrypoint, c.Cmd)
-		}
-		if c.User != "65532:65532" {
-			t.Errorf("%s: user %q, want 65532:65532", p, c.User)
-		}
-		revision = c.Labels["org.opencontainers.image.revision"]
-		wantLabels := map[string]string{
-			"org.opencontainers.image.source":  "https://github.com/fleetkube/fleet-manager",
-			"org.opencontainers.image.version": version,
-		}
-		manifest, err := img.Manifest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range wantLabels {
-			if c.Labels[k] != v || manifest.Annotations[k] != v || m.Annotations[k] != v {
-				t.Errorf("%s: %s is %q as a label, %q as a manifest annotation, %q as an index annotation; want %q",
-					p, k, c.Labels[k], manifest.Annotations[k], m.Annotations[k], v)
-			}
-		}
-		if manifest.Annotations["org.opencontainers.image.revision"] != revision || m.Annotations["org.opencontainers.image.revision"] != revision {
-			t.Errorf("%s: the revision annotations %q (manifest) and %q (index) differ from the label %q",
-				p, manifest.Annotations["org.opencontainers.image.revision"], m.Annotations["org.opencontainers.image.revision"], revision)
-		}
-		if desc.Platform.OS == "linux" && desc.Platform.Architecture == runtime.GOARCH {
-			host = img
-		}
-	}
-	slices.Sort(gotPlatforms)
-	if want := []string{"linux/amd64", "linux/arm64"}; !slices.Equal(gotPlatforms, want) {
-		t.Errorf("platforms %q, want %q", gotPlatforms, want)
-	}
+	revision, images := checkIndex(t, pulled, version, []v1.Platform{host})
 	if !slices.ContainsFunc(heads, func(head string) bool { return revision == head || revision == head+"-dirty" }) {
 		t.Errorf("revision label %q, want HEAD %q (or -dirty)", revision, heads)
 	}
 
-	if runtime.GOOS != "linux" || host == nil {
+	img := images[host.String()]
+	if runtime.GOOS != "linux" || host.Architecture != runtime.GOARCH || img == nil {
 		t.Skipf("no image to run on %s/%s", runtime.GOOS, runtime.GOARCH)
 	}
-	files := extract(t, host)
+	files := extract(t, img)
 	binary := files["fleet-manager"]
 	if binary == nil || binary.Mode&0o111 == 0 || binary.Uid != 0 {
 		t.Fatalf("no root-owned executable /fleet-manager in the image: %+v", binary)
@@ -156,6 +107,131 @@ func TestImage(t *testing.T) {
 	if !strings.Contains(string(out), "version: "+version+"\n") || !strings.Contains(string(out), "commit: "+revision+"\n") {
 		t.Errorf("fleet-manager version printed:\n%s\nwant version %s and commit %s", out, version, revision)
 	}
+}
+
+// TestEveryPlatformBuilds checks that fleet-manager's packages, with
+// their dependencies, resolve for every platform of the image under the
+// image's build settings: no package's files are all excluded by build
+// constraints (say, an amd64-only file, or cgo with CGO_ENABLED=0). It
+// does not compile them: make image does, TestImage for the host.
+func TestEveryPlatformBuilds(t *testing.T) {
+	for _, p := range platforms {
+		cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f", "{{.ImportPath}}", "./cmd/fleet-manager")
+		cmd.Dir = repoRoot
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
+		out, err := cmd.Output()
+		if err != nil {
+			var exitErr *exec.ExitError
+			if errors.As(err, &exitErr) {
+				t.Errorf("%s: go list: %v\n%s", p, err, exitErr.Stderr)
+				continue
+			}
+			t.Fatalf("%s: go list: %v", p, err)
+		}
+		if !slices.Contains(strings.Fields(string(out)), "github.com/fleetkube/fleet-manager/cmd/fleet-manager") {
+			t.Errorf("%s: go list does not list cmd/fleet-manager:\n%s", p, out)
+		}
+	}
+}
+
+// TestAssembleEveryPlatform checks the index of binaries for every
+// platform of the image, as TestImage checks the host's.
+func TestAssembleEveryPlatform(t *testing.T) {
+	var binaries []platformBinary
+	for _, p := range platforms {
+		binaries = append(binaries, platformBinary{platform: p, revision: "0d059ab8", data: []byte(p.Architecture + " binary")})
+	}
+	idx, err := assemble(binaries, []byte("certs"), "v0.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64"}}
+	revision, images := checkIndex(t, idx, "v0.1.0", want)
+	if revision != "0d059ab8" {
+		t.Errorf("revision label %q, want the binaries' 0d059ab8", revision)
+	}
+	for _, b := range binaries {
+		img := images[b.platform.String()]
+		if img == nil {
+			continue // checkIndex said so
+		}
+		if got := extract(t, img)["fleet-manager"]; got == nil || !bytes.Equal(got.data, b.data) {
+			t.Errorf("%s: /fleet-manager is not the %s binary", b.platform, b.platform)
+		}
+	}
+}
+
+// checkIndex checks that idx holds one image for each of want, each
+// configured to run /fleet-manager run as 65532:65532 and labelled, and
+// annotated alike, with its source, version and one revision. It returns
+// that revision and the images by platform.
+func checkIndex(t *testing.T, idx v1.ImageIndex, version string, want []v1.Platform) (string, map[string]v1.Image) {
+	t.Helper()
+	m, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var revision string
+	var gotPlatforms []string
+	images := map[string]v1.Image{}
+	for _, desc := range m.Manifests {
+		if desc.Platform == nil {
+			t.Fatalf("manifest %s has no platform", desc.Digest)
+		}
+		p := desc.Platform.String()
+		gotPlatforms = append(gotPlatforms, p)
+		img, err := idx.Image(desc.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		images[p] = img
+		cfg, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Platform().String(); got != p {
+			t.Errorf("%s: config is for %s", p, got)
+		}
+		c := cfg.Config
+		if !slices.Equal(c.Entrypoint, []string{"/fleet-manager"}) || !slices.Equal(c.Cmd, []string{"run"}) {
+			t.Errorf("%s: entrypoint %q, cmd %q, want [/fleet-manager] [run]", p, c.Entrypoint, c.Cmd)
+		}
+		if c.User != "65532:65532" {
+			t.Errorf("%s: user %q, want 65532:65532", p, c.User)
+		}
+		if revision != "" && c.Labels["org.opencontainers.image.revision"] != revision {
+			t.Errorf("%s: revision label %q, another image's is %q", p, c.Labels["org.opencontainers.image.revision"], revision)
+		}
+		revision = c.Labels["org.opencontainers.image.revision"]
+		wantLabels := map[string]string{
+			"org.opencontainers.image.source":  "https://github.com/fleetkube/fleet-manager",
+			"org.opencontainers.image.version": version,
+		}
+		manifest, err := img.Manifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range wantLabels {
+			if c.Labels[k] != v || manifest.Annotations[k] != v || m.Annotations[k] != v {
+				t.Errorf("%s: %s is %q as a label, %q as a manifest annotation, %q as an index annotation; want %q",
+					p, k, c.Labels[k], manifest.Annotations[k], m.Annotations[k], v)
+			}
+		}
+		if manifest.Annotations["org.opencontainers.image.revision"] != revision || m.Annotations["org.opencontainers.image.revision"] != revision {
+			t.Errorf("%s: the revision annotations %q (manifest) and %q (index) differ from the label %q",
+				p, manifest.Annotations["org.opencontainers.image.revision"], m.Annotations["org.opencontainers.image.revision"], revision)
+		}
+	}
+	var wantPlatforms []string
+	for _, p := range want {
+		wantPlatforms = append(wantPlatforms, p.String())
+	}
+	slices.Sort(gotPlatforms)
+	slices.Sort(wantPlatforms)
+	if !slices.Equal(gotPlatforms, wantPlatforms) {
+		t.Errorf("platforms %q, want %q", gotPlatforms, wantPlatforms)
+	}
+	return revision, images
 }
 
 // TestAssembleIsReproducible checks that the same binaries give the same
