@@ -40,9 +40,11 @@ func TestMain(m *testing.M) {
 }
 
 // quickShard is replica name's part in a test's fleet, with a Lease short
-// enough for a test to see it expire.
+// enough for a test to see it expire, and a renew deadline long enough that
+// a hub slowed by other tests on two shared cores does not fence a replica
+// the test expects to keep its members (a renewal can wait 4 s for it).
 func quickShard(name string) *shard.Options {
-	return &shard.Options{Name: name, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
+	return &shard.Options{Name: name, LeaseDuration: 6 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 250 * time.Millisecond}
 }
 
 const (
