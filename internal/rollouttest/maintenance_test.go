@@ -241,7 +241,7 @@ func TestDrainWaitsForACopyAFinalizerHolds(t *testing.T) {
 	// The drain of a was handled: b's must have been planned from it.
 	poll.Until(t, "b waiting for the disruption budget, or drained", func() bool {
 		mcB = memberCluster(b)
-		return mcB.Status.Drain != nil && mcB.Status.Drain.Message == "waiting for the disruption budget of Propagation "+f.team+"/web" ||
+		return mcB.Status.Drain != nil && mcB.Status.Drain.Message == "waiting for the disruption budget of Propagation "+f.team+"/web: maxUnavailable 1; "+a+" is draining" ||
 			f.valueIn(b, "web") == ""
 	})
 	if f.valueIn(b, "web") != "1" {
