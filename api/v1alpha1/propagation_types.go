@@ -78,8 +78,10 @@ const FieldManager = "fleet-manager"
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.available`,description="Members whose copies are applied, in sync and available"
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failed`,description="Members where applying failed, or that missed the progress deadline"
 // +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.rollout.revision`,description="The revision being rolled out"
+// +kubebuilder:printcolumn:name="Pinned",type=integer,JSONPath=`.spec.revision`,description="The revision spec.revision pins, if any: the newest is not rolled out while it is set"
 // +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.rollout.phase`,description="Where the rollout stands"
 // +kubebuilder:printcolumn:name="Drifted",type=integer,JSONPath=`.status.drifted`,description="Members whose copies drifted",priority=1
+// +kubebuilder:printcolumn:name="Resources",type=integer,JSONPath=`.status.selectedResourceCount`,description="Hub objects selected",priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Status of the Ready condition"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Propagation struct {
@@ -336,6 +338,19 @@ const (
 	PropagationStatusTruncated = "StatusTruncated"
 	// ReasonStatusBudget: what StatusTruncated's message names was cut.
 	ReasonStatusBudget = "StatusBudget"
+	// PropagationResourcesSelected: every entry of spec.resources selects
+	// at least one hub object (status.selectedResources lists them).
+	// False names the first entry that selects none: the Propagation is
+	// not Ready, and the other entries' objects are still copied.
+	PropagationResourcesSelected = "ResourcesSelected"
+	// ReasonResourcesSelected: every entry selects a hub object.
+	ReasonResourcesSelected = "ResourcesSelected"
+	// ReasonResourceNotFound: an entry names a hub object (name) that
+	// does not exist.
+	ReasonResourceNotFound = "ResourceNotFound"
+	// ReasonNothingSelected: an entry's label selector matches no hub
+	// object.
+	ReasonNothingSelected = "NothingSelected"
 )
 
 // MemberResult is where a Propagation stands in one member.
@@ -445,6 +460,10 @@ const MaxMemberMessageLength = 512
 // MaxDriftedFields bounds the field paths listed for one member.
 const MaxDriftedFields = 16
 
+// MaxListedResources bounds status.selectedResources; the others are
+// only counted, in status.selectedResourceCount.
+const MaxListedResources = 100
+
 // MaxCopiedKinds bounds status.kinds: as many as one Envelope may hold
 // (MaxEnvelopeManifests).
 const MaxCopiedKinds = 256
@@ -485,6 +504,18 @@ type PropagationStatus struct {
 	// +kubebuilder:default=0
 	// +optional
 	PendingDeletions int32 `json:"pendingDeletions"`
+
+	// SelectedResourceCount counts the hub objects spec.resources select
+	// now, an Envelope's manifests each; refused objects are not counted.
+	// +kubebuilder:default=0
+	// +optional
+	SelectedResourceCount int32 `json:"selectedResourceCount"`
+	// SelectedResources lists them, in the order of spec.resources, at
+	// most MaxListedResources: the others are only counted.
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=atomic
+	// +optional
+	SelectedResources []ResourceIdentifier `json:"selectedResources,omitempty"`
 
 	// Kinds are every kind the Propagation has copied, so that copies of a
 	// kind removed from resources are still found and removed; sorted, the
@@ -576,6 +607,21 @@ type PropagationShard struct {
 	Released bool `json:"released,omitempty"`
 }
 
+// ResourceIdentifier names a hub object a Propagation selects, of its
+// namespace (none for a ClusterPropagation).
+type ResourceIdentifier struct {
+	// +kubebuilder:validation:MaxLength=253
+	APIVersion string `json:"apiVersion"`
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Envelope names the Envelope the object is a manifest of, if it is.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Envelope string `json:"envelope,omitempty"`
+}
+
 // KindReference names a kind.
 type KindReference struct {
 	// +kubebuilder:validation:MaxLength=253
@@ -653,10 +699,12 @@ type PropagationList struct {
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.available`,description="Members whose copies are applied, in sync and available"
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failed`,description="Members where applying failed, or that missed the progress deadline"
 // +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.rollout.revision`,description="The revision being rolled out"
+// +kubebuilder:printcolumn:name="Pinned",type=integer,JSONPath=`.spec.revision`,description="The revision spec.revision pins, if any: the newest is not rolled out while it is set"
 // +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.rollout.phase`,description="Where the rollout stands"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Status of the Ready condition"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Drifted",type=integer,JSONPath=`.status.drifted`,description="Members whose copies drifted",priority=1
+// +kubebuilder:printcolumn:name="Resources",type=integer,JSONPath=`.status.selectedResourceCount`,description="Hub objects selected",priority=1
 type ClusterPropagation struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -89,7 +89,7 @@ type DisruptionBudget struct {
 
 // Rollout phases.
 //
-// +kubebuilder:validation:Enum=Progressing;Complete;Paused;Stopped
+// +kubebuilder:validation:Enum=Progressing;Complete;Paused;Stopped;Failed;Pinned
 type RolloutPhase string
 
 const (
@@ -103,6 +103,14 @@ const (
 	// RolloutStopped: maxFailures members failed; the message names the
 	// first, its object and why.
 	RolloutStopped RolloutPhase = "Stopped"
+	// RolloutFailed: every member given the revision either runs it or
+	// failed, and some failed (under All, or under Progressive short of
+	// maxFailures); the message names the failed members and why. It
+	// ends when they recover.
+	RolloutFailed RolloutPhase = "Failed"
+	// RolloutPinned: every member runs the revision spec.revision pins,
+	// and a newer one exists that is not rolled out while the pin holds.
+	RolloutPinned RolloutPhase = "Pinned"
 )
 
 // Reasons of a rollout and of a member held by it.
@@ -124,6 +132,10 @@ const (
 	// ReasonRevisionInvalid: a member's revision cannot be read, or its
 	// content does not match its hash.
 	ReasonRevisionInvalid = "RevisionInvalid"
+	// ReasonPinnedToOlderRevision: spec.revision pins a revision older
+	// than the newest, which is not rolled out (phase Pinned, and Ready
+	// False).
+	ReasonPinnedToOlderRevision = "PinnedToOlderRevision"
 )
 
 // RolloutStatus is where the rollout of a Propagation's revision stands.
@@ -132,7 +144,9 @@ type RolloutStatus struct {
 	// spec.revision pins.
 	// +optional
 	Revision int64 `json:"revision,omitempty"`
-	// Phase is Progressing, Complete, Paused or Stopped.
+	// Phase is Progressing, Complete, Paused, Stopped, Failed or Pinned.
+	// A rollout to no member is Progressing, reason NoMembersSelected:
+	// never Complete.
 	// +optional
 	Phase RolloutPhase `json:"phase,omitempty"`
 	// Reason is a CamelCase reason for the phase.

@@ -178,10 +178,12 @@ var propagationColumns = []metav1.TableColumnDefinition{
 	{Name: "Available", Type: "integer"},
 	{Name: "Failed", Type: "integer"},
 	{Name: "Revision", Type: "integer", Description: "The revision being rolled out"},
+	{Name: "Pinned", Type: "integer", Description: "The revision spec.revision pins: the newest is not rolled out while it is set"},
 	{Name: "Rollout", Type: "string", Description: "Where the rollout stands"},
 	{Name: "Ready", Type: "string"},
 	{Name: "Age", Type: "string"},
 	{Name: "Drifted", Type: "integer", Priority: 1},
+	{Name: "Resources", Type: "integer", Priority: 1, Description: "Hub objects selected"},
 	{Name: "Deletions Owed", Type: "integer", Priority: 1, Description: "Members that owe the removal of copies"},
 	{Name: "Not Available", Type: "string", Priority: 1, Description: "Members not applied and available, with their result and reason"},
 }
@@ -195,10 +197,14 @@ func propagationRow(prop *fleetv1alpha1.Propagation, now time.Time) metav1.Table
 			revision = r.Revision
 		}
 	}
+	pinned := any(none)
+	if prop.Spec.Revision != nil {
+		pinned = *prop.Spec.Revision
+	}
 	return tableRow(prop,
-		prop.Name, int64(st.Selected), int64(st.Applied), int64(st.Available), int64(st.Failed), revision, phase,
+		prop.Name, int64(st.Selected), int64(st.Applied), int64(st.Available), int64(st.Failed), revision, pinned, phase,
 		conditionStatus(st.Conditions, fleetv1alpha1.PropagationReady), age(&prop.CreationTimestamp, now),
-		int64(st.Drifted), int64(st.PendingDeletions), notAvailable(st.Members),
+		int64(st.Drifted), int64(st.SelectedResourceCount), int64(st.PendingDeletions), notAvailable(st.Members),
 	)
 }
 
@@ -296,6 +302,7 @@ func printPropagationStatus(w io.Writer, prop *fleetv1alpha1.Propagation, now ti
 		}
 	}
 	field("Selected", fmt.Sprintf("%d: %d applied, %d available, %d drifted, %d failed, %d owe deletions", st.Selected, st.Applied, st.Available, st.Drifted, st.Failed, st.PendingDeletions))
+	field("Hub objects", selectedResources(st))
 	kinds := make([]string, len(st.Kinds))
 	for i, k := range st.Kinds {
 		kinds[i] = k.APIVersion + " " + k.Kind
@@ -418,6 +425,26 @@ func someNames(names []string) string {
 	s := strings.Join(names[:min(len(names), shownMembers)], ",")
 	if more := len(names) - shownMembers; more > 0 {
 		s += fmt.Sprintf(" + %d more...", more)
+	}
+	return s
+}
+
+// selectedResources says how many hub objects the resources select, and
+// names the first: "2: Deployment web, ConfigMap settings".
+func selectedResources(st fleetv1alpha1.PropagationStatus) string {
+	names := make([]string, len(st.SelectedResources))
+	for i, r := range st.SelectedResources {
+		names[i] = r.Kind + " " + r.Name
+		if r.Envelope != "" {
+			names[i] += " (in Envelope " + r.Envelope + ")"
+		}
+	}
+	s := strconv.Itoa(int(st.SelectedResourceCount))
+	if len(names) > 0 {
+		s += ": " + strings.Join(names[:min(len(names), shownMembers)], ", ")
+		if more := int(st.SelectedResourceCount) - min(len(names), shownMembers); more > 0 {
+			s += fmt.Sprintf(" + %d more", more)
+		}
 	}
 	return s
 }

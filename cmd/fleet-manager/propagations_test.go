@@ -112,7 +112,12 @@ func TestGetPropagations(t *testing.T) {
 			condition(fleetv1alpha1.PropagationDrifted, metav1.ConditionTrue, fleetv1alpha1.ReasonDrifted, "1 member drifted", now.Add(-time.Minute)),
 		},
 		Selected: 5, Applied: 1, Available: 0, Drifted: 1, Failed: 2, PendingDeletions: 1,
-		Kinds:    []fleetv1alpha1.KindReference{{APIVersion: "apps/v1", Kind: "Deployment"}, {APIVersion: "v1", Kind: "ConfigMap"}},
+		Kinds:                 []fleetv1alpha1.KindReference{{APIVersion: "apps/v1", Kind: "Deployment"}, {APIVersion: "v1", Kind: "ConfigMap"}},
+		SelectedResourceCount: 5,
+		SelectedResources: []fleetv1alpha1.ResourceIdentifier{
+			{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"}, {APIVersion: "v1", Kind: "ConfigMap", Name: "web-1"},
+			{APIVersion: "v1", Kind: "ConfigMap", Name: "web-2", Envelope: "extras"}, {APIVersion: "v1", Kind: "ConfigMap", Name: "web-3"},
+		},
 		Revision: 3,
 		Rollout: &fleetv1alpha1.RolloutStatus{
 			Revision: 2, Phase: fleetv1alpha1.RolloutProgressing, Reason: "Progressing", Message: "1 of 5 members run revision 2; in flight: east, north", Updated: 1, Failed: 2,

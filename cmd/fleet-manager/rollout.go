@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -60,10 +61,10 @@ clusterpropagation (clusterprop); a Propagation is of the namespace -n names.`,
   fleet-manager rollout history prop web -n team-a`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErrorf("%s wants a subcommand: status, pause, resume, undo or history", cmd.CommandPath())
+			return usageErrorf("%s wants a subcommand: status, pause, resume, undo, unpin or history", cmd.CommandPath())
 		},
 	}
-	rollout.AddCommand(rolloutStatusCommand(hub), rolloutPauseCommand(hub, true), rolloutPauseCommand(hub, false), rolloutUndoCommand(hub), rolloutHistoryCommand(hub, clk))
+	rollout.AddCommand(rolloutStatusCommand(hub), rolloutPauseCommand(hub, true), rolloutPauseCommand(hub, false), rolloutUndoCommand(hub), rolloutUnpinCommand(hub), rolloutHistoryCommand(hub, clk))
 	return rollout
 }
 
@@ -190,6 +191,23 @@ func bindFleetNamespace(cmd *cobra.Command, hub *hubFlags, namespace *string) {
 	_ = cmd.RegisterFlagCompletionFunc("fleet-namespace", completeNamespaces(hub))
 }
 
+// Exit codes of rollout status, beside cli.ExitOK (rolled out),
+// cli.ExitError (the hub could not be read) and cli.ExitUsage.
+const (
+	// exitRolloutFailed: the rollout stopped or failed, no member takes
+	// it, or an entry of resources selects nothing.
+	exitRolloutFailed = 3
+	// exitRolloutTimedOut: --timeout passed, or, with --watch=false, the
+	// rollout is not done yet.
+	exitRolloutTimedOut = 4
+	// exitRolloutHeld: spec.revision pins a revision older than the
+	// newest, or the rollout is paused (once --timeout passes, or with
+	// --watch=false).
+	exitRolloutHeld = 5
+	// exitRolloutNotFound: no such Propagation, or no Propagation CRD.
+	exitRolloutNotFound = 6
+)
+
 // rolloutStatusCommand returns "rollout status".
 func rolloutStatusCommand(hub *hubFlags) *cobra.Command {
 	var (
@@ -202,11 +220,23 @@ func rolloutStatusCommand(hub *hubFlags) *cobra.Command {
 		Short: "Wait until a revision is rolled out, printing its progress",
 		Long: `Wait until the rollout of a Propagation's revision is complete, printing a line
 each time its progress changes. The revision is the one spec.revision pins,
-else the newest. It exits 0 once the manager has observed the Propagation's
-generation and reports the rollout of that revision Complete, and 1 when the
-rollout stopped (with its message) or --timeout passed. A paused rollout is
-waited for, as kubectl waits for a paused Deployment. With --watch=false, it
-prints where the rollout stands and exits 0 if it is complete, 1 if not.`,
+else the newest. A paused rollout is waited for, as kubectl waits for a paused
+Deployment. With --watch=false, it prints where the rollout stands once.
+
+Exit codes:
+  0  rolled out: the manager observed the Propagation's generation, every
+     selected member runs the revision, and every entry of resources selects
+     a hub object
+  1  the hub could not be read
+  2  usage error
+  3  failed: the rollout stopped, or ended with failed members, no member
+     takes it, or an entry of resources selects nothing (the members, the
+     entry and the reasons are named)
+  4  timed out (or, with --watch=false, not rolled out yet), naming the
+     members that hold the rollout and why
+  5  held: spec.revision pins a revision older than the newest (see
+     "rollout unpin"), or the rollout is paused when the wait ends
+  6  not found: no such Propagation, or no Propagation CRD`,
 		Example: `  fleet-manager rollout status propagation/web -n team-a
   fleet-manager rollout status clusterprop/baseline --timeout=10m
   fleet-manager rollout status prop web -n team-a --watch=false`,
@@ -222,27 +252,59 @@ prints where the rollout stands and exits 0 if it is complete, 1 if not.`,
 		if err != nil {
 			return err
 		}
+		var last rolloutStand
 		check := func(ctx context.Context) (string, bool, error) {
 			prop, err := t.get(ctx, c)
 			if err != nil {
 				return "", false, err
 			}
-			return rolloutProgress(prop)
+			last = rolloutProgress(t, prop)
+			return last.line, last.verdict != verdictWaiting, nil
 		}
 		if watch {
-			return waitUntil(cmd.Context(), cmd.OutOrStdout(), timeout, "the rollout of "+t.String(), check)
+			err = waitUntil(cmd.Context(), cmd.OutOrStdout(), timeout, "the rollout of "+t.String(), check)
+		} else if _, _, err = check(cmd.Context()); err == nil {
+			fmt.Fprintln(cmd.OutOrStdout(), last.line)
 		}
-		line, done, err := check(cmd.Context())
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(cmd.OutOrStdout(), line)
-		if !done {
-			return &exitCodeError{code: cli.ExitError}
-		}
-		return nil
+		return rolloutStatusExit(cmd, last, err)
 	}
 	return cmd
+}
+
+// rolloutStatusExit is what rollout status returns once its wait ended
+// with stand last, or err: an error that the root prints, or one that
+// carries the exit code of the outcome, its message printed here.
+func rolloutStatusExit(cmd *cobra.Command, last rolloutStand, err error) error {
+	code, message := cli.ExitOK, ""
+	var timedOut *timeoutError
+	switch {
+	case apierrors.IsNotFound(err) || errors.Is(err, errNoPropagationCRD):
+		code, message = exitRolloutNotFound, err.Error()
+	case errors.As(err, &timedOut) && last.paused:
+		code, message = exitRolloutHeld, timedOut.Error()+": the rollout is paused (fleet-manager rollout resume)"
+	case errors.As(err, &timedOut):
+		code, message = exitRolloutTimedOut, timedOut.Error()
+		if last.holders != "" {
+			message += "; held by " + last.holders
+		}
+	case err != nil:
+		return err
+	case last.verdict == verdictFailed:
+		code, message = exitRolloutFailed, last.why
+	case last.verdict == verdictHeld:
+		code, message = exitRolloutHeld, last.why
+	case last.verdict == verdictWaiting && last.paused:
+		code = exitRolloutHeld
+	case last.verdict == verdictWaiting:
+		code = exitRolloutTimedOut
+	}
+	if code == cli.ExitOK {
+		return nil
+	}
+	if message != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", cmd.CommandPath(), message)
+	}
+	return &exitCodeError{code: code}
 }
 
 // wantedRevision is the revision prop's rollout is to reach: the one
@@ -254,31 +316,97 @@ func wantedRevision(prop *fleetv1alpha1.Propagation) int64 {
 	return prop.Status.Revision
 }
 
-// rolloutProgress says where prop's rollout stands, and whether it is
-// done; a stopped rollout is an error, which names its message.
-func rolloutProgress(prop *fleetv1alpha1.Propagation) (string, bool, error) {
+// rolloutVerdict is what rollout status makes of a rollout.
+type rolloutVerdict int
+
+const (
+	verdictWaiting rolloutVerdict = iota
+	verdictRolledOut
+	verdictFailed
+	verdictHeld
+)
+
+// rolloutStand is where a rollout stands, for rollout status: the line
+// to print, the verdict, why it failed or is held, whether it is paused,
+// and the members that hold it, with their reasons.
+type rolloutStand struct {
+	line    string
+	verdict rolloutVerdict
+	why     string
+	paused  bool
+	holders string
+}
+
+// rolloutProgress says where prop's rollout, t's, stands. Complete is not
+// taken at its word: a rollout to no member, one whose pin holds back a
+// newer revision, or one with an entry of resources that selects nothing
+// is no rollout a gate may pass.
+func rolloutProgress(t rolloutTarget, prop *fleetv1alpha1.Propagation) rolloutStand {
 	st := prop.Status
 	wanted := wantedRevision(prop)
 	r := st.Rollout
+	stand := rolloutStand{holders: rolloutHolders(st)}
+	waiting := func(line string) rolloutStand {
+		stand.line = line
+		return stand
+	}
 	switch {
 	case st.ObservedGeneration != prop.Generation:
-		return fmt.Sprintf("Waiting for the manager to observe generation %d", prop.Generation), false, nil
+		return waiting(fmt.Sprintf("Waiting for the manager to observe generation %d", prop.Generation))
 	case wanted == 0:
-		return "Waiting for the first revision", false, nil
+		return waiting("Waiting for the first revision")
 	case r == nil || r.Revision != wanted:
-		return fmt.Sprintf("Waiting for rollout of revision %d to start", wanted), false, nil
-	case r.Phase == fleetv1alpha1.RolloutComplete:
-		return fmt.Sprintf("revision %d rolled out to %s", wanted, plural(int(r.Updated), "member")), true, nil
+		return waiting(fmt.Sprintf("Waiting for rollout of revision %d to start", wanted))
 	case r.Phase == fleetv1alpha1.RolloutStopped:
-		return "", false, fmt.Errorf("rollout of revision %d stopped: %s", wanted, oneLine(r.Message))
+		stand.verdict, stand.why = verdictFailed, fmt.Sprintf("rollout of revision %d stopped: %s", wanted, oneLine(r.Message))
+		return stand
+	case r.Phase == fleetv1alpha1.RolloutFailed:
+		stand.verdict, stand.why = verdictFailed, fmt.Sprintf("rollout of revision %d failed: %s", wanted, oneLine(r.Message))
+		return stand
+	case r.Reason == fleetv1alpha1.ReasonNoMembersSelected || r.Phase == fleetv1alpha1.RolloutComplete && r.Updated == 0:
+		stand.verdict, stand.why = verdictFailed, fmt.Sprintf("revision %d is rolled out to no member: %s", wanted, orNone(oneLine(r.Message)))
+		return stand
+	case r.Phase != fleetv1alpha1.RolloutComplete && r.Phase != fleetv1alpha1.RolloutPinned:
+		line := fmt.Sprintf("Waiting for rollout of revision %d: %d of %d members updated", wanted, r.Updated, st.Selected)
+		if r.Phase == fleetv1alpha1.RolloutPaused {
+			stand.paused = true
+			line += "; the rollout is paused"
+		} else if r.Message != "" {
+			line += " (" + oneLine(r.Message) + ")"
+		}
+		return waiting(line)
 	}
-	line := fmt.Sprintf("Waiting for rollout of revision %d: %d of %d members updated", wanted, r.Updated, st.Selected)
-	if r.Phase == fleetv1alpha1.RolloutPaused {
-		line += "; the rollout is paused"
-	} else if r.Message != "" {
-		line += " (" + oneLine(r.Message) + ")"
+	stand.line = fmt.Sprintf("revision %d rolled out to %s", wanted, plural(int(r.Updated), "member"))
+	if c := meta.FindStatusCondition(st.Conditions, fleetv1alpha1.PropagationResourcesSelected); c != nil && c.Status == metav1.ConditionFalse {
+		stand.verdict, stand.why = verdictFailed, fmt.Sprintf("revision %d selects less than spec.resources names: %s (%s)", wanted, oneLine(c.Message), c.Reason)
+		return stand
 	}
-	return line, false, nil
+	if prop.Spec.Revision != nil && (r.Phase == fleetv1alpha1.RolloutPinned || st.Revision > wanted) {
+		unpin := "fleet-manager rollout unpin " + strings.ToLower(t.kind) + "/" + t.key.Name
+		if t.key.Namespace != "" {
+			unpin += " -n " + t.key.Namespace
+		}
+		stand.verdict = verdictHeld
+		stand.why = fmt.Sprintf("spec.revision pins revision %d: the newest, revision %d, is not rolled out (%s)", wanted, st.Revision, unpin)
+		return stand
+	}
+	stand.verdict = verdictRolledOut
+	return stand
+}
+
+// rolloutHolders names the members st lists as not applied and
+// available, with their reasons: "member-b: MemberUnhealthy".
+func rolloutHolders(st fleetv1alpha1.PropagationStatus) string {
+	const most = 5
+	var names []string
+	for i, m := range st.Members {
+		if i == most {
+			names = append(names, fmt.Sprintf("and %d more", len(st.Members)-most))
+			break
+		}
+		names = append(names, m.Name+": "+cmp.Or(m.Reason, string(m.Result)))
+	}
+	return strings.Join(names, ", ")
 }
 
 // plural is n and noun, made plural unless n is 1: "1 member", "2 members".
@@ -289,10 +417,23 @@ func plural(n int, noun string) string {
 	return strconv.Itoa(n) + " " + noun + "s"
 }
 
+// timeoutError says that a wait's timeout passed.
+type timeoutError struct {
+	after time.Duration
+	what  string
+}
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("timed out after %s waiting for %s", e.after, e.what)
+}
+
 // waitUntil calls check every pollEvery, and writes to w each line it
 // returns that differs from the one before, until check reports done or
-// fails, ctx ends, or timeout passes (0: never); what names what is
-// waited for in the timeout's error.
+// fails, ctx ends, or timeout passes (0: never): then it returns a
+// *timeoutError, what naming what was waited for. check's context
+// carries no deadline of the timeout, only its cancellation: a client's
+// rate limiter, which fails at once a wait that would pass a deadline,
+// never reports the timeout in its own words.
 func waitUntil(ctx context.Context, w io.Writer, timeout time.Duration, what string, check func(context.Context) (line string, done bool, err error)) error {
 	waitCtx := ctx
 	if timeout > 0 {
@@ -300,9 +441,12 @@ func waitUntil(ctx context.Context, w io.Writer, timeout time.Duration, what str
 		waitCtx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	checkCtx, cancelCheck := context.WithCancel(ctx)
+	defer cancelCheck()
+	defer context.AfterFunc(waitCtx, cancelCheck)()
 	shown := ""
-	err := wait.PollUntilContextCancel(waitCtx, pollEvery, true, func(ctx context.Context) (bool, error) {
-		line, done, err := check(ctx)
+	err := wait.PollUntilContextCancel(waitCtx, pollEvery, true, func(context.Context) (bool, error) {
+		line, done, err := check(checkCtx)
 		if err != nil {
 			return false, err
 		}
@@ -313,7 +457,7 @@ func waitUntil(ctx context.Context, w io.Writer, timeout time.Duration, what str
 		return done, nil
 	})
 	if err != nil && ctx.Err() == nil && waitCtx.Err() != nil {
-		return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		return &timeoutError{after: timeout, what: what}
 	}
 	return err
 }
@@ -382,9 +526,10 @@ is the newest kept before the one being rolled out. A revision that is not
 kept is refused, naming those that are. A paused rollout stays paused: it
 rolls back once resumed.
 
-The pin holds until it is removed; then the newest revision rolls out again:
-  kubectl patch propagation web -n team-a --type=json -p '[{"op":"remove","path":"/spec/revision"}]'
-Pinning the newest revision is not the same: a later change would not roll out.`,
+The pin holds until "fleet-manager rollout unpin" removes it; then the newest
+revision rolls out again. While it holds a newer revision back, the rollout is
+Pinned, not Complete, and rollout status exits 5. Pinning the newest revision
+is not the same: a later change would not roll out.`,
 		Example: `  fleet-manager rollout undo propagation/web -n team-a
   fleet-manager rollout undo propagation/web -n team-a --to-revision=3
   fleet-manager rollout undo clusterprop/baseline --fleet-namespace=fleet-system`,
@@ -408,6 +553,40 @@ Pinning the newest revision is not the same: a later change would not roll out.`
 			return err
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "%s rolled back to revision %d\n", t, revision)
+		return nil
+	}
+	return cmd
+}
+
+// rolloutUnpinCommand returns "rollout unpin".
+func rolloutUnpinCommand(hub *hubFlags) *cobra.Command {
+	var ns namespaceFlags
+	cmd := &cobra.Command{
+		Use:   "unpin (TYPE NAME | TYPE/NAME)",
+		Short: "Remove the pin undo set: the newest revision rolls out again",
+		Long: `Remove spec.revision, the pin "fleet-manager rollout undo" sets: the newest
+revision rolls out again, with the Propagation's strategy. A paused rollout
+stays paused.`,
+		Example: `  fleet-manager rollout unpin propagation/web -n team-a`,
+	}
+	bindRolloutTarget(cmd, hub, &ns)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		t, c, err := rolloutTargetClient(hub, ns.namespace, args)
+		if err != nil {
+			return err
+		}
+		prop, err := t.get(cmd.Context(), c)
+		if err != nil {
+			return err
+		}
+		if prop.Spec.Revision == nil {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s not pinned\n", t)
+			return nil
+		}
+		if err := t.patchSpec(cmd.Context(), c, map[string]any{"revision": nil}); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s unpinned from revision %d: the newest rolls out\n", t, *prop.Spec.Revision)
 		return nil
 	}
 	return cmd

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -100,20 +104,65 @@ func TestRolloutStatus(t *testing.T) {
 	}
 
 	writeRolloutStatus(t, c, web, progressing(3, fleetv1alpha1.RolloutStopped, 1, "stopped after 1 failed member (maxFailures 1): b: Forbidden"))
-	want := cliResult{stderr: "fleet-manager rollout status: rollout of revision 3 stopped: stopped after 1 failed member (maxFailures 1): b: Forbidden\n", code: 1}
+	want := cliResult{stderr: "fleet-manager rollout status: rollout of revision 3 stopped: stopped after 1 failed member (maxFailures 1): b: Forbidden\n", code: exitRolloutFailed}
 	if res := status("prop/web"); res != want {
 		t.Errorf("a Stopped rollout: got %+v, want %+v", res, want)
 	}
 
+	// The gate's cases: each ends the wait at once, non-zero, naming why.
+	allFailed := progressing(3, fleetv1alpha1.RolloutFailed, 2, "revision 3 failed in 1 of 3 members: member b: Deployment web: 0 of 1 replicas available (ProgressDeadlineExceeded)")
+	noMember := rolledOut(3)
+	noMember.Rollout.Phase, noMember.Rollout.Reason, noMember.Rollout.Message = fleetv1alpha1.RolloutProgressing, fleetv1alpha1.ReasonNoMembersSelected, "no member takes revision 3: none is selected, or every one selected is cordoned or drained"
+	noMember.Rollout.Members = nil
+	noMemberOld := rolledOut(3) // as a manager before the gate wrote it
+	noMemberOld.Rollout.Members = nil
+	missing := rolledOut(3, "a", "b")
+	missing.Conditions = []metav1.Condition{{Type: fleetv1alpha1.PropagationResourcesSelected, Status: metav1.ConditionFalse, Reason: fleetv1alpha1.ReasonResourceNotFound,
+		Message: "resources[0]: v1 ConfigMap setings is not on the hub; the other entries' objects are copied", LastTransitionTime: metav1.Now()}}
+	for _, tc := range []struct {
+		name   string
+		status fleetv1alpha1.PropagationStatus
+		want   cliResult
+	}{
+		{"All with failed members", allFailed, cliResult{code: exitRolloutFailed,
+			stderr: "fleet-manager rollout status: rollout of revision 3 failed: revision 3 failed in 1 of 3 members: member b: Deployment web: 0 of 1 replicas available (ProgressDeadlineExceeded)\n"}},
+		{"no member", noMember, cliResult{code: exitRolloutFailed,
+			stderr: "fleet-manager rollout status: revision 3 is rolled out to no member: no member takes revision 3: none is selected, or every one selected is cordoned or drained\n"}},
+		{"no member, Complete as an older manager says", noMemberOld, cliResult{code: exitRolloutFailed,
+			stderr: "fleet-manager rollout status: revision 3 is rolled out to no member: 0 members run revision 3\n"}},
+		{"a missing hub object", missing, cliResult{code: exitRolloutFailed, stdout: "revision 3 rolled out to 2 members\n",
+			stderr: "fleet-manager rollout status: revision 3 selects less than spec.resources names: resources[0]: v1 ConfigMap setings is not on the hub; the other entries' objects are copied (ResourceNotFound)\n"}},
+	} {
+		if tc.name == "no member, Complete as an older manager says" {
+			tc.status.Rollout.Message = "0 members run revision 3"
+		}
+		writeRolloutStatus(t, c, web, tc.status)
+		if res := status("prop/web"); res != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.name, res, tc.want)
+		}
+	}
+
 	writeRolloutStatus(t, c, web, progressing(3, fleetv1alpha1.RolloutProgressing, 1, "in flight: b"))
-	want = cliResult{stdout: "Waiting for rollout of revision 3: 1 of 3 members updated (in flight: b)\n", code: 1}
+	want = cliResult{stdout: "Waiting for rollout of revision 3: 1 of 3 members updated (in flight: b)\n", code: exitRolloutTimedOut}
 	if res := status("prop/web", "--watch=false"); res != want {
 		t.Errorf("--watch=false on a Progressing rollout: got %+v, want %+v", res, want)
 	}
-	res := status("prop/web", "--timeout=1500ms")
-	if res.code != 1 || !strings.HasSuffix(res.stderr, ": timed out after 1.5s waiting for the rollout of propagation.fleet.fleetkube.io/web\n") {
-		t.Errorf("--timeout on a Progressing rollout: got %+v", res)
+	held := progressing(3, fleetv1alpha1.RolloutProgressing, 1, "1 of 3 members run revision 3; in flight: b, c")
+	held.Members = []fleetv1alpha1.MemberPropagationStatus{
+		{Name: "b", Result: fleetv1alpha1.ResultPending, Reason: fleetv1alpha1.ReasonMemberUnhealthy},
+		{Name: "c", Result: fleetv1alpha1.ResultApplied, Reason: fleetv1alpha1.ReasonNotAvailable},
 	}
+	writeRolloutStatus(t, c, web, held)
+	res := status("prop/web", "--timeout=1500ms")
+	if want := "fleet-manager rollout status: timed out after 1.5s waiting for the rollout of propagation.fleet.fleetkube.io/web; held by b: MemberUnhealthy, c: NotAvailable\n"; res.code != exitRolloutTimedOut || res.stderr != want {
+		t.Errorf("--timeout on a Progressing rollout: got %+v, want exit %d and %q", res, exitRolloutTimedOut, want)
+	}
+	writeRolloutStatus(t, c, web, progressing(3, fleetv1alpha1.RolloutPaused, 1, "paused: 1 of 3 members run revision 3"))
+	res = status("prop/web", "--timeout=1500ms")
+	if want := "fleet-manager rollout status: timed out after 1.5s waiting for the rollout of propagation.fleet.fleetkube.io/web: the rollout is paused (fleet-manager rollout resume)\n"; res.code != exitRolloutHeld || res.stderr != want {
+		t.Errorf("--timeout on a Paused rollout: got %+v, want exit %d and %q", res, exitRolloutHeld, want)
+	}
+	writeRolloutStatus(t, c, web, progressing(3, fleetv1alpha1.RolloutProgressing, 1, "in flight: b"))
 
 	t.Run("waits until complete", func(t *testing.T) {
 		var stdout, stderr syncBuffer
@@ -158,7 +207,7 @@ revision 3 rolled out to 3 members
 		}
 		// Revision 3, the newest, is Complete; revision 2 is wanted.
 		writeRolloutStatus(t, c, web, rolledOut(3, "a", "b", "c"))
-		want := cliResult{stdout: "Waiting for rollout of revision 2 to start\n", code: 1}
+		want := cliResult{stdout: "Waiting for rollout of revision 2 to start\n", code: exitRolloutTimedOut}
 		if res := status("prop/web", "--watch=false"); res != want {
 			t.Errorf("got %+v, want %+v", res, want)
 		}
@@ -166,11 +215,38 @@ revision 3 rolled out to 3 members
 		if res, want := status("prop/web", "--watch=false"), (cliResult{stdout: "revision 2 rolled out to 3 members\n"}); res != want {
 			t.Errorf("got %+v, want %+v", res, want)
 		}
+		// A newer revision the pin holds back: held, naming the way out,
+		// with the manager's Pinned phase or an older manager's Complete.
+		for _, phase := range []fleetv1alpha1.RolloutPhase{fleetv1alpha1.RolloutPinned, fleetv1alpha1.RolloutComplete} {
+			pinned := rolledOut(2, "a", "b", "c")
+			pinned.Revision, pinned.Rollout.Phase = 4, phase
+			writeRolloutStatus(t, c, web, pinned)
+			want := cliResult{code: exitRolloutHeld, stdout: "revision 2 rolled out to 3 members\n",
+				stderr: "fleet-manager rollout status: spec.revision pins revision 2: the newest, revision 4, is not rolled out (fleet-manager rollout unpin propagation/web -n rollout-status)\n"}
+			if res := status("prop/web"); res != want {
+				t.Errorf("pinned behind a newer revision, %s: got %+v, want %+v", phase, res, want)
+			}
+		}
+		unpin := runCLI(t, nil, clk, "rollout", "unpin", "prop/web", "-n", "rollout-status", hubFlag)
+		if want := (cliResult{stdout: "propagation.fleet.fleetkube.io/web unpinned from revision 2: the newest rolls out\n"}); unpin != want {
+			t.Errorf("unpin: got %+v, want %+v", unpin, want)
+		}
+		var p fleetv1alpha1.Propagation
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(web), &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.Revision != nil {
+			t.Errorf("spec.revision %d after unpin", *p.Spec.Revision)
+		}
+		unpin = runCLI(t, nil, clk, "rollout", "unpin", "prop/web", "-n", "rollout-status", hubFlag)
+		if want := (cliResult{stdout: "propagation.fleet.fleetkube.io/web not pinned\n"}); unpin != want {
+			t.Errorf("unpin again: got %+v, want %+v", unpin, want)
+		}
 	})
 
 	t.Run("errors", func(t *testing.T) {
 		res := status("prop/nope")
-		if res.code != 1 || !strings.HasSuffix(res.stderr, `: propagations.fleet.fleetkube.io "nope" not found`+"\n") {
+		if res.code != exitRolloutNotFound || !strings.HasSuffix(res.stderr, `: propagations.fleet.fleetkube.io "nope" not found`+"\n") {
 			t.Errorf("an unknown Propagation: got %+v", res)
 		}
 		for _, args := range [][]string{
@@ -182,6 +258,7 @@ revision 3 rolled out to 3 members
 			{"rollout", "status", "prop/"},
 			{"rollout", "status", "prop/web", "--timeout=-1s"},
 			{"rollout", "undo", "prop/web", "--to-revision=-1"},
+			{"rollout", "unpin"},
 			{"rollout", "history"},
 			{"rollout", "bogus"},
 			{"rollout"},
@@ -191,6 +268,30 @@ revision 3 rolled out to 3 members
 			}
 		}
 	})
+}
+
+// TestWaitUntilTimesOutInItsOwnWords: a check that waits on a client's
+// rate limiter is never told the wait's deadline, which the limiter would
+// report at once in its own words ("rate: Wait(n=1) would exceed context
+// deadline"): the wait ends on its timeout, saying so.
+func TestWaitUntilTimesOutInItsOwnWords(t *testing.T) {
+	t.Parallel()
+	limiter := flowcontrol.NewTokenBucketRateLimiter(0.1, 1) // one request per 10s
+	defer limiter.Stop()
+	start := time.Now()
+	err := waitUntil(t.Context(), io.Discard, 1500*time.Millisecond, "the rollout", func(ctx context.Context) (string, bool, error) {
+		if err := limiter.Wait(ctx); err != nil {
+			return "", false, fmt.Errorf("client rate limiter Wait returned an error: %w", err)
+		}
+		return "waiting", false, nil
+	})
+	var timedOut *timeoutError
+	if !errors.As(err, &timedOut) || err.Error() != "timed out after 1.5s waiting for the rollout" {
+		t.Errorf("got %v, want the timeout in its own words", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the wait took %s: a check outlived the timeout", took)
+	}
 }
 
 // TestRolloutPauseUndoHistory: pause and resume set and remove
@@ -291,7 +392,7 @@ func TestRolloutPauseUndoHistory(t *testing.T) {
 		}{
 			{"rollout pause clusterprop/rollout-baseline", cliResult{stdout: "clusterpropagation.fleet.fleetkube.io/rollout-baseline paused\n"}},
 			{"rollout undo clusterprop/rollout-baseline " + fleet, cliResult{stdout: "clusterpropagation.fleet.fleetkube.io/rollout-baseline rolled back to revision 1\n"}},
-			{"rollout status clusterprop/rollout-baseline --watch=false", cliResult{stdout: "Waiting for the manager to observe generation 3\n", code: 1}},
+			{"rollout status clusterprop/rollout-baseline --watch=false", cliResult{stdout: "Waiting for the manager to observe generation 3\n", code: exitRolloutTimedOut}},
 			// Revisions are looked for in the fleet namespace only.
 			{"rollout undo clusterprop/rollout-baseline --to-revision=2", cliResult{stderr: "fleet-manager rollout undo: clusterpropagation.fleet.fleetkube.io/rollout-baseline has no revision 2 (revisions kept: <none>)\n", code: 1}},
 			{"rollout history clusterprop/rollout-baseline", cliResult{stderr: "No revisions of clusterpropagation.fleet.fleetkube.io/rollout-baseline found.\n"}},

@@ -90,7 +90,7 @@ func TestDrainRemovesCopiesWithinTheDisruptionBudget(t *testing.T) {
 			if err := suite.HubClient.Get(t.Context(), client.ObjectKey{Name: m}, mc); err != nil {
 				t.Fatal(err)
 			}
-			if mc.Status.Drain != nil && mc.Status.Drain.Message == "waiting for the disruption budget of Propagation "+f.team+"/web" {
+			if mc.Status.Drain != nil && strings.HasPrefix(mc.Status.Drain.Message, "waiting for the disruption budget of Propagation "+f.team+"/web: maxUnavailable 1; ") {
 				waited = true
 			}
 			if fleettest.Condition(mc, fleetv1alpha1.ConditionDrained) == metav1.ConditionTrue && mc.Status.Drain != nil && mc.Status.Drain.Remaining == 0 && f.valueIn(m, "web") == "" {
@@ -268,7 +268,7 @@ func TestDrainWaitsForACopyAFinalizerHolds(t *testing.T) {
 	// The drain of a was handled: b's must have been planned from it.
 	poll.Until(t, "b waiting for the disruption budget, or drained", func() bool {
 		mcB = memberCluster(b)
-		return mcB.Status.Drain != nil && mcB.Status.Drain.Message == "waiting for the disruption budget of Propagation "+f.team+"/web" ||
+		return mcB.Status.Drain != nil && mcB.Status.Drain.Message == "waiting for the disruption budget of Propagation "+f.team+"/web: maxUnavailable 1; "+a+" is draining" ||
 			f.valueIn(b, "web") == ""
 	})
 	if f.valueIn(b, "web") != "1" {

@@ -1,12 +1,14 @@
 package rollouttest
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -110,7 +112,17 @@ func TestRolloutStopsAtMaxFailuresAndUndoes(t *testing.T) {
 	})
 
 	f.edit(func(p *fleetv1alpha1.Propagation) { p.Spec.Revision = ptr.To[int64](1) })
-	f.waitRollout("of revision 1 complete again", complete(1))
+	// Rolled back, but the newest is not rolled out: Pinned, not
+	// Complete, and not Ready.
+	p = f.waitRollout("of revision 1 pinned", func(r *fleetv1alpha1.RolloutStatus) bool {
+		return r.Revision == 1 && r.Phase == fleetv1alpha1.RolloutPinned
+	})
+	if r := p.Status.Rollout; r.Reason != fleetv1alpha1.ReasonPinnedToOlderRevision || !strings.Contains(r.Message, fmt.Sprintf("the newest, revision %d, is not rolled out", p.Status.Revision)) {
+		t.Errorf("rollout %+v; want PinnedToOlderRevision naming revision %d", r, p.Status.Revision)
+	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != fleetv1alpha1.ReasonPinnedToOlderRevision {
+		t.Errorf("Ready %+v; want False, PinnedToOlderRevision", c)
+	}
 	for _, m := range members {
 		if f.imageIn(m) != "web:1" || f.hasConfigMap(m, "extra") {
 			t.Errorf("%s keeps some of revision %d after the rollback: image %q", m, bad, f.imageIn(m))

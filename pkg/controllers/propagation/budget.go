@@ -25,7 +25,9 @@ const statusBudget = 768 << 10
 //  1. the drifted field paths of the members listed in status.members
 //     and in each shard's members;
 //  2. their messages;
-//  3. entries of status.members, whose members are then counted only.
+//  3. entries of status.selectedResources, from the last, whose objects
+//     are then counted only (selectedResourceCount);
+//  4. entries of status.members, whose members are then counted only.
 //
 // Never cut: the counts, the other conditions, status.kinds and
 // status.rollout, which holds the revision each member is given (the
@@ -73,6 +75,15 @@ func fitStatus(st *fleetv1alpha1.PropagationStatus, budget int) {
 			e.Message = ""
 			return had
 		})
+	}
+	unlistedResources := 0
+	for over > 0 && len(st.SelectedResources) > 0 {
+		over -= jsonSize(&st.SelectedResources[len(st.SelectedResources)-1]) + 1
+		st.SelectedResources = st.SelectedResources[:len(st.SelectedResources)-1]
+		unlistedResources++
+	}
+	if unlistedResources > 0 {
+		notes = append(notes, fmt.Sprintf("%d hub objects not listed in status.selectedResources, counted only", unlistedResources))
 	}
 	unlisted := 0
 	for over > 0 && len(st.Members) > 0 {

@@ -158,3 +158,31 @@ func TestCopiedKindsAreSortedAndBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestSelectedResourcesAreCutBeforeMembers: past the budget, the listed
+// hub objects go before the members' entries, from the last; their count
+// stays, and StatusTruncated says how many are only counted.
+func TestSelectedResourcesAreCutBeforeMembers(t *testing.T) {
+	st := fleetv1alpha1.PropagationStatus{SelectedResourceCount: 1000}
+	for i := range fleetv1alpha1.MaxListedResources {
+		st.SelectedResources = append(st.SelectedResources, fleetv1alpha1.ResourceIdentifier{APIVersion: "v1", Kind: "ConfigMap", Name: fmt.Sprintf("%03d-%s", i, strings.Repeat("n", 249))})
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		st.Members = append(st.Members, fleetv1alpha1.MemberPropagationStatus{Name: name, Result: fleetv1alpha1.ResultFailed, Reason: fleetv1alpha1.ReasonForbidden})
+	}
+	budget := jsonSize(&st) + 1280 - 10_000
+	fitStatus(&st, budget)
+	if size := jsonSize(&st); size > budget {
+		t.Errorf("%d bytes once fitted, over the budget of %d", size, budget)
+	}
+	if len(st.Members) != 3 || st.SelectedResourceCount != 1000 {
+		t.Errorf("%d members listed, %d objects counted; want 3 and 1000: the listed objects go first", len(st.Members), st.SelectedResourceCount)
+	}
+	if n := len(st.SelectedResources); n == 0 || n == fleetv1alpha1.MaxListedResources || st.SelectedResources[0].Name[:3] != "000" {
+		t.Errorf("%d objects listed, first %q; want some cut, from the last", n, st.SelectedResources[0].Name)
+	}
+	c := meta.FindStatusCondition(st.Conditions, fleetv1alpha1.PropagationStatusTruncated)
+	if c == nil || !strings.Contains(c.Message, "hub objects not listed in status.selectedResources") {
+		t.Errorf("StatusTruncated %+v; want it to say the listed objects were cut", c)
+	}
+}

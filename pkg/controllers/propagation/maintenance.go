@@ -1,6 +1,7 @@
 package propagation
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -125,8 +127,11 @@ func (r *reconciler) publishDrain(member string, maintenance fleetv1alpha1.Maint
 	results := r.results.ofMember(member)
 	keys := slices.SortedFunc(maps.Keys(holding), func(a, b propagationKey) int { return strings.Compare(a.String(), b.String()) })
 	for _, key := range keys {
-		if results[key].reason == fleetv1alpha1.ReasonWaitingForDisruptionBudget {
+		if res := results[key]; res.reason == fleetv1alpha1.ReasonWaitingForDisruptionBudget {
 			st.Message = "waiting for the disruption budget of " + describeKey(key)
+			if _, holders, ok := strings.Cut(res.message, budgetPrefix); ok {
+				st.Message += ": " + holders
+			}
 			break
 		}
 	}
@@ -143,6 +148,43 @@ func (r *reconciler) publishDrain(member string, maintenance fleetv1alpha1.Maint
 		st.Message = fmt.Sprintf("removing the copies of %d Propagations", st.Remaining)
 	}
 	r.drains.Publish(member, st)
+}
+
+// budgetPrefix begins what budgetHolders says.
+const budgetPrefix = "the disruption budget allows: "
+
+// budgetHolders says, for a drained member of p waiting for p's
+// disruption budget, who uses the budget up, as p's status tells: the
+// members given a revision whose copies are not Available, with their
+// reason, and the drained members whose copies are being removed, as
+// kubectl drain names the PodDisruptionBudget and the pod. The planner
+// counts the same members (see planDrain).
+func budgetHolders(p *fleetv1alpha1.Propagation, member string) string {
+	maxUnavailable := int32(1)
+	if p.Spec.DisruptionBudget.MaxUnavailable != nil {
+		maxUnavailable = *p.Spec.DisruptionBudget.MaxUnavailable
+	}
+	var holders []string
+	for _, e := range p.Status.Members {
+		switch {
+		case e.Name == member || e.Available == metav1.ConditionTrue || assignedRevision(p, e.Name) == 0:
+		case e.Reason == fleetv1alpha1.ReasonDraining || e.Reason == fleetv1alpha1.ReasonWaitingForDisruptionBudget || e.Reason == fleetv1alpha1.ReasonCordoned:
+		default:
+			holders = append(holders, fmt.Sprintf("%s is not available (%s)", e.Name, cmp.Or(e.Reason, string(e.Result))))
+		}
+	}
+	if p.Status.Rollout != nil {
+		for _, name := range p.Status.Rollout.Draining {
+			if name != member {
+				holders = append(holders, name+" is draining")
+			}
+		}
+	}
+	what := "the members using it are not known yet"
+	if len(holders) > 0 {
+		what = nameList(holders)
+	}
+	return fmt.Sprintf("%smaxUnavailable %d; %s", budgetPrefix, maxUnavailable, what)
 }
 
 // NewDrains returns an empty store of drains for Options.Drains and

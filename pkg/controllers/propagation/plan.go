@@ -43,6 +43,9 @@ type revised struct {
 	// refused, if set, says why the hub refused a revision of its
 	// current content.
 	refused string
+	// selected is what p's resources select on the hub now; nil if this
+	// replica does not sum p up.
+	selected *selectedObjects
 }
 
 // revise returns p's revisions with, as the newest, one of what p
@@ -60,7 +63,7 @@ func (r *reconciler) revise(ctx context.Context, p *fleetv1alpha1.Propagation) (
 	if err != nil {
 		return rv, err
 	}
-	rv.hubProblem = c.firstProblem()
+	rv.hubProblem, rv.selected = c.firstProblem(), &c.selected
 	raw, hash, err := c.encode()
 	if err != nil {
 		return rv, err
@@ -164,7 +167,7 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 	if p.Status.Rollout != nil {
 		draining = p.Status.Rollout.Draining
 	}
-	plan := planRollout(rolloutInput{spec: &p.Spec, target: target, members: members, draining: draining, now: time.Now()})
+	plan := planRollout(rolloutInput{spec: &p.Spec, target: target, newest: st.Revision, members: members, draining: draining, now: time.Now()})
 	switch {
 	case p.Spec.Revision != nil && !hasRevision(revs, target):
 		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionInvalid, fmt.Sprintf("spec.revision %d is not kept: it cannot be rolled out", target)
@@ -317,8 +320,8 @@ func rolledOut(p *fleetv1alpha1.Propagation, owned []string, results map[string]
 	return givenHash(target, names), target, &last
 }
 
-// tellRollout tells, as an Event on p, a rollout that stopped, naming the
-// member, the object and the reason, or that completed.
+// tellRollout tells, as an Event on p, a rollout that stopped or failed,
+// naming the members, the objects and the reasons, or that completed.
 func (r *reconciler) tellRollout(p *fleetv1alpha1.Propagation, before, now *fleetv1alpha1.RolloutStatus) {
 	if before != nil && before.Phase == now.Phase && before.Revision == now.Revision {
 		return
@@ -326,6 +329,8 @@ func (r *reconciler) tellRollout(p *fleetv1alpha1.Propagation, before, now *flee
 	switch now.Phase {
 	case fleetv1alpha1.RolloutStopped:
 		r.recorder.Eventf(hubObject(p), nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonRolloutStopped, "Rollout", "revision %d: %s", now.Revision, now.Message)
+	case fleetv1alpha1.RolloutFailed:
+		r.recorder.Eventf(hubObject(p), nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonMembersFailed, "Rollout", "revision %d: %s", now.Revision, now.Message)
 	case fleetv1alpha1.RolloutComplete:
 		if now.Revision > 0 {
 			r.recorder.Eventf(hubObject(p), nil, corev1.EventTypeNormal, fleetv1alpha1.ReasonRolloutComplete, "Rollout", "revision %d: %s", now.Revision, now.Message)

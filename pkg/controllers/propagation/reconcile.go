@@ -291,7 +291,7 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 			run.draining = true
 			return nil, true, nil
 		}
-		run.held = &failure{reason: fleetv1alpha1.ReasonWaitingForDisruptionBudget, message: "the member is drained: its copies are removed once the Propagation's disruption budget allows"}
+		run.held = &failure{reason: fleetv1alpha1.ReasonWaitingForDisruptionBudget, message: "the member is drained: its copies are removed once " + budgetHolders(p, run.member.name)}
 		return nil, false, nil
 	}
 	c, err := run.given(ctx, maintenance)

@@ -35,6 +35,48 @@ type content struct {
 	Overrides []fleetv1alpha1.Override         `json:"overrides,omitempty"`
 	Objects   []contentObject                  `json:"objects,omitempty"`
 	Problems  []contentProblem                 `json:"problems,omitempty"`
+	// selected is what the resources select now, read from the hub; it
+	// is no part of a revision.
+	selected selectedObjects
+}
+
+// selectedObjects is what a Propagation's resources select on the hub: how
+// many objects, the first MaxListedResources of them, and the first
+// entry that selects none.
+type selectedObjects struct {
+	count  int32
+	listed []fleetv1alpha1.ResourceIdentifier
+	// empty says which entry selects no hub object (ResourceNotFound or
+	// NothingSelected), nil when every one selects some; unread entries
+	// (a kind the hub does not serve, say) are judged by their problem.
+	empty *kindError
+	// emptyEntries counts the entries that select none.
+	emptyEntries int
+}
+
+// add counts obj, selected, a manifest of the Envelope envelope if set.
+func (s *selectedObjects) add(obj *unstructured.Unstructured, envelope string) {
+	s.count++
+	if len(s.listed) < fleetv1alpha1.MaxListedResources {
+		s.listed = append(s.listed, fleetv1alpha1.ResourceIdentifier{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Name: obj.GetName(), Envelope: envelope})
+	}
+}
+
+// nothingFor records that entry i, sel, selects no hub object.
+func (s *selectedObjects) nothingFor(i int, sel fleetv1alpha1.ResourceSelector) {
+	s.emptyEntries++
+	if s.empty != nil {
+		return
+	}
+	if sel.Name != "" {
+		s.empty = &kindError{reason: fleetv1alpha1.ReasonResourceNotFound, message: fmt.Sprintf("resources[%d]: %s %s %s is not on the hub", i, sel.APIVersion, sel.Kind, sel.Name)}
+		return
+	}
+	selector := "<invalid>"
+	if ls, err := sel.Selector.AsSelector(); err == nil {
+		selector = ls.String()
+	}
+	s.empty = &kindError{reason: fleetv1alpha1.ReasonNothingSelected, message: fmt.Sprintf("resources[%d]: the selector %q matches no %s %s on the hub", i, selector, sel.APIVersion, sel.Kind)}
 }
 
 // contentObject is a selected hub object, as its author wrote it (no
@@ -70,6 +112,10 @@ func (r *reconciler) content(ctx context.Context, p *fleetv1alpha1.Propagation) 
 		if err != nil {
 			return nil, err
 		}
+		if len(objs) == 0 {
+			c.selected.nothingFor(i, sel)
+			continue
+		}
 		// The hub cache lists in no set order: the same objects must make
 		// the same content, and so the same hash.
 		slices.SortFunc(objs, func(a, b unstructured.Unstructured) int {
@@ -83,6 +129,7 @@ func (r *reconciler) content(ctx context.Context, p *fleetv1alpha1.Propagation) 
 			}
 			if !isEnvelope(o.GroupVersionKind()) {
 				c.Objects = append(c.Objects, contentObject{Resource: i, Object: authored(o)})
+				c.selected.add(o, "")
 				continue
 			}
 			manifests, failures := r.unpack(o)
@@ -91,6 +138,7 @@ func (r *reconciler) content(ctx context.Context, p *fleetv1alpha1.Propagation) 
 			}
 			for _, m := range manifests {
 				c.Objects = append(c.Objects, contentObject{Resource: i, Object: authored(m)})
+				c.selected.add(m, o.GetName())
 			}
 		}
 	}

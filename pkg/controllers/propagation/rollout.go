@@ -54,6 +54,7 @@ type memberProgress struct {
 type rolloutInput struct {
 	spec     *fleetv1alpha1.PropagationSpec
 	target   int64           // the revision to roll out (the newest, or spec.revision when pinned); 0: none exists yet
+	newest   int64           // the newest revision: above target, a pin holds it back
 	members  []plannedMember // every selected member, maintenance ones included
 	draining []string        // the previous status.rollout.draining
 	now      time.Time
@@ -263,8 +264,14 @@ func planRevision(in rolloutInput, members []plannedMember) (fleetv1alpha1.Rollo
 	}
 
 	status := describeRollout(queue, in.target, s.maxFailures, stopped, in.spec.Paused)
-	if s.invalid != "" && status.Phase != fleetv1alpha1.RolloutComplete {
+	switch {
+	case s.invalid != "" && status.Phase != fleetv1alpha1.RolloutComplete:
 		status.Phase, status.Reason, status.Message = fleetv1alpha1.RolloutStopped, fleetv1alpha1.ReasonInvalid, s.invalid
+	case status.Phase == fleetv1alpha1.RolloutComplete && in.spec.Revision != nil && in.newest > in.target:
+		// Rolled out, but not what the hub holds now: the pin holds the
+		// newest back until it is removed.
+		status.Phase, status.Reason = fleetv1alpha1.RolloutPinned, fleetv1alpha1.ReasonPinnedToOlderRevision
+		status.Message = fmt.Sprintf("%s; spec.revision pins it: the newest, revision %d, is not rolled out until the pin is removed (fleet-manager rollout unpin)", status.Message, in.newest)
 	}
 	status.Message = truncateMessage(status.Message + keptRevisions(members, in.target))
 	return status, untilDone(queue, in.target, s.minSuccessTime, in.now)
@@ -347,8 +354,11 @@ func assignInOrder(queue []*queuedMember, target int64, slots int, only map[*que
 
 // describeRollout is the rollout's status but for its members and
 // draining: its phase and why. A rollout whose members are all done is
-// Complete even when paused: the pause holds nothing back. One that is
-// both stopped and paused is Stopped, which names what needs fixing.
+// Complete even when paused: the pause holds nothing back; but one to no
+// member is Progressing, reason NoMembersSelected: nothing was rolled
+// out. One that is both stopped and paused is Stopped, which names what
+// needs fixing; one whose members each either run the revision or
+// failed is Failed, naming the failures.
 func describeRollout(queue []*queuedMember, target int64, maxFailures int, stopped, paused bool) fleetv1alpha1.RolloutStatus {
 	var doneCount int
 	var inFlightNames, failedNames []string
@@ -373,6 +383,9 @@ func describeRollout(queue []*queuedMember, target int64, maxFailures int, stopp
 	}
 	progress := fmt.Sprintf("%d of %d members run revision %d", doneCount, len(queue), target)
 	switch {
+	case len(queue) == 0:
+		status.Phase, status.Reason = fleetv1alpha1.RolloutProgressing, fleetv1alpha1.ReasonNoMembersSelected
+		status.Message = fmt.Sprintf("no member takes revision %d: none is selected, or every one selected is cordoned or drained", target)
 	case doneCount == len(queue):
 		status.Phase, status.Reason = fleetv1alpha1.RolloutComplete, reasonComplete
 		status.Message = fmt.Sprintf("%s revision %d", plural(doneCount, "member runs", "members run"), target)
@@ -380,6 +393,9 @@ func describeRollout(queue []*queuedMember, target int64, maxFailures int, stopp
 		status.Phase, status.Reason = fleetv1alpha1.RolloutStopped, fleetv1alpha1.ReasonRolloutStopped
 		status.Message = fmt.Sprintf("stopped after %s (maxFailures %d): %s",
 			plural(len(failedNames), "failed member", "failed members"), maxFailures, failureOf(firstFailed))
+	case doneCount+len(failedNames) == len(queue):
+		status.Phase, status.Reason = fleetv1alpha1.RolloutFailed, fleetv1alpha1.ReasonMembersFailed
+		status.Message = fmt.Sprintf("revision %d failed in %d of %d members: %s", target, len(failedNames), len(queue), failuresOf(queue))
 	case paused:
 		status.Phase, status.Reason = fleetv1alpha1.RolloutPaused, reasonPaused
 		status.Message = "paused: " + progress
@@ -408,6 +424,26 @@ func failureOf(m *queuedMember) string {
 		failure += " (" + m.progress.reason + ")"
 	}
 	return failure
+}
+
+// failuresOf names the failed members of queue and why, the first
+// three: "member b: ... (Forbidden); member c: ... (ProgressDeadlineExceeded)".
+func failuresOf(queue []*queuedMember) string {
+	const most = 3
+	var failures []string
+	n := 0
+	for _, q := range queue {
+		if q.state != rolloutFailed {
+			continue
+		}
+		if n++; n <= most {
+			failures = append(failures, failureOf(q))
+		}
+	}
+	if n > most {
+		failures = append(failures, fmt.Sprintf("and %d more", n-most))
+	}
+	return strings.Join(failures, "; ")
 }
 
 // keptRevisions says how many members in maintenance keep a revision other

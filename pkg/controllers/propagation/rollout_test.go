@@ -192,14 +192,69 @@ func TestPlanDefaults(t *testing.T) {
 			updated: 1,
 		},
 	}, {
-		name:    "no members: Complete",
+		name:    "no members: never Complete, nothing was rolled out",
 		target:  1,
 		members: nil,
 		want: wantRollout{
 			assigned: map[string]int64{},
-			phase:    fleetv1alpha1.RolloutComplete, reason: "Complete", message: "0 members run revision 1",
+			phase:    fleetv1alpha1.RolloutProgressing, reason: fleetv1alpha1.ReasonNoMembersSelected,
+			message: "no member takes revision 1: none is selected, or every one selected is cordoned or drained",
+		},
+	}, {
+		name:    "every member cordoned: never Complete",
+		target:  2,
+		members: []plannedMember{inMaintenance(fleetv1alpha1.MaintenanceCordon, member("a", 1, availableAt(1)))},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 1},
+			phase:    fleetv1alpha1.RolloutProgressing, reason: fleetv1alpha1.ReasonNoMembersSelected,
+			message: "no member takes revision 2: none is selected, or every one selected is cordoned or drained; 1 cordoned member keeps its revision",
 		},
 	}})
+}
+
+// TestPlanPinned: a rollout of the revision spec.revision pins is
+// Pinned, not Complete, once done while a newer revision exists; it is
+// Complete when the pin is the newest, and Progressing until done.
+func TestPlanPinned(t *testing.T) {
+	pinned := fleetv1alpha1.PropagationSpec{Revision: ptr.To[int64](1)}
+	for _, c := range []struct {
+		name    string
+		newest  int64
+		members []plannedMember
+		want    wantRollout
+	}{{
+		name:    "done, a newer revision held back",
+		newest:  3,
+		members: []plannedMember{member("a", 1, availableAt(1)), member("b", 1, availableAt(1))},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 1, "b": 1},
+			phase:    fleetv1alpha1.RolloutPinned, reason: fleetv1alpha1.ReasonPinnedToOlderRevision, updated: 2,
+			message: "2 members run revision 1; spec.revision pins it: the newest, revision 3, is not rolled out until the pin is removed (fleet-manager rollout unpin)",
+		},
+	}, {
+		name:    "not done yet",
+		newest:  3,
+		members: []plannedMember{member("a", 1, availableAt(1)), member("b", 3, availableAt(3))},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 1, "b": 1},
+			phase:    fleetv1alpha1.RolloutProgressing, reason: "Progressing", updated: 1,
+			message: "1 of 2 members run revision 1; in flight: b",
+		},
+	}, {
+		name:    "pinned to the newest",
+		newest:  1,
+		members: []plannedMember{member("a", 1, availableAt(1))},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 1},
+			phase:    fleetv1alpha1.RolloutComplete, reason: "Complete", updated: 1,
+			message: "1 member runs revision 1",
+		},
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			plan := planRollout(rolloutInput{spec: &pinned, target: 1, newest: c.newest, members: slices.Clone(c.members), now: planNow})
+			checkRollout(t, plan, 1, c.want)
+		})
+	}
 }
 
 func TestPlanAll(t *testing.T) {
@@ -494,14 +549,24 @@ func TestPlanStopped(t *testing.T) {
 	deadline := failedAt(2, fleetv1alpha1.ReasonProgressDeadlineExceeded, "Deployment web: 0 of 3 replicas available")
 	tolerant := progressive(&fleetv1alpha1.ProgressiveRollout{MaxConcurrency: ptr.To(intstr.FromInt32(3)), MaxFailures: ptr.To[int32](2)})
 	runPlanCases(t, []planCase{{
-		name:    "an All rollout never stops: every member has the revision",
+		name:    "an All rollout never stops, but ends Failed once every member ran it or failed",
 		target:  2,
 		members: []plannedMember{member("a", 2, availableAt(2)), member("b", 2, deadline)},
 		want: wantRollout{
 			assigned: map[string]int64{"a": 2, "b": 2},
-			phase:    fleetv1alpha1.RolloutProgressing, reason: "Progressing",
-			message: "1 of 2 members run revision 2; failed: b",
+			phase:    fleetv1alpha1.RolloutFailed, reason: fleetv1alpha1.ReasonMembersFailed,
+			message: "revision 2 failed in 1 of 2 members: member b: Deployment web: 0 of 3 replicas available (ProgressDeadlineExceeded)",
 			updated: 1, failed: 1,
+		},
+	}, {
+		name:    "an All rollout with a member still in flight is Progressing",
+		target:  2,
+		members: []plannedMember{member("a", 2, applyingAt(2)), member("b", 2, deadline)},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 2, "b": 2},
+			phase:    fleetv1alpha1.RolloutProgressing, reason: "Progressing",
+			message: "0 of 2 members run revision 2; in flight: a; failed: b",
+			failed:  1,
 		},
 	}, {
 		name:   "the first failure stops it by default",

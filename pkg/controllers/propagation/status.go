@@ -84,6 +84,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	if r.m.ReplicaName() == "" {
 		status = r.status(ctx, p, r.ownedMembers(), rv.revs)
 		after = r.rollout(ctx, p, &status, rv)
+		setSelected(p, &status, rv.selected)
 		setConditions(p, &status, rv.hubProblem)
 	} else {
 		status, after = r.shardedStatus(ctx, p, rv)
@@ -155,6 +156,7 @@ func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propaga
 	}
 	st.Members = sortMembers(st.Members)
 	after := r.rollout(ctx, p, &st, rv)
+	setSelected(p, &st, rv.selected)
 	setConditions(p, &st, rv.hubProblem)
 	return st, after
 }
@@ -323,10 +325,38 @@ func sortMembers(members []fleetv1alpha1.MemberPropagationStatus) []fleetv1alpha
 	return members[:min(len(members), fleetv1alpha1.MaxListedMembers)]
 }
 
+// setSelected writes what p's resources select, sel, into st: the count,
+// the objects listed, and the condition ResourcesSelected, False naming
+// the first entry that selects nothing. Nothing changes when sel is nil
+// (not read).
+func setSelected(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, sel *selectedObjects) {
+	if sel == nil {
+		return
+	}
+	st.SelectedResourceCount, st.SelectedResources = sel.count, sel.listed
+	c := metav1.Condition{
+		Type: fleetv1alpha1.PropagationResourcesSelected, Status: metav1.ConditionTrue, ObservedGeneration: p.Generation,
+		Reason: fleetv1alpha1.ReasonResourcesSelected, Message: fmt.Sprintf("%s selected by %d resources", plural(int(sel.count), "hub object", "hub objects"), len(p.Spec.Resources)),
+	}
+	if sel.empty != nil {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, sel.empty.reason, sel.empty.message
+		if sel.emptyEntries > 1 {
+			c.Message += fmt.Sprintf(" (and %d more entries select nothing)", sel.emptyEntries-1)
+		}
+		c.Message = truncate(c.Message+"; the other entries' objects are copied", 1024)
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
 // setConditions sets Ready, Applied and Drifted from the counts and
-// hubErr, the first problem of the hub's objects.
+// hubErr, the first problem of the hub's objects; an entry of resources
+// that selects nothing (see setSelected) keeps Ready False.
 func setConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, hubErr *kindError) {
 	selectorErr := membersSelectorError(p)
+	unselected := meta.FindStatusCondition(st.Conditions, fleetv1alpha1.PropagationResourcesSelected)
+	if unselected != nil && (unselected.Status == metav1.ConditionTrue || unselected.ObservedGeneration != p.Generation) {
+		unselected = nil
+	}
 	set := func(t string, ok bool, reason, message string) {
 		status := metav1.ConditionFalse
 		if ok {
@@ -338,6 +368,9 @@ func setConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationSt
 	notReady := func() (string, string) {
 		if hubErr != nil {
 			return hubErr.reason, hubErr.message
+		}
+		if unselected != nil {
+			return unselected.Reason, unselected.Message
 		}
 		if selectorErr != nil {
 			return selectorErr.reason, selectorErr.message
@@ -352,6 +385,8 @@ func setConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationSt
 			return fleetv1alpha1.ReasonRolloutStopped, ro.Message
 		case ro != nil && ro.Phase == fleetv1alpha1.RolloutPaused && ro.Updated < st.Selected:
 			return string(ro.Phase), ro.Message
+		case ro != nil && ro.Phase == fleetv1alpha1.RolloutPinned:
+			return ro.Reason, ro.Message
 		case st.Selected == 0:
 			return fleetv1alpha1.ReasonNoMembersSelected, "no member matches spec.members"
 		case st.Failed > 0:
