@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -242,8 +243,8 @@ func (u *uninstaller) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if live == "" && len(props) > 0 {
-		return fmt.Errorf("no manager of fleet %s is running (no live manager Lease in %s): its Propagations would stay Terminating. Start it (with --leader-elect), or, if it is gone for good, run with --force, which leaves their copies in the members", u.namespace, u.namespace)
+	if live == "" {
+		return fmt.Errorf("no manager of fleet %s is running (no live manager Lease in %s): its Propagations would stay Terminating and its MemberClusters would stay. Start it (with --leader-elect), or, if it is gone for good, run with --force, which leaves the copies in the members", u.namespace, u.namespace)
 	}
 	if live != "" {
 		fmt.Fprintf(u.out, "hub: the manager runs (%s)\n", live)
@@ -261,7 +262,7 @@ func (u *uninstaller) run(ctx context.Context) error {
 	}
 
 	// 2. The removals members owe.
-	owing, err := u.waitOwed(ctx)
+	owing, leftOwing, err := u.waitOwed(ctx)
 	if err != nil {
 		return err
 	}
@@ -279,7 +280,8 @@ func (u *uninstaller) run(ctx context.Context) error {
 	if err := u.mirror(ctx, id, false); err != nil {
 		return err
 	}
-	if err := u.deleteIdentity(ctx, id, keptGrants); err != nil {
+	heldBy := slices.Compact(slices.Sorted(slices.Values(append(keptGrants, leftOwing...))))
+	if err := u.deleteIdentity(ctx, id, heldBy); err != nil {
 		return err
 	}
 
@@ -363,7 +365,7 @@ func (u *uninstaller) waitPropagationsGone(ctx context.Context) error {
 	err := wait.PollUntilContextTimeout(ctx, uninstallPoll, u.timeout, true, func(ctx context.Context) (bool, error) {
 		props, err := u.propagations(ctx)
 		if err != nil {
-			return false, err
+			return false, cutShort(ctx, err)
 		}
 		left = props
 		if err := u.deletePropagations(ctx, left); err != nil {
@@ -408,14 +410,15 @@ func waitingFor(left []propagationObject) string {
 // waitOwed waits until no Ready member of the fleet owes a removal, and
 // returns the members that are not Ready and owe some: their removals are
 // carried out once they are Ready, which uninstall does not wait for.
-// With --leave-owed, it names their removals as left, and returns none.
-func (u *uninstaller) waitOwed(ctx context.Context) ([]string, error) {
-	var owing, waiting []string
+// With --leave-owed, it names their removals as left, and returns them as
+// left instead: their copies stay, labelled with the fleet's identity.
+func (u *uninstaller) waitOwed(ctx context.Context) (owing, left []string, err error) {
+	var waiting []string
 	shown := ""
-	err := wait.PollUntilContextTimeout(ctx, uninstallPoll, u.timeout, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, uninstallPoll, u.timeout, true, func(ctx context.Context) (bool, error) {
 		members, err := u.members(ctx)
 		if err != nil {
-			return false, err
+			return false, cutShort(ctx, err)
 		}
 		owing, waiting = nil, nil
 		for _, mc := range members {
@@ -434,21 +437,30 @@ func (u *uninstaller) waitOwed(ctx context.Context) ([]string, error) {
 		return len(waiting) == 0, nil
 	})
 	if wait.Interrupted(err) {
-		return nil, fmt.Errorf("after %s, %s still owe removals of copies", u.timeout, strings.Join(waiting, ", "))
+		return nil, nil, fmt.Errorf("after %s, %s still owe removals of copies", u.timeout, strings.Join(waiting, ", "))
 	}
 	if err != nil || !u.leaveOwed {
-		return owing, err
+		return owing, nil, err
 	}
 	members, err := u.members(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, mc := range members {
 		if slices.Contains(owing, mc.Name) {
 			u.warnOwed(&mc, "--leave-owed")
 		}
 	}
-	return nil, nil
+	return nil, owing, nil
+}
+
+// cutShort is err, or nil when ctx ended: a wait's read cut short by its
+// own deadline is the wait timing out, which the caller says in its words.
+func cutShort(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // unregisterMembers deletes the fleet's registration Secrets but those of
@@ -500,7 +512,7 @@ func (u *uninstaller) waitMembersGone(ctx context.Context, names []string) error
 	err := wait.PollUntilContextTimeout(ctx, uninstallPoll, u.timeout, true, func(ctx context.Context) (bool, error) {
 		members, err := u.members(ctx)
 		if err != nil {
-			return false, err
+			return false, cutShort(ctx, err)
 		}
 		left = nil
 		for _, mc := range members {
@@ -735,14 +747,20 @@ func copiesLeft(p propagationObject, id string) string {
 	return where + "), labelled " + selector
 }
 
-// removeFinalizer removes the manager's finalizer from p, and only it.
+// removeFinalizer removes the manager's finalizer from p, and only it,
+// from p as the hub has it now (a delete just sent has changed it).
 func (u *uninstaller) removeFinalizer(ctx context.Context, p propagationObject) error {
-	if !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) {
-		return nil
-	}
-	before := p.DeepCopyObject().(client.Object)
-	controllerutil.RemoveFinalizer(p, fleetv1alpha1.PropagationFinalizer)
-	err := u.hub.Patch(ctx, p.object(), client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := u.hub.Get(ctx, client.ObjectKeyFromObject(p.object()), p.object()); err != nil {
+			return err
+		}
+		if !controllerutil.ContainsFinalizer(p, fleetv1alpha1.PropagationFinalizer) {
+			return nil
+		}
+		before := p.DeepCopyObject().(client.Object)
+		controllerutil.RemoveFinalizer(p, fleetv1alpha1.PropagationFinalizer)
+		return u.hub.Patch(ctx, p.object(), client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	})
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("removing finalizer %s from %s: %w", fleetv1alpha1.PropagationFinalizer, describe(p), err)
 	}
