@@ -62,3 +62,23 @@ func TestCompletion(t *testing.T) {
 		t.Errorf("unreachable hub: got %+v, want %+v", res, want)
 	}
 }
+
+// TestUnregisterAndGrantsCompleteMembers: unregister completes its one
+// member name, grants sync every member's, not file names.
+func TestUnregisterAndGrantsCompleteMembers(t *testing.T) {
+	needAPIServers(t)
+	c, hubFlag := hubClient(t)
+	for _, name := range []string{"unreg-east", "unreg-west"} {
+		createMember(t, c, newMember(name, "unreg", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: name, Format: fleetv1alpha1.FormatNative}))
+	}
+	for args, want := range map[string]string{
+		"unregister unreg-":             "unreg-east\nunreg-west\n:4\n",
+		"unregister unreg-east ":        ":4\n",
+		"grants sync unreg-east unreg-": "unreg-west\n:4\n",
+	} {
+		res := runEnroll(t, append([]string{"__complete", hubFlag}, strings.Split(args, " ")...)...)
+		if res.code != 0 || !strings.HasPrefix(res.stdout, want) {
+			t.Errorf("__complete %s: exit %d, stdout %q, want %q first", args, res.code, res.stdout, want)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/enroll"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // errNoCRD is what every command that reads MemberClusters says when the
@@ -232,6 +233,9 @@ func memberRow(ctx context.Context, mc *fleetv1alpha1.MemberCluster, fresh *fres
 	state := orNone(string(st.State))
 	ready := conditionStatus(st.Conditions, fleetv1alpha1.ConditionReady)
 	healthy := conditionStatus(st.Conditions, fleetv1alpha1.ConditionHealthy)
+	if reason := refusal(st); reason != "" {
+		state = fmt.Sprintf("Refused (%s)", reason)
+	}
 	if fresh.stale(ctx, mc, now) != "" {
 		state, ready, healthy = stateUnknown, stateUnknown, stateUnknown
 	}
@@ -246,6 +250,24 @@ func memberRow(ctx context.Context, mc *fleetv1alpha1.MemberCluster, fresh *fres
 		age(st.LastProbeTime, now), orNone(string(mc.Spec.Maintenance)), age(&mc.CreationTimestamp, now),
 		orNone(st.Replica), string(ref.Format), ref.Namespace+"/"+ref.Name, credType, expires, engaged(st),
 	)
+}
+
+// refusal is the reason the manager refused a Pending member's
+// registration, as its conditions say: its kubeconfig (CredentialsAccepted
+// False, for another reason than the member's 401 or 403), or its name or
+// cluster (Ready False, DuplicateCluster); "" when it was not refused.
+func refusal(st fleetv1alpha1.MemberClusterStatus) string {
+	if st.State != fleetv1alpha1.MemberStatePending {
+		return ""
+	}
+	if c := meta.FindStatusCondition(st.Conditions, fleetv1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionFalse && c.Reason == registry.ReasonDuplicateCluster {
+		return c.Reason
+	}
+	c := meta.FindStatusCondition(st.Conditions, fleetv1alpha1.ConditionCredentialsAccepted)
+	if c != nil && c.Status == metav1.ConditionFalse && c.Reason != fleetv1alpha1.ReasonUnauthorized && c.Reason != fleetv1alpha1.ReasonForbidden {
+		return c.Reason
+	}
+	return ""
 }
 
 // engaged says how many fleet controllers are engaged with a member, of

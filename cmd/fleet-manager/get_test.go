@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -560,4 +561,38 @@ func (r *countingReader) Read(p []byte) (int, error) {
 	r.left -= n
 	r.read += n
 	return n, nil
+}
+
+// TestGetMembersShowsRefusals: a registration the manager refused shows
+// STATE Refused and the reason, not Pending like one still connecting;
+// a member's own 401 is no refusal.
+func TestGetMembersShowsRefusals(t *testing.T) {
+	needAPIServers(t)
+	c, hubFlag := hubClient(t)
+	now := time.Now()
+	for name, conds := range map[string][]metav1.Condition{
+		"refused-dup":   {condition(fleetv1alpha1.ConditionReady, metav1.ConditionFalse, "DuplicateCluster", "refused-x keeps the cluster", now)},
+		"refused-file":  {condition(fleetv1alpha1.ConditionCredentialsAccepted, metav1.ConditionFalse, "FileReference", "a file", now)},
+		"refused-no":    {condition(fleetv1alpha1.ConditionCredentialsAccepted, metav1.ConditionFalse, fleetv1alpha1.ReasonUnauthorized, "401", now)},
+		"refused-fresh": nil,
+	} {
+		mc := newMember(name, "refused", fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: name, Format: fleetv1alpha1.FormatNative})
+		mc.Status = fleetv1alpha1.MemberClusterStatus{State: fleetv1alpha1.MemberStatePending, Conditions: conds}
+		createMember(t, c, mc)
+	}
+	res := runCLI(t, nil, clock.RealClock{}, "get", "members", hubFlag, "-l", getTestLabel+"=refused", "--no-headers")
+	states := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(res.stdout), "\n") {
+		name, rest, _ := strings.Cut(line, " ")
+		states[name] = strings.Join(strings.Fields(rest)[:2], " ")
+	}
+	want := map[string]string{
+		"refused-dup":   "Refused (DuplicateCluster)",
+		"refused-file":  "Refused (FileReference)",
+		"refused-no":    "Pending <none>",
+		"refused-fresh": "Pending <none>",
+	}
+	if res.code != 0 || !maps.Equal(states, want) {
+		t.Errorf("get members: exit %d, states %v, want %v\n%s%s", res.code, states, want, res.stdout, res.stderr)
+	}
 }

@@ -64,8 +64,8 @@ kinds their status lists), in a ClusterRole fleet-manager:fleet; with
 out, with a warning, kinds the member does not serve, cluster-scoped ones,
 RBAC kinds, and Secrets without --namespaces; it never grants tokens,
 impersonation, escalate or bind. The rights follow the Propagations at the
-time of register: run it again when they change, and it updates the rules in
-place. The built-in presets warn on stderr: view cannot carry a Propagation,
+time of register: "fleet-manager grants sync" (or register again) updates the
+rules in place when they change. The built-in presets warn on stderr: view cannot carry a Propagation,
 which writes; edit without --namespaces lets the holder read every Secret and
 create tokens for and impersonate any ServiceAccount, a cluster-admin one
 included; cluster-admin allows everything.

@@ -40,7 +40,7 @@ func runEnroll(t *testing.T, args ...string) enrollResult {
 	root := &cobra.Command{Use: "fleet-manager", SilenceErrors: true, SilenceUsage: true}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	hub.bindFlags(root.PersistentFlags())
-	root.AddCommand(newRegisterCommand(&hub), newUnregisterCommand(&hub))
+	root.AddCommand(newRegisterCommand(&hub), newUnregisterCommand(&hub), newGrantsCommand(&hub))
 	var stdout, stderr bytes.Buffer
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
@@ -314,5 +314,38 @@ func TestRegisterWarnsWhenItRepointsTheSecret(t *testing.T) {
 	if res.code != 0 || !strings.Contains(res.stderr, "Warning: the hub Secret "+ns+"/reg-ready registered \"reg-ready\" at https://10.0.0.7:6443; it now points at https://") ||
 		!strings.Contains(res.stdout, "hub: Secret "+ns+"/reg-ready configured, re-pointed from https://10.0.0.7:6443") {
 		t.Errorf("register to another server: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+}
+
+// TestRegisterWaitFailsWithTheStateGetMembersShows: a MemberCluster that
+// records Ready, last probed ten minutes ago, is one no manager probes:
+// register --wait fails saying Unknown, as get members shows it, not
+// Ready.
+func TestRegisterWaitFailsWithTheStateGetMembersShows(t *testing.T) {
+	hub, _, ns, flags := enrollSetup(t)
+	mc := &fleetv1alpha1.MemberCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "reg-stale", Labels: map[string]string{fleetv1alpha1.FleetLabel: ns}},
+		Spec:       fleetv1alpha1.MemberClusterSpec{SecretRef: fleetv1alpha1.SecretReference{Namespace: ns, Name: "reg-stale", Format: fleetv1alpha1.FormatNative}},
+	}
+	if err := hub.Create(t.Context(), mc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := hub.Delete(context.Background(), mc); client.IgnoreNotFound(err) != nil {
+			t.Error(err)
+		}
+	})
+	probed := metav1.NewTime(time.Now().Add(-10 * time.Minute))
+	mc.Status = fleetv1alpha1.MemberClusterStatus{
+		State: fleetv1alpha1.MemberStateReady, LastProbeTime: &probed,
+		Conditions: []metav1.Condition{{Type: fleetv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Probed", Message: "probed", LastTransitionTime: probed}},
+	}
+	if err := hub.Status().Update(t.Context(), mc); err != nil {
+		t.Fatal(err)
+	}
+	res := runEnroll(t, append([]string{"register", "reg-stale", "--permissions=view", "--wait=3s"}, flags...)...)
+	want := "not probed since register started, within 3s (is a manager running for this fleet?): state Unknown (no manager has probed the member for over 72s; last probed "
+	if res.code != 1 || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, "(10m ago)); it records state Ready") {
+		t.Errorf("register --wait: exit %d, want 1\nstderr:\n%s\nwant in it:\n%s", res.code, res.stderr, want)
 	}
 }

@@ -51,7 +51,7 @@ func TestRegisterFleetDryRunShowsTheRules(t *testing.T) {
 			t.Errorf("register --dry-run: exit %d, no %q in\nstdout:\n%s\nstderr:\n%s", res.code, line, res.stdout, res.stderr)
 		}
 	}
-	for _, line := range []string{"Warning: Node (v1): it is cluster-scoped", "Propagation(s) copy now: run register again when they change"} {
+	for _, line := range []string{"Warning: Node (v1): it is cluster-scoped", "Propagation(s) copy now: run fleet-manager grants sync when they change"} {
 		if !strings.Contains(res.stderr, line) {
 			t.Errorf("register --dry-run: no %q in stderr:\n%s", line, res.stderr)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -45,7 +46,7 @@ func waitProbed(ctx context.Context, hub client.Client, ns, name string, before 
 	for {
 		mc, err := enroll.WaitReady(ctx, hub, ns, name, time.Until(deadline), show)
 		if err != nil {
-			return nil, err
+			return nil, notReady(ctx, hub, err)
 		}
 		if p := mc.Status.LastProbeTime; p != nil && (before == nil || p.After(before.Time)) {
 			return mc, nil
@@ -57,7 +58,16 @@ func waitProbed(ctx context.Context, hub client.Client, ns, name string, before 
 		case <-time.After(probePollInterval):
 		}
 		if time.Until(deadline) < probePollInterval {
-			return nil, &enroll.NotReadyError{Name: name, Member: mc, Err: fmt.Errorf("not probed since register started, within %s (is a manager running for this fleet?)", timeout)}
+			return nil, notReady(ctx, hub, &enroll.NotReadyError{Name: name, Member: mc, Err: fmt.Errorf("not probed since register started, within %s (is a manager running for this fleet?)", timeout)})
 		}
 	}
+}
+
+// notReady returns err, a failed wait, saying the state `get members`
+// shows: Unknown, and why, when no manager probes the member.
+func notReady(ctx context.Context, hub client.Client, err error) error {
+	if nr, ok := errors.AsType[*enroll.NotReadyError](err); ok && nr.Member != nil {
+		nr.Stale = newFreshness(hub, defaultStaleAfter).stale(ctx, nr.Member, time.Now())
+	}
+	return err
 }

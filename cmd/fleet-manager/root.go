@@ -110,7 +110,7 @@ func defaultToRun(root *cobra.Command, args []string) []string {
 		switch a := args[i]; {
 		case i == 0 && (a == "-h" || a == "--help" || a == "-v" || a == "--version"):
 			return args
-		case a == "--hub-kubeconfig" || a == "--hub-context":
+		case a == "--hub-kubeconfig" || a == "--hub-context" || a == "--kubeconfig" || a == "--context":
 			i++ // the flag's value
 		case strings.HasPrefix(a, "-"):
 		case i == 0 || isCommand(root, a):
@@ -146,7 +146,8 @@ func newRootCommand(start func(runFlags) error) *cobra.Command {
 		Long: `fleet-manager runs a fleet of Kubernetes clusters from a hub cluster. Each member is
 registered by a kubeconfig Secret on the hub; "fleet-manager register" writes one
 with least-privilege, self-renewing credentials. Without a command, it runs the
-manager ("fleet-manager run").`,
+manager ("fleet-manager run"). kubectl's --kubeconfig and --context are taken
+for --hub-kubeconfig and --hub-context.`,
 		Version:           currentVersion().Version,
 		Args:              noArgs,
 		SilenceErrors:     true,
@@ -157,11 +158,13 @@ manager ("fleet-manager run").`,
 	root.SetVersionTemplate("{{.Annotations.fullVersion}}")
 	root.Annotations = map[string]string{"fullVersion": currentVersion().String()}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.SetGlobalNormalizationFunc(kubectlFlagNames)
 	hub.bindFlags(root.PersistentFlags())
 	root.AddCommand(
 		newRunCommand(&hub, start),
 		newRegisterCommand(&hub),
 		newUnregisterCommand(&hub),
+		newGrantsCommand(&hub),
 		newGetCommand(&hub),
 		newStatusCommand(&hub),
 		newRolloutCommand(&hub),
@@ -218,6 +221,19 @@ type hubFlags struct {
 func (h *hubFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&h.kubeconfig, "hub-kubeconfig", "", "Path to the hub's kubeconfig. Default: $KUBECONFIG and the default loading rules (for run, the in-cluster config first).")
 	fs.StringVar(&h.context, "hub-context", "", "Context of the hub's kubeconfig to use. Default: its current context.")
+}
+
+// kubectlFlagNames takes kubectl's --kubeconfig and --context for
+// --hub-kubeconfig and --hub-context, as "kubectl fleet" users type
+// them: the cluster kubectl talks to is the hub.
+func kubectlFlagNames(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	switch name {
+	case "kubeconfig":
+		name = "hub-kubeconfig"
+	case "context":
+		name = "hub-context"
+	}
+	return pflag.NormalizedName(name)
 }
 
 // set reports whether either flag names a kubeconfig or context.

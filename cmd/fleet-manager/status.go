@@ -11,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
@@ -213,10 +214,22 @@ func memberPropagationsSection(w io.Writer, mc *fleetv1alpha1.MemberCluster, pro
 		case p.Status.ObservedGeneration != p.Generation:
 			rows = append(rows, []string{name, string(fleetv1alpha1.ResultPending), string(metav1.ConditionUnknown), none, none, "the Propagation's status is not of its generation yet"})
 		default:
-			rows = append(rows, []string{name, string(fleetv1alpha1.ResultApplied), string(metav1.ConditionTrue), fleetv1alpha1.ReasonAvailable, none, none})
+			rows = append(rows, []string{name, string(fleetv1alpha1.ResultApplied), string(metav1.ConditionTrue), fleetv1alpha1.ReasonAvailable, availableAge(p, now), none})
 		}
 	}
 	return section(w, "Propagations", []string{"PROPAGATION", "RESULT", "AVAILABLE", "REASON", "AGE", "MESSAGE"}, rows)
+}
+
+// availableAge is how long a member p does not list has been applied and
+// available, at least: since p turned Ready, when it is, for every
+// selected member was then; <none> while another member holds p not
+// Ready, as p's status counts such a member without a time.
+func availableAge(p *fleetv1alpha1.Propagation, now time.Time) string {
+	c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return none
+	}
+	return age(&c.LastTransitionTime, now)
 }
 
 // selectsMember reports whether s selects mc, as the manager decides.

@@ -47,7 +47,8 @@ reason. Without --cleanup, the member is left untouched.`,
 		Example: `  fleet-manager unregister eu-1
   fleet-manager unregister eu-1 --cleanup --member-context=eu-1
   fleet-manager unregister eu-1 --cleanup --keep-copies`,
-		Args: exactArgs(1, "NAME"),
+		Args:              exactArgs(1, "NAME"),
+		ValidArgsFunction: completeMember(hub),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if err := registry.ValidateName(name); err != nil {

@@ -104,7 +104,7 @@ func fleetRights(ctx context.Context, hub client.Client, mapper meta.RESTMapper,
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		switch {
 		case meta.IsNoMatchError(err):
-			r.Skipped = append(r.Skipped, what+": the member does not serve it; run register again once it does")
+			r.Skipped = append(r.Skipped, what+": the member does not serve it; run fleet-manager grants sync once it does")
 			continue
 		case err != nil:
 			return nil, fmt.Errorf("member discovery of %s: %w", what, err)
@@ -150,9 +150,9 @@ func fleetRights(ctx context.Context, hub client.Client, mapper meta.RESTMapper,
 // Notes say what the rights follow, for people.
 func (r *FleetRights) Notes() []string {
 	if r.Propagations == 0 {
-		return []string{"no Propagation on the hub copies anything yet, so the fleet preset grants only what namespaces need; its rights follow the hub's Propagations at the time of register: run register again when they change"}
+		return []string{"no Propagation on the hub copies anything yet, so the fleet preset grants only what namespaces need; its rights follow the hub's Propagations at the time of register: run fleet-manager grants sync when they change"}
 	}
-	return []string{fmt.Sprintf("the fleet preset grants what the hub's %d Propagation(s) copy now: run register again when they change", r.Propagations)}
+	return []string{fmt.Sprintf("the fleet preset grants what the hub's %d Propagation(s) copy now: run fleet-manager grants sync when they change", r.Propagations)}
 }
 
 // DescribeRule says what rule allows, in one line: "get, create

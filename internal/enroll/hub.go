@@ -48,11 +48,18 @@ type NotReadyError struct {
 	// Member is the MemberCluster as last read; nil if there was none.
 	Member *fleetv1alpha1.MemberCluster
 	Err    error
+	// Stale says why Member's recorded state is not current (no manager
+	// probes it), as `get members` judges it, which then shows the state
+	// Unknown; "" when it is current.
+	Stale string
 }
 
 func (e *NotReadyError) Error() string {
-	if e.Member == nil {
+	switch {
+	case e.Member == nil:
 		return fmt.Sprintf("MemberCluster %s was not created (is a manager running for this fleet?): %v", e.Name, e.Err)
+	case e.Stale != "":
+		return fmt.Sprintf("MemberCluster %s is not Ready: %v: state Unknown (%s); it records %s", e.Name, e.Err, e.Stale, Reason(e.Member))
 	}
 	return fmt.Sprintf("MemberCluster %s is not Ready: %v: %s", e.Name, e.Err, Reason(e.Member))
 }

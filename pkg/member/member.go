@@ -314,7 +314,9 @@ func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err
 
 	m.log.Info("Engaging member")
 	disengaged := m.pool.opts.Engage(ctx, m.name, cl)
-	clusterErr := cl.Start(ctx)
+	// The cache's informers log through the context's logger (client-go's
+	// "watch ended with error"): the member's, with its cluster key.
+	clusterErr := cl.Start(logr.NewContext(ctx, m.log))
 	end(clusterErr)
 	switch context.Cause(ctx) {
 	case errDisconnected:

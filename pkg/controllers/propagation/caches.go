@@ -251,7 +251,7 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl cluster.C
 				return nil, err
 			}
 			return &watchedKinds{
-				cluster: "member " + clusterName, cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector, namespace: namespace,
+				cluster: "member " + clusterName, grantHint: grantHint(clusterName), cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector, namespace: namespace,
 				running: make(chan struct{}),
 				onEvent: func(_, obj client.Object) {
 					if name := obj.GetLabels()[fleetv1alpha1.PropagationLabel]; name != "" {

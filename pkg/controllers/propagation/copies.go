@@ -497,7 +497,7 @@ func (run *memberRun) failed(err error, verb string, k copyKey) error {
 	case meta.IsNoMatchError(err):
 		run.waitForKind(k.gvk)
 	case apierrors.IsForbidden(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s (%s) %s", verb, run.r.resourceOf(k.gvk), k, where)})
+		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s (%s) %s%s", verb, run.r.resourceOf(k.gvk), k, where, grantHint(run.member.name))})
 	case apierrors.IsNotFound(err) && run.namespaceUnknown:
 		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member has no namespace %s, and forbids the manager to read or create namespaces", run.key.Namespace)})
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):

@@ -37,6 +37,12 @@ const (
 	failureRetry      = time.Minute
 )
 
+// forbiddenRetry bounds the back-off of a member run that failed
+// Forbidden: a grant (`fleet-manager grants sync`) is used within it,
+// rather than after a minute. It costs a failing member a run, and a
+// list of each forbidden kind, every few seconds (see forbiddenKindRetry).
+const forbiddenRetry = 5 * time.Second
+
 // kindArrivedRetry is when a run that found a kind it waited for served
 // (its CRD Established) is tried again, to apply that kind's copies.
 const kindArrivedRetry = 100 * time.Millisecond
@@ -577,7 +583,11 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	run.tell(ctx, old, recorded)
 	var after []time.Duration
 	if recorded.failedRuns > 0 {
-		after = append(after, retryAfter(recorded.failedRuns))
+		retry := retryAfter(recorded.failedRuns)
+		if recorded.reason == fleetv1alpha1.ReasonForbidden {
+			retry = min(retry, forbiddenRetry)
+		}
+		after = append(after, retry)
 	}
 	if recorded.waitRuns > 0 {
 		after = append(after, retryAfter(recorded.waitRuns))

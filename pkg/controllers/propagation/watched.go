@@ -25,6 +25,12 @@ import (
 // forbidden) is reported as such before it is tried again.
 const kindRetry = 30 * time.Second
 
+// forbiddenKindRetry is kindRetry for a kind the member forbids the
+// manager to list: shorter, so that a grant is used at the next run (see
+// forbiddenRetry), while one list still answers the runs of every
+// Propagation of the namespace in a burst.
+const forbiddenKindRetry = 2 * time.Second
+
 // syncTimeout bounds how long a request waits for an informer to list its
 // kind: a cluster that does not answer (frozen, cut off) holds a worker no
 // longer. The informer goes on listing; the request fails and is tried
@@ -47,9 +53,12 @@ func (e *kindError) Error() string { return e.message }
 // server.
 type watchedKinds struct {
 	cluster string // "the hub" or "member NAME", for messages
-	cache   cache.Cache
-	reader  client.Reader
-	mapper  meta.RESTMapper
+	// grantHint says how to grant what is forbidden: for a member, the
+	// command that does (see grantHint); "" for the hub.
+	grantHint string
+	cache     cache.Cache
+	reader    client.Reader
+	mapper    meta.RESTMapper
 	// selector is the cache's label selector, which the check lists with.
 	selector labels.Selector
 	// namespace is the only namespace the cache holds; "" for the cache
@@ -132,7 +141,11 @@ func (w *watchedKinds) start(ctx context.Context, gvk schema.GroupVersionKind) (
 			if w.refused == nil {
 				w.refused = map[schema.GroupVersionKind]refusedKind{}
 			}
-			w.refused[gvk] = refusedKind{err: kerr, until: time.Now().Add(kindRetry)}
+			retry := kindRetry
+			if kerr.reason == fleetv1alpha1.ReasonForbidden {
+				retry = forbiddenKindRetry
+			}
+			w.refused[gvk] = refusedKind{err: kerr, until: time.Now().Add(retry)}
 			w.mu.Unlock()
 		}
 		return nil, err
@@ -237,11 +250,18 @@ func (w *watchedKinds) check(ctx context.Context, gvk schema.GroupVersionKind) e
 		opts, where = append(opts, client.InNamespace(w.namespace)), "in namespace "+w.namespace
 	}
 	if err := w.reader.List(ctx, list, opts...); apierrors.IsForbidden(err) {
-		return &kindError{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("%s forbids the manager to list %s %s", w.cluster, resourceName(mapping.Resource.GroupResource(), gvk.Kind), where)}
+		return &kindError{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("%s forbids the manager to list %s %s%s", w.cluster, resourceName(mapping.Resource.GroupResource(), gvk.Kind), where, w.grantHint)}
 	} else if err != nil {
 		return fmt.Errorf("listing %s in %s: %w", mapping.Resource.GroupResource(), w.cluster, err)
 	}
 	return nil
+}
+
+// grantHint is what a member's Forbidden failure adds to say how to fix
+// it: the command that grants a member registered with --permissions=fleet
+// what the fleet's Propagations copy (docs/registration.md).
+func grantHint(member string) string {
+	return "; to grant it, run: fleet-manager grants sync " + member
 }
 
 // resourceName is gr's name, if it is one (a DNS subdomain, as every
