@@ -33,6 +33,7 @@ type Process struct {
 }
 
 // Start starts binary with args, its output going to the file logPath.
+// The process is SIGKILLed if the calling process dies first.
 func Start(binary, logPath string, args ...string) (*Process, error) {
 	log, err := os.Create(logPath)
 	if err != nil {
@@ -40,6 +41,9 @@ func Start(binary, logPath string, args ...string) (*Process, error) {
 	}
 	p := &Process{log: log, cmd: exec.Command(binary, args...)}
 	p.cmd.Stdout, p.cmd.Stderr = log, log
+	// Killed with its parent, so that a test binary that panics or is
+	// killed leaves no manager running.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		_ = log.Close()
 		return nil, err
