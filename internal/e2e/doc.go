@@ -10,16 +10,15 @@
 //
 // # Lifecycle
 //
-// TestMain starts two hubs and nine member API servers while it builds the
-// binary (with -race when the tests are), then starts one manager on the
-// first hub, shared by every test but the sharded ones, and stops it
+// TestMain builds the binary (with -race when the tests are), starts a hub
+// and nine member API servers, then starts one manager on the hub, shared by every test but the sharded ones, and stops it
 // (SIGTERM, then a check of its log for panics and races) once the tests
 // ended. Each test works in a team namespace of its own and registers
 // member names of its own, each pointing at a different member API server,
 // so that tests run in parallel on shared servers and a test's members at
-// different revisions never share an object. The sharded tests take the
-// second hub, one at a time, and start and kill their own replicas
-// (`run --shard`). Every process a test starts is killed when it ends.
+// different revisions never share an object. The sharded tests run one at a
+// time, in a fleet namespace of their own, and start and kill their own
+// replicas (`run --shard`). Every process a test starts is killed when it ends.
 //
 // # Verdicts
 //

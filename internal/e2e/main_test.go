@@ -29,9 +29,9 @@ import (
 // fleetNS is the fleet namespace of the shared manager, on the first hub.
 const fleetNS = "e2e"
 
-// The package's API servers: two hubs (the shared manager's, the sharded
-// tests') and nine members.
-var suite = &fleettest.Suite{MemberCount: 9, HubCount: 2, Parallel: 8}
+// The package's API servers: a hub and nine members. A fleet claims the
+// Propagations it acts on, so the sharded tests' fleet shares the hub.
+var suite = &fleettest.Suite{MemberCount: 9, Parallel: 8}
 
 var (
 	// binary is the fleet-manager under test.

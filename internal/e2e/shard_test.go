@@ -15,8 +15,8 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/fleettest"
 )
 
-// shardHub serializes the sharded tests: each runs its replicas on the
-// second hub, where every replica reads every Propagation.
+// shardHub serializes the sharded tests: each runs three replicas over
+// the nine member API servers.
 var shardHub sync.Mutex
 
 // shardLease is the replicas' Lease duration (whole seconds).
@@ -28,11 +28,11 @@ type replica struct {
 	*fleetbinary.Process
 }
 
-// startReplica starts replica name of fleet ns on the second hub; it is
+// startReplica starts replica name of fleet ns on the hub; it is
 // killed when the test ends, if still running.
 func startReplica(t *testing.T, ns, name string) *replica {
 	t.Helper()
-	p, err := fleetbinary.Start(binary, filepath.Join(t.TempDir(), name+".log"), runArgs(hubKubeconfigs[1], ns, t.TempDir(),
+	p, err := fleetbinary.Start(binary, filepath.Join(t.TempDir(), name+".log"), runArgs(hubKubeconfigs[0], ns, t.TempDir(),
 		"--shard", "--replica-name="+name, fmt.Sprintf("--shard-lease-duration=%s", shardLease), "--shard-renew-deadline=2s", "--shard-retry-period=250ms")...)
 	if err != nil {
 		t.Fatal(err)
@@ -53,14 +53,14 @@ func startReplica(t *testing.T, ns, name string) *replica {
 	return r
 }
 
-// newShardTeam takes the second hub and makes a team there, in a fleet
-// namespace of its own.
+// newShardTeam makes a team in a fleet namespace of its own, for
+// replicas the test starts.
 func newShardTeam(t *testing.T) *team {
 	t.Helper()
 	suite.Need(t)
 	shardHub.Lock()
 	t.Cleanup(shardHub.Unlock)
-	hub := suite.Hubs[1].Client
+	hub := suite.HubClient
 	tm := &team{t: t, hub: hub, fleetNS: suite.Name("shard-fleet"), ns: suite.Name("shard-team"), members: map[string]int{}}
 	fleettest.CreateNamespace(t, hub, tm.fleetNS)
 	fleettest.CreateNamespace(t, hub, tm.ns)
