@@ -14,18 +14,17 @@ import (
 // fleetIDLabel marks a copy with its fleet's identity.
 const fleetIDLabel = "fleet.fleetkube.io/fleet-id"
 
-// clusterPropagation creates ClusterPropagation name selecting the team's
+// clusterPropagation creates ClusterPropagation name of the team's fleet, selecting its
 // members and waits until its revision 1 is rolled out.
 func (tm *team) clusterPropagation(name string, adopt bool, resources ...fleetv1alpha1.ResourceSelector) *fleetv1alpha1.ClusterPropagation {
 	tm.t.Helper()
 	cp := &fleetv1alpha1.ClusterPropagation{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: tm.fleetLabel()},
 		Spec:       fleetv1alpha1.PropagationSpec{Resources: resources, Members: tm.selector(), Adopt: adopt},
 	}
 	if err := tm.hub.Create(tm.t.Context(), cp); err != nil {
 		tm.t.Fatal(err)
 	}
-	tm.t.Cleanup(func() { _ = tm.hub.Delete(context_(), cp) })
 	pollUntil(tm.t, "ClusterPropagation "+name+" rolled out", func() bool {
 		if err := tm.hub.Get(tm.t.Context(), client.ObjectKeyFromObject(cp), cp); err != nil {
 			tm.t.Fatal(err)

@@ -10,15 +10,16 @@
 //
 // # Lifecycle
 //
-// TestMain builds the binary (with -race when the tests are), starts a hub
-// and nine member API servers, then starts one manager on the hub, shared by every test but the sharded ones, and stops it
-// (SIGTERM, then a check of its log for panics and races) once the tests
-// ended. Each test works in a team namespace of its own and registers
-// member names of its own, each pointing at a different member API server,
-// so that tests run in parallel on shared servers and a test's members at
-// different revisions never share an object. The sharded tests run one at a
-// time, in a fleet namespace of their own, and start and kill their own
-// replicas (`run --shard`). Every process a test starts is killed when it ends.
+// TestMain builds the binary (with -race when the tests are) and starts a
+// hub and nine member API servers. Each test runs a fleet of its own: a
+// fleet namespace on the hub, its own `fleet-manager run` (or replicas,
+// `run --shard`), its members registered once each, one per member API
+// server, and a team namespace of its own, whose Propagations carry the
+// fleet's label (fleet.fleetkube.io/fleet) so that no other fleet claims
+// them. Fleets share the hub and the member servers as separate fleets
+// do, so tests run in parallel and never touch each other's copies. Every
+// process a test starts is stopped (SIGTERM) or killed when it ends, and
+// its log checked for panics and races.
 //
 // # Verdicts
 //

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,20 +25,17 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// fleetNS is the fleet namespace of the shared manager, on the first hub.
-const fleetNS = "e2e"
-
-// The package's API servers: a hub and nine members. A fleet claims the
-// Propagations it acts on, so the sharded tests' fleet shares the hub.
+// The package's API servers: a hub and nine members. Each test runs a
+// fleet of its own on the hub, and a fleet claims the Propagations it acts
+// on (label fleet.fleetkube.io/fleet), so fleets share the hub and the
+// member servers without touching each other's Propagations or copies.
 var suite = &fleettest.Suite{MemberCount: 9, Parallel: 8}
 
 var (
 	// binary is the fleet-manager under test.
 	binary string
-	// hubKubeconfigs are admin kubeconfig files of the hubs, by index.
-	hubKubeconfigs []string
-	// shared is the manager of the first hub, shared by the tests.
-	shared *fleetbinary.Process
+	// hubKubeconfig is an admin kubeconfig file of the hub.
+	hubKubeconfig string
 )
 
 func TestMain(m *testing.M) {
@@ -48,7 +44,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// The build comes before the API servers: eleven of them starting
+	// The build comes before the API servers: ten of them starting
 	// beside a -race link overrun their start timeout on 2 loaded cores.
 	if os.Getenv("KUBEBUILDER_ASSETS") != "" {
 		if binary, err = fleetbinary.Build(dir); err != nil {
@@ -57,70 +53,69 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	suite.Setup = func(s *fleettest.Suite) error { return startShared(s, dir) }
-	suite.Check = func(*fleettest.Suite) error {
-		if shared == nil {
-			return nil
-		}
-		err := shared.Stop()
+	suite.Setup = func(s *fleettest.Suite) error {
+		kc, err := controlplane.AdminKubeconfig(s.Hub, "e2e")
 		if err != nil {
-			out, _ := shared.Output()
-			err = fmt.Errorf("the shared manager exited with %v:\n%s", err, out)
+			return err
 		}
-		return errors.Join(err, shared.Check())
+		hubKubeconfig = filepath.Join(dir, "hub.kubeconfig")
+		return os.WriteFile(hubKubeconfig, kc, 0o600)
 	}
 	code := suite.Run(m)
-	if shared != nil && !shared.Exited() {
-		shared.Kill()
-	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-// startShared writes the hubs' kubeconfigs into dir and starts the shared
-// manager on the first hub.
-func startShared(s *fleettest.Suite, dir string) error {
-	for i, h := range s.Hubs {
-		kc, err := controlplane.AdminKubeconfig(h.Env, "e2e")
-		if err != nil {
-			return err
-		}
-		path := filepath.Join(dir, fmt.Sprintf("hub-%d.kubeconfig", i))
-		if err := os.WriteFile(path, kc, 0o600); err != nil {
-			return err
-		}
-		hubKubeconfigs = append(hubKubeconfigs, path)
-	}
-	if err := s.HubClient.Create(context_(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleetNS}}); err != nil {
-		return err
-	}
-	var err error
-	shared, err = fleetbinary.Start(binary, filepath.Join(dir, "shared.log"), runArgs(hubKubeconfigs[0], fleetNS, filepath.Join(dir, "state"))...)
-	return err
+// runArgs are the arguments of `fleet-manager run` on the hub, in fleet
+// namespace ns: no metrics or probe endpoints, members probed every
+// second (no test takes a member down; fewer probes leave the loaded
+// cores to the rollouts).
+func runArgs(ns, stateDir string, more ...string) []string {
+	return append([]string{"run", "--hub-kubeconfig=" + hubKubeconfig, "--namespace=" + ns, "--state-dir=" + stateDir,
+		"--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--probe-interval=1s", "--probe-retry-interval=200ms", "--probe-timeout=2s", "--probe-failure-threshold=2"}, more...)
 }
 
-// runArgs are the arguments of `fleet-manager run` on hub kubeconfig
-// hubKubeconfig, in fleet namespace ns: no metrics or probe endpoints,
-// members probed often, one API server allowed under many names (the
-// tests register each server once per test).
-func runArgs(hubKubeconfig, ns, stateDir string, more ...string) []string {
-	return append([]string{"run", "--hub-kubeconfig=" + hubKubeconfig, "--namespace=" + ns, "--state-dir=" + stateDir,
-		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--allow-duplicate-clusters",
-		"--probe-interval=300ms", "--probe-retry-interval=100ms", "--probe-timeout=2s", "--probe-failure-threshold=2"}, more...)
+// startManager starts `fleet-manager run` of fleet ns, with more flags,
+// as name. When the test ends it is stopped with SIGTERM (killed, if
+// the test killed it already nothing more) and its log checked for
+// panics and races; a failed test logs its last lines.
+func startManager(t *testing.T, ns, name string, more ...string) *fleetbinary.Process {
+	t.Helper()
+	p, err := fleetbinary.Start(binary, filepath.Join(t.TempDir(), name+".log"), runArgs(ns, t.TempDir(), more...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !p.Exited() {
+			if err := p.Stop(); err != nil {
+				t.Errorf("%s exited with %v", name, err)
+			}
+		}
+		if err := p.Check(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if t.Failed() {
+			out, _ := p.Output()
+			t.Logf("%s's last lines:\n%s", name, lines(out, 60))
+		}
+	})
+	return p
 }
 
 // cli runs a fleet-manager command against the first hub and returns its
 // output.
 func cli(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	out, err := exec.CommandContext(t.Context(), binary, append(args, "--hub-kubeconfig="+hubKubeconfigs[0])...).CombinedOutput()
+	out, err := exec.CommandContext(t.Context(), binary, append(args, "--hub-kubeconfig="+hubKubeconfig)...).CombinedOutput()
 	return string(out), err
 }
 
-// team is one test's part of the shared fleet: a team namespace on the
-// hub and member names of its own, each registered on a different member
-// API server and labelled with the test's label, which its Propagations
-// select.
+// team is one test's fleet: a fleet namespace and a team namespace on
+// the hub, and members registered once each, each on a different member
+// API server and labelled with the team's label, which its Propagations
+// select. The team namespace is the test's own, so that copies of tests
+// sharing a member server never share an object.
 type team struct {
 	t       *testing.T
 	hub     client.Client
@@ -131,25 +126,20 @@ type team struct {
 	names   []string
 }
 
-// newTeam makes a team on the shared manager's hub.
+// newTeam makes a team and starts its fleet's manager.
 func newTeam(t *testing.T) *team {
 	t.Helper()
+	tm := newFleet(t)
+	startManager(t, tm.fleetNS, "manager")
+	return tm
+}
+
+// newFleet makes a team whose fleet's managers the test starts.
+func newFleet(t *testing.T) *team {
+	t.Helper()
 	suite.Need(t)
-	tm := &team{t: t, hub: suite.HubClient, fleetNS: fleetNS, ns: suite.Name("team"), members: map[string]int{}}
+	tm := &team{t: t, hub: suite.HubClient, fleetNS: suite.FleetNamespace(t), ns: suite.Name("team"), members: map[string]int{}}
 	fleettest.CreateNamespace(t, tm.hub, tm.ns)
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		out, _ := shared.Output()
-		var mine []string
-		for _, l := range strings.Split(out, "\n") {
-			if strings.Contains(l, tm.ns) {
-				mine = append(mine, l)
-			}
-		}
-		t.Logf("the shared manager's last lines about %s:\n%s", tm.ns, strings.Join(mine[max(0, len(mine)-40):], "\n"))
-	})
 	return tm
 }
 
@@ -160,8 +150,7 @@ func (tm *team) selector() fleetv1alpha1.MemberSelector {
 
 // register registers member API server i as the team's member suffix,
 // with labels, by its registration Secret, as docs/registration.md
-// describes, and waits until it is Ready. The Secret and the
-// MemberCluster go when the test ends.
+// describes, and waits until it is Ready.
 func (tm *team) register(i int, suffix string, labels map[string]string) string {
 	tm.t.Helper()
 	name := tm.ns + "-" + suffix
@@ -176,9 +165,6 @@ func (tm *team) register(i int, suffix string, labels map[string]string) string 
 	if err := tm.hub.Create(tm.t.Context(), secret); err != nil {
 		tm.t.Fatal(err)
 	}
-	tm.t.Cleanup(func() {
-		_ = tm.hub.Delete(context_(), secret)
-	})
 	tm.members[name] = i
 	tm.names = append(tm.names, name)
 	slices.Sort(tm.names)
@@ -223,13 +209,13 @@ func (tm *team) setConfigMap(name, value string) {
 	}
 }
 
-// propagation creates Propagation web of the team, copying its ConfigMaps
-// labelled app=web to its members, as edit makes it. It is deleted when
-// the test ends, so that the shared manager forgets it.
+// propagation creates Propagation web of the team, labelled with its
+// fleet, copying its ConfigMaps labelled app=web to its members, as edit
+// makes it.
 func (tm *team) propagation(edit func(*fleetv1alpha1.Propagation)) {
 	tm.t.Helper()
 	p := &fleetv1alpha1.Propagation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: tm.ns, Name: "web"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: tm.ns, Name: "web", Labels: tm.fleetLabel()},
 		Spec: fleetv1alpha1.PropagationSpec{
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"app": "web"})}},
 			Members:   tm.selector(),
@@ -241,7 +227,12 @@ func (tm *team) propagation(edit func(*fleetv1alpha1.Propagation)) {
 	if err := tm.hub.Create(tm.t.Context(), p); err != nil {
 		tm.t.Fatal(err)
 	}
-	tm.t.Cleanup(func() { _ = tm.hub.Delete(context_(), p) })
+}
+
+// fleetLabel labels a Propagation as the team's fleet's: on a hub of
+// several fleets, the first to see an unlabelled one takes it.
+func (tm *team) fleetLabel() map[string]string {
+	return map[string]string{fleetv1alpha1.FleetLabel: tm.fleetNS}
 }
 
 // progressive is a Progressive strategy.

@@ -12,9 +12,11 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
 
-// minSuccessTime is the Progressive rollouts' minSuccessTime: long enough
-// against the sampling lag, short for the suite's time.
-const minSuccessTime = 2 * time.Second
+// minSuccessTime is the Progressive rollouts' minSuccessTime: a change is
+// known within a second (the member's managedFields time), so two members
+// that change less than a second apart are a certain breach, however
+// loaded the machine; short for the suite's time.
+const minSuccessTime = 3 * time.Second
 
 // threeMembers registers the team's members a, b and c on member API
 // servers 0, 1 and 2, with labels by name.

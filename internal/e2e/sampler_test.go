@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,6 +28,10 @@ type copyState struct {
 	terminating bool
 	// from and to bound the read: the copy was so at some time between.
 	from, to time.Time
+	// applied is when the member's API server last took an apply of
+	// fleet-manager's to the copy (its managedFields time, in whole
+	// seconds), zero if unknown.
+	applied time.Time
 }
 
 // sample is one reading: each member's copy, read first, then the hub's
@@ -89,7 +94,7 @@ func (s *sampler) run() {
 				case err != nil:
 					ok = false
 				default:
-					c.value, c.terminating = cm.Data["v"], cm.DeletionTimestamp != nil
+					c.value, c.terminating, c.applied = cm.Data["v"], cm.DeletionTimestamp != nil, appliedAt(cm)
 					smp.copies[m] = c
 				}
 			})
@@ -131,9 +136,22 @@ func (s *sampler) taken() []sample {
 	return slices.Clone(s.samples)
 }
 
+// appliedAt returns when cm's member last took an apply of
+// fleet-manager's, truncated to the second; zero if it records none.
+func appliedAt(cm *corev1.ConfigMap) time.Time {
+	for _, f := range cm.ManagedFields {
+		if f.Manager == "fleet-manager" && f.Operation == metav1.ManagedFieldsOperationApply && f.Time != nil {
+			return f.Time.Time
+		}
+	}
+	return time.Time{}
+}
+
 // change bounds when a member's copy took a value: after lo, the start
 // of the last read that did not show it, and before hi, the end of the
-// first that did.
+// first that did; both narrowed to the second the member's API server
+// recorded the apply in (managedFields), so that a loaded machine's slow
+// reads do not blur the verdict beyond a second.
 type change struct{ lo, hi time.Time }
 
 // changes returns when each member's copy took value.
@@ -145,17 +163,34 @@ func changes(samples []sample, value string) map[string]change {
 				continue
 			}
 			if c.value == value {
-				lo := before[m]
+				lo, hi := before[m], c.to
 				if lo.IsZero() {
 					lo = c.from
 				}
-				out[m] = change{lo: lo, hi: c.to}
+				if !c.applied.IsZero() {
+					lo, hi = later(lo, c.applied), earlier(hi, c.applied.Add(time.Second))
+				}
+				out[m] = change{lo: lo, hi: hi}
 			} else {
 				before[m] = c.from
 			}
 		}
 	}
 	return out
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // firstSeen returns when each member's copy was seen with value, at the

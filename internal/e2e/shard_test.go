@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"path/filepath"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,59 +9,16 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/fleetbinary"
-	"github.com/fleetkube/fleet-manager/internal/fleettest"
 )
-
-// shardHub serializes the sharded tests: each runs three replicas over
-// the nine member API servers.
-var shardHub sync.Mutex
 
 // shardLease is the replicas' Lease duration (whole seconds).
 const shardLease = 3 * time.Second
 
-// replica is one `fleet-manager run --shard` process.
-type replica struct {
-	name string
-	*fleetbinary.Process
-}
-
-// startReplica starts replica name of fleet ns on the hub; it is
-// killed when the test ends, if still running.
-func startReplica(t *testing.T, ns, name string) *replica {
-	t.Helper()
-	p, err := fleetbinary.Start(binary, filepath.Join(t.TempDir(), name+".log"), runArgs(hubKubeconfigs[0], ns, t.TempDir(),
-		"--shard", "--replica-name="+name, fmt.Sprintf("--shard-lease-duration=%s", shardLease), "--shard-renew-deadline=2s", "--shard-retry-period=250ms")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &replica{name: name, Process: p}
-	t.Cleanup(func() {
-		if !r.Exited() {
-			r.Kill()
-		}
-		if err := r.Check(); err != nil {
-			t.Errorf("replica %s: %v", name, err)
-		}
-		if t.Failed() {
-			out, _ := r.Output()
-			t.Logf("replica %s's last lines:\n%s", name, lines(out, 60))
-		}
-	})
-	return r
-}
-
-// newShardTeam makes a team in a fleet namespace of its own, for
-// replicas the test starts.
-func newShardTeam(t *testing.T) *team {
-	t.Helper()
-	suite.Need(t)
-	shardHub.Lock()
-	t.Cleanup(shardHub.Unlock)
-	hub := suite.HubClient
-	tm := &team{t: t, hub: hub, fleetNS: suite.Name("shard-fleet"), ns: suite.Name("shard-team"), members: map[string]int{}}
-	fleettest.CreateNamespace(t, hub, tm.fleetNS)
-	fleettest.CreateNamespace(t, hub, tm.ns)
-	return tm
+// startReplica starts replica name of the team's fleet (`run --shard`).
+func (tm *team) startReplica(name string) *fleetbinary.Process {
+	tm.t.Helper()
+	return startManager(tm.t, tm.fleetNS, name, "--shard", "--replica-name="+name,
+		fmt.Sprintf("--shard-lease-duration=%s", shardLease), "--shard-renew-deadline=2s", "--shard-retry-period=250ms")
 }
 
 // owner returns the replica that owns member, as its MemberCluster says.
@@ -84,12 +38,13 @@ func (tm *team) owner(member string) string {
 // one member at a time, each member past minSuccessTime before the next,
 // whichever replica owns it.
 func TestShardedRolloutKeepsItsGuardThroughASIGKILL(t *testing.T) {
+	t.Parallel()
 	quote(t)
-	tm := newShardTeam(t)
-	replicas := map[string]*replica{}
+	tm := newFleet(t)
+	replicas := map[string]*fleetbinary.Process{}
 	for i := range 3 {
 		name := fmt.Sprintf("replica-%d", i)
-		replicas[name] = startReplica(t, tm.fleetNS, name)
+		replicas[name] = tm.startReplica(name)
 	}
 	var members []string
 	for i := range 9 {
@@ -139,7 +94,7 @@ func TestShardedRolloutKeepsItsGuardThroughASIGKILL(t *testing.T) {
 	replicas[victim].Kill()
 	killed := time.Now()
 	t.Logf("SIGKILLed %s, owner of %s, the next member in order", victim, next)
-	replicas[victim] = startReplica(t, tm.fleetNS, victim)
+	replicas[victim] = tm.startReplica(victim)
 	tm.waitRollout("of revision 2 complete", complete(2))
 	t.Logf("revision 2 complete %s after the kill (Lease %s)", time.Since(killed).Round(time.Millisecond), shardLease)
 	s.stopSampling()
@@ -149,17 +104,4 @@ func TestShardedRolloutKeepsItsGuardThroughASIGKILL(t *testing.T) {
 	}
 	checkGivenFirst(t, samples, "2", 2)
 
-	names := slices.Sorted(func(yield func(string) bool) {
-		for n := range replicas {
-			if !yield(n) {
-				return
-			}
-		}
-	})
-	for _, n := range names {
-		if err := replicas[n].Stop(); err != nil {
-			out, _ := replicas[n].Output()
-			t.Errorf("replica %s exited with %v:\n%s", n, err, lines(out, 40))
-		}
-	}
 }
