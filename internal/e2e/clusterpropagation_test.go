@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
@@ -123,5 +124,71 @@ func fleettestNamespace(t *testing.T, name string) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if err := suite.HubClient.Create(t.Context(), ns); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestClusterPropagationAppliesTheBaselineInOrder(t *testing.T) {
+	t.Parallel()
+	quote(t)
+	tm := newTeam(t)
+	tm.register(3, "a", nil)
+	tm.register(4, "b", nil)
+	group := tm.ns + ".e2e.example.com"
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "gadgets." + group},
+		"spec": map[string]any{
+			"group": group, "scope": "Cluster",
+			"names": map[string]any{"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+		},
+	}}
+	if err := tm.hub.Create(t.Context(), crd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tm.hub.Delete(context_(), crd) })
+	gadget := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": group + "/v1", "kind": "Gadget", "metadata": map[string]any{"name": "big"}, "spec": map[string]any{"size": int64(3)},
+	}}
+	pollUntil(t, "the hub serving Gadgets", func() bool { return tm.hub.Create(t.Context(), gadget.DeepCopy()) == nil })
+	ns := tm.ns + "-base"
+	fleettestNamespace(t, ns)
+	cp := &fleetv1alpha1.ClusterPropagation{
+		ObjectMeta: metav1.ObjectMeta{Name: tm.ns + "-baseline", Labels: tm.fleetLabel()},
+		Spec: fleetv1alpha1.PropagationSpec{Members: tm.selector(), Resources: []fleetv1alpha1.ResourceSelector{
+			{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition", Name: crd.GetName()},
+			{APIVersion: group + "/v1", Kind: "Gadget", Name: "big"},
+			{APIVersion: "v1", Kind: "Namespace", Name: ns},
+		}},
+	}
+	if err := tm.hub.Create(t.Context(), cp); err != nil {
+		t.Fatal(err)
+	}
+	// Every status the poll reads is checked: a member that fails the
+	// Gadget before its CRD is Established breaks the promise, even if
+	// a retry applies it later.
+	pollUntil(t, "the baseline rolled out", func() bool {
+		if err := tm.hub.Get(t.Context(), client.ObjectKeyFromObject(cp), cp); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range cp.Status.Members {
+			if m.Result == fleetv1alpha1.ResultFailed {
+				t.Fatalf("%s failed the baseline (%s): %s", m.Name, m.Reason, m.Message)
+			}
+		}
+		r := cp.Status.Rollout
+		return cp.Status.ObservedGeneration == cp.Generation && r != nil && r.Phase == fleetv1alpha1.RolloutComplete &&
+			cp.Status.Applied == int32(len(tm.names))
+	})
+	for _, m := range tm.names {
+		for _, obj := range []*unstructured.Unstructured{crd, gadget, {Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}} {
+			got := &unstructured.Unstructured{}
+			got.SetGroupVersionKind(obj.GroupVersionKind())
+			got.SetName(obj.GetName())
+			if !tm.object(m, got) {
+				t.Errorf("%s has no %s %s once the baseline is rolled out", m, obj.GetKind(), obj.GetName())
+			}
+		}
 	}
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/fleetbinary"
 	"github.com/fleetkube/fleet-manager/internal/fleettest"
-	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -179,7 +178,7 @@ func (tm *team) register(i int, suffix string, labels map[string]string) string 
 func (tm *team) waitMember(name, what string, cond func(*fleetv1alpha1.MemberCluster) bool) *fleetv1alpha1.MemberCluster {
 	tm.t.Helper()
 	mc := &fleetv1alpha1.MemberCluster{}
-	poll.Until(tm.t, "MemberCluster "+name+" "+what, func() bool {
+	pollUntil(tm.t, "MemberCluster "+name+" "+what, func() bool {
 		return tm.hub.Get(tm.t.Context(), types.NamespacedName{Name: name}, mc) == nil && cond(mc)
 	})
 	return mc
@@ -273,7 +272,7 @@ func (tm *team) waitRollout(what string, cond func(p *fleetv1alpha1.Propagation)
 			tm.t.Logf("the Propagation's status: %+v; rollout %+v", p.Status, p.Status.Rollout)
 		}
 	}()
-	poll.Until(tm.t, "rollout "+what, func() bool {
+	pollUntil(tm.t, "rollout "+what, func() bool {
 		p = tm.get()
 		return p.Status.Rollout != nil && p.Status.ObservedGeneration == p.Generation && cond(p)
 	})

@@ -9,14 +9,27 @@ import (
 	"k8s.io/utils/ptr"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/internal/poll"
 )
 
 func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
-func pollUntil(t *testing.T, what string, cond func() bool) { t.Helper(); poll.Until(t, what, cond) }
+// waitTimeout is how long pollUntil waits: rollouts of minSuccessTime
+// per member, on cores other tests' API servers and managers load.
+const waitTimeout = 3 * time.Minute
+
+// pollUntil waits until cond holds, asking every 50 ms (not poll.Until's
+// 5 ms: a dozen fleets' waits would load the hub), and fails the test
+// if it does not within waitTimeout.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(waitTimeout); !cond(); time.Sleep(samplePeriod) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", waitTimeout, what)
+		}
+	}
+}
 
 func TestCordonedMemberTakesNoNewRevision(t *testing.T) {
 	t.Parallel()

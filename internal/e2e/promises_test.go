@@ -43,6 +43,8 @@ var promises = []promise{
 		"TestDrainRemovesCopiesWithinTheBudget"},
 	{"A copy of a container that is no longer wanted is deleted only when it holds nothing but the Propagation's own copies",
 		"TestContainerIsRemovedOnlyWhenEmpty"},
+	{"In each member the CRD and the Namespace come first; the Gadget waits (`WaitingForKind`, never a failure) until the CRD is Established there, and is applied at once then.",
+		"TestClusterPropagationAppliesTheBaselineInOrder"},
 	{"`adopt` takes over an object the member made, never deletes it: when no longer wanted it is orphaned",
 		"TestAdoptedObjectIsLetGoNeverDeleted"},
 	{"A member applies a revision only when `status.rollout.members`, as the hub holds it, gives it",

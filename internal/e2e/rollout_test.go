@@ -1,6 +1,11 @@
 package e2e
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -288,9 +293,46 @@ func TestMemberThatJoinsIsGivenARevisionAtOnce(t *testing.T) {
 	tm.setConfigMap("web", "1")
 	tm.propagation(nil)
 	tm.waitRollout("of revision 1 complete", complete(1))
-	joined := tm.register(2, "c", nil)
+	// c joins as a user registers a member: `fleet-manager register`,
+	// with the rights the fleet's Propagations need.
+	joined := tm.registerByCommand(2, "c")
 	waitValue(tm, joined, "web", "1")
 	tm.waitRollout("of revision 1 complete with the new member", func(p *fleetv1alpha1.Propagation) bool {
 		return complete(1)(p) && given(p.Status.Rollout, joined) == 1
 	})
 }
+
+// registerByCommand registers member API server i as the team's member
+// suffix with `fleet-manager register --permissions=fleet`, which waits
+// until it is Ready, and unregisters it with `--cleanup` when the test
+// ends: register's objects in the member carry the fleet's identity, and
+// another fleet's register of the same server would be refused.
+func (tm *team) registerByCommand(i int, suffix string) string {
+	tm.t.Helper()
+	name := tm.ns + "-" + suffix
+	kc := filepath.Join(tm.t.TempDir(), "member.kubeconfig")
+	if err := os.WriteFile(kc, suite.Kubeconfigs[i], 0o600); err != nil {
+		tm.t.Fatal(err)
+	}
+	registerCmd.Lock()
+	tm.t.Cleanup(registerCmd.Unlock)
+	out, err := cli(tm.t, "register", name, "--member-kubeconfig="+kc, "--namespace="+tm.fleetNS, "--permissions=fleet",
+		"--labels=e2e.fleetkube.io/team="+tm.ns, "--wait=2m")
+	if err != nil {
+		tm.t.Fatalf("register: %v\n%s", err, out)
+	}
+	tm.t.Cleanup(func() {
+		if out, err := exec.Command(binary, "unregister", name, "--cleanup", "--member-kubeconfig="+kc, "--namespace="+tm.fleetNS,
+			"--hub-kubeconfig="+hubKubeconfig, "--wait=2m").CombinedOutput(); err != nil {
+			tm.t.Errorf("unregister: %v\n%s", err, out)
+		}
+	})
+	tm.members[name] = i
+	tm.names = append(tm.names, name)
+	slices.Sort(tm.names)
+	return name
+}
+
+// registerCmd serializes the tests that run `fleet-manager register`: a
+// member server belongs to one fleet's register at a time.
+var registerCmd sync.Mutex

@@ -11,14 +11,16 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/fleetbinary"
 )
 
-// shardLease is the replicas' Lease duration (whole seconds).
-const shardLease = 3 * time.Second
+// shardLease is the replicas' Lease duration (whole seconds): 3 s with a
+// 2 s renew deadline fenced the replicas again and again on a loaded
+// machine (load average 100 on 2 cores).
+const shardLease = 8 * time.Second
 
 // startReplica starts replica name of the team's fleet (`run --shard`).
 func (tm *team) startReplica(name string) *fleetbinary.Process {
 	tm.t.Helper()
 	return startManager(tm.t, tm.fleetNS, name, "--shard", "--replica-name="+name,
-		fmt.Sprintf("--shard-lease-duration=%s", shardLease), "--shard-renew-deadline=2s", "--shard-retry-period=250ms")
+		fmt.Sprintf("--shard-lease-duration=%s", shardLease), "--shard-renew-deadline=5s", "--shard-retry-period=1s")
 }
 
 // owner returns the replica that owns member, as its MemberCluster says.
