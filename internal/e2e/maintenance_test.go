@@ -6,7 +6,10 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
@@ -173,5 +176,59 @@ func checkRemovalsOneAtATime(t *testing.T, samples []sample, members []string) {
 					b, start[b].Format("15:04:05.000"), a, start[a].Format("15:04:05.000"), end[a].Format("15:04:05.000"))
 			}
 		}
+	}
+}
+
+// TestAnotherFleetsCopyIsLeftAlone runs two fleets on the hub that share
+// a member server and a team namespace: the second's Propagation of the
+// same ConfigMap finds the first's copy there, fails AlreadyExists, and
+// neither writes nor, once deleted, removes it.
+func TestAnotherFleetsCopyIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	quote(t)
+	first := newTeam(t)
+	shared := first.register(5, "a", nil)
+	first.setConfigMap("web", "1")
+	first.propagation(nil)
+	first.waitRollout("of revision 1 complete", complete(1))
+	before := first.copyOf(shared, "web")
+
+	second := newTeam(t)
+	second.ns = first.ns
+	other := second.register(5, "b", nil)
+	p := &fleetv1alpha1.Propagation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: first.ns, Name: "second", Labels: second.fleetLabel()},
+		Spec: fleetv1alpha1.PropagationSpec{
+			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "web"}},
+			Members:   second.selector(),
+		},
+	}
+	if err := second.hub.Create(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, "the second fleet's member failed AlreadyExists", func() bool {
+		if err := second.hub.Get(t.Context(), client.ObjectKeyFromObject(p), p); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range p.Status.Members {
+			if m.Name == other && m.Result == fleetv1alpha1.ResultFailed && m.Reason == fleetv1alpha1.ReasonAlreadyExists {
+				return true
+			}
+		}
+		return false
+	})
+	if err := second.hub.Delete(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	// Evidence the second fleet handled the deletion: its finalizer gone.
+	pollUntil(t, "the second fleet's Propagation gone", func() bool {
+		return isNotFound(second.hub.Get(t.Context(), client.ObjectKeyFromObject(p), p))
+	})
+	after := first.copyOf(shared, "web")
+	if after == nil {
+		t.Fatalf("the first fleet's copy in %s was removed by the second fleet", shared)
+	}
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the second fleet wrote the first fleet's copy: resourceVersion %s, was %s; labels %v", after.ResourceVersion, before.ResourceVersion, after.Labels)
 	}
 }

@@ -16,8 +16,9 @@ type promise struct {
 	test     string
 }
 
-// promises are the sentences of docs/rollouts.md, docs/clusterpropagation.md
-// and docs/sharding.md the suite checks, each with its test.
+// promises are the sentences of docs/rollouts.md, docs/clusterpropagation.md,
+// docs/sharding.md and docs/propagation.md the suite checks, each with its
+// test.
 var promises = []promise{
 	{"A new Propagation's first revision goes in order too: the members not given it yet are `Pending`, `WaitingForRollout`, and hold no copy.",
 		"TestFirstRevisionOfANewPropagationGoesOneAtATime"},
@@ -47,6 +48,8 @@ var promises = []promise{
 		"TestClusterPropagationAppliesTheBaselineInOrder"},
 	{"`adopt` takes over an object the member made, never deletes it: when no longer wanted it is orphaned",
 		"TestAdoptedObjectIsLetGoNeverDeleted"},
+	{"Another fleet's copy, even one whose fleet namespace has the same name on another hub, is left alone and reported as `AlreadyExists`; `adopt` does not take it.",
+		"TestAnotherFleetsCopyIsLeftAlone"},
 	{"A member applies a revision only when `status.rollout.members`, as the hub holds it, gives it",
 		"TestShardedRolloutKeepsItsGuardThroughASIGKILL"},
 	{"With `run --shard` every replica works, each on its share of the members, so a fleet can outgrow one process",

@@ -316,6 +316,13 @@ func (tm *team) registerByCommand(i int, suffix string) string {
 	}
 	registerCmd.Lock()
 	tm.t.Cleanup(registerCmd.Unlock)
+	// fleet-system made beforehand is used as it is and never deleted:
+	// envtest runs no namespace controller, so one that unregister
+	// deleted would stay Terminating, and the next register would wait.
+	err := suite.MemberClients[i].Create(tm.t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fleet-system"}})
+	if err != nil && !isAlreadyExists(err) {
+		tm.t.Fatal(err)
+	}
 	out, err := cli(tm.t, "register", name, "--member-kubeconfig="+kc, "--namespace="+tm.fleetNS, "--permissions=fleet",
 		"--labels=e2e.fleetkube.io/team="+tm.ns, "--wait=2m")
 	if err != nil {
