@@ -3,8 +3,9 @@
 // it (`fleet-manager run` with flags, the CRDs of deploy/crd, members
 // registered by their registration Secrets, `fleet-manager cordon` and
 // `drain`, SIGKILL and restart) against envtest API servers, and checks
-// each promise of docs/rollouts.md, docs/clusterpropagation.md and
-// docs/sharding.md in one test that quotes the sentence it checks.
+// each promise of docs/rollouts.md, docs/clusterpropagation.md,
+// docs/sharding.md and docs/propagation.md (whose copies) in one test
+// that quotes the sentence it checks.
 // promises lists them; TestEveryQuotedSentenceIsInTheDocs fails when a
 // quoted sentence is no longer in the docs, so the two cannot drift apart.
 //
