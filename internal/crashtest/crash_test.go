@@ -6,11 +6,9 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/fleetbinary"
 	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -51,7 +50,11 @@ func TestMain(m *testing.M) {
 	// The build runs while the API servers start.
 	built := make(chan error, 1)
 	if os.Getenv("KUBEBUILDER_ASSETS") != "" {
-		go func() { built <- build(dir) }()
+		go func() {
+			var err error
+			binary, err = fleetbinary.Build(dir)
+			built <- err
+		}()
 	}
 	suite.Setup = func(*fleettest.Suite) error { return <-built }
 	code := suite.Run(m)
@@ -59,27 +62,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// build builds the manager under test into dir, as the tests are built
-// (-race shares their build cache), so that the child's races fail the
-// test too.
-func build(dir string) error {
-	binary = filepath.Join(dir, "fleet-manager")
-	args := []string{"build", "-o", binary}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	out, err := exec.Command("go", append(args, "github.com/fleetkube/fleet-manager/cmd/fleet-manager")...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("building fleet-manager: %v\n%s", err, out)
-	}
-	return nil
-}
-
 // manager is one fleet-manager process, writing its log to a file.
-type manager struct {
-	cmd *exec.Cmd
-	log *os.File
-}
+type manager struct{ *fleetbinary.Process }
 
 func startManager(t *testing.T, hubKubeconfig, stateDir string) *manager {
 	t.Helper()
@@ -95,29 +79,25 @@ func startRun(t *testing.T, name string, args ...string) *manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = log.Close() })
-	m := &manager{log: log}
-	m.cmd = exec.Command(binary, append([]string{"run", "--metrics-bind-address=0", "--health-probe-bind-address=0"}, args...)...)
-	m.cmd.Stdout, m.cmd.Stderr = log, log
-	if err := m.cmd.Start(); err != nil {
+	_ = log.Close()
+	p, err := fleetbinary.Start(binary, log.Name(), append([]string{"run", "--metrics-bind-address=0", "--health-probe-bind-address=0"}, args...)...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	return &manager{p}
 }
 
 // kill SIGKILLs the process and checks what it wrote before.
 func (m *manager) kill(t *testing.T) {
 	t.Helper()
-	_ = m.cmd.Process.Signal(syscall.SIGKILL)
-	_ = m.cmd.Wait()
+	m.Kill()
 	m.check(t)
 }
 
 // stop ends the process as Kubernetes would, with SIGTERM.
 func (m *manager) stop(t *testing.T) {
 	t.Helper()
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	if err := m.cmd.Wait(); err != nil {
+	if err := m.Stop(); err != nil {
 		t.Errorf("the manager exited with %v:\n%s", err, m.output(t))
 	}
 	m.check(t)
@@ -125,22 +105,19 @@ func (m *manager) stop(t *testing.T) {
 
 func (m *manager) check(t *testing.T) {
 	t.Helper()
-	out := m.output(t)
-	for _, bad := range []string{"panic:", "WARNING: DATA RACE", "fatal error:"} {
-		if strings.Contains(out, bad) {
-			t.Fatalf("the manager wrote %q:\n%s", bad, out)
-		}
+	if err := m.Check(); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // output is what the process wrote so far.
 func (m *manager) output(t *testing.T) string {
 	t.Helper()
-	out, err := os.ReadFile(m.log.Name())
+	out, err := m.Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(out)
+	return out
 }
 
 // TestKilledManagerConverges SIGKILLs the manager at seeded random points

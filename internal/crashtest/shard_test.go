@@ -31,7 +31,7 @@ func startReplica(t *testing.T, hubKubeconfig, name string) *manager {
 	m := startRun(t, name, "--hub-kubeconfig="+hubKubeconfig, "--namespace="+shardFleetNS, "--state-dir="+t.TempDir(),
 		"--shard", "--replica-name="+name, fmt.Sprintf("--shard-lease-duration=%s", shardLease), "--shard-renew-deadline=2s", "--shard-retry-period=250ms")
 	t.Cleanup(func() {
-		if m.cmd.ProcessState == nil {
+		if !m.Exited() {
 			m.kill(t)
 		}
 	})

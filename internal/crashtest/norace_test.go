@@ -1,5 +1,0 @@
-//go:build !race
-
-package crashtest
-
-const raceEnabled = false
