@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/fleetbinary"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/internal/syncbuffer"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -218,12 +219,13 @@ func awaitLeader(t *testing.T, replicas ...*replica) *replica {
 }
 
 // buildFleetManager builds the fleet-manager binary into the test's
-// temporary directory.
+// temporary directory, as the tests are built (-race shares their build
+// cache: a cold CI builds the dependencies once, not twice).
 func buildFleetManager(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "fleet-manager")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := fleetbinary.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

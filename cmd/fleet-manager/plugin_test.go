@@ -5,12 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
+	"github.com/fleetkube/fleet-manager/internal/fleetbinary"
 )
 
 // TestKubectlPlugin builds the binary as kubectl-fleet, and as
@@ -34,10 +34,12 @@ func TestKubectlPlugin(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	plugin := filepath.Join(dir, pluginName)
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", plugin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	binary, err := fleetbinary.Build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Base(binary), filepath.Join(dir, pluginName)); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.Symlink(pluginName, filepath.Join(dir, pluginCompletionName)); err != nil {
 		t.Fatal(err)
