@@ -196,8 +196,14 @@ func (d *demo) showRollout(ctx context.Context, hubClient client.Client, memberC
 	if err := edit("rolling back", func(p *fleetv1alpha1.Propagation) { p.Spec.Revision = &before }); err != nil {
 		return err
 	}
+	// A pin behind a newer revision is Pinned once it is everywhere, not
+	// Complete: the newest revision is not rolled out.
+	pinnedEverywhere := func(ctx context.Context) bool {
+		r := p.Status.Rollout
+		return hubClient.Get(ctx, key, p) == nil && p.Status.ObservedGeneration == p.Generation && r != nil && r.Revision == before && r.Phase == fleetv1alpha1.RolloutPinned
+	}
 	if err := d.waitFor(ctx, "the rollback", func(ctx context.Context) bool {
-		return rolledOut(before)(ctx) && d.everyCopy(ctx, memberClients, key, blue)
+		return pinnedEverywhere(ctx) && d.everyCopy(ctx, memberClients, key, blue)
 	}); err != nil {
 		return err
 	}
