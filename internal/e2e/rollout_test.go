@@ -271,8 +271,8 @@ func TestPinnedEarlierRevisionRemovesWhatItDoesNotHold(t *testing.T) {
 		}
 	}
 	tm.edit(func(p *fleetv1alpha1.Propagation) { p.Spec.Revision = ptr.To[int64](1) })
-	tm.waitRollout("of pinned revision 1 complete", func(p *fleetv1alpha1.Propagation) bool {
-		return p.Status.Revision == 2 && p.Status.Rollout.Revision == 1 && p.Status.Rollout.Phase == fleetv1alpha1.RolloutComplete
+	tm.waitRollout("of pinned revision 1 everywhere (Pinned: revision 2 is newer)", func(p *fleetv1alpha1.Propagation) bool {
+		return p.Status.Revision == 2 && p.Status.Rollout.Revision == 1 && p.Status.Rollout.Phase == fleetv1alpha1.RolloutPinned
 	})
 	for _, m := range members {
 		if tm.copyOf(m, "extra") != nil {
