@@ -358,6 +358,16 @@ type MemberClusterStatus struct {
 	// +optional
 	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
 
+	// ObservedSecretVersion is the resourceVersion of the registration
+	// object (spec.secretRef) as the manager read it when it last probed
+	// the member with the credentials in it. A client that wrote the
+	// Secret knows the manager has seen its write once this equals the
+	// resourceVersion the write returned (register --wait waits for it).
+	// Unset before the first such probe.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ObservedSecretVersion string `json:"observedSecretVersion,omitempty"`
+
 	// LastProbeResult is the outcome of the last health probe. Unset
 	// before the first probe.
 	// +optional

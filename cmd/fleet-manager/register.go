@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -85,9 +84,9 @@ member and are never copied. Running it again changes nothing in the member
 and updates the Secret in place with a new token; when that Secret pointed at
 another server, it warns.
 
-Then it waits until the manager reports the member Ready, by a probe newer
-than the command's start: a Ready recorded earlier may be one no manager
-probes any more.`,
+Then it waits until the manager reports the member Ready by a probe with the
+credentials it wrote (the MemberCluster's status.observedSecretVersion): a
+Ready recorded earlier may be one no manager probes any more.`,
 		Example: `  fleet-manager register eu-1 --member-context=eu-1 --permissions=fleet
   fleet-manager register eu-1 --permissions=fleet --dry-run
   fleet-manager register eu-1 --permissions=fleet --namespaces=shop,web --labels=env=prod
@@ -116,12 +115,10 @@ probes any more.`,
 					return err
 				}
 			}
-			var probedBefore *metav1.Time
 			if waiting {
 				if err := enroll.CheckCRD(cmd.Context(), hubClient); err != nil {
 					return crdError(err)
 				}
-				probedBefore = lastProbe(cmd.Context(), hubClient, o.HubNamespace, o.Name)
 			}
 			res, err := enroll.Register(cmd.Context(), memberCfg, hubClient, o)
 			if err != nil {
@@ -141,7 +138,7 @@ probes any more.`,
 			if !waiting {
 				return nil
 			}
-			mc, err := waitProbed(cmd.Context(), hubClient, o.HubNamespace, o.Name, probedBefore, wait, func(state string) {
+			mc, err := waitProbed(cmd.Context(), hubClient, o.HubNamespace, o.Name, res.SecretVersion, wait, func(state string) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "Waiting for MemberCluster %s to be Ready: %s\n", o.Name, state)
 			})
 			if err != nil {
@@ -162,7 +159,7 @@ probes any more.`,
 	fs.StringVar(&o.Server, "server", "", "The member's URL as the hub reaches it. Default: the server of your member kubeconfig.")
 	fs.StringVar(&labels, "labels", "", "The cluster's labels, k=v,k2=v2, set on the registration Secret (others on it are kept).")
 	fs.StringVar(&o.HubNamespace, "namespace", enroll.MemberNamespace, "The fleet namespace on the hub, where the registration Secret goes.")
-	fs.DurationVar(&wait, "wait", 2*time.Minute, "How long to wait for the MemberCluster to be Ready, by a probe newer than the command's start; 0 does not wait.")
+	fs.DurationVar(&wait, "wait", 2*time.Minute, "How long to wait for the MemberCluster to be Ready, by a probe with the credentials written; 0 does not wait.")
 	fs.StringVar(&dryRun, "dry-run", string(enroll.DryRunNone), `"none", "client" (send nothing; fleet still reads the hub's Propagations and the member's kinds) or "server" (send the writes with dryRun=All; no token is minted). --dry-run alone is client.`)
 	fs.Lookup("dry-run").NoOptDefVal = string(enroll.DryRunClient)
 	fs.StringVarP(&output, "output", "o", "", `"yaml": print the objects written (or that would be), member ones first, the token redacted.`)

@@ -235,13 +235,73 @@ func TestRegisterWaitsForAProbeNewerThanItsStart(t *testing.T) {
 	// The wait counts from register's start: long enough that its writes
 	// fit in it on two loaded cores.
 	res = runEnroll(t, append([]string{"register", "reg-probe", "--permissions=view", "--wait=8s"}, flags...)...)
-	want := "Waiting for MemberCluster reg-probe to be Ready: Ready as recorded, but not probed since register started\n" +
-		"fleet-manager register: MemberCluster reg-probe is not Ready: not probed since register started, within 8s (is a manager running for this fleet?): state Ready"
+	want := "Waiting for MemberCluster reg-probe to be Ready: Ready as recorded, but not probed with this registration yet\n" +
+		"fleet-manager register: MemberCluster reg-probe is not Ready: not probed with this registration within 8s (is a manager running for this fleet?): state Ready"
 	if res.code != 1 || strings.Contains(res.stdout, "is Ready") || !strings.Contains(res.stderr, want) {
 		t.Errorf("register without a manager: exit %d, want 1\nstdout:\n%s\nstderr:\n%s\nwant in stderr:\n%s", res.code, res.stdout, res.stderr, want)
 	}
 	if n := strings.Count(res.stderr, "Waiting for MemberCluster"); n != 2 {
 		t.Errorf("register without a manager printed %d progress lines, want 2 (Ready, then Ready as recorded): one per change, not per read\n%s", n, res.stderr)
+	}
+}
+
+// TestRegisterAgainWaitsForTheManagerToProbeItsSecret: register --wait of
+// a member already Ready returns once the manager has probed with the
+// Secret it wrote, which the manager does at once, not at its next probe
+// (a minute here) or at its next refresh of lastProbeTime (8 minutes).
+func TestRegisterAgainWaitsForTheManagerToProbeItsSecret(t *testing.T) {
+	hub, _, ns, flags := enrollSetup(t)
+	t.Cleanup(func() {
+		mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "reg-again"}}
+		if err := hub.Delete(context.Background(), mc); client.IgnoreNotFound(err) != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	f, err := parseRunFlags([]string{flags[0], "--namespace=" + ns, "--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=1m", "--probe-review-interval=10m"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.skipNameValidation = true
+	stopped := make(chan error, 1)
+	go func() { stopped <- run(ctx, f, logr.Discard()) }()
+	defer func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	res := runEnroll(t, append([]string{"register", "reg-again", "--permissions=view", "--wait=1m"}, flags...)...)
+	if res.code != 0 || !strings.Contains(res.stdout, "MemberCluster reg-again is Ready") {
+		t.Fatalf("first register: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+
+	res = runEnroll(t, append([]string{"register", "reg-again", "--permissions=view", "--wait=30s"}, flags...)...)
+	if res.code != 0 || !strings.Contains(res.stdout, "MemberCluster reg-again is Ready") {
+		t.Fatalf("register again: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+	var secret corev1.Secret
+	var mc fleetv1alpha1.MemberCluster
+	if err := hub.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "reg-again"}, &secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.Get(t.Context(), client.ObjectKey{Name: "reg-again"}, &mc); err != nil {
+		t.Fatal(err)
+	}
+	if mc.Status.ObservedSecretVersion != secret.ResourceVersion {
+		t.Errorf("register returned with the MemberCluster's observedSecretVersion %q, not the Secret's %q it wrote", mc.Status.ObservedSecretVersion, secret.ResourceVersion)
+	}
+	var lines []string
+	for l := range strings.Lines(res.stderr) {
+		if strings.HasPrefix(l, "Waiting for MemberCluster") {
+			if len(lines) > 0 && lines[len(lines)-1] == l {
+				t.Errorf("register again printed %q twice in a row: a line per change, not per read\n%s", l, res.stderr)
+			}
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 3 {
+		t.Errorf("register again printed %d progress lines, want at most 3 (Ready, Ready as recorded, Ready):\n%s", len(lines), res.stderr)
 	}
 }
 
@@ -344,7 +404,7 @@ func TestRegisterWaitFailsWithTheStateGetMembersShows(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := runEnroll(t, append([]string{"register", "reg-stale", "--permissions=view", "--wait=3s"}, flags...)...)
-	want := "not probed since register started, within 3s (is a manager running for this fleet?): state Unknown (no manager has probed the member for over 72s; last probed "
+	want := "not probed with this registration within 3s (is a manager running for this fleet?): state Unknown (no manager has probed the member for over 72s; last probed "
 	if res.code != 1 || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, "(10m ago)); it records state Ready") {
 		t.Errorf("register --wait: exit %d, want 1\nstderr:\n%s\nwant in it:\n%s", res.code, res.stderr, want)
 	}

@@ -242,6 +242,10 @@ type Result struct {
 	Member []Change
 	// Secret is the hub's registration Secret.
 	Secret Change
+	// SecretVersion is the resourceVersion Register wrote the hub's
+	// registration Secret at: the manager has read it once a
+	// MemberCluster's status.observedSecretVersion says so.
+	SecretVersion string
 	// TokenExpiry is when the minted token expires; zero in a dry run.
 	TokenExpiry time.Time
 	// PreviousServer is the server the hub Secret registered before,
@@ -370,7 +374,7 @@ func Register(ctx context.Context, member *rest.Config, hub client.Client, o Opt
 			return nil, err
 		}
 	}
-	op, err := writeSecret(ctx, hub, secret, m.dryRun)
+	op, version, err := writeSecret(ctx, hub, secret, m.dryRun)
 	if err != nil {
 		return nil, scrub(err, token)
 	}
@@ -378,6 +382,7 @@ func Register(ctx context.Context, member *rest.Config, hub client.Client, o Opt
 		return nil, err
 	}
 	res.Secret = Change{Object: printable(secret), Op: op}
+	res.SecretVersion = version
 	return res, nil
 }
 
@@ -579,29 +584,31 @@ func displayServer(server string) string {
 }
 
 // writeSecret creates s on the hub, or updates the registration Secret of
-// that name in place.
-func writeSecret(ctx context.Context, hub client.Client, s *corev1.Secret, dryRun bool) (string, error) {
+// that name in place, and returns what it did and the resourceVersion
+// written.
+func writeSecret(ctx context.Context, hub client.Client, s *corev1.Secret, dryRun bool) (op, version string, _ error) {
 	var opts []client.CreateOption
 	var uopts []client.UpdateOption
 	if dryRun {
 		opts, uopts = []client.CreateOption{client.DryRunAll}, []client.UpdateOption{client.DryRunAll}
 	}
-	err := hub.Create(ctx, s.DeepCopy(), opts...)
+	created := s.DeepCopy()
+	err := hub.Create(ctx, created, opts...)
 	if err == nil {
-		return "created", nil
+		return "created", created.ResourceVersion, nil
 	}
 	if apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("the hub has no namespace %s: install the manager (deploy/) or choose --namespace", s.Namespace)
+		return "", "", fmt.Errorf("the hub has no namespace %s: install the manager (deploy/) or choose --namespace", s.Namespace)
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("creating Secret %s/%s on the hub: %w", s.Namespace, s.Name, err)
+		return "", "", fmt.Errorf("creating Secret %s/%s on the hub: %w", s.Namespace, s.Name, err)
 	}
 	var cur corev1.Secret
 	if err := hub.Get(ctx, client.ObjectKeyFromObject(s), &cur); err != nil {
-		return "", fmt.Errorf("reading Secret %s/%s on the hub: %w", s.Namespace, s.Name, err)
+		return "", "", fmt.Errorf("reading Secret %s/%s on the hub: %w", s.Namespace, s.Name, err)
 	}
 	if cur.Labels[registry.KubeconfigLabel] != "true" {
-		return "", fmt.Errorf("Secret %s/%s exists on the hub and is not a registration (no label %s=true): refusing to overwrite it", s.Namespace, s.Name, registry.KubeconfigLabel)
+		return "", "", fmt.Errorf("Secret %s/%s exists on the hub and is not a registration (no label %s=true): refusing to overwrite it", s.Namespace, s.Name, registry.KubeconfigLabel)
 	}
 	if cur.Labels == nil {
 		cur.Labels = map[string]string{}
@@ -614,9 +621,9 @@ func writeSecret(ctx context.Context, hub client.Client, s *corev1.Secret, dryRu
 	}
 	cur.Data[registry.KubeconfigKey] = s.Data[registry.KubeconfigKey]
 	if err := hub.Update(ctx, &cur, uopts...); err != nil {
-		return "", fmt.Errorf("updating Secret %s/%s on the hub: %w", s.Namespace, s.Name, err)
+		return "", "", fmt.Errorf("updating Secret %s/%s on the hub: %w", s.Namespace, s.Name, err)
 	}
-	return "configured", nil
+	return "configured", cur.ResourceVersion, nil
 }
 
 // scrub removes token from err's message.

@@ -90,13 +90,18 @@ func proxyURL(cfg *rest.Config) string {
 // did. When the token or certificate changed, m's connections are closed,
 // so that every client reconnects with the new ones: watches opened with
 // the old token would otherwise stay open after it is revoked. The cache
-// is kept; informers watch again from their last resource version.
+// is kept; informers watch again from their last resource version. The
+// new credentials are reviewed at once, so that the member's status says
+// soon whether they work.
 func (m *member) rotate(next *credentials) bool {
 	cur := m.creds.Load()
 	if !credentialsOnly(cur.config, next.config) {
 		return false
 	}
 	m.creds.Store(next)
+	if p := m.prober.Load(); p != nil {
+		defer p.reviewSoon()
+	}
 	if cur.token != next.token || !bytes.Equal(cur.config.CertData, next.config.CertData) || !bytes.Equal(cur.config.KeyData, next.config.KeyData) {
 		m.closeConnections()
 		m.log.Info("Rotated member credentials")

@@ -187,6 +187,8 @@ type prober struct {
 	// woken is set by a wake during a probe, which is then followed by
 	// another.
 	woken bool
+	// reviewDue makes the next probe a review, whatever PINGs would do.
+	reviewDue bool
 }
 
 // wakeGap is the least time between the start of a probe and a probe a
@@ -222,6 +224,22 @@ func (p *prober) wake() {
 	defer p.mu.Unlock()
 	switch {
 	case p.stopped || p.ctx == nil || !p.wakeable:
+	case p.timer == nil:
+		p.woken = true
+	case p.timer.Stop():
+		p.scheduleLocked(max(wakeGap-p.clock.Since(p.lastStart), 0))
+	}
+}
+
+// reviewSoon asks for a review at once, even after a probe the API
+// server answered with an error: new credentials are tested once, not in
+// a loop.
+func (p *prober) reviewSoon() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reviewDue = true
+	switch {
+	case p.stopped || p.ctx == nil:
 	case p.timer == nil:
 		p.woken = true
 	case p.timer.Stop():
@@ -269,7 +287,7 @@ func (p *prober) fire() {
 		return
 	}
 	p.wakeable = !answered(result.Err)
-	if p.woken && p.wakeable {
+	if p.woken && (p.wakeable || p.reviewDue) {
 		next = wakeGap
 	}
 	d := next - p.clock.Since(start)
@@ -298,6 +316,8 @@ func (p *prober) probeOnce(ctx context.Context, start time.Time) (result registr
 	opts := &p.health.opts
 	p.mu.Lock()
 	ready := p.health.state == fleetv1alpha1.MemberStateReady && p.health.failures == 0
+	due := p.reviewDue
+	p.reviewDue = false
 	timeout := opts.Timeout
 	if p.health.state == fleetv1alpha1.MemberStateDisconnected {
 		// Its probes follow one another: one is always waiting, and a
@@ -306,7 +326,7 @@ func (p *prober) probeOnce(ctx context.Context, start time.Time) (result registr
 	}
 	p.mu.Unlock()
 	pctx, cancel := context.WithTimeout(ctx, timeout)
-	review := p.ping == nil || !ready || !p.connected() || start.Sub(p.reviewedAt) >= opts.ReviewInterval
+	review := due || p.ping == nil || !ready || !p.connected() || start.Sub(p.reviewedAt) >= opts.ReviewInterval
 	var err error
 	if !review {
 		if err = p.ping(pctx); err != nil && pctx.Err() == nil {

@@ -50,6 +50,9 @@ type member struct {
 
 	// creds are the current credentials, replaced by rotate.
 	creds atomic.Pointer[credentials]
+	// reviewedWith are the credentials current when the last review
+	// started: those it was sent with, or older.
+	reviewedWith atomic.Pointer[credentials]
 	// clusterID identifies the cluster the member reaches, once it read
 	// it (see admit); guarded by the pool's mu.
 	clusterID string
@@ -150,6 +153,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	// credentials after a rotation. Between reviews, a PING on the HTTP/2
 	// connection the cache's watches use proves the member alive.
 	m.review = func(ctx context.Context) error {
+		m.reviewedWith.Store(m.creds.Load())
 		_, err := reviews.SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		return err
 	}
@@ -358,6 +362,9 @@ func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberS
 	if result.Err == nil {
 		m.successes.Add(1)
 		signal(m.reconnect)
+	}
+	if c := m.reviewedWith.Load(); c != nil {
+		result.Kubeconfig = c.fingerprint
 	}
 	old := m.state.Swap(state)
 	if result.Err == nil {

@@ -130,7 +130,7 @@ func (r *profileReader) Reconcile(ctx context.Context, req reconcile.Request) (r
 		r.registry.withdraw(src)
 		return reconcile.Result{}, nil
 	}
-	c := Claim{Source: src, Labels: maps.Clone(cp.Labels), Created: cp.CreationTimestamp.Time}
+	c := Claim{Source: src, Labels: maps.Clone(cp.Labels), Created: cp.CreationTimestamp.Time, Version: cp.ResourceVersion}
 	var err error
 	if c.kubeconfig, err = profileKubeconfig(cp, name, ap, r.providers); err != nil {
 		c.Refusal = &kubeconfig.RefusedError{Reason: ReasonAccessProviderInvalid, Message: kubeconfig.Scrub(err)}

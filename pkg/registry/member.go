@@ -1,6 +1,9 @@
 package registry
 
-import "time"
+import (
+	"crypto/sha256"
+	"time"
+)
 
 // Registration is a member cluster as a Secret registers it. Kubeconfig is
 // untrusted: the pool's kubeconfig.Policy checks it when the member is built.
@@ -27,4 +30,8 @@ type ProbeResult struct {
 	// ConsecutiveFailures counts the failed probes in a row, this one
 	// included; 0 after a success.
 	ConsecutiveFailures int
+	// Kubeconfig is the SHA-256 of the kubeconfig whose credentials the
+	// member last reviewed (SelfSubjectReview) with: in this probe, or
+	// before the PING this probe was; zero before the first review.
+	Kubeconfig [sha256.Size]byte
 }

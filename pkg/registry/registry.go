@@ -3,6 +3,7 @@ package registry
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"maps"
 	"slices"
 	"strings"
@@ -52,8 +53,13 @@ type Claim struct {
 	// Created is when the Secret, or ClusterProfile, was created: of two
 	// names that register one cluster, the first created keeps it.
 	Created time.Time
+	// Version is the resourceVersion of the Secret, or ClusterProfile,
+	// as read.
+	Version string
 
 	kubeconfig []byte
+	// fingerprint is the hash of kubeconfig, as ProbeResult.Kubeconfig.
+	fingerprint [sha256.Size]byte
 }
 
 // Cluster is what the registry knows of one cluster name. A Cluster handed
@@ -82,6 +88,10 @@ type Cluster struct {
 	State fleetv1alpha1.MemberState
 	// Probe is the member's last probe, nil before the first.
 	Probe *ProbeResult
+	// ProbedVersion is the Version of the accepted claim as of the last
+	// probe that reviewed the credentials of its kubeconfig; empty before
+	// one did in this process.
+	ProbedVersion string
 	// Owner names the replica that owns the cluster when replicas share
 	// the fleet; empty when this replica works alone, or while no replica
 	// is live.
@@ -264,6 +274,7 @@ func (r *Registry) claim(name string, c Claim) (taken bool) {
 		r.clusters[name] = next
 		return true
 	}
+	c.fingerprint = sha256.Sum256(c.kubeconfig)
 	next.Claims = append(withoutSource(next.Claims, c.Source), c)
 	r.lockedSet(cur, next)
 	return false
@@ -366,8 +377,10 @@ type Credentials struct {
 
 // ObserveState records the state of the member of cluster name and, when
 // probe is not nil, its last probe. It is ignored for a cluster that is
-// not accepted, or not run here: a member reporting as it stops. A probe that succeeded,
-// after one that did, in the same state, changes the snapshot without an
+// not accepted, or not run here: a member reporting as it stops. A probe
+// that reviewed the accepted kubeconfig's credentials makes the claim's
+// Version the ProbedVersion. A probe that succeeded, after one that did,
+// in the same state and ProbedVersion, changes the snapshot without an
 // event: subscribers would otherwise be woken for every member every
 // probe interval, for nothing but its time. Its signature suits the
 // member pool's Options.Observe.
@@ -382,8 +395,11 @@ func (r *Registry) ObserveState(name string, state fleetv1alpha1.MemberState, pr
 	next.State = state
 	if probe != nil {
 		next.Probe = probe
+		if probe.Kubeconfig == cur.Claims[0].fingerprint {
+			next.ProbedVersion = cur.Claims[0].Version
+		}
 	}
-	if state == cur.State && probe != nil && probe.Err == nil && cur.Probe != nil && cur.Probe.Err == nil {
+	if state == cur.State && next.ProbedVersion == cur.ProbedVersion && probe != nil && probe.Err == nil && cur.Probe != nil && cur.Probe.Err == nil {
 		r.clusters[name] = &next
 		return
 	}

@@ -349,7 +349,7 @@ func (r *secretReader) read(ctx context.Context, secret *corev1.Secret) {
 	if refusal := droppedRefusal(secret, r.format.Keys); refusal != nil && !isRefusal(err, ReasonInvalidClusterName) {
 		err = refusal
 	}
-	c := Claim{Source: src, Labels: maps.Clone(secret.Labels), Created: secret.CreationTimestamp.Time, kubeconfig: reg.Kubeconfig}
+	c := Claim{Source: src, Labels: maps.Clone(secret.Labels), Created: secret.CreationTimestamp.Time, Version: secret.ResourceVersion, kubeconfig: reg.Kubeconfig}
 	if err != nil {
 		refusal, ok := errors.AsType[*kubeconfig.RefusedError](err)
 		if !ok {

@@ -314,6 +314,9 @@ func (mc *memberClusters) setStatus(ctx context.Context, c *registry.Cluster, st
 	if c.ClusterID != "" {
 		status.ClusterID = c.ClusterID
 	}
+	if c.ProbedVersion != "" {
+		status.ObservedSecretVersion = c.ProbedVersion
+	}
 	duplicate := refusal != nil && refusal.Reason == registry.ReasonDuplicateCluster
 	switch {
 	case refusal != nil && (refusal.Reason == registry.ReasonClusterNameConflict || duplicate):
