@@ -132,6 +132,10 @@ const (
 	// ReasonRevisionInvalid: a member's revision cannot be read, or its
 	// content does not match its hash.
 	ReasonRevisionInvalid = "RevisionInvalid"
+	// ReasonRevisionRefused: the hub refused to store a revision of what
+	// the Propagation selects now (too large, say). The rollout is Failed
+	// and Ready False; members keep the revisions they have.
+	ReasonRevisionRefused = "RevisionRefused"
 	// ReasonPinnedToOlderRevision: spec.revision pins a revision older
 	// than the newest, which is not rolled out (phase Pinned, and Ready
 	// False).

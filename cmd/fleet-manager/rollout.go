@@ -225,15 +225,18 @@ Deployment. With --watch=false, it prints where the rollout stands once.
 
 Exit codes:
   0  rolled out: the manager observed the Propagation's generation, every
-     selected member runs the revision, and every entry of resources selects
-     a hub object
+     selected member runs the revision, and the manager reports, for that
+     generation, that every entry of resources selects a hub object
   1  the hub could not be read
   2  usage error
   3  failed: the rollout stopped, or ended with failed members, no member
-     takes it, or an entry of resources selects nothing (the members, the
-     entry and the reasons are named)
+     takes it, the hub refused a revision of what it selects
+     (RevisionRefused), or an entry of resources has selected nothing for
+     30s, or until --timeout if sooner (the members, the entry and the
+     reasons are named)
   4  timed out (or, with --watch=false, not rolled out yet), naming the
-     members that hold the rollout and why
+     members that hold the rollout and why, or that the manager reports no
+     selection for the generation (an older manager: upgrade it)
   5  held: spec.revision pins a revision older than the newest (see
      "rollout unpin"), or the rollout is paused when the wait ends
   6  not found: no such Propagation, or no Propagation CRD`,
@@ -253,12 +256,17 @@ Exit codes:
 			return err
 		}
 		var last rolloutStand
+		deadline := time.Now().Add(timeout)
 		check := func(ctx context.Context) (string, bool, error) {
 			prop, err := t.get(ctx, c)
 			if err != nil {
 				return "", false, err
 			}
-			last = rolloutProgress(t, prop)
+			grace := selectionGrace
+			if timeout > 0 {
+				grace = min(grace, time.Until(deadline))
+			}
+			last = rolloutProgress(t, prop, time.Now(), grace)
 			return last.line, last.verdict != verdictWaiting, nil
 		}
 		if watch {
@@ -280,12 +288,19 @@ func rolloutStatusExit(cmd *cobra.Command, last rolloutStand, err error) error {
 	switch {
 	case apierrors.IsNotFound(err) || errors.Is(err, errNoPropagationCRD):
 		code, message = exitRolloutNotFound, err.Error()
+	case errors.As(err, &timedOut) && last.unselected != "":
+		// The timeout ends the grace period of an entry that selects
+		// nothing: a failure, not a timeout.
+		code, message = exitRolloutFailed, last.unselected
 	case errors.As(err, &timedOut) && last.paused:
 		code, message = exitRolloutHeld, timedOut.Error()+": the rollout is paused (fleet-manager rollout resume)"
 	case errors.As(err, &timedOut):
 		code, message = exitRolloutTimedOut, timedOut.Error()
 		if last.holders != "" {
 			message += "; held by " + last.holders
+		}
+		if last.unreported != "" {
+			message += "; " + last.unreported
 		}
 	case err != nil:
 		return err
@@ -328,20 +343,33 @@ const (
 
 // rolloutStand is where a rollout stands, for rollout status: the line
 // to print, the verdict, why it failed or is held, whether it is paused,
-// and the members that hold it, with their reasons.
+// the members that hold it, with their reasons, an entry of resources
+// that selects nothing, within its grace period, and that the manager
+// reports no selection of the generation.
 type rolloutStand struct {
-	line    string
-	verdict rolloutVerdict
-	why     string
-	paused  bool
-	holders string
+	line       string
+	verdict    rolloutVerdict
+	why        string
+	paused     bool
+	holders    string
+	unselected string
+	unreported string
 }
+
+// selectionGrace is how long rollout status waits, by the condition's
+// lastTransitionTime, for an entry of resources that selects nothing to
+// select something before it fails: a typo fails, an object created just
+// after its Propagation does not.
+const selectionGrace = 30 * time.Second
 
 // rolloutProgress says where prop's rollout, t's, stands. Complete is not
 // taken at its word: a rollout to no member, one whose pin holds back a
 // newer revision, or one with an entry of resources that selects nothing
 // is no rollout a gate may pass.
-func rolloutProgress(t rolloutTarget, prop *fleetv1alpha1.Propagation) rolloutStand {
+//
+// Rolled out needs evidence: a ResourcesSelected True of the observed
+// generation. A False one fails once it is older than grace, at now.
+func rolloutProgress(t rolloutTarget, prop *fleetv1alpha1.Propagation, now time.Time, grace time.Duration) rolloutStand {
 	st := prop.Status
 	wanted := wantedRevision(prop)
 	r := st.Rollout
@@ -376,11 +404,22 @@ func rolloutProgress(t rolloutTarget, prop *fleetv1alpha1.Propagation) rolloutSt
 		}
 		return waiting(line)
 	}
-	stand.line = fmt.Sprintf("revision %d rolled out to %s", wanted, plural(int(r.Updated), "member"))
-	if c := meta.FindStatusCondition(st.Conditions, fleetv1alpha1.PropagationResourcesSelected); c != nil && c.Status == metav1.ConditionFalse {
-		stand.verdict, stand.why = verdictFailed, fmt.Sprintf("revision %d selects less than spec.resources names: %s (%s)", wanted, oneLine(c.Message), c.Reason)
+	rolledOutLine := fmt.Sprintf("revision %d rolled out to %s", wanted, plural(int(r.Updated), "member"))
+	c := meta.FindStatusCondition(st.Conditions, fleetv1alpha1.PropagationResourcesSelected)
+	switch {
+	case c == nil || c.ObservedGeneration != st.ObservedGeneration || c.Status == metav1.ConditionUnknown:
+		stand.unreported = fmt.Sprintf("the manager reports no selection (ResourcesSelected) for generation %d: upgrade the manager if it is older than this command", prop.Generation)
+		return waiting(fmt.Sprintf("Waiting for the manager to report what generation %d selects (ResourcesSelected)", prop.Generation))
+	case c.Status == metav1.ConditionFalse:
+		why := fmt.Sprintf("revision %d selects less than spec.resources names: %s (%s)", wanted, oneLine(c.Message), c.Reason)
+		if since := now.Sub(c.LastTransitionTime.Time); since < grace {
+			stand.unselected = why
+			return waiting(fmt.Sprintf("Waiting for every entry of resources to select a hub object (%s, %s); failing after %s", c.Reason, oneLine(c.Message), grace.Round(time.Second)))
+		}
+		stand.line, stand.verdict, stand.why = rolledOutLine, verdictFailed, why
 		return stand
 	}
+	stand.line = rolledOutLine
 	if prop.Spec.Revision != nil && (r.Phase == fleetv1alpha1.RolloutPinned || st.Revision > wanted) {
 		unpin := "fleet-manager rollout unpin " + strings.ToLower(t.kind) + "/" + t.key.Name
 		if t.key.Namespace != "" {
@@ -445,7 +484,21 @@ func waitUntil(ctx context.Context, w io.Writer, timeout time.Duration, what str
 	defer cancelCheck()
 	defer context.AfterFunc(waitCtx, cancelCheck)()
 	shown := ""
-	err := wait.PollUntilContextCancel(waitCtx, pollEvery, true, func(context.Context) (bool, error) {
+	// One read is made whatever the timeout: what is read is judged
+	// before the timeout is (a Propagation that is not there is not a
+	// timeout).
+	line, done, err := check(ctx)
+	if err != nil {
+		return err
+	}
+	if line != "" {
+		shown = line
+		fmt.Fprintln(w, line)
+	}
+	if done {
+		return nil
+	}
+	err = wait.PollUntilContextCancel(waitCtx, pollEvery, false, func(context.Context) (bool, error) {
 		line, done, err := check(checkCtx)
 		if err != nil {
 			return false, err

@@ -30,6 +30,11 @@ func writeRolloutStatus(t *testing.T, c client.Client, obj client.Object, status
 		t.Fatal(err)
 	}
 	status.ObservedGeneration = obj.GetGeneration()
+	for i := range status.Conditions {
+		if status.Conditions[i].ObservedGeneration == 0 {
+			status.Conditions[i].ObservedGeneration = obj.GetGeneration()
+		}
+	}
 	switch o := obj.(type) {
 	case *fleetv1alpha1.Propagation:
 		o.Status = status
@@ -62,10 +67,13 @@ func createRevisions(t *testing.T, c client.Client, namespace, kind, name string
 	}
 }
 
-// rolledOut is the status of a rollout of revision complete in members.
+// rolledOut is the status of a rollout of revision complete in members,
+// every entry of resources selecting a hub object.
 func rolledOut(revision int64, members ...string) fleetv1alpha1.PropagationStatus {
 	return fleetv1alpha1.PropagationStatus{
 		Selected: int32(len(members)), Revision: revision,
+		Conditions: []metav1.Condition{{Type: fleetv1alpha1.PropagationResourcesSelected, Status: metav1.ConditionTrue,
+			Reason: fleetv1alpha1.ReasonResourcesSelected, Message: "every entry of resources selects a hub object", LastTransitionTime: metav1.Now()}},
 		Rollout: &fleetv1alpha1.RolloutStatus{
 			Revision: revision, Phase: fleetv1alpha1.RolloutComplete, Updated: int32(len(members)),
 			Members: []fleetv1alpha1.RevisionMembers{{Revision: revision, Names: members}},
@@ -118,7 +126,7 @@ func TestRolloutStatus(t *testing.T) {
 	noMemberOld.Rollout.Members = nil
 	missing := rolledOut(3, "a", "b")
 	missing.Conditions = []metav1.Condition{{Type: fleetv1alpha1.PropagationResourcesSelected, Status: metav1.ConditionFalse, Reason: fleetv1alpha1.ReasonResourceNotFound,
-		Message: "resources[0]: v1 ConfigMap setings is not on the hub; the other entries' objects are copied", LastTransitionTime: metav1.Now()}}
+		Message: "resources[0]: v1 ConfigMap setings is not on the hub; the other entries' objects are copied", LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Minute))}}
 	for _, tc := range []struct {
 		name   string
 		status fleetv1alpha1.PropagationStatus

@@ -171,8 +171,14 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 	switch {
 	case p.Spec.Revision != nil && !hasRevision(revs, target):
 		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionInvalid, fmt.Sprintf("spec.revision %d is not kept: it cannot be rolled out", target)
+	case rv.refused != "" && p.Spec.Revision != nil:
+		// The pin is what is rolled out; the refusal is named.
+		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionRefused, truncate(rv.refused, 1024)
 	case rv.refused != "":
-		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionInvalid, truncate(rv.refused, 1024)
+		// What the spec selects now is no revision: its rollout is not
+		// Complete at the revision before. Members keep what they have.
+		plan.status.Phase = fleetv1alpha1.RolloutFailed
+		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionRefused, truncate(rv.refused, 1024)
 	}
 	before := p.Status.Rollout
 	st.Rollout = &plan.status
@@ -330,7 +336,8 @@ func (r *reconciler) tellRollout(p *fleetv1alpha1.Propagation, before, now *flee
 	case fleetv1alpha1.RolloutStopped:
 		r.recorder.Eventf(hubObject(p), nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonRolloutStopped, "Rollout", "revision %d: %s", now.Revision, now.Message)
 	case fleetv1alpha1.RolloutFailed:
-		r.recorder.Eventf(hubObject(p), nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonMembersFailed, "Rollout", "revision %d: %s", now.Revision, now.Message)
+		// MembersFailed, or RevisionRefused.
+		r.recorder.Eventf(hubObject(p), nil, corev1.EventTypeWarning, now.Reason, "Rollout", "revision %d: %s", now.Revision, now.Message)
 	case fleetv1alpha1.RolloutComplete:
 		if now.Revision > 0 {
 			r.recorder.Eventf(hubObject(p), nil, corev1.EventTypeNormal, fleetv1alpha1.ReasonRolloutComplete, "Rollout", "revision %d: %s", now.Revision, now.Message)

@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 )
@@ -49,5 +52,43 @@ func TestRefusedRevisionIsLoggedOnce(t *testing.T) {
 	f.reconciledAgain("web")
 	if n := f.fleet.Logs.Count(refusedRevisionLog); n != 2 {
 		t.Errorf("the refusals of two contents are logged %d times, want twice", n)
+	}
+}
+
+// TestRefusedRevisionFailsTheRollout: a spec edited to select content too
+// large for the hub observes the new generation, but its rollout is
+// Failed, reason RevisionRefused, and Ready False: never Complete at the
+// revision before. Members keep what they have.
+func TestRefusedRevisionFailsTheRollout(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"v": "1"}, map[string]string{"app": "web"})
+	// Two ConfigMaps of 900 KB each, not selected yet: a revision of both
+	// does not fit the hub.
+	big := strings.Repeat("x", 900_000)
+	f.configMap("big-a", map[string]string{"v": big}, map[string]string{"app": "big"})
+	f.configMap("big-b", map[string]string{"v": big}, map[string]string{"app": "big"})
+	f.propagation("web", func(p *fleetv1alpha1.Propagation) {
+		p.Spec.Strategy = fleetv1alpha1.RolloutStrategy{Type: fleetv1alpha1.RolloutProgressive}
+	})
+	f.waitStatus("web", "revision 1 Complete", func(p *fleetv1alpha1.Propagation) bool {
+		return p.Status.Rollout != nil && p.Status.Rollout.Revision == 1 && p.Status.Rollout.Phase == fleetv1alpha1.RolloutComplete
+	})
+
+	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) {
+		p.Spec.Resources = append(p.Spec.Resources, fleetv1alpha1.ResourceSelector{APIVersion: "v1", Kind: "ConfigMap", Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"app": "big"})})
+	})
+	p := f.waitStatus("web", "the refusal reported", func(p *fleetv1alpha1.Propagation) bool {
+		return p.Status.Rollout != nil && strings.Contains(p.Status.Rollout.Message, "the hub refused a new revision")
+	})
+	if r := p.Status.Rollout; r.Phase != fleetv1alpha1.RolloutFailed || r.Reason != fleetv1alpha1.ReasonRevisionRefused {
+		t.Errorf("rollout %s, reason %s; want Failed, RevisionRefused", r.Phase, r.Reason)
+	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != fleetv1alpha1.ReasonRevisionRefused {
+		t.Errorf("Ready %+v; want False, RevisionRefused", c)
+	}
+	if f.copyIn(0, "web") == nil {
+		t.Error("the member lost its copy of web: a refusal removed it")
 	}
 }

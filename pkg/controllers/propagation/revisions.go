@@ -470,10 +470,17 @@ func (r *reconciler) pruneRevisions(ctx context.Context, p *fleetv1alpha1.Propag
 }
 
 // loadRevision reads p's revision number n and its content, checked
-// against its hash: a revision changed after it was made is refused.
+// against its hash: a revision changed after it was made is refused. One
+// the cache does not show is read from the hub itself: the plan may have
+// just made it, and only the hub can say it is missing.
 func (r *reconciler) loadRevision(ctx context.Context, p *fleetv1alpha1.Propagation, n int64) (*content, string, error) {
 	var rev fleetv1alpha1.PropagationRevision
-	if err := r.hub.Get(ctx, client.ObjectKey{Namespace: r.revisionsNamespace(p), Name: revisionObjectName(p, n)}, &rev); err != nil {
+	key := client.ObjectKey{Namespace: r.revisionsNamespace(p), Name: revisionObjectName(p, n)}
+	err := r.hub.Get(ctx, key, &rev)
+	if apierrors.IsNotFound(err) {
+		err = r.live.Get(ctx, key, &rev)
+	}
+	if err != nil {
 		return nil, "", err
 	}
 	var c content

@@ -381,6 +381,8 @@ func setConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationSt
 		switch ro := st.Rollout; {
 		case p.Spec.Suspend:
 			return fleetv1alpha1.ReasonSuspended, "spec.suspend is set: nothing is applied, corrected or removed"
+		case ro != nil && ro.Reason == fleetv1alpha1.ReasonRevisionRefused:
+			return ro.Reason, ro.Message
 		case ro != nil && ro.Phase == fleetv1alpha1.RolloutStopped:
 			return fleetv1alpha1.ReasonRolloutStopped, ro.Message
 		case ro != nil && ro.Phase == fleetv1alpha1.RolloutPaused && ro.Updated < st.Selected:
