@@ -23,6 +23,10 @@ import (
 	"k8s.io/client-go/util/connrotation"
 )
 
+// ErrConnectionRefused is the error of a request to a member that refused
+// the connection: a member that went down, say.
+var ErrConnectionRefused = errors.New("connection refused")
+
 // newDialer returns m's dialer. A dialer of its own keeps m's connections
 // from being shared with other members and lets m close every one; control
 // checks each resolved address against the policy.
@@ -38,7 +42,7 @@ func (m *member) newDialer(control func(network, address string, c syscall.RawCo
 			// sleeps out its retry backoff (up to 30 s) without heeding
 			// cancellation, holding up the teardown of a member that went
 			// away; other errors take paths that stop at once.
-			return nil, fmt.Errorf("dial %s %s: connection refused", network, address)
+			return nil, fmt.Errorf("dial %s %s: %w", network, address, ErrConnectionRefused)
 		}
 		if err != nil {
 			return nil, err

@@ -66,7 +66,8 @@ func (r *reconciler) Reconcile(ctx context.Context, req fleet.Request) (_ reconc
 	if req.ClusterName == registry.HubName {
 		return r.reconcileStatus(ctx, req.NamespacedName)
 	}
-	return r.reconcileMember(ctx, req.ClusterName, req.NamespacedName)
+	res, err := r.reconcileMember(ctx, req.ClusterName, req.NamespacedName)
+	return r.quietUnreachable(ctx, req.ClusterName, res, err)
 }
 
 // memberRun is one member reconcile: what is wanted, what is there, and

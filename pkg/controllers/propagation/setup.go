@@ -110,6 +110,8 @@ type reconciler struct {
 	refusedRevisions refusalBook
 	// queue takes the requests the controller makes itself.
 	queue controllerQueue
+	// unreachable holds the members whose runs could not reach them.
+	unreachable unreachableLog
 
 	// mu guards lastStatus, when each Propagation's status was last
 	// summed up, and readiness, each Propagation's Ready status, for
