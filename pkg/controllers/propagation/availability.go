@@ -297,6 +297,8 @@ func conditionOf(obj *unstructured.Unstructured, conditionType string) (status, 
 // (ResourceSelector.AvailableWhen). It is safe for concurrent use.
 type availableWhen struct {
 	program cel.Program
+	// timeout bounds one evaluation: availableWhenTimeout.
+	timeout time.Duration
 }
 
 const (
@@ -418,7 +420,7 @@ func newAvailableWhen(expr string) (*availableWhen, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &availableWhen{program: program}, nil
+	return &availableWhen{program: program, timeout: availableWhenTimeout}, nil
 }
 
 // ruleRefused is why a rule that compiles is refused.
@@ -609,7 +611,7 @@ func resultSize(v ref.Val) uint64 {
 
 // availability evaluates the rule over obj.
 func (r *availableWhen) availability(obj *unstructured.Unstructured) availability {
-	ctx, cancel := context.WithTimeout(context.Background(), availableWhenTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
 	out, _, err := r.program.ContextEval(ctx, map[string]any{"self": obj.Object})
 	if err != nil {

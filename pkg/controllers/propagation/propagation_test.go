@@ -940,6 +940,15 @@ func TestUnchangedFleetMakesNoWrites(t *testing.T) {
 	}
 	f.propagation("web", nil)
 	f.waitStatus("web", "Ready", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 2 })
+	// Under All, a copy applied before its revision was made is labelled
+	// with it by one more write once it is: those writes come first.
+	for i := range 2 {
+		for j := range 20 {
+			f.waitCopy(i, fmt.Sprintf("web-%d", j), "labelled with revision 1", func(cm *corev1.ConfigMap) bool {
+				return cm.Labels[fleetv1alpha1.RevisionLabel] == "1"
+			})
+		}
+	}
 	since := time.Now()
 	if writes := memberWrites(t, 0, time.Time{}); len(writes) < 20 {
 		t.Fatalf("the audit log shows %d writes by the controller, want at least the 20 creates: it does not see them", len(writes))
