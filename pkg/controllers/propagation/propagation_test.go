@@ -475,10 +475,14 @@ func TestDriftIsCorrectedOrReported(t *testing.T) {
 
 	editCopy := func(value string) {
 		t.Helper()
-		cm := f.copyIn(0, "web")
-		cm.Data["color"] = value
-		cm.Data["added"] = "by hand" // not the manager's: never drift
-		if err := suite.MemberClients[0].Update(t.Context(), cm); err != nil {
+		// The manager may write the copy meanwhile (its revision label).
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cm := f.copyIn(0, "web")
+			cm.Data["color"] = value
+			cm.Data["added"] = "by hand" // not the manager's: never drift
+			return suite.MemberClients[0].Update(t.Context(), cm)
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
