@@ -43,11 +43,14 @@ envtest:
 ## high-confidence checks (`make lint` runs all of vet) and the fuzz seeds.
 ## hack/manifests compares the Helm chart with deploy/ and runs the alerts'
 ## promtool rule tests, without the race detector: it renders templates on
-## one goroutine, and Helm's build under -race would cost a minute more.
+## one goroutine, and Helm's build under -race would cost a minute more. It is
+## built static with -trimpath, as hack/image builds the image's binary and
+## pkg/fleet's tests their plugins: a cold build compiles the Kubernetes
+## libraries twice (with -race, and so), not three times.
 test: envtest promtool
 	go test $(GO_TEST_FLAGS) ./...
 	cd hack/image && go test $(GO_TEST_FLAGS) ./...
-	cd hack/manifests && go test $(filter-out -race,$(GO_TEST_FLAGS)) ./...
+	cd hack/manifests && CGO_ENABLED=0 go test -trimpath $(filter-out -race,$(GO_TEST_FLAGS)) ./...
 
 ## test-time: run make test from an empty Go build cache, as CI does, and
 ## print the CPU seconds of each test package, of compiling, and in all;
