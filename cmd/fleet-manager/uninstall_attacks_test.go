@@ -4,13 +4,10 @@ package main
 // docs/install.md's Uninstall section and the command's help promise.
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -122,26 +119,7 @@ func startSecondFleet(t *testing.T, first *uninstallFleet) *uninstallFleet {
 	hub, member, ns, flags := enrollSetup(t)
 	f := &uninstallFleet{hub: hub, member: member, ns: ns, name: suite.Name("review-b")}
 	f.flags = []string{flags[0], "--namespace=" + ns, first.flags[2]}
-	runFlags, err := parseRunFlags([]string{flags[0], "--namespace=" + ns, "--leader-elect", "--state-dir=" + t.TempDir(),
-		"--metrics-bind-address=0", "--health-probe-bind-address=0"}, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runFlags.skipNameValidation = true
-	ctx, cancel := context.WithCancel(t.Context())
-	stopped := make(chan error, 1)
-	go func() { stopped <- run(ctx, runFlags, logr.Discard()) }()
-	f.stop = func() {
-		if cancel == nil {
-			return
-		}
-		cancel()
-		cancel = nil
-		if err := <-stopped; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}
-	t.Cleanup(f.stop)
+	f.stop = startUninstallManager(t, flags[0], ns)
 	kc, err := controlplane.AdminKubeconfig(testMember, "review-b")
 	if err != nil {
 		t.Fatal(err)

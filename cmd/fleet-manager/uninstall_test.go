@@ -55,26 +55,7 @@ func startUninstallFleet(t *testing.T) *uninstallFleet {
 	}
 	f.flags = []string{flags[0], "--namespace=" + ns, "--member-kubeconfig=" + writeTemp(t, "members.kubeconfig", data)}
 
-	runFlags, err := parseRunFlags([]string{flags[0], "--namespace=" + ns, "--leader-elect", "--state-dir=" + t.TempDir(),
-		"--metrics-bind-address=0", "--health-probe-bind-address=0"}, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runFlags.skipNameValidation = true
-	ctx, cancel := context.WithCancel(t.Context())
-	stopped := make(chan error, 1)
-	go func() { stopped <- run(ctx, runFlags, logr.Discard()) }()
-	f.stop = func() {
-		if cancel == nil {
-			return
-		}
-		cancel()
-		cancel = nil
-		if err := <-stopped; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}
-	t.Cleanup(f.stop)
+	f.stop = startUninstallManager(t, flags[0], ns)
 
 	res := runEnroll(t, append([]string{"register", f.name, "--permissions=cluster-admin", "--wait=1m"}, f.flags[0], f.flags[1], flags[1])...)
 	if res.code != 0 {
@@ -289,4 +270,31 @@ func TestUninstallForceWhenTheManagerIsGone(t *testing.T) {
 	if err := f.hub.Get(t.Context(), client.ObjectKeyFromObject(f.identity()), f.identity()); err != nil {
 		t.Errorf("uninstall --force deleted the fleet's identity: %v", err)
 	}
+}
+
+// startUninstallManager runs a leader-electing manager of fleet ns on the
+// hub of hubFlag, in-process, and returns what stops it (also at cleanup).
+func startUninstallManager(t *testing.T, hubFlag, ns string) func() {
+	t.Helper()
+	runFlags, err := parseRunFlags([]string{hubFlag, "--namespace=" + ns, "--leader-elect", "--state-dir=" + t.TempDir(),
+		"--metrics-bind-address=0", "--health-probe-bind-address=0"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFlags.skipNameValidation = true
+	ctx, cancel := context.WithCancel(t.Context())
+	stopped := make(chan error, 1)
+	go func() { stopped <- run(ctx, runFlags, logr.Discard()) }()
+	stop := func() {
+		if cancel == nil {
+			return
+		}
+		cancel()
+		cancel = nil
+		if err := <-stopped; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
 }
