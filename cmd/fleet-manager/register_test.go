@@ -147,20 +147,7 @@ func labelledInMember(t *testing.T, member client.Client) []string {
 
 func TestRegisterWaitsForReadyAndUnregisterCleansUp(t *testing.T) {
 	hub, member, ns, flags := enrollSetup(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	f, err := parseRunFlags([]string{flags[0], "--namespace=" + ns, "--metrics-bind-address=0", "--health-probe-bind-address=0"}, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.skipNameValidation = true
-	stopped := make(chan error, 1)
-	go func() { stopped <- run(ctx, f, logr.Discard()) }()
-	defer func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	startInProcess(t, flags[0], "--namespace="+ns, "--metrics-bind-address=0", "--health-probe-bind-address=0")
 
 	res := runEnroll(t, append([]string{"register", "reg-ready", "--permissions=view", "--labels=env=test", "--wait=1m"}, flags...)...)
 	if res.code != 0 || !strings.Contains(res.stderr, "Waiting for MemberCluster reg-ready to be Ready: ") ||
@@ -257,20 +244,7 @@ func TestRegisterAgainWaitsForTheManagerToProbeItsSecret(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	ctx, cancel := context.WithCancel(t.Context())
-	f, err := parseRunFlags([]string{flags[0], "--namespace=" + ns, "--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=1m", "--probe-review-interval=10m"}, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.skipNameValidation = true
-	stopped := make(chan error, 1)
-	go func() { stopped <- run(ctx, f, logr.Discard()) }()
-	defer func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	startInProcess(t, flags[0], "--namespace="+ns, "--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=1m", "--probe-review-interval=10m")
 	res := runEnroll(t, append([]string{"register", "reg-again", "--permissions=view", "--wait=1m"}, flags...)...)
 	if res.code != 0 || !strings.Contains(res.stdout, "MemberCluster reg-again is Ready") {
 		t.Fatalf("first register: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
-	"os"
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -82,20 +79,7 @@ func TestRegisterWarnsWhatBuiltinPresetsAllow(t *testing.T) {
 func TestAFleetMemberTakesAPropagationAtOnce(t *testing.T) {
 	hub, member, ns, flags := enrollSetup(t)
 	p := hubPropagation(t, hub)
-	ctx, cancel := context.WithCancel(t.Context())
-	f, err := parseRunFlags([]string{flags[0], "--namespace=" + ns, "--metrics-bind-address=0", "--health-probe-bind-address=0"}, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.skipNameValidation = true
-	stopped := make(chan error, 1)
-	go func() { stopped <- run(ctx, f, logr.Discard()) }()
-	defer func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	startInProcess(t, flags[0], "--namespace="+ns, "--metrics-bind-address=0", "--health-probe-bind-address=0")
 
 	res := runEnroll(t, append([]string{"register", "reg-fleet", "--permissions=fleet", "--wait=1m"}, flags...)...)
 	if res.code != 0 {

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,20 +23,7 @@ import (
 // of half a minute.
 func TestANewKindIsGrantedByGrantsSync(t *testing.T) {
 	hub, member, ns, flags := enrollSetup(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	f, err := parseRunFlags([]string{flags[0], "--namespace=" + ns, "--metrics-bind-address=0", "--health-probe-bind-address=0"}, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.skipNameValidation = true
-	stopped := make(chan error, 1)
-	go func() { stopped <- run(ctx, f, logr.Discard()) }()
-	defer func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	startInProcess(t, flags[0], "--namespace="+ns, "--metrics-bind-address=0", "--health-probe-bind-address=0")
 	res := runEnroll(t, append([]string{"register", "reg-grants", "--permissions=fleet", "--wait=1m"}, flags...)...)
 	if res.code != 0 {
 		t.Fatalf("register: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)

@@ -276,8 +276,15 @@ func TestUninstallForceWhenTheManagerIsGone(t *testing.T) {
 // hub of hubFlag, in-process, and returns what stops it (also at cleanup).
 func startUninstallManager(t *testing.T, hubFlag, ns string) func() {
 	t.Helper()
-	runFlags, err := parseRunFlags([]string{hubFlag, "--namespace=" + ns, "--leader-elect", "--state-dir=" + t.TempDir(),
-		"--metrics-bind-address=0", "--health-probe-bind-address=0"}, os.Stderr)
+	return startInProcess(t, hubFlag, "--namespace="+ns, "--leader-elect", "--state-dir="+t.TempDir(),
+		"--metrics-bind-address=0", "--health-probe-bind-address=0")
+}
+
+// startInProcess runs "fleet-manager run" with args in-process, and
+// returns what stops it, which also runs at cleanup.
+func startInProcess(t *testing.T, args ...string) func() {
+	t.Helper()
+	runFlags, err := parseRunFlags(args, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
