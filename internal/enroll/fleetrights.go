@@ -25,6 +25,11 @@ const FleetPreset = "fleet"
 // Roles, of FleetPreset, and their bindings.
 const FleetRoleName = "fleet-manager:fleet"
 
+// clusterPropertiesRule lets the manager read the member's KEP-2149
+// ClusterProperty objects, which the ClusterProfile export publishes as
+// the profile's properties: a cluster's identity and facts, no secret.
+var clusterPropertiesRule = rbacv1.PolicyRule{APIGroups: []string{"about.k8s.io"}, Resources: []string{"clusterproperties"}, Verbs: []string{"get", "list"}}
+
 // copyVerbs are what the manager does to copies: read and watch them,
 // apply them server-side (patch), and remove them.
 var copyVerbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
@@ -134,7 +139,7 @@ func fleetRights(ctx context.Context, hub client.Client, mapper meta.RESTMapper,
 	}
 	if len(namespaces) == 0 {
 		// The manager creates a Propagation's namespace when it is missing.
-		r.Cluster = append([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create"}}}, copies...)
+		r.Cluster = append([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create"}}, clusterPropertiesRule}, copies...)
 		return r, nil
 	}
 	// Register's namespaces exist: the manager reads them, creates none.
@@ -142,7 +147,7 @@ func fleetRights(ctx context.Context, hub client.Client, mapper meta.RESTMapper,
 	// the cluster registered under another name is recognised.
 	named := append(slices.Clone(namespaces), metav1.NamespaceSystem)
 	slices.Sort(named)
-	r.Cluster = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}, ResourceNames: slices.Compact(named)}}
+	r.Cluster = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}, ResourceNames: slices.Compact(named)}, clusterPropertiesRule}
 	r.Namespaced = copies
 	return r, nil
 }

@@ -162,7 +162,7 @@ func TestFleetPresetFollowsThePropagations(t *testing.T) {
 	memberNamespaces(t, member, "a")
 	o := enroll.Options{Name: "eu-1", Preset: enroll.FleetPreset, HubNamespace: ns}
 	res := register(t, hub, o)
-	if res.Rights.Propagations != 0 || len(res.Rights.Cluster) != 1 || !strings.Contains(res.Rights.Notes()[0], "run fleet-manager grants sync") {
+	if res.Rights.Propagations != 0 || len(res.Rights.Cluster) != 2 || !strings.Contains(res.Rights.Notes()[0], "run fleet-manager grants sync") {
 		t.Errorf("with no Propagation: %+v, notes %q", res.Rights, res.Rights.Notes())
 	}
 	if can(t, member, ra("patch", "configmaps", "a")) {

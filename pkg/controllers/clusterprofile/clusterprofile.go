@@ -6,12 +6,17 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
+	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
@@ -20,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
@@ -55,6 +61,12 @@ type profiles struct {
 	m         *fleet.Manager
 	client    client.Client
 	namespace string
+	interval  time.Duration
+
+	mu sync.Mutex
+	// unread holds, per member, why its ClusterProperty objects could
+	// not be read last time, so that each cause is logged once.
+	unread map[string]string
 }
 
 // ControllerName is the controller's name in the --controllers table.
@@ -74,7 +86,15 @@ type Options struct {
 	Workers int
 	// Client writes ClusterProfiles. Default: the manager's client.
 	Client client.Client
+	// PropertiesInterval is how often each member's ClusterProperty
+	// objects are read again. Default: DefaultPropertiesInterval.
+	PropertiesInterval time.Duration
 }
+
+// DefaultPropertiesInterval is how often a member's ClusterProperty
+// objects are read by default: KEP-4322 asks for at most one profile
+// update per 30 s, and properties are meant to change rarely.
+const DefaultPropertiesInterval = time.Minute
 
 // Add adds the controller to m, configured by opts: it publishes a
 // ClusterProfile per member. The ClusterProfile CRD must exist.
@@ -91,8 +111,11 @@ func Add(m *fleet.Manager, opts Options) error {
 	if opts.Client == nil {
 		opts.Client = m.GetClient()
 	}
+	if opts.PropertiesInterval <= 0 {
+		opts.PropertiesInterval = DefaultPropertiesInterval
+	}
 	namespace := opts.Namespace
-	p := &profiles{m: m, client: opts.Client, namespace: namespace}
+	p := &profiles{m: m, client: opts.Client, namespace: namespace, interval: opts.PropertiesInterval, unread: map[string]string{}}
 	byName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
 	})
@@ -154,6 +177,7 @@ func (p *profiles) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	if want.Labels == nil {
 		want.Labels = map[string]string{}
 	}
+	setLabels(want, c.Labels)
 	want.Labels[inventoryv1alpha1.LabelClusterManagerKey] = ClusterManager
 	want.Labels[fleetv1alpha1.FleetLabel] = p.m.Namespace()
 	want.Spec = inventoryv1alpha1.ClusterProfileSpec{DisplayName: name, ClusterManager: inventoryv1alpha1.ClusterManager{Name: ClusterManager}}
@@ -161,7 +185,7 @@ func (p *profiles) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 		if err := p.client.Create(ctx, want); err != nil {
 			return reconcile.Result{}, client.IgnoreAlreadyExists(err)
 		}
-	} else if !equality.Semantic.DeepEqual(cp.Labels, want.Labels) || !equality.Semantic.DeepEqual(cp.Spec, want.Spec) {
+	} else if !equality.Semantic.DeepEqual(cp.Labels, want.Labels) || !equality.Semantic.DeepEqual(cp.Annotations, want.Annotations) || !equality.Semantic.DeepEqual(cp.Spec, want.Spec) {
 		if err := p.client.Update(ctx, want); err != nil {
 			return reconcile.Result{}, ignoreConflict(err)
 		}
@@ -169,10 +193,60 @@ func (p *profiles) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 
 	before := want.Status.DeepCopy()
 	p.setStatus(ctx, c, providers, &want.Status)
-	if equality.Semantic.DeepEqual(before, &want.Status) {
-		return reconcile.Result{}, nil
+	again := reconcile.Result{}
+	if providers != nil {
+		again.RequeueAfter = p.interval // ClusterProperty objects are read, not watched
 	}
-	return reconcile.Result{}, ignoreConflict(p.client.Status().Update(ctx, want))
+	if equality.Semantic.DeepEqual(before, &want.Status) {
+		return again, nil
+	}
+	return again, ignoreConflict(p.client.Status().Update(ctx, want))
+}
+
+// PublishedLabelsAnnotation lists, comma-separated, the keys of the
+// member's labels the controller last set on a profile, so that a label
+// taken off the member is taken off its profile, and labels others set
+// on the profile are left alone.
+const PublishedLabelsAnnotation = "fleet.fleetkube.io/published-labels"
+
+// setLabels makes cp's labels carry the member's labels, where KEP-4322
+// puts what a consumer selects clusters by; labels the controller set
+// before and the member no longer has are taken off. The registration
+// formats' own marker labels and the fleet's labels are not the
+// cluster's, and are not published.
+func setLabels(cp *inventoryv1alpha1.ClusterProfile, member map[string]string) {
+	for _, key := range strings.Split(cp.Annotations[PublishedLabelsAnnotation], ",") {
+		if _, still := member[key]; key != "" && !still {
+			delete(cp.Labels, key)
+		}
+	}
+	var published []string
+	for _, key := range slices.Sorted(maps.Keys(member)) {
+		if registrationMarker(key) {
+			continue
+		}
+		cp.Labels[key] = member[key]
+		published = append(published, key)
+	}
+	if len(published) == 0 {
+		delete(cp.Annotations, PublishedLabelsAnnotation)
+		return
+	}
+	if cp.Annotations == nil {
+		cp.Annotations = map[string]string{}
+	}
+	cp.Annotations[PublishedLabelsAnnotation] = strings.Join(published, ",")
+}
+
+// registrationMarker reports whether the label key marks a registration
+// for a format, or belongs to the fleet or to the cluster manager label,
+// rather than describing the cluster.
+func registrationMarker(key string) bool {
+	switch key {
+	case registry.MulticlusterRuntimeLabel, registry.ArgoCDSecretTypeLabel, inventoryv1alpha1.LabelClusterManagerKey:
+		return true
+	}
+	return strings.HasPrefix(key, "fleet.fleetkube.io/")
 }
 
 // setStatus sets status from the cluster c, its access providers and its
@@ -199,12 +273,84 @@ func (p *profiles) setStatus(ctx context.Context, c *registry.Cluster, providers
 	if err := p.client.Get(ctx, types.NamespacedName{Name: c.Name}, mc); err == nil && mc.Status.ServerVersion != "" {
 		status.Version.Kubernetes = mc.Status.ServerVersion
 	}
-	properties := make([]inventoryv1alpha1.Property, 0, len(c.Labels))
-	for _, key := range slices.Sorted(maps.Keys(c.Labels)) {
-		properties = append(properties, inventoryv1alpha1.Property{Name: key, Value: c.Labels[key]})
+	if len(providers) > 0 {
+		if properties, read := p.clusterProperties(ctx, c.Name); read {
+			status.Properties = keepObserved(status.Properties, properties)
+		}
 	}
-	status.Properties = keepObserved(status.Properties, properties)
 	status.AccessProviders = providers
+}
+
+// ClusterPropertyGroupVersion is where KEP-2149's ClusterProperty objects
+// live in a member: cluster-scoped, each a name and spec.value.
+var ClusterPropertyGroupVersion = schema.GroupVersion{Group: "about.k8s.io", Version: "v1alpha1"}
+
+// clusterProperties returns the member's ClusterProperty objects as
+// properties, by their names and values unchanged, as KEP-4322 asks, and
+// whether they were read: none when the member has no ClusterProperty
+// API. When they cannot be read (the member is not running here, the
+// read is forbidden or fails), read is false and the published
+// properties are kept: a doubt removes nothing. A property whose value
+// the ClusterProfile API would refuse (empty, over 1,024 bytes) is left
+// out, so it cannot stop the rest from being published.
+func (p *profiles) clusterProperties(ctx context.Context, name string) (_ []inventoryv1alpha1.Property, read bool) {
+	cl, err := p.m.GetCluster(ctx, name)
+	if err != nil {
+		return nil, false
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(ClusterPropertyGroupVersion.WithKind("ClusterPropertyList"))
+	err = cl.GetAPIReader().List(ctx, list)
+	switch {
+	case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+		p.readable(ctx, name, "")
+		return []inventoryv1alpha1.Property{}, true
+	case err != nil:
+		p.readable(ctx, name, unreadReason(err))
+		return nil, false
+	}
+	p.readable(ctx, name, "")
+	properties := make([]inventoryv1alpha1.Property, 0, len(list.Items))
+	for _, item := range list.Items {
+		value, _, _ := unstructured.NestedString(item.Object, "spec", "value")
+		if value == "" || len(value) > maxPropertyValue || len(item.GetName()) > maxPropertyName {
+			continue
+		}
+		properties = append(properties, inventoryv1alpha1.Property{Name: item.GetName(), Value: value})
+	}
+	slices.SortFunc(properties, func(a, b inventoryv1alpha1.Property) int { return strings.Compare(a.Name, b.Name) })
+	return properties, true
+}
+
+// The ClusterProfile API's bounds on a property.
+const (
+	maxPropertyName  = 253
+	maxPropertyValue = 1024
+)
+
+// unreadReason names the class of a failed read, never its message,
+// which may hold what the member's API server chose to say.
+func unreadReason(err error) string {
+	if reason := apierrors.ReasonForError(err); reason != metav1.StatusReasonUnknown {
+		return string(reason)
+	}
+	return "ReadFailed"
+}
+
+// readable logs once per change why a member's ClusterProperty objects
+// could not be read ("" when they could).
+func (p *profiles) readable(ctx context.Context, name, reason string) {
+	p.mu.Lock()
+	before := p.unread[name]
+	if reason == "" {
+		delete(p.unread, name)
+	} else {
+		p.unread[name] = reason
+	}
+	p.mu.Unlock()
+	if reason != "" && reason != before {
+		logf.FromContext(ctx).Info("Cannot read the member's ClusterProperty objects; its published properties are kept", "member", name, "reason", reason)
+	}
 }
 
 // keepObserved returns want with each property's last observed time kept

@@ -2,7 +2,6 @@ package clusterprofile_test
 
 import (
 	"encoding/json"
-	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,7 +18,7 @@ import (
 )
 
 // A fleet that publishes ClusterProfiles keeps one per member, with its
-// health from the manager's probes, its version, its labels as properties
+// health from the manager's probes, its version, its labels
 // and its server and CA, and no credential; it follows the member from
 // Ready to Unhealthy and back, is deleted with it, and leaves the profiles
 // of other cluster managers alone.
@@ -48,8 +47,7 @@ func TestClusterProfilesArePublished(t *testing.T) {
 	var cp *v1alpha1.ClusterProfile
 	poll.Until(t, "a healthy profile with the member's version and labels", func() bool {
 		cp = suite.GetProfile(t, ns, name)
-		return fleettest.HealthyIs(cp, metav1.ConditionTrue) && cp.Status.Version.Kubernetes != "" &&
-			slices.ContainsFunc(cp.Status.Properties, func(p v1alpha1.Property) bool { return p.Name == "tier" && p.Value == "gold" })
+		return fleettest.HealthyIs(cp, metav1.ConditionTrue) && cp.Status.Version.Kubernetes != "" && cp.Labels["tier"] == "gold"
 	})
 	if cp.Spec.ClusterManager.Name != clusterprofile.ClusterManager || cp.Labels[v1alpha1.LabelClusterManagerKey] != clusterprofile.ClusterManager {
 		t.Fatalf("profile's cluster manager %q, label %q: want %q", cp.Spec.ClusterManager.Name, cp.Labels[v1alpha1.LabelClusterManagerKey], clusterprofile.ClusterManager)

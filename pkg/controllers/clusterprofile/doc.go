@@ -17,6 +17,10 @@
 //
 // # What is published
 //
+// As KEP-4322 asks: the member's labels as the profile's labels, and its
+// KEP-2149 ClusterProperty objects, read every PropertiesInterval, as
+// status.properties, names and values unchanged; no property of the
+// manager's own. A read that fails keeps what was published.
 // The member's server, TLS server name, CA and proxy, with no userinfo in
 // any URL, and the member's name as its exec plugin's clusterName; never a
 // credential. No fleet-manager reads a profile a fleet-manager published
