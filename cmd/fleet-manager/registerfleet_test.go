@@ -40,7 +40,7 @@ func TestRegisterFleetDryRunShowsTheRules(t *testing.T) {
 	hubPropagation(t, hub, fleetv1alpha1.ResourceSelector{APIVersion: "v1", Kind: "Node", Name: "n"})
 	res := runEnroll(t, append([]string{"register", "reg-fleet", "--permissions=fleet", "--dry-run"}, flags...)...)
 	for _, line := range []string{
-		"member: ClusterRole fleet-manager:fleet created (dry run)\n  may get, create namespaces\n",
+		"member: ClusterRole fleet-manager:fleet created (dry run)\n  may get, create namespaces\n  may get, list clusterproperties.about.k8s.io\n",
 		"  may get, list, watch, create, update, patch, delete configmaps\n",
 		"member: ClusterRoleBinding fleet-manager:fleet created (dry run)",
 	} {

@@ -69,7 +69,7 @@ func TestANewKindIsGrantedByGrantsSync(t *testing.T) {
 	}
 	syncFlags := append([]string{"grants", "sync", "reg-grants", "--member-context=reg-grants=" + cfg.CurrentContext}, flags...)
 	res = runEnroll(t, append(syncFlags, "--dry-run")...)
-	want := "reg-grants: ClusterRole fleet-manager:fleet configured (dry run)\n  may get, create namespaces\n  may get, list, watch, create, update, patch, delete configmaps, podtemplates\n"
+	want := "reg-grants: ClusterRole fleet-manager:fleet configured (dry run)\n  may get, create namespaces\n  may get, list clusterproperties.about.k8s.io\n  may get, list, watch, create, update, patch, delete configmaps, podtemplates\n"
 	if res.code != 0 || !strings.Contains(res.stdout, want) {
 		t.Fatalf("grants sync --dry-run: exit %d, want %q in\nstdout:\n%s\nstderr:\n%s", res.code, want, res.stdout, res.stderr)
 	}
