@@ -35,16 +35,8 @@ const (
 	propagateKills, deleteKills = 12, 10
 )
 
-// The package's API servers: two hubs and the members, shared by the
-// package's three tests, which run at once. TestKilledManagerConverges has
-// the second hub to itself (crashHub): its Propagation is unlabelled, as a
-// user's first one is, and the first fleet to see an unlabelled
-// Propagation takes it. The other two share the first hub, each
-// Propagation labelled with its own fleet.
-var suite = &fleettest.Suite{MemberCount: memberCount, HubCount: 2, Parallel: 3}
-
-// crashHub is TestKilledManagerConverges's hub.
-func crashHub() *fleettest.Hub { return suite.Hubs[1] }
+// The package's API servers: a hub and the members.
+var suite = &fleettest.Suite{MemberCount: memberCount}
 
 // binary is the fleet-manager under test.
 var binary string
@@ -139,7 +131,6 @@ func (m *manager) output(t *testing.T) string {
 // the hub's data and every unwanted one go, deletes nothing else, and
 // leaves no orphan. CRASH_SEED replays a run.
 func TestKilledManagerConverges(t *testing.T) {
-	t.Parallel()
 	suite.Need(t)
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("CRASH_SEED"); s != "" {
@@ -155,12 +146,12 @@ func TestKilledManagerConverges(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	hubKubeconfig := filepath.Join(dir, "hub.kubeconfig")
-	kc := suite.AdminKubeconfig(t, crashHub().Env, "crashtest")
+	kc := suite.AdminKubeconfig(t, suite.Hub, "crashtest")
 	if err := os.WriteFile(hubKubeconfig, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, ns := range []string{fleetNS, team} {
-		if err := crashHub().Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		if err := suite.HubClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -181,7 +172,7 @@ func TestKilledManagerConverges(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: fleetNS, Name: memberName(i), Labels: map[string]string{registry.KubeconfigLabel: "true"}},
 			Data:       map[string][]byte{registry.KubeconfigKey: kc},
 		}
-		if err := crashHub().Client.Create(ctx, secret); err != nil {
+		if err := suite.HubClient.Create(ctx, secret); err != nil {
 			t.Fatal(err)
 		}
 		// A bystander in each member: not a copy, never to be touched.
@@ -197,7 +188,7 @@ func TestKilledManagerConverges(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: fmt.Sprintf("object-%03d", i), Labels: map[string]string{"app": "crash"}},
 			Data:       map[string]string{"i": strconv.Itoa(i)},
 		}
-		if err := crashHub().Client.Create(ctx, cm); err != nil {
+		if err := suite.HubClient.Create(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -207,7 +198,7 @@ func TestKilledManagerConverges(t *testing.T) {
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"app": "crash"})}},
 		},
 	}
-	if err := crashHub().Client.Create(ctx, prop); err != nil {
+	if err := suite.HubClient.Create(ctx, prop); err != nil {
 		t.Fatal(err)
 	}
 
@@ -234,7 +225,7 @@ func TestKilledManagerConverges(t *testing.T) {
 	// Deleting, killed at random points, the first member down, each
 	// start on one of two replicas' state directories.
 	proxy.set(t, true)
-	if err := crashHub().Client.Delete(ctx, prop); err != nil {
+	if err := suite.HubClient.Delete(ctx, prop); err != nil {
 		t.Fatal(err)
 	}
 	replicas := []string{stateDir, filepath.Join(dir, "state-2")}
@@ -283,16 +274,16 @@ func changeHub(t *testing.T, rnd *rand.Rand, k int) {
 	for range 10 {
 		cm := &corev1.ConfigMap{}
 		key := types.NamespacedName{Namespace: team, Name: fmt.Sprintf("object-%03d", propagateKills+rnd.IntN(objects-propagateKills))}
-		if err := crashHub().Client.Get(t.Context(), key, cm); err != nil {
+		if err := suite.HubClient.Get(t.Context(), key, cm); err != nil {
 			t.Fatal(err)
 		}
 		cm.Data["changed"] = strconv.Itoa(k)
-		if err := crashHub().Client.Update(t.Context(), cm); err != nil {
+		if err := suite.HubClient.Update(t.Context(), cm); err != nil {
 			t.Fatal(err)
 		}
 	}
 	gone := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: fmt.Sprintf("object-%03d", k)}}
-	if err := crashHub().Client.Delete(t.Context(), gone); err != nil {
+	if err := suite.HubClient.Delete(t.Context(), gone); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -302,7 +293,7 @@ func changeHub(t *testing.T, rnd *rand.Rand, k int) {
 func membersMatchHub(t *testing.T) bool {
 	t.Helper()
 	hubList := &corev1.ConfigMapList{}
-	if err := crashHub().Client.List(t.Context(), hubList, client.InNamespace(team), client.MatchingLabels{"app": "crash"}); err != nil {
+	if err := suite.HubClient.List(t.Context(), hubList, client.InNamespace(team), client.MatchingLabels{"app": "crash"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, cl := range suite.MemberClients {
@@ -350,7 +341,7 @@ func mirrored(t *testing.T) int {
 	t.Helper()
 	n := 0
 	for _, name := range propagation.OwedRemovalsConfigMaps() {
-		err := crashHub().Client.Get(t.Context(), types.NamespacedName{Namespace: fleetNS, Name: name}, &corev1.ConfigMap{})
+		err := suite.HubClient.Get(t.Context(), types.NamespacedName{Namespace: fleetNS, Name: name}, &corev1.ConfigMap{})
 		if err == nil {
 			n++
 		} else if !apierrors.IsNotFound(err) {
@@ -361,7 +352,7 @@ func mirrored(t *testing.T) int {
 }
 
 func propagationGone(t *testing.T) bool {
-	err := crashHub().Client.Get(t.Context(), types.NamespacedName{Namespace: team, Name: "crash"}, &fleetv1alpha1.Propagation{})
+	err := suite.HubClient.Get(t.Context(), types.NamespacedName{Namespace: team, Name: "crash"}, &fleetv1alpha1.Propagation{})
 	return apierrors.IsNotFound(err)
 }
 

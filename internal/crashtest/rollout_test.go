@@ -35,7 +35,6 @@ const (
 // members were ever between revisions at once, and each member's
 // Deployment changed once, never rolled again.
 func TestKilledManagerGoesOnWithTheRollout(t *testing.T) {
-	t.Parallel()
 	suite.Need(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -67,8 +66,7 @@ func TestKilledManagerGoesOnWithTheRollout(t *testing.T) {
 	deployments.Start(t)
 	setImage(t, "web:1")
 	p := &fleetv1alpha1.Propagation{
-		// Labelled with its fleet: the hub is TestKilledReplicaHandsOver's too.
-		ObjectMeta: metav1.ObjectMeta{Namespace: rolloutTeam, Name: "web", Labels: map[string]string{fleetv1alpha1.FleetLabel: rolloutFleetNS}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: rolloutTeam, Name: "web"},
 		Spec: fleetv1alpha1.PropagationSpec{
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"}},
 			Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"rollout-test": "yes"})},

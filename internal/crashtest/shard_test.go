@@ -45,7 +45,6 @@ func startReplica(t *testing.T, hubKubeconfig, name string) *manager {
 // MemberCluster is Ready there, and its copy gets the change. The others
 // then stop with SIGTERM, cleanly.
 func TestKilledReplicaHandsOver(t *testing.T) {
-	t.Parallel()
 	suite.Need(t)
 	ctx := t.Context()
 	hubKubeconfig := filepath.Join(t.TempDir(), "hub.kubeconfig")
@@ -74,8 +73,7 @@ func TestKilledReplicaHandsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &fleetv1alpha1.Propagation{
-		// Labelled with its fleet: the hub is TestKilledManagerGoesOnWithTheRollout's too.
-		ObjectMeta: metav1.ObjectMeta{Namespace: shardTeam, Name: "settings", Labels: map[string]string{fleetv1alpha1.FleetLabel: shardFleetNS}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: shardTeam, Name: "settings"},
 		Spec: fleetv1alpha1.PropagationSpec{
 			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "settings"}},
 			Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"shard-test": "yes"})},
