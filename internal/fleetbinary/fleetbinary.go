@@ -1,8 +1,11 @@
 package fleetbinary
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,20 +13,85 @@ import (
 	"syscall"
 )
 
-// Build builds fleet-manager into dir and returns its path. It is built
+// Build puts fleet-manager into dir and returns its path. It is built
 // as the calling tests are (-race shares their build cache), so that the
-// child's races fail them too.
+// child's races fail them too, and once for every test package of the
+// repository that asks: into a directory of the Go build cache of its own
+// (fleet-manager-test/, per repository and race mode), where go build
+// relinks only when the binary's sources or build settings changed (its
+// build ID), a file lock making a package that asks at the same time wait
+// for that build. dir gets its own copy, so that a later rebuild never
+// changes the binary a caller runs.
 func Build(dir string) (string, error) {
+	shared, err := buildShared()
+	if err != nil {
+		return "", err
+	}
 	binary := filepath.Join(dir, "fleet-manager")
+	if err := os.Link(shared, binary); err != nil {
+		if err := copyFile(shared, binary); err != nil {
+			return "", fmt.Errorf("copying fleet-manager: %w", err)
+		}
+	}
+	return binary, nil
+}
+
+// buildShared builds, or finds current, the shared binary while holding
+// its directory's lock, and returns its path.
+func buildShared() (string, error) {
+	out, err := exec.Command("go", "env", "GOCACHE", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env: %w", err)
+	}
+	env := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(env) != 2 || env[0] == "" || env[0] == "off" || env[1] == "" {
+		return "", fmt.Errorf("go env GOCACHE GOMOD gave %q: fleet-manager is built in the build cache of its module", out)
+	}
+	mode := "norace"
+	if raceEnabled {
+		mode = "race"
+	}
+	module := sha256.Sum256([]byte(filepath.Dir(env[1])))
+	sharedDir := filepath.Join(env[0], "fleet-manager-test", hex.EncodeToString(module[:8])+"-"+mode)
+	if err := os.MkdirAll(sharedDir, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(sharedDir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("locking %s: %w", sharedDir, err)
+	}
+	binary := filepath.Join(sharedDir, "fleet-manager")
 	args := []string{"build", "-o", binary}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	out, err := exec.Command("go", append(args, "github.com/fleetkube/fleet-manager/cmd/fleet-manager")...).CombinedOutput()
+	out, err = exec.Command("go", append(args, "github.com/fleetkube/fleet-manager/cmd/fleet-manager")...).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("building fleet-manager: %v\n%s", err, out)
 	}
 	return binary, nil
+}
+
+// copyFile copies the executable from to a new file to.
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		_ = dst.Close()
+		return err
+	}
+	return dst.Close()
 }
 
 // Process is one fleet-manager process, writing its output to a log file.
