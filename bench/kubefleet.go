@@ -61,7 +61,7 @@ const kubeFleetPublished = "KubeFleet's published figures, not measured here (Ku
 
 func kubeFleetNote(placements, members int, quick bool) string {
 	note := fmt.Sprintf("KubeFleet's hack/perftest/1000placements (kubefleet-dev/kubefleet at commit 382c2cfe2287, 2026-04-01), mirrored: Propagation i of %d, in namespace <fleet>-work-i "+
-		"(the fleet's prefix, so that runs on the shared hub do not meet; KubeFleet's is work-i), copies its ConfigMap data-i (foo: %d random bytes, base64) and its Deployment app-i "+
+		"(the fleet's prefix, so that runs on the shared hub do not meet; KubeFleet's is work-i), copies, by name, its ConfigMap data-i (foo: %d random bytes, base64) and its Deployment app-i "+
 		"(1 replica of registry.k8s.io/pause:3.9) to the members labelled %s=i%%%d, strategy All (KubeFleet's: maxUnavailable 100%%). "+
 		"%d members, names over %d member API servers of the scenario's own that log every write, %d to a group, so each Propagation selects %d. "+
 		"The manager is a process of its own (the Propagation controller, default options), so that its CPU, memory and requests are its own; its figures are read from it. "+
@@ -263,7 +263,7 @@ func (b *bench) kubeFleetRollout(ctx context.Context, s *kubeFleetSetup, timeout
 		p := &fleetv1alpha1.Propagation{
 			ObjectMeta: metav1.ObjectMeta{Namespace: s.namespace(i), Name: fmt.Sprintf("crp-%d", i), Labels: map[string]string{kubeFleetLabel: s.fleetNS}},
 			Spec: fleetv1alpha1.PropagationSpec{
-				Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap"}, {APIVersion: "apps/v1", Kind: "Deployment"}},
+				Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: fmt.Sprintf("data-%d", i)}, {APIVersion: "apps/v1", Kind: "Deployment", Name: fmt.Sprintf("app-%d", i)}},
 				Members:   fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{kubeFleetLabel: s.fleetNS, kubeFleetGroupLabel: group})},
 				Strategy:  fleetv1alpha1.RolloutStrategy{Type: fleetv1alpha1.RolloutAll},
 			},

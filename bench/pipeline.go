@@ -419,7 +419,7 @@ func (b *bench) pipelineWatches(ctx context.Context, t *table) error {
 			if err := b.lab.hubClient.Create(ctx, kind.object(ns)); err != nil {
 				return fmt.Errorf("creating a %s: %w", kind.kind, err)
 			}
-			p.Spec.Resources = append(p.Spec.Resources, fleetv1alpha1.ResourceSelector{APIVersion: kind.apiVersion, Kind: kind.kind})
+			p.Spec.Resources = append(p.Spec.Resources, fleetv1alpha1.ResourceSelector{APIVersion: kind.apiVersion, Kind: kind.kind, Name: "w"})
 		}
 		return b.lab.hubClient.Create(ctx, p)
 	}); err != nil {
