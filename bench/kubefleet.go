@@ -65,8 +65,8 @@ func kubeFleetNote(placements, members int, quick bool) string {
 		"(1 replica of registry.k8s.io/pause:3.9) to the members labelled %s=i%%%d, strategy All (KubeFleet's: maxUnavailable 100%%). "+
 		"%d members, names over %d member API servers of the scenario's own that log every write, %d to a group, so each Propagation selects %d. "+
 		"The manager is a process of its own (the Propagation controller, default options), so that its CPU, memory and requests are its own; its figures are read from it. "+
-		"KubeFleet counts a placement done once Available; envtest runs no controllers, so a Deployment copy never becomes Available here, and the clock stops at Ready "+
-		"(every selected member applied and in sync: the status describes the generation, counts every member selected and applied, and Ready is True). "+
+		"envtest runs no controllers: the bench plays each member server's Deployment controller, reading its Deployments every second and writing each new one's status with its replica available. "+
+		"KubeFleet counts a placement done once Available; here the clock stops at Ready (the status describes the generation, counts every member selected and applied, and Ready is True, which needs every copy Available). "+
 		"Rollout: the hub objects exist and every member is engaged before the clock starts; the Propagations are then created from 8 writers at once "+
 		"(KubeFleet's script: 15 writers, each pausing 1 s after each), and the hub is listed every %s: a Propagation's time runs from its creation to the first list that shows it Ready. "+
 		"Restart: once the manager made no reconcile for 2 s, it is stopped (SIGTERM) and a new process started with the same journal; the clock runs from its start until, by its own counts, "+
@@ -157,6 +157,12 @@ func (b *bench) benchKubeFleet(ctx context.Context) error {
 		})
 	}); err != nil {
 		return err
+	}
+	// The members' Deployment controller: envtest runs none.
+	available, stopAvailable := context.WithCancel(ctx)
+	defer stopAvailable()
+	for _, c := range servers.clients {
+		go makeDeploymentsAvailable(available, c)
 	}
 	first, err := b.startMeteredFleet(fleetNS, "")
 	if err != nil {
@@ -422,4 +428,36 @@ func (b *bench) cleanUpKubeFleet(ctx context.Context, s *kubeFleetSetup) {
 		b.progress("cleaning up the Propagations of %s: %v", s.fleetNS, err)
 	}
 	b.cleanUp(ctx, s.fleetNS)
+}
+
+// makeDeploymentsAvailable does, until ctx ends, what a member's
+// Deployment controller and kubelet would for the pause Deployments: it
+// reads every Deployment of the server each second and writes the status
+// of each whose status does not describe its generation with all its
+// replicas available.
+func makeDeploymentsAvailable(ctx context.Context, c client.Client) {
+	for ctx.Err() == nil {
+		var list appsv1.DeploymentList
+		if err := c.List(ctx, &list); err == nil {
+			for k := range list.Items {
+				d := &list.Items[k]
+				replicas := ptr.Deref(d.Spec.Replicas, 1)
+				if d.Status.ObservedGeneration == d.Generation && d.Status.AvailableReplicas == replicas {
+					continue
+				}
+				d.Status = appsv1.DeploymentStatus{
+					ObservedGeneration: d.Generation, Replicas: replicas, UpdatedReplicas: replicas, ReadyReplicas: replicas, AvailableReplicas: replicas,
+					Conditions: []appsv1.DeploymentCondition{
+						{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable", LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now()},
+						{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable", LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now()},
+					},
+				}
+				_ = c.Status().Update(ctx, d)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }

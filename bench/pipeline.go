@@ -481,9 +481,6 @@ func (b *bench) awaitWatchResults(ctx context.Context, namespaces []string, coun
 		}); err != nil {
 			return fmt.Errorf("Propagation %s/team has no result for the member: %s", ns, describeStatus(&p.Status))
 		}
-		if !meta.IsStatusConditionTrue(p.Status.Conditions, fleetv1alpha1.PropagationReady) {
-			b.progress("  Propagation %s/team is not Ready: %s", ns, describeStatus(&p.Status))
-		}
 	}
 	return counter.awaitQuiet(ctx, []string{member}, 2*time.Second, 2*time.Minute)
 }
