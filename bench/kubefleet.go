@@ -38,7 +38,14 @@ const (
 	kubeFleetGroupLabel = "placement-group"
 	kubeFleetGroups     = 10
 	kubeFleetDataBytes  = 1024
-	kubeFleetServers    = 3
+	// kubeFleetServers: a member API server per group, so that the
+	// members of one server are selected by the same Propagations. Where
+	// groups shared a server, each member removed the copies the others'
+	// Propagations wrote as copies of a Propagation that no longer selects
+	// it, and the others wrote them again, without end (seen in the first
+	// quick runs, three servers, 2026-12: every Deployment copy deleted and
+	// created again each second, never Available).
+	kubeFleetServers = kubeFleetGroups
 	// kubeFleetLabel, on the registration Secrets and the Propagations,
 	// holds the fleet's namespace: a Propagation selects only the
 	// members of its own run.
@@ -63,7 +70,7 @@ func kubeFleetNote(placements, members int, quick bool) string {
 	note := fmt.Sprintf("KubeFleet's hack/perftest/1000placements (kubefleet-dev/kubefleet at commit 382c2cfe2287, 2026-04-01), mirrored: Propagation i of %d, in namespace <fleet>-work-i "+
 		"(the fleet's prefix, so that runs on the shared hub do not meet; KubeFleet's is work-i), copies, by name, its ConfigMap data-i (foo: %d random bytes, base64) and its Deployment app-i "+
 		"(1 replica of registry.k8s.io/pause:3.9) to the members labelled %s=i%%%d, strategy All (KubeFleet's: maxUnavailable 100%%). "+
-		"%d members, names over %d member API servers of the scenario's own that log every write, %d to a group, so each Propagation selects %d. "+
+		"%d members, names over %d member API servers of the scenario's own that log every write, one per group (members that share a server must be selected by the same Propagations, or each removes the others' copies as no longer its own), %d to a group, so each Propagation selects %d. "+
 		"The manager is a process of its own (the Propagation controller, default options), so that its CPU, memory and requests are its own; its figures are read from it. "+
 		"envtest runs no controllers: the bench plays each member server's Deployment controller, reading its Deployments every second and writing each new one's status with its replica available. "+
 		"KubeFleet counts a placement done once Available; here the clock stops at Ready (the status describes the generation, counts every member selected and applied, and Ready is True, which needs every copy Available). "+
