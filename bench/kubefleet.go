@@ -131,7 +131,7 @@ func (b *bench) benchKubeFleet(ctx context.Context) error {
 		placements, members = quickKubeFleetPlacements, quickKubeFleetMembers
 	}
 	t := b.res.table(kubeFleetTable, kubeFleetNote(placements, members, b.quick))
-	servers, err := startAuditedServers(kubeFleetServers)
+	servers, err := startAuditedServersBy(kubeFleetServers, 2)
 	if err != nil {
 		return fmt.Errorf("starting audited member API servers: %w", err)
 	}
