@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -103,19 +104,36 @@ type auditedServers struct {
 	clients     []client.Client
 	kubeconfigs [][]byte
 	dir         string
+	logs        []string // the audit log of each server
 }
 
 func startAuditedServers(n int) (*auditedServers, error) {
+	return startAuditedServersBy(n, n)
+}
+
+// startAuditedServersBy starts n audited member servers, at most batch at
+// once: a loaded machine fails to start many together.
+func startAuditedServersBy(n, batch int) (*auditedServers, error) {
 	dir, err := os.MkdirTemp("", "fleet-bench-audit-")
 	if err != nil {
 		return nil, err
 	}
-	envs, err := controlplane.StartAudited(n, dir)
-	if err != nil {
-		return nil, errors.Join(err, os.RemoveAll(dir))
+	s := &auditedServers{dir: dir}
+	for first := 0; first < n; first += batch {
+		sub := filepath.Join(dir, strconv.Itoa(first))
+		if err := os.Mkdir(sub, 0o700); err != nil {
+			return nil, errors.Join(err, s.stop())
+		}
+		envs, err := controlplane.StartAudited(min(batch, n-first), sub)
+		if err != nil {
+			return nil, errors.Join(err, s.stop())
+		}
+		for i := range envs {
+			s.logs = append(s.logs, controlplane.AuditLog(sub, i))
+		}
+		s.envs = append(s.envs, envs...)
 	}
-	s := &auditedServers{envs: envs, dir: dir}
-	for _, env := range envs {
+	for _, env := range s.envs {
 		kc, err := controlplane.AdminKubeconfig(env, "fleet-manager")
 		if err != nil {
 			return nil, errors.Join(err, s.stop())
@@ -137,8 +155,8 @@ func (s *auditedServers) stop() error {
 // the servers since then.
 func (s *auditedServers) writes(since time.Time) ([]controlplane.Write, error) {
 	var all []controlplane.Write
-	for i := range s.envs {
-		w, err := controlplane.Writes(controlplane.AuditLog(s.dir, i), "fleet-manager/"+propagation.ControllerName, since)
+	for _, log := range s.logs {
+		w, err := controlplane.Writes(log, "fleet-manager/"+propagation.ControllerName, since)
 		if err != nil {
 			return nil, err
 		}

@@ -54,6 +54,8 @@ type childReport struct {
 	// CPUFraction is the CPU time over a window, as a fraction of one
 	// core ("idle").
 	CPUFraction float64 `json:"cpuFraction,omitempty"`
+	// Address is where a metered child serves its readings ("serving").
+	Address string `json:"address,omitempty"`
 }
 
 // runChild is the child's main.

@@ -46,7 +46,7 @@ type bench struct {
 }
 
 // scenarioNames are the scenarios -only selects from.
-var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "baseline", "rollout", "churn", "journal", "thousand", "shard", "outage"}
+var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "baseline", "rollout", "churn", "journal", "kubefleet", "pipeline", "thousand", "shard", "outage"}
 
 // selected reports whether scenario is selected.
 func (b *bench) selected(scenario string) bool { return len(b.only) == 0 || b.only[scenario] }
@@ -55,6 +55,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == childCommand {
 		if os.Getenv(propagationChildEnv) != "" {
 			os.Exit(runPropagationChild(os.Args[2:]))
+		}
+		if os.Getenv(meteredChildEnv) != "" {
+			os.Exit(runMeteredChild(os.Args[2:]))
 		}
 		if os.Getenv(shardChildEnv) != "" {
 			os.Exit(runShardChild(os.Args[2:]))
@@ -177,6 +180,8 @@ func (b *bench) scenarios(ctx context.Context, run int) error {
 		{"rollout", b.benchRollout},
 		{"churn", b.benchChurn},
 		{"journal", b.benchJournal},
+		{"kubefleet", b.benchKubeFleet},
+		{"pipeline", b.benchPipeline},
 		{"thousand", b.benchThousand},
 		{"shard", b.benchShard},
 		{"outage", b.benchOutage}, // last: it restarts a member server

@@ -160,13 +160,19 @@ func stateDir(ns string) string {
 }
 
 func startPropFleet(hub *rest.Config, ns string, withPropagation bool) (*propFleet, error) {
+	return startPropFleetIn(hub, ns, withPropagation, stateDir(ns))
+}
+
+// startPropFleetIn starts a fleet manager whose journal, if it runs the
+// Propagation controller, is in dir.
+func startPropFleetIn(hub *rest.Config, ns string, withPropagation bool, dir string) (*propFleet, error) {
 	mgr, err := fleet.New(hub, managerOptions(ns))
 	if err != nil {
 		return nil, err
 	}
 	var j *journal.Journal
 	if withPropagation {
-		if j, err = journal.Open(stateDir(ns), journal.Options{}); err != nil {
+		if j, err = journal.Open(dir, journal.Options{}); err != nil {
 			return nil, err
 		}
 		if err := propagation.Add(mgr, propagation.Options{Journal: j}); err != nil {
