@@ -158,21 +158,13 @@
 //
 // # Availability
 //
-// Each copy is judged as its member holds it, status included: by its
-// kind's built-in rule (availabilityRules: kubectl rollout status's for
-// Deployments, StatefulSets and DaemonSets; a complete Job; a Service
-// with an address, not endpoints, as its backends are tracked on their
-// workloads; an Established CRD; a PodDisruptionBudget with its healthy
-// pods; data kinds once applied), or by its resource's availableWhen, a
-// CEL expression over the copy as self, whose evaluation errors are told
-// by their class only. A rule is estimated, for any copy of up to 1.5 MiB,
-// before anything is applied (and when the hub sums the Propagation up):
-// one that could cost too much, or make too big a string or list in one
-// call, is refused, AvailabilityRuleRefused, and holds the members'
-// copies as they are, as does one that does not compile. Each evaluation
-// is cut at its cost limit, every call charged the size of what it makes,
-// and at 1 s. A kind with neither is
-// not tracked, and counts as Available. A member whose copies are all
+// Each copy is judged as its member holds it, status included, by
+// package health: by its kind's built-in rule, or by its resource's
+// availableWhen, a CEL expression over the copy as self. A rule health
+// refuses (AvailabilityRuleRefused), or one that does not compile, is
+// found before anything is applied (and when the hub sums the
+// Propagation up), and holds the members' copies as they are. A kind
+// with neither is not tracked, and counts as Available. A member whose copies are all
 // applied, in sync and Available is counted in status.available and not
 // listed; Ready needs every selected member so. A member that is not
 // Ready is Pending, MemberUnhealthy, its availability Unknown: what was

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/health"
 )
 
 // firstKinds are applied first within their wave, and removed last:
@@ -127,21 +128,21 @@ func (run *memberRun) judge(k copyKey, live *unstructured.Unstructured) bool {
 	if live == nil {
 		return false // failed, waiting or left alone: the run says why
 	}
-	var rule *availableWhen
+	var rule *health.Rule
 	if expr := run.selectedBy[k].AvailableWhen; expr != "" {
 		var err error
-		if rule, err = compileAvailableWhen(expr); err != nil {
-			kerr := availableWhenFailure(k.gvk.Kind, err)
-			run.fail(failure{reason: kerr.reason, message: kerr.message})
+		if rule, err = health.Compile(expr); err != nil {
+			rerr := health.UnusableRule(k.gvk.Kind, err)
+			run.fail(failure{reason: rerr.Reason, message: rerr.Message})
 			return false
 		}
 	}
-	a := availabilityOf(live, rule)
-	switch a.state {
-	case notAvailable:
-		run.unavailable = append(run.unavailable, a.message)
+	a := health.Of(live, rule)
+	switch a.State {
+	case health.NotAvailable:
+		run.unavailable = append(run.unavailable, a.Message)
 		return false
-	case notTracked:
+	case health.NotTracked:
 		run.notTracked++
 	}
 	if gk, ok := definedKind(live); ok && run.waitsFor(gk) {
