@@ -41,7 +41,7 @@ func override(copy *unstructured.Unstructured, rules []fleetv1alpha1.Override, m
 			continue
 		}
 		what := copyKey{gvk: copy.GroupVersionKind(), name: copy.GetName()}.String()
-		selected, err := selectsMember(rule.Members, member)
+		selected, err := rule.Members.Selects(member.name, member.labels)
 		if err != nil {
 			return nil, &overrideError{rule: rule.Name, message: fmt.Sprintf("does not apply to %s: its members selector: %v", what, err)}
 		}
