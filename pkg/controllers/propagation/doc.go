@@ -123,38 +123,30 @@
 // # Drift
 //
 // A field the manager applied that has another value in the member is
-// drift: Correct applies the copy again, Report lists the field in status,
-// records a Warning Event and counts it. A field another manager claims on
-// purpose (by server-side apply, or through a subresource, as an autoscaler
-// writes replicas through scale) is theirs: neither drift nor applied.
+// drift, as package apply judges it (a field another manager claims on
+// purpose is theirs): Correct applies the copy again, Report lists the
+// field in status, records a Warning Event and counts it.
 //
 // # Order
 //
-// Each member applies its copies in steps: by the wave of the resource
-// that selects them (ResourceSelector.Wave), and within a wave
-// Namespaces and CustomResourceDefinitions first. The copies of a step
-// are applied once every copy of the earlier steps is applied and
-// Available; until then the later copies are left as they are, and the
-// member is Pending, WaitingForWave, naming what it waits for. A kind the
-// member does not serve yet is no failure: its copies wait for its CRD
-// (Pending, WaitingForKind), tried again after a second, then twice as
-// long each time, up to a minute, or at once when a CRD the run applied
-// defines it and is Available. Copies no longer wanted are removed in
-// the reverse order, each at the wave of the first resource of its kind
-// (0 once there is none).
+// Each member applies its copies in the steps package apply orders them
+// in: by wave (ResourceSelector.Wave), Namespaces and CRDs first. The
+// copies of a step are applied once every copy of the earlier steps is
+// applied and Available; until then the later copies are left as they
+// are, and the member is Pending, WaitingForWave, naming what it waits
+// for. A kind the member does not serve yet is no failure: its copies
+// wait for its CRD (Pending, WaitingForKind), tried again after a second,
+// then twice as long each time, up to a minute, or at once when a CRD the
+// run applied defines it and is Available. Copies no longer wanted are
+// removed in the reverse order.
 //
 // # Overrides
 //
-// spec.overrides patch the copy a member is given: each rule that selects
-// the member and the copy, in order, by an RFC 6902 JSON patch (an add
-// into a missing parent fails) or an RFC 7386 merge patch (which replaces
-// lists whole), with ${MEMBER_NAME} and ${MEMBER_LABEL:<key>} in string
-// values replaced by the member's name and label. A rule may change
-// neither what names the copy nor what the member's API server owns. The
-// patched copy is the intent: its content hash, and drift, Correct or
-// Report, are of it. A rule that does not apply fails each member it
-// selects, OverrideFailed, naming the rule and the operation, and that
-// copy is left as it is there.
+// spec.overrides patch the copy a member is given, as package apply
+// says (apply.DesiredCopy). The patched copy is the intent: its content
+// hash, and drift, Correct or Report, are of it. A rule that does not
+// apply fails each member it selects, OverrideFailed, naming the rule
+// and the operation, and that copy is left as it is there.
 //
 // # Availability
 //
