@@ -1,8 +1,11 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // DriftPolicy says what happens when a copy in a member no longer matches
@@ -318,6 +321,23 @@ type MemberSelector struct {
 	// +listType=set
 	// +optional
 	Names []string `json:"names,omitempty"`
+}
+
+// Selects reports whether s selects the member named name, labelled
+// memberLabels. A selector that does not parse is an error for every
+// member, named or not: it deselects no one.
+func (s MemberSelector) Selects(name string, memberLabels map[string]string) (bool, error) {
+	selector := labels.Everything()
+	if s.Selector != nil {
+		var err error
+		if selector, err = s.Selector.AsSelector(); err != nil {
+			return false, err
+		}
+	}
+	if len(s.Names) > 0 && !slices.Contains(s.Names, name) {
+		return false, nil
+	}
+	return selector.Matches(labels.Set(memberLabels)), nil
 }
 
 // Conditions of a Propagation.

@@ -123,56 +123,40 @@
 // # Drift
 //
 // A field the manager applied that has another value in the member is
-// drift: Correct applies the copy again, Report lists the field in status,
-// records a Warning Event and counts it. A field another manager claims on
-// purpose (by server-side apply, or through a subresource, as an autoscaler
-// writes replicas through scale) is theirs: neither drift nor applied.
+// drift, as package apply judges it (a field another manager claims on
+// purpose is theirs): Correct applies the copy again, Report lists the
+// field in status, records a Warning Event and counts it.
 //
 // # Order
 //
-// Each member applies its copies in steps: by the wave of the resource
-// that selects them (ResourceSelector.Wave), and within a wave
-// Namespaces and CustomResourceDefinitions first. The copies of a step
-// are applied once every copy of the earlier steps is applied and
-// Available; until then the later copies are left as they are, and the
-// member is Pending, WaitingForWave, naming what it waits for. A kind the
-// member does not serve yet is no failure: its copies wait for its CRD
-// (Pending, WaitingForKind), tried again after a second, then twice as
-// long each time, up to a minute, or at once when a CRD the run applied
-// defines it and is Available. Copies no longer wanted are removed in
-// the reverse order, each at the wave of the first resource of its kind
-// (0 once there is none).
+// Each member applies its copies in the steps package apply orders them
+// in: by wave (ResourceSelector.Wave), Namespaces and CRDs first. The
+// copies of a step are applied once every copy of the earlier steps is
+// applied and Available; until then the later copies are left as they
+// are, and the member is Pending, WaitingForWave, naming what it waits
+// for. A kind the member does not serve yet is no failure: its copies
+// wait for its CRD (Pending, WaitingForKind), tried again after a second,
+// then twice as long each time, up to a minute, or at once when a CRD the
+// run applied defines it and is Available. Copies no longer wanted are
+// removed in the reverse order.
 //
 // # Overrides
 //
-// spec.overrides patch the copy a member is given: each rule that selects
-// the member and the copy, in order, by an RFC 6902 JSON patch (an add
-// into a missing parent fails) or an RFC 7386 merge patch (which replaces
-// lists whole), with ${MEMBER_NAME} and ${MEMBER_LABEL:<key>} in string
-// values replaced by the member's name and label. A rule may change
-// neither what names the copy nor what the member's API server owns. The
-// patched copy is the intent: its content hash, and drift, Correct or
-// Report, are of it. A rule that does not apply fails each member it
-// selects, OverrideFailed, naming the rule and the operation, and that
-// copy is left as it is there.
+// spec.overrides patch the copy a member is given, as package apply
+// says (apply.DesiredCopy). The patched copy is the intent: its content
+// hash, and drift, Correct or Report, are of it. A rule that does not
+// apply fails each member it selects, OverrideFailed, naming the rule
+// and the operation, and that copy is left as it is there.
 //
 // # Availability
 //
-// Each copy is judged as its member holds it, status included: by its
-// kind's built-in rule (availabilityRules: kubectl rollout status's for
-// Deployments, StatefulSets and DaemonSets; a complete Job; a Service
-// with an address, not endpoints, as its backends are tracked on their
-// workloads; an Established CRD; a PodDisruptionBudget with its healthy
-// pods; data kinds once applied), or by its resource's availableWhen, a
-// CEL expression over the copy as self, whose evaluation errors are told
-// by their class only. A rule is estimated, for any copy of up to 1.5 MiB,
-// before anything is applied (and when the hub sums the Propagation up):
-// one that could cost too much, or make too big a string or list in one
-// call, is refused, AvailabilityRuleRefused, and holds the members'
-// copies as they are, as does one that does not compile. Each evaluation
-// is cut at its cost limit, every call charged the size of what it makes,
-// and at 1 s. A kind with neither is
-// not tracked, and counts as Available. A member whose copies are all
+// Each copy is judged as its member holds it, status included, by
+// package health: by its kind's built-in rule, or by its resource's
+// availableWhen, a CEL expression over the copy as self. A rule health
+// refuses (AvailabilityRuleRefused), or one that does not compile, is
+// found before anything is applied (and when the hub sums the
+// Propagation up), and holds the members' copies as they are. A kind
+// with neither is not tracked, and counts as Available. A member whose copies are all
 // applied, in sync and Available is counted in status.available and not
 // listed; Ready needs every selected member so. A member that is not
 // Ready is Pending, MemberUnhealthy, its availability Unknown: what was

@@ -1,84 +1,20 @@
 package propagation
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/health"
 )
 
-// firstKinds are applied first within their wave, and removed last:
-// what the other copies live in, or are of.
-var firstKinds = []schema.GroupKind{
-	{Kind: "Namespace"},
-	{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"},
-}
-
-// step is one step of a member's apply order: its copies are applied
-// together, once those of every earlier step are Available.
-type step struct {
-	wave  int32
-	first bool
-}
-
-func (s step) compare(o step) int {
-	return cmp.Or(cmp.Compare(s.wave, o.wave), -compareBool(s.first, o.first))
-}
-
-func compareBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	}
-	return -1
-}
-
-// applyOrder splits keys into the steps of their apply order: by wave,
-// as waveOf says, and within a wave firstKinds before the rest. Each
-// step is sorted by kind and name, so that runs apply in the same order.
-// Removal goes through the steps backwards.
-func applyOrder(keys []copyKey, waveOf func(copyKey) int32) [][]copyKey {
-	stepOf := func(k copyKey) step {
-		return step{wave: waveOf(k), first: slices.Contains(firstKinds, k.gvk.GroupKind())}
-	}
-	sorted := slices.Clone(keys)
-	slices.SortFunc(sorted, func(a, b copyKey) int {
-		return cmp.Or(stepOf(a).compare(stepOf(b)), strings.Compare(a.gvk.String(), b.gvk.String()), strings.Compare(a.name, b.name))
-	})
-	var steps [][]copyKey
-	for i, k := range sorted {
-		if i == 0 || stepOf(sorted[i-1]) != stepOf(k) {
-			steps = append(steps, nil)
-		}
-		steps[len(steps)-1] = append(steps[len(steps)-1], k)
-	}
-	return steps
-}
-
-// kindWave is the wave of a copy no resource selects any more, being
-// removed: that of the first of p's resources of its kind, else 0.
-func kindWave(p *fleetv1alpha1.Propagation, gvk schema.GroupVersionKind) int32 {
-	if p == nil {
-		return 0
-	}
-	for _, sel := range p.Spec.Resources {
-		if k, err := resourceKind(sel); err == nil && k == gvk {
-			return sel.Wave
-		}
-	}
-	return 0
-}
-
-// applyInOrder applies the desired copies step by step (see applyOrder)
+// applyInOrder applies the desired copies step by step (see apply.Order)
 // and judges each copy's availability: the copies of a step are applied
 // once every copy of the earlier steps is applied and Available. Copies
 // of the steps that wait are left as they are. want are the hub objects
@@ -89,7 +25,7 @@ func (run *memberRun) applyInOrder(ctx context.Context, desired, have, want map[
 			run.hold(k.gvk) // its override failed: the copy stays as it is
 		}
 	}
-	steps := applyOrder(slices.Collect(maps.Keys(desired)), func(k copyKey) int32 { return run.selectedBy[k].Wave })
+	steps := apply.Order(slices.Collect(maps.Keys(desired)), copyKey.kindAndName, func(k copyKey) int32 { return run.selectedBy[k].Wave })
 	for i, st := range steps {
 		ready := true
 		for _, k := range st {
@@ -127,21 +63,21 @@ func (run *memberRun) judge(k copyKey, live *unstructured.Unstructured) bool {
 	if live == nil {
 		return false // failed, waiting or left alone: the run says why
 	}
-	var rule *availableWhen
+	var rule *health.Rule
 	if expr := run.selectedBy[k].AvailableWhen; expr != "" {
 		var err error
-		if rule, err = compileAvailableWhen(expr); err != nil {
-			kerr := availableWhenFailure(k.gvk.Kind, err)
-			run.fail(failure{reason: kerr.reason, message: kerr.message})
+		if rule, err = health.Compile(expr); err != nil {
+			rerr := health.UnusableRule(k.gvk.Kind, err)
+			run.fail(failure{reason: rerr.Reason, message: rerr.Message})
 			return false
 		}
 	}
-	a := availabilityOf(live, rule)
-	switch a.state {
-	case notAvailable:
-		run.unavailable = append(run.unavailable, a.message)
+	a := health.Of(live, rule)
+	switch a.State {
+	case health.NotAvailable:
+		run.unavailable = append(run.unavailable, a.Message)
 		return false
-	case notTracked:
+	case health.NotTracked:
 		run.notTracked++
 	}
 	if gk, ok := definedKind(live); ok && run.waitsFor(gk) {
@@ -188,3 +124,6 @@ func firstOr(list []string, otherwise string) string {
 	}
 	return list[0]
 }
+
+// kindAndName is what apply.Order sorts k by.
+func (k copyKey) kindAndName() (schema.GroupVersionKind, string) { return k.gvk, k.name }

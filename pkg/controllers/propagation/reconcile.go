@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
@@ -228,7 +229,7 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 		}
 	}
 	var removed []journal.Copy
-	steps := applyOrder(unwanted, func(k copyKey) int32 { return kindWave(p, k.gvk) })
+	steps := apply.Order(unwanted, copyKey.kindAndName, func(k copyKey) int32 { return apply.RemovalWave(p, k.gvk) })
 	for _, st := range slices.Backward(steps) {
 		for _, k := range st {
 			failures := len(run.failures)
@@ -408,9 +409,9 @@ func (run *memberRun) want(want map[copyKey]*unstructured.Unstructured, obj *uns
 // its copy stays as it is.
 func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured) map[copyKey]*unstructured.Unstructured {
 	desired := make(map[copyKey]*unstructured.Unstructured, len(want))
-	member := memberFacts{name: run.member.name, labels: run.labels}
+	member := apply.Member{Name: run.member.name, Labels: run.labels}
 	for k, hubObj := range want {
-		d, err := desiredCopy(hubObj, run.p, run.overrides, run.r.fleet, run.id, member)
+		d, err := apply.DesiredCopy(hubObj, run.p, run.overrides, run.r.fleet, run.id, member)
 		if err != nil {
 			run.fail(failure{reason: fleetv1alpha1.ReasonOverrideFailed, message: err.Error()})
 			continue

@@ -217,7 +217,7 @@ func metaLabelSelector(sel fleetv1alpha1.ResourceSelector) (labels.Selector, err
 
 // selects reports whether p selects the member named name, labelled l.
 func selects(p *fleetv1alpha1.Propagation, name string, l map[string]string) (bool, error) {
-	selected, err := selectsMember(p.Spec.Members, memberFacts{name: name, labels: l})
+	selected, err := p.Spec.Members.Selects(name, l)
 	if err != nil {
 		return false, invalidMembersSelector(err)
 	}
@@ -237,23 +237,6 @@ func membersSelectorError(p *fleetv1alpha1.Propagation) *kindError {
 // does not parse, selects nothing.
 func invalidMembersSelector(err error) *kindError {
 	return &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the members selector: %v", err)}
-}
-
-// selectsMember reports whether sel selects member, as spec.members does.
-// A selector that does not parse is an error for every member, named or
-// not: it deselects no one.
-func selectsMember(sel fleetv1alpha1.MemberSelector, member memberFacts) (bool, error) {
-	s := labels.Everything()
-	if sel.Selector != nil {
-		var err error
-		if s, err = sel.Selector.AsSelector(); err != nil {
-			return false, err
-		}
-	}
-	if len(sel.Names) > 0 && !slices.Contains(sel.Names, member.name) {
-		return false, nil
-	}
-	return s.Matches(labels.Set(member.labels)), nil
 }
 
 // propagationKey names a Propagation.

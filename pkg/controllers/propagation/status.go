@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/health"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -375,8 +376,8 @@ func setConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationSt
 		if selectorErr != nil {
 			return selectorErr.reason, selectorErr.message
 		}
-		if kerr := availableWhenProblem(p.Spec.Resources); kerr != nil {
-			return kerr.reason, kerr.message
+		if rerr := health.FirstUnusableRule(p.Spec.Resources); rerr != nil {
+			return rerr.Reason, rerr.Message
 		}
 		switch ro := st.Rollout; {
 		case p.Spec.Suspend:

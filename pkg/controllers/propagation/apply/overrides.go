@@ -1,4 +1,4 @@
-package propagation
+package apply
 
 import (
 	"bytes"
@@ -22,26 +22,26 @@ type overrideError struct{ rule, message string }
 
 func (e *overrideError) Error() string { return fmt.Sprintf("override %q %s", e.rule, e.message) }
 
-// memberFacts are what a rule may select and substitute: the member's
+// Member is what an override may select and substitute: the member's
 // name and labels.
-type memberFacts struct {
-	name   string
-	labels map[string]string
+type Member struct {
+	Name   string
+	Labels map[string]string
 }
 
 // override applies, in order, each of rules that selects member and copy,
-// a copy as desiredCopy builds it, and returns the names of the rules
+// a copy as DesiredCopy builds it, and returns the names of the rules
 // applied. Each rule sees what the rules before it made. copy is changed
 // only on success.
-func override(copy *unstructured.Unstructured, rules []fleetv1alpha1.Override, member memberFacts) (applied []string, err error) {
+func override(copy *unstructured.Unstructured, rules []fleetv1alpha1.Override, member Member) (applied []string, err error) {
 	obj, doc := copy.Object, []byte(nil) // doc is obj as JSON, once a rule needs it
 	for i := range rules {
 		rule := &rules[i]
 		if !targets(rule.Target, copy) {
 			continue
 		}
-		what := copyKey{gvk: copy.GroupVersionKind(), name: copy.GetName()}.String()
-		selected, err := selectsMember(rule.Members, member)
+		what := copy.GetKind() + " " + copy.GetName()
+		selected, err := rule.Members.Selects(member.Name, member.Labels)
 		if err != nil {
 			return nil, &overrideError{rule: rule.Name, message: fmt.Sprintf("does not apply to %s: its members selector: %v", what, err)}
 		}
@@ -66,7 +66,7 @@ func targets(t fleetv1alpha1.OverrideTarget, copy *unstructured.Unstructured) bo
 
 // applyRule returns obj patched by rule, and as JSON, leaving obj as it
 // is. doc is obj as JSON, or nil.
-func applyRule(obj map[string]any, doc []byte, rule *fleetv1alpha1.Override, member memberFacts, what string) (map[string]any, []byte, error) {
+func applyRule(obj map[string]any, doc []byte, rule *fleetv1alpha1.Override, member Member, what string) (map[string]any, []byte, error) {
 	fail := func(format string, args ...any) error {
 		return &overrideError{rule: rule.Name, message: "does not apply to " + what + ": " + fmt.Sprintf(format, args...)}
 	}
@@ -124,7 +124,7 @@ var fixedFields = [][]string{
 var patchOptions = &jsonpatch.ApplyOptions{EnsurePathExistsOnAdd: false, SupportNegativeIndices: false}
 
 // applyOperation applies op to doc by itself, so that a failure names it.
-func applyOperation(doc []byte, op fleetv1alpha1.JSONPatchOperation, member memberFacts) ([]byte, error) {
+func applyOperation(doc []byte, op fleetv1alpha1.JSONPatchOperation, member Member) ([]byte, error) {
 	operation := map[string]any{"op": op.Op, "path": op.Path}
 	switch op.Op {
 	case "add", "replace", "test":
@@ -163,7 +163,7 @@ func applyOperation(doc []byte, op fleetv1alpha1.JSONPatchOperation, member memb
 // substituted is v, as JSON, with the variables of its string values
 // replaced for member. It works on the decoded value, so a label value
 // cannot break the JSON.
-func substituted(v *apiextensionsv1.JSON, member memberFacts) ([]byte, error) {
+func substituted(v *apiextensionsv1.JSON, member Member) ([]byte, error) {
 	if !bytes.Contains(v.Raw, []byte("$")) && !bytes.Contains(v.Raw, []byte(`\u`)) {
 		return v.Raw, nil // no string of it can hold "${", even escaped
 	}
@@ -180,7 +180,7 @@ func substituted(v *apiextensionsv1.JSON, member memberFacts) ([]byte, error) {
 
 // substitute replaces the variables of the string values in v, at any
 // depth; keys are left as they are.
-func substitute(v any, member memberFacts) (any, error) {
+func substitute(v any, member Member) (any, error) {
 	var err error
 	switch v := v.(type) {
 	case string:
@@ -203,7 +203,7 @@ func substitute(v any, member memberFacts) (any, error) {
 
 // expand replaces ${MEMBER_NAME} and ${MEMBER_LABEL:<key>} in s; any
 // other ${...} is an error.
-func expand(s string, member memberFacts) (string, error) {
+func expand(s string, member Member) (string, error) {
 	if !strings.Contains(s, "${") {
 		return s, nil
 	}
@@ -222,11 +222,11 @@ func expand(s string, member memberFacts) (string, error) {
 		b.WriteString(s[:start])
 		switch key, isLabel := strings.CutPrefix(name, "MEMBER_LABEL:"); {
 		case name == "MEMBER_NAME":
-			b.WriteString(member.name)
+			b.WriteString(member.Name)
 		case isLabel:
-			value, ok := member.labels[key]
+			value, ok := member.Labels[key]
 			if !ok {
-				return "", fmt.Errorf("member %s has no label %s", member.name, key)
+				return "", fmt.Errorf("member %s has no label %s", member.Name, key)
 			}
 			b.WriteString(value)
 		default:

@@ -1,4 +1,4 @@
-package propagation
+package apply
 
 import (
 	"errors"
@@ -16,9 +16,9 @@ import (
 )
 
 // east is the member the tests override copies for.
-var east = memberFacts{name: "east", labels: map[string]string{"region": "eu", "tier": "gold"}}
+var east = Member{Name: "east", Labels: map[string]string{"region": "eu", "tier": "gold"}}
 
-// webCopy is a Deployment copy as desiredCopy builds it, before the
+// webCopy is a Deployment copy as DesiredCopy builds it, before the
 // fleet's labels and annotations.
 func webCopy() *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
@@ -253,10 +253,10 @@ func allOf(checks ...func(*testing.T, *unstructured.Unstructured)) func(*testing
 }
 
 func TestOverrideVariables(t *testing.T) {
-	quoted := memberFacts{name: "east", labels: map[string]string{"note": `say "hi" \ bye`}}
+	quoted := Member{Name: "east", Labels: map[string]string{"note": `say "hi" \ bye`}}
 	for _, tc := range []struct {
 		name   string
-		member memberFacts
+		member Member
 		rule   fleetv1alpha1.Override
 		check  func(t *testing.T, c *unstructured.Unstructured)
 		err    string // the whole error, if it fails
@@ -294,7 +294,7 @@ func TestOverrideVariables(t *testing.T) {
 		check:  wantField("metadata.annotations", map[string]any{"note": `say "hi" \ bye`}),
 	}, {
 		name:   "a value that holds a variable's text is not expanded again",
-		member: memberFacts{name: "${MEMBER_LABEL:x}"},
+		member: Member{Name: "${MEMBER_LABEL:x}"},
 		rule:   deploymentRule("r", patchOp("add", "/metadata/labels/m", `"${MEMBER_NAME}"`)),
 		check:  wantField("metadata.labels.m", "${MEMBER_LABEL:x}"),
 	}, {
@@ -320,7 +320,7 @@ func TestOverrideVariables(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			member := tc.member
-			if member.name == "" {
+			if member.Name == "" {
 				member = east
 			}
 			c := webCopy()

@@ -1,4 +1,4 @@
-package propagation
+package health
 
 import (
 	"context"
@@ -38,10 +38,10 @@ func conditions(typeStatusReason ...string) []any {
 	return list
 }
 
-func isAvailable() availability { return availability{state: available} }
+func isAvailable() Availability { return Availability{State: Available} }
 
-func notAvailableWith(message string) availability {
-	return availability{state: notAvailable, message: message}
+func notAvailableWith(message string) Availability {
+	return Availability{State: NotAvailable, Message: message}
 }
 
 func TestAvailabilityOfBuiltInKinds(t *testing.T) {
@@ -79,14 +79,14 @@ func TestAvailabilityOfBuiltInKinds(t *testing.T) {
 		return obj
 	}
 	onDelete := map[string]any{"replicas": int64(3), "updateStrategy": map[string]any{"type": "OnDelete"}}
-	notSeen := func(kind string) availability {
+	notSeen := func(kind string) Availability {
 		return notAvailableWith(kind + " web: the member's controller has not seen generation 2 yet")
 	}
 
 	for _, tc := range []struct {
 		name string
 		obj  *unstructured.Unstructured
-		want availability
+		want Availability
 	}{
 		{"Deployment rolled out", deployment(three, map[string]any{"observedGeneration": int64(2), "replicas": int64(3), "updatedReplicas": int64(3), "availableReplicas": int64(3)}), isAvailable()},
 		{"Deployment scaled to zero", deployment(map[string]any{"replicas": int64(0)}, map[string]any{"observedGeneration": int64(2)}), isAvailable()},
@@ -146,13 +146,13 @@ func TestAvailabilityOfBuiltInKinds(t *testing.T) {
 		{"PodDisruptionBudget generation not seen", pdb(map[string]any{"observedGeneration": int64(1), "currentHealthy": int64(2), "desiredHealthy": int64(2)}), notSeen("PodDisruptionBudget")},
 		{"PodDisruptionBudget without status", pdb(nil), notSeen("PodDisruptionBudget")},
 
-		{"kind without a rule", memberCopyOf("example.com/v1", "Widget", map[string]any{}, nil), availability{state: notTracked}},
-		{"fleet kind", memberCopyOf("fleet.fleetkube.io/v1alpha1", "Propagation", map[string]any{}, nil), availability{state: notTracked}},
-		{"kind of a rule in another group", memberCopyOf("example.com/v1", "Deployment", map[string]any{}, nil), availability{state: notTracked}},
+		{"kind without a rule", memberCopyOf("example.com/v1", "Widget", map[string]any{}, nil), Availability{State: NotTracked}},
+		{"fleet kind", memberCopyOf("fleet.fleetkube.io/v1alpha1", "Propagation", map[string]any{}, nil), Availability{State: NotTracked}},
+		{"kind of a rule in another group", memberCopyOf("example.com/v1", "Deployment", map[string]any{}, nil), Availability{State: NotTracked}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := availabilityOf(tc.obj, nil); got != tc.want {
-				t.Errorf("availabilityOf = %+v, want %+v", got, tc.want)
+			if got := Of(tc.obj, nil); got != tc.want {
+				t.Errorf("Of = %+v, want %+v", got, tc.want)
 			}
 		})
 	}
@@ -164,7 +164,7 @@ func TestAvailabilityOfMistypedStatusNeverPanics(t *testing.T) {
 			obj := memberCopyOf(schema.GroupVersion{Group: gk.Group, Version: "v1"}.String(), gk.Kind, nil, nil)
 			obj.Object["status"] = status
 			obj.Object["spec"] = "garbage"
-			_ = availabilityOf(obj, nil)
+			_ = Of(obj, nil)
 		}
 	}
 }
@@ -183,8 +183,8 @@ func TestAvailabilityOfDataKinds(t *testing.T) {
 		{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicyBinding"},
 	} {
 		obj := memberCopyOf(schema.GroupVersion{Group: gk.Group, Version: "v1"}.String(), gk.Kind, nil, nil)
-		if got := availabilityOf(obj, nil); got != isAvailable() {
-			t.Errorf("%v: availabilityOf = %+v, want available", gk, got)
+		if got := Of(obj, nil); got != isAvailable() {
+			t.Errorf("%v: Of = %+v, want available", gk, got)
 		}
 	}
 }
@@ -199,7 +199,7 @@ func TestAvailableWhenDecides(t *testing.T) {
 		name string
 		rule string
 		obj  *unstructured.Unstructured
-		want availability
+		want Availability
 	}{
 		{"true", `self.status.phase == "Ready"`, widget(map[string]any{"phase": "Ready"}), isAvailable()},
 		{"false", `self.status.phase == "Ready"`, widget(map[string]any{"phase": "Pending"}), notAvailableWith("Widget web: availableWhen is false")},
@@ -217,20 +217,20 @@ func TestAvailableWhenDecides(t *testing.T) {
 		{"a kind with a rule held back", `self.spec.paused == false`, memberCopyOf("apps/v1", "Deployment", map[string]any{"paused": true}, map[string]any{"observedGeneration": int64(2)}), notAvailableWith("Deployment web: availableWhen is false")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rule, err := compileAvailableWhen(tc.rule)
+			rule, err := Compile(tc.rule)
 			if err != nil {
-				t.Fatalf("compileAvailableWhen(%q): %v", tc.rule, err)
+				t.Fatalf("Compile(%q): %v", tc.rule, err)
 			}
 			// Each case names a class of failure, not the backstop: on
 			// two loaded cores under -race, reaching the cost limit can
 			// take longer than availableWhenTimeout.
 			rule.timeout = time.Minute
-			got := availabilityOf(tc.obj, rule)
+			got := Of(tc.obj, rule)
 			if got != tc.want {
-				t.Errorf("availabilityOf = %+v, want %+v", got, tc.want)
+				t.Errorf("Of = %+v, want %+v", got, tc.want)
 			}
-			if strings.Contains(got.message, "s3cr3t") {
-				t.Errorf("the message %q tells a value of the member", got.message)
+			if strings.Contains(got.Message, "s3cr3t") {
+				t.Errorf("the message %q tells a value of the member", got.Message)
 			}
 		})
 	}
@@ -263,24 +263,24 @@ func TestCompileAvailableWhenRefuses(t *testing.T) {
 		{`status.ready`, "undeclared reference to 'status'"},
 		{`self.status.size() > "1" + 1`, "found no matching overload"},
 	} {
-		rule, err := compileAvailableWhen(tc.rule)
+		rule, err := Compile(tc.rule)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("compileAvailableWhen(%q) = %v, %v; want an error saying %q", tc.rule, rule, err, tc.want)
+			t.Errorf("Compile(%q) = %v, %v; want an error saying %q", tc.rule, rule, err, tc.want)
 		}
 	}
 }
 
 func TestCompileAvailableWhenCachesBounded(t *testing.T) {
-	a, _ := compileAvailableWhen(`self.status.ready == true`)
-	if b, _ := compileAvailableWhen(`self.status.ready == true`); a != b {
+	a, _ := Compile(`self.status.ready == true`)
+	if b, _ := Compile(`self.status.ready == true`); a != b {
 		t.Error("the same expression was compiled twice")
 	}
-	_, errA := compileAvailableWhen(`1 + 2`)
-	if _, errB := compileAvailableWhen(`1 + 2`); errA == nil || errA != errB {
+	_, errA := Compile(`1 + 2`)
+	if _, errB := Compile(`1 + 2`); errA == nil || errA != errB {
 		t.Errorf("an expression that does not compile was compiled twice: %v, %v", errA, errB)
 	}
 	for i := range 2 * maxCompiledAvailableWhen {
-		if _, err := compileAvailableWhen(fmt.Sprintf("self.status.replicas == %d", i)); err != nil {
+		if _, err := Compile(fmt.Sprintf("self.status.replicas == %d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -297,17 +297,17 @@ func TestAvailableWhenIsSafeForConcurrentUse(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 50 {
-				rule, err := compileAvailableWhen(fmt.Sprintf("self.status.replicas >= %d", (g+i)%6))
+				rule, err := Compile(fmt.Sprintf("self.status.replicas >= %d", (g+i)%6))
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				want := available
+				want := Available
 				if (g+i)%6 > 3 {
-					want = notAvailable
+					want = NotAvailable
 				}
-				if got := availabilityOf(obj, rule); got.state != want {
-					t.Errorf("availabilityOf = %+v, want state %v", got, want)
+				if got := Of(obj, rule); got.State != want {
+					t.Errorf("Of = %+v, want state %v", got, want)
 				}
 			}
 		})
@@ -349,10 +349,10 @@ func TestAvailableWhenRefusesWhatCouldGrow(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			rule, err := compileAvailableWhen(tc.rule)
-			var kerr *kindError
-			if !errors.As(err, &kerr) || kerr.reason != "AvailabilityRuleRefused" || !strings.Contains(kerr.message, tc.want) || !strings.Contains(kerr.message, "over the limit of") && !strings.Contains(kerr.message, "exceeds the limit of") {
-				t.Fatalf("compileAvailableWhen = %v, %v; want it refused, AvailabilityRuleRefused, saying %q and the limit", rule, err, tc.want)
+			rule, err := Compile(tc.rule)
+			var rerr *RuleError
+			if !errors.As(err, &rerr) || rerr.Reason != "AvailabilityRuleRefused" || !strings.Contains(rerr.Message, tc.want) || !strings.Contains(rerr.Message, "over the limit of") && !strings.Contains(rerr.Message, "exceeds the limit of") {
+				t.Fatalf("Compile = %v, %v; want it refused, AvailabilityRuleRefused, saying %q and the limit", rule, err, tc.want)
 			}
 		})
 	}
@@ -370,7 +370,7 @@ func TestAvailableWhenAllocationIsBounded(t *testing.T) {
 	const bound = 32 << 20
 	for _, tc := range []struct {
 		rule string
-		want availability
+		want Availability
 	}{
 		{`'a,b'.split(',').size() == 2`, isAvailable()},
 		{`self.spec.s.replace('a', 'bb').size() > 0`, stopped},
@@ -382,20 +382,20 @@ func TestAvailableWhenAllocationIsBounded(t *testing.T) {
 		{`self.spec.s.lowerAscii() + self.spec.s.upperAscii() != ''`, stopped},
 		{`self.status.conditions.exists(c, c.type == 'Ready' && c.status == 'True')`, isAvailable()},
 	} {
-		rule, err := compileAvailableWhen(tc.rule)
+		rule, err := Compile(tc.rule)
 		if err != nil {
-			t.Fatalf("compileAvailableWhen(%q): %v", tc.rule, err)
+			t.Fatalf("Compile(%q): %v", tc.rule, err)
 		}
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		got := availabilityOf(obj, rule)
+		got := Of(obj, rule)
 		runtime.ReadMemStats(&after)
-		if tc.want == stopped && (got.message == "Widget web: availableWhen did not hold (cost limit exceeded)" || got.message == "Widget web: availableWhen did not hold (timed out)") {
+		if tc.want == stopped && (got.Message == "Widget web: availableWhen did not hold (cost limit exceeded)" || got.Message == "Widget web: availableWhen did not hold (timed out)") {
 			got = stopped
 		}
 		if got != tc.want {
-			t.Errorf("%s: availabilityOf = %+v, want %+v", tc.rule, got, tc.want)
+			t.Errorf("%s: Of = %+v, want %+v", tc.rule, got, tc.want)
 		}
 		allocated := after.TotalAlloc - before.TotalAlloc
 		t.Logf("%s: %d KiB allocated", tc.rule, allocated>>10)

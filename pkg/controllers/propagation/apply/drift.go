@@ -1,4 +1,4 @@
-package propagation
+package apply
 
 import (
 	"encoding/json"
@@ -13,14 +13,14 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
 
-// drift returns the paths of desired's fields whose value live does not
+// Drift returns the paths of desired's fields whose value live does not
 // hold, leaving out those that another manager claimed on purpose (see
-// claimedByOthers) and RevisionLabel, which says where the copy comes
+// ClaimedByOthers) and RevisionLabel, which says where the copy comes
 // from. Fields live has and desired lacks, such as defaults and other
 // managers' additions, are not drift. Lists must have the same length;
 // their items compare the same way.
-func drift(desired, live *unstructured.Unstructured) []string {
-	claimed := claimedByOthers(live)
+func Drift(desired, live *unstructured.Unstructured) []string {
+	claimed := ClaimedByOthers(live)
 	var paths []string
 	var walk func(want, got any, path string)
 	walk = func(want, got any, path string) {
@@ -96,13 +96,13 @@ func number(v any) (float64, bool) {
 	return 0, false
 }
 
-// claims are claimed field paths, in drift's notation (".spec.replicas",
+// Claims are claimed field paths, in Drift's notation (".spec.replicas",
 // ".spec.containers[0].image"), each with its map keys when no list lies
 // on the way, else nil.
-type claims map[string][]string
+type Claims map[string][]string
 
 // covers reports whether path is claimed, or lies under a claimed field.
-func (c claims) covers(path string) bool {
+func (c Claims) covers(path string) bool {
 	if _, ok := c[path]; ok {
 		return true
 	}
@@ -114,14 +114,14 @@ func (c claims) covers(path string) bool {
 	return false
 }
 
-// claimedByOthers returns the fields of live that another manager claims
+// ClaimedByOthers returns the fields of live that another manager claims
 // on purpose: one that applied them with server-side apply, or wrote them
 // through a subresource, as the HorizontalPodAutoscaler writes replicas
 // through scale. Such a field is theirs: it is neither drift nor applied.
 // A plain update (kubectl edit, a script) claims nothing: what it changed
 // is drift.
-func claimedByOthers(live *unstructured.Unstructured) claims {
-	c := claims{}
+func ClaimedByOthers(live *unstructured.Unstructured) Claims {
+	c := Claims{}
 	for _, entry := range live.GetManagedFields() {
 		if entry.Manager == fleetv1alpha1.FieldManager || entry.FieldsV1 == nil {
 			continue
@@ -143,7 +143,7 @@ func claimedByOthers(live *unstructured.Unstructured) claims {
 
 // add records the leaves of a managedFields field set, resolving list keys
 // and values to indices in live.
-func (c claims) add(fields map[string]any, live any, path string, keys []string) {
+func (c Claims) add(fields map[string]any, live any, path string, keys []string) {
 	for key, sub := range fields {
 		if key == "." || len(key) < 2 {
 			continue
@@ -218,9 +218,9 @@ func listIndex(key string, list []any) int {
 	return -1
 }
 
-// withoutClaims removes from obj the map fields others claim, so that
+// WithoutClaims removes from obj the map fields others claim, so that
 // applying obj does not take them: the HPA keeps replicas.
-func withoutClaims(obj *unstructured.Unstructured, c claims) {
+func WithoutClaims(obj *unstructured.Unstructured, c Claims) {
 	for _, keys := range c {
 		if len(keys) > 0 && keys[0] != "metadata" {
 			unstructured.RemoveNestedField(obj.Object, keys...)
