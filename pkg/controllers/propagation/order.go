@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 )
 
 // firstKinds are applied first within their wave, and removed last:
@@ -71,7 +72,7 @@ func kindWave(p *fleetv1alpha1.Propagation, gvk schema.GroupVersionKind) int32 {
 		return 0
 	}
 	for _, sel := range p.Spec.Resources {
-		if k, err := resourceKind(sel); err == nil && k == gvk {
+		if k, err := content.ResourceKind(sel); err == nil && k == gvk {
 			return sel.Wave
 		}
 	}

@@ -1,4 +1,4 @@
-package propagation
+package content
 
 import (
 	"fmt"
@@ -10,44 +10,44 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
 
-// isEnvelope reports whether gvk is an Envelope's or a ClusterEnvelope's,
+// IsEnvelope reports whether gvk is an Envelope's or a ClusterEnvelope's,
 // whose manifests are applied in its place.
-func isEnvelope(gvk schema.GroupVersionKind) bool {
+func IsEnvelope(gvk schema.GroupVersionKind) bool {
 	return gvk.Group == fleetv1alpha1.GroupVersion.Group && (gvk.Kind == "Envelope" || gvk.Kind == "ClusterEnvelope")
 }
 
-// unpack returns the manifests of env, an Envelope or a ClusterEnvelope
+// Unpack returns the manifests of env, an Envelope or a ClusterEnvelope
 // on the hub, as the hub objects they stand for: of env's namespace (none
 // for a ClusterEnvelope) and UID, labelled with EnvelopeLabel. A manifest
 // that breaks a rule is left out, with a failure naming it: one that is
 // no object, names another namespace, is of the other scope than env (as
 // the hub knows the kind: one it does not know may be served by members),
 // is an Envelope, has the kind and name of an earlier manifest, or is
-// refused (see refusal). Manifests are never cut: the hub bounds an
+// refused (see Refusal). Manifests are never cut: the hub bounds an
 // Envelope when it is written.
-func (r *reconciler) unpack(env *unstructured.Unstructured) ([]*unstructured.Unstructured, []failure) {
+func (b *Builder) Unpack(env *unstructured.Unstructured) ([]*unstructured.Unstructured, []Problem) {
 	raw, _, err := unstructured.NestedSlice(env.Object, "manifests")
 	if err != nil {
-		return nil, []failure{{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("Envelope %s: manifests is not a list", env.GetName())}}
+		return nil, []Problem{{Reason: fleetv1alpha1.ReasonInvalid, Message: fmt.Sprintf("Envelope %s: manifests is not a list", env.GetName())}}
 	}
 	var objs []*unstructured.Unstructured
-	var failures []failure
+	var problems []Problem
 	seen := map[schema.GroupKind]map[string]int{} // the index of the first manifest of each kind and name
 	for i, m := range raw {
 		fields, ok := m.(map[string]any)
 		if !ok {
-			failures = append(failures, failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("manifest %d of %s %s is not an object", i, env.GetKind(), env.GetName())})
+			problems = append(problems, Problem{Reason: fleetv1alpha1.ReasonInvalid, Message: fmt.Sprintf("manifest %d of %s %s is not an object", i, env.GetKind(), env.GetName())})
 			continue
 		}
 		obj := &unstructured.Unstructured{Object: fields}
 		name := fmt.Sprintf("manifest %d (%s %s) of %s %s", i, obj.GetKind(), obj.GetName(), env.GetKind(), env.GetName())
-		if reason, problem := r.manifestProblem(obj, env.GetNamespace()); problem != "" {
-			failures = append(failures, failure{reason: reason, message: name + " " + problem})
+		if reason, problem := b.manifestProblem(obj, env.GetNamespace()); problem != "" {
+			problems = append(problems, Problem{Reason: reason, Message: name + " " + problem})
 			continue
 		}
 		gk := obj.GroupVersionKind().GroupKind()
 		if first, ok := seen[gk][obj.GetName()]; ok {
-			failures = append(failures, failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("%s has the kind and name of manifest %d: it is not applied", name, first)})
+			problems = append(problems, Problem{Reason: fleetv1alpha1.ReasonInvalid, Message: fmt.Sprintf("%s has the kind and name of manifest %d: it is not applied", name, first)})
 			continue
 		}
 		if seen[gk] == nil {
@@ -63,31 +63,31 @@ func (r *reconciler) unpack(env *unstructured.Unstructured) ([]*unstructured.Uns
 		}
 		labels[fleetv1alpha1.EnvelopeLabel] = env.GetName()
 		obj.SetLabels(labels)
-		if rule, refused := refusal(obj, r.fleet); refused {
-			failures = append(failures, failure{reason: fleetv1alpha1.ReasonRefused, message: name + " is refused: " + rule})
+		if rule, refused := Refusal(obj, b.Fleet); refused {
+			problems = append(problems, Problem{Reason: fleetv1alpha1.ReasonRefused, Message: name + " is refused: " + rule})
 			continue
 		}
 		objs = append(objs, obj)
 	}
-	return objs, failures
+	return objs, problems
 }
 
 // manifestProblem says what makes obj, a manifest of an Envelope of
 // namespace ("" for a ClusterEnvelope), one that is not applied, and the
 // reason; "" if nothing does.
-func (r *reconciler) manifestProblem(obj *unstructured.Unstructured, namespace string) (reason, problem string) {
+func (b *Builder) manifestProblem(obj *unstructured.Unstructured, namespace string) (reason, problem string) {
 	gv, err := schema.ParseGroupVersion(obj.GetAPIVersion())
 	switch {
 	case err != nil || obj.GetAPIVersion() == "" || obj.GetKind() == "" || obj.GetName() == "":
 		return fleetv1alpha1.ReasonInvalid, "needs apiVersion, kind and metadata.name"
-	case isEnvelope(gv.WithKind(obj.GetKind())):
+	case IsEnvelope(gv.WithKind(obj.GetKind())):
 		return fleetv1alpha1.ReasonInvalid, "is an Envelope: Envelopes do not nest"
 	case obj.GetNamespace() != "" && namespace == "":
 		return fleetv1alpha1.ReasonInvalid, fmt.Sprintf("names namespace %s: a ClusterEnvelope holds cluster-scoped objects", obj.GetNamespace())
 	case obj.GetNamespace() != "" && obj.GetNamespace() != namespace:
 		return fleetv1alpha1.ReasonInvalid, fmt.Sprintf("names namespace %s: an Envelope holds objects of its own namespace", obj.GetNamespace())
 	}
-	mapping, err := r.m.GetRESTMapper().RESTMapping(gv.WithKind(obj.GetKind()).GroupKind(), gv.Version)
+	mapping, err := b.Mapper.RESTMapping(gv.WithKind(obj.GetKind()).GroupKind(), gv.Version)
 	switch clusterScoped := err == nil && mapping.Scope.Name() == meta.RESTScopeNameRoot; {
 	case err != nil:
 	case clusterScoped && namespace != "":
