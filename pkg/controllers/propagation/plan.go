@@ -61,7 +61,7 @@ func (r *reconciler) revise(ctx context.Context, p *fleetv1alpha1.Propagation) (
 		rv.revs, err = r.revisions.List(ctx, p)
 		return rv, err
 	}
-	c, err := r.content.Build(ctx, p)
+	c, hash, err := r.content.Get(ctx, p)
 	if err != nil {
 		return rv, err
 	}
@@ -69,10 +69,6 @@ func (r *reconciler) revise(ctx context.Context, p *fleetv1alpha1.Propagation) (
 		rv.hubProblem = &kindError{reason: problem.Reason, message: problem.Message}
 	}
 	rv.selected = &c.Selected
-	raw, hash, err := c.Encode()
-	if err != nil {
-		return rv, err
-	}
 	if refused, ok := r.refusedRevisions.recent(p.UID, hash, time.Now()); ok {
 		// Asked again within refusedRevisionRetry, the hub would answer
 		// the same.
@@ -80,8 +76,9 @@ func (r *reconciler) revise(ctx context.Context, p *fleetv1alpha1.Propagation) (
 		rv.revs, err = r.revisions.List(ctx, p)
 		return rv, err
 	}
-	rv.revs, err = r.revisions.Ensure(ctx, p, raw, hash)
+	rv.revs, err = r.revisions.Ensure(ctx, p, c, hash)
 	if revisions.RefusedByHub(err) {
+		raw, _, _ := c.Encode()
 		rv.refused = fmt.Sprintf("the hub refused a new revision (%d bytes): %s", len(raw), describeStatus(err))
 		if r.refusedRevisions.refused(p.UID, hash, rv.refused, time.Now()) {
 			logf.FromContext(ctx).Error(err, "The hub refused a new revision: members keep the revisions they have", "bytes", len(raw), "hash", hash)

@@ -334,13 +334,11 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.MaintenanceMode) (*content.Content, error) {
 	p := run.p
 	if allAtOnce(&p.Spec) && maintenance == "" {
-		c, err := run.r.content.Build(ctx, p)
+		c, hash, err := run.r.content.Get(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		if _, run.revision, err = c.Encode(); err != nil {
-			return nil, err
-		}
+		run.revision = hash
 		run.number, err = run.r.revisions.NewestOf(ctx, p, run.revision)
 		return c, err
 	}

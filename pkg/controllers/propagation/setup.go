@@ -106,8 +106,9 @@ type reconciler struct {
 	owedRemovals *registry.Facts[[]fleetv1alpha1.OwedRemoval]
 	// drains, if not nil, publishes each drained member's drain.
 	drains *registry.Facts[fleetv1alpha1.DrainStatus]
-	// content builds what Propagations apply from the hub objects.
-	content *content.Builder
+	// content builds what Propagations apply from the hub objects, once
+	// per change, and shares it.
+	content *content.Cache
 	// revisions makes, loads and prunes the Propagations' revisions.
 	revisions *revisions.Store
 	// refusedRevisions remembers the revisions the hub refused.
@@ -198,7 +199,7 @@ func Add(m *fleet.Manager, opts Options) error {
 		clusterPropagations: clusterPropagations,
 	}
 	r.objects = &hubObjects{fleet: m.Namespace(), config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
-	r.content = &content.Builder{Fleet: m.Namespace(), Mapper: m.GetRESTMapper(), List: r.objects.list}
+	r.content = content.NewCache(&content.Builder{Fleet: m.Namespace(), Mapper: m.GetRESTMapper(), List: r.objects.list})
 	r.revisions = &revisions.Store{Hub: opts.Client, Live: apiReader, Fleet: m.Namespace()}
 	r.copies = &copyCaches{
 		fleet: m.Namespace(), userAgent: opts.Config.UserAgent, scheme: m.GetScheme(), log: log,

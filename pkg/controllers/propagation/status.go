@@ -42,6 +42,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	p, err := r.getPropagation(ctx, key)
 	if apierrors.IsNotFound(err) {
 		r.results.forgetPropagation(key)
+		r.content.Forget(key)
 		r.setReadiness(key, "")
 		return reconcile.Result{}, r.dropUnusedHubCache(ctx, key.Namespace)
 	} else if err != nil {
@@ -51,6 +52,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 		// Another fleet's: neither its status, its revisions nor its
 		// finalizer are this fleet's.
 		r.results.forgetPropagation(key)
+		r.content.Forget(key)
 		r.setReadiness(key, "")
 		return reconcile.Result{}, nil
 	}
@@ -335,7 +337,7 @@ func setSelected(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStat
 	if sel == nil {
 		return
 	}
-	st.SelectedResourceCount, st.SelectedResources = sel.Count, sel.Listed
+	st.SelectedResourceCount, st.SelectedResources = sel.Count, slices.Clone(sel.Listed)
 	c := metav1.Condition{
 		Type: fleetv1alpha1.PropagationResourcesSelected, Status: metav1.ConditionTrue, ObservedGeneration: p.Generation,
 		Reason: fleetv1alpha1.ReasonResourcesSelected, Message: fmt.Sprintf("%s selected by %d resources", plural(int(sel.Count), "hub object", "hub objects"), len(p.Spec.Resources)),

@@ -122,7 +122,24 @@ type Problem struct {
 
 // Build reads what p applies now from the hub.
 func (b *Builder) Build(ctx context.Context, p *fleetv1alpha1.Propagation) (*Content, error) {
-	c := &Content{Resources: p.Spec.Resources, Overrides: p.Spec.Overrides}
+	read, err := b.read(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	c, _ := b.assemble(p, read)
+	return c, nil
+}
+
+// selection is what one entry of a Propagation's resources selects on
+// the hub: its objects, sorted, or the problem met listing them.
+type selection struct {
+	objs    []unstructured.Unstructured
+	problem *Problem
+}
+
+// read lists what each entry of p's resources selects.
+func (b *Builder) read(ctx context.Context, p *fleetv1alpha1.Propagation) ([]selection, error) {
+	read := make([]selection, len(p.Spec.Resources))
 	for i, sel := range p.Spec.Resources {
 		objs, err := b.List(ctx, p.Namespace, sel)
 		if rerr, ok := errors.AsType[ReasonedError](err); ok {
@@ -130,21 +147,40 @@ func (b *Builder) Build(ctx context.Context, p *fleetv1alpha1.Propagation) (*Con
 			if gvk, err := ResourceKind(sel); err == nil && rerr.ErrorReason() != fleetv1alpha1.ReasonRefused {
 				problem.Kind = &fleetv1alpha1.KindReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
 			}
-			c.Problems = append(c.Problems, problem)
+			read[i].problem = &problem
 			continue
 		}
 		if err != nil {
 			return nil, err
-		}
-		if len(objs) == 0 {
-			c.Selected.nothingFor(i, sel)
-			continue
 		}
 		// The hub cache lists in no set order: the same objects must make
 		// the same content, and so the same hash.
 		slices.SortFunc(objs, func(a, b unstructured.Unstructured) int {
 			return cmp.Or(strings.Compare(a.GetNamespace(), b.GetNamespace()), strings.Compare(a.GetName(), b.GetName()))
 		})
+		read[i].objs = objs
+	}
+	return read, nil
+}
+
+// assemble makes p's content of what its entries selected, read. It
+// reports whether the content follows from p's spec and read alone: not
+// when the hub did not know the kind of an Envelope's manifest, whose
+// scope it may learn later.
+func (b *Builder) assemble(p *fleetv1alpha1.Propagation, read []selection) (*Content, bool) {
+	spec := p.Spec.DeepCopy()
+	c := &Content{Resources: spec.Resources, Overrides: spec.Overrides}
+	settled := true
+	for i, sel := range p.Spec.Resources {
+		if read[i].problem != nil {
+			c.Problems = append(c.Problems, *read[i].problem)
+			continue
+		}
+		objs := read[i].objs
+		if len(objs) == 0 {
+			c.Selected.nothingFor(i, sel)
+			continue
+		}
 		for j := range objs {
 			o := &objs[j]
 			if rule, refused := Refusal(o, b.Fleet); refused {
@@ -156,7 +192,8 @@ func (b *Builder) Build(ctx context.Context, p *fleetv1alpha1.Propagation) (*Con
 				c.Selected.add(o, "")
 				continue
 			}
-			manifests, problems := b.Unpack(o)
+			manifests, problems, mapped := b.unpack(o)
+			settled = settled && mapped
 			c.Problems = append(c.Problems, problems...)
 			for _, m := range manifests {
 				c.Objects = append(c.Objects, Object{Resource: i, Object: Authored(m)})
@@ -164,7 +201,7 @@ func (b *Builder) Build(ctx context.Context, p *fleetv1alpha1.Propagation) (*Con
 			}
 		}
 	}
-	return c, nil
+	return c, settled
 }
 
 // Authored returns obj as its author wrote it: what a copy is made from,

@@ -26,12 +26,18 @@ func IsEnvelope(gvk schema.GroupVersionKind) bool {
 // refused (see Refusal). Manifests are never cut: the hub bounds an
 // Envelope when it is written.
 func (b *Builder) Unpack(env *unstructured.Unstructured) ([]*unstructured.Unstructured, []Problem) {
+	objs, problems, _ := b.unpack(env)
+	return objs, problems
+}
+
+// unpack is Unpack, and reports whether the hub knew the kind of every
+// manifest.
+func (b *Builder) unpack(env *unstructured.Unstructured) (objs []*unstructured.Unstructured, problems []Problem, mapped bool) {
 	raw, _, err := unstructured.NestedSlice(env.Object, "manifests")
 	if err != nil {
-		return nil, []Problem{{Reason: fleetv1alpha1.ReasonInvalid, Message: fmt.Sprintf("Envelope %s: manifests is not a list", env.GetName())}}
+		return nil, []Problem{{Reason: fleetv1alpha1.ReasonInvalid, Message: fmt.Sprintf("Envelope %s: manifests is not a list", env.GetName())}}, true
 	}
-	var objs []*unstructured.Unstructured
-	var problems []Problem
+	mapped = true
 	seen := map[schema.GroupKind]map[string]int{} // the index of the first manifest of each kind and name
 	for i, m := range raw {
 		fields, ok := m.(map[string]any)
@@ -41,7 +47,9 @@ func (b *Builder) Unpack(env *unstructured.Unstructured) ([]*unstructured.Unstru
 		}
 		obj := &unstructured.Unstructured{Object: fields}
 		name := fmt.Sprintf("manifest %d (%s %s) of %s %s", i, obj.GetKind(), obj.GetName(), env.GetKind(), env.GetName())
-		if reason, problem := b.manifestProblem(obj, env.GetNamespace()); problem != "" {
+		reason, problem, known := b.manifestProblem(obj, env.GetNamespace())
+		mapped = mapped && known
+		if problem != "" {
 			problems = append(problems, Problem{Reason: reason, Message: name + " " + problem})
 			continue
 		}
@@ -69,31 +77,33 @@ func (b *Builder) Unpack(env *unstructured.Unstructured) ([]*unstructured.Unstru
 		}
 		objs = append(objs, obj)
 	}
-	return objs, problems
+	return objs, problems, mapped
 }
 
 // manifestProblem says what makes obj, a manifest of an Envelope of
 // namespace ("" for a ClusterEnvelope), one that is not applied, and the
-// reason; "" if nothing does.
-func (b *Builder) manifestProblem(obj *unstructured.Unstructured, namespace string) (reason, problem string) {
+// reason; "" if nothing does. known is false when the hub does not know
+// obj's kind (it may be served by members), whose scope is not checked.
+func (b *Builder) manifestProblem(obj *unstructured.Unstructured, namespace string) (reason, problem string, known bool) {
 	gv, err := schema.ParseGroupVersion(obj.GetAPIVersion())
 	switch {
 	case err != nil || obj.GetAPIVersion() == "" || obj.GetKind() == "" || obj.GetName() == "":
-		return fleetv1alpha1.ReasonInvalid, "needs apiVersion, kind and metadata.name"
+		return fleetv1alpha1.ReasonInvalid, "needs apiVersion, kind and metadata.name", true
 	case IsEnvelope(gv.WithKind(obj.GetKind())):
-		return fleetv1alpha1.ReasonInvalid, "is an Envelope: Envelopes do not nest"
+		return fleetv1alpha1.ReasonInvalid, "is an Envelope: Envelopes do not nest", true
 	case obj.GetNamespace() != "" && namespace == "":
-		return fleetv1alpha1.ReasonInvalid, fmt.Sprintf("names namespace %s: a ClusterEnvelope holds cluster-scoped objects", obj.GetNamespace())
+		return fleetv1alpha1.ReasonInvalid, fmt.Sprintf("names namespace %s: a ClusterEnvelope holds cluster-scoped objects", obj.GetNamespace()), true
 	case obj.GetNamespace() != "" && obj.GetNamespace() != namespace:
-		return fleetv1alpha1.ReasonInvalid, fmt.Sprintf("names namespace %s: an Envelope holds objects of its own namespace", obj.GetNamespace())
+		return fleetv1alpha1.ReasonInvalid, fmt.Sprintf("names namespace %s: an Envelope holds objects of its own namespace", obj.GetNamespace()), true
 	}
 	mapping, err := b.Mapper.RESTMapping(gv.WithKind(obj.GetKind()).GroupKind(), gv.Version)
 	switch clusterScoped := err == nil && mapping.Scope.Name() == meta.RESTScopeNameRoot; {
 	case err != nil:
+		return "", "", false
 	case clusterScoped && namespace != "":
-		return fleetv1alpha1.ReasonClusterScoped, "is of a cluster-scoped kind: a Propagation applies objects of its own namespace (a ClusterEnvelope holds it)"
+		return fleetv1alpha1.ReasonClusterScoped, "is of a cluster-scoped kind: a Propagation applies objects of its own namespace (a ClusterEnvelope holds it)", true
 	case !clusterScoped && namespace == "":
-		return fleetv1alpha1.ReasonNamespacedKind, "is of a namespaced kind: a ClusterPropagation applies cluster-scoped objects (an Envelope holds it)"
+		return fleetv1alpha1.ReasonNamespacedKind, "is of a namespaced kind: a ClusterPropagation applies cluster-scoped objects (an Envelope holds it)", true
 	}
-	return "", ""
+	return "", "", true
 }

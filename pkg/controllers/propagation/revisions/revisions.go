@@ -35,6 +35,8 @@ type Store struct {
 
 	// book remembers the revisions this manager made.
 	book book
+	// verified remembers what Load made of each revision it read.
+	verified verifiedBook
 }
 
 // namespace is where p's revisions are: its namespace, or the fleet
@@ -84,6 +86,7 @@ func (s *Store) all(ctx context.Context, p *fleetv1alpha1.Propagation) ([]fleetv
 		return !metav1.IsControlledBy(&rev, p)
 	})
 	slices.SortFunc(revs, func(a, b fleetv1alpha1.PropagationRevision) int { return int(a.Revision - b.Revision) })
+	s.verified.keepOnly(p.UID, revs)
 	return revs, nil
 }
 
@@ -142,13 +145,16 @@ func (b *book) forget(uid types.UID) {
 }
 
 // Forget drops what s remembers of the Propagation of uid, which is gone.
-func (s *Store) Forget(uid types.UID) { s.book.forget(uid) }
+func (s *Store) Forget(uid types.UID) {
+	s.book.forget(uid)
+	s.verified.forget(uid)
+}
 
 // Ensure returns p's revisions with, as the newest, one of
 // content c, whose hash is hash: it makes one, numbered one more than the
 // newest of any fleet, unless this fleet's newest is of c. Two managers
 // that make the same number race on its name, and the loser reads again.
-func (s *Store) Ensure(ctx context.Context, p *fleetv1alpha1.Propagation, raw []byte, hash string) ([]fleetv1alpha1.PropagationRevision, error) {
+func (s *Store) Ensure(ctx context.Context, p *fleetv1alpha1.Propagation, c *content.Content, hash string) ([]fleetv1alpha1.PropagationRevision, error) {
 	all, err := s.all(ctx, p)
 	if err != nil {
 		return nil, err
@@ -181,6 +187,10 @@ func (s *Store) Ensure(ctx context.Context, p *fleetv1alpha1.Propagation, raw []
 	}
 	// The owner's kind is the scheme's: an object read from the cache,
 	// or made from a ClusterPropagation, carries no TypeMeta.
+	raw, _, err := c.Encode()
+	if err != nil {
+		return nil, err
+	}
 	owner := ownerOf(p)
 	gvk, err := apiutil.GVKForObject(owner, s.Hub.Scheme())
 	if err != nil {
@@ -311,29 +321,119 @@ func (s *Store) Prune(ctx context.Context, p *fleetv1alpha1.Propagation, revs []
 // Load reads p's revision number n and its content, checked
 // against its hash: a revision changed after it was made is refused. One
 // the cache does not show is read from the hub itself: the plan may have
-// just made it, and only the hub can say it is missing.
+// just made it, and only the hub can say it is missing. A revision is
+// decoded and checked once per UID and resourceVersion; the content
+// returned is shared, and must not be changed.
 func (s *Store) Load(ctx context.Context, p *fleetv1alpha1.Propagation, n int64) (*content.Content, string, error) {
-	var rev fleetv1alpha1.PropagationRevision
+	rev, err := s.find(ctx, p, n)
+	if err != nil {
+		return nil, "", err
+	}
+	if v, ok := s.verified.get(p.UID, rev); ok {
+		return v.content, v.hash, v.err
+	}
+	c, hash, err := s.verify(p, rev)
+	if err == nil || errors.As(err, new(*content.Error)) {
+		s.verified.put(p.UID, rev, verifiedRevision{resourceVersion: rev.ResourceVersion, content: c, hash: hash, err: err})
+	}
+	return c, hash, err
+}
+
+// find reads p's revision number n: from the cache, without copying it
+// (it must not be changed), else from the hub itself.
+func (s *Store) find(ctx context.Context, p *fleetv1alpha1.Propagation, n int64) (*fleetv1alpha1.PropagationRevision, error) {
 	key := client.ObjectKey{Namespace: s.namespace(p), Name: revisionObjectName(p, n)}
+	var list fleetv1alpha1.PropagationRevisionList
+	if err := s.Hub.List(ctx, &list, client.InNamespace(key.Namespace), client.MatchingLabels{
+		fleetv1alpha1.PropagationLabel: p.Name, fleetv1alpha1.RevisionOfLabel: revisionOf(p),
+	}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		if list.Items[i].Name == key.Name {
+			return &list.Items[i], nil
+		}
+	}
+	// Its labels may have been changed: read it by name.
+	var rev fleetv1alpha1.PropagationRevision
 	err := s.Hub.Get(ctx, key, &rev)
 	if apierrors.IsNotFound(err) {
 		err = s.Live.Get(ctx, key, &rev)
 	}
-	if err != nil {
-		return nil, "", err
-	}
+	return &rev, err
+}
+
+// verify decodes rev, a revision of p, and checks it against its hash,
+// its owner and what the manager would put in it.
+func (s *Store) verify(p *fleetv1alpha1.Propagation, rev *fleetv1alpha1.PropagationRevision) (*content.Content, string, error) {
+	n := rev.Revision
 	var c content.Content
 	if err := utiljson.Unmarshal(rev.Content.Raw, &c); err != nil {
 		return nil, "", &content.Error{Reason: fleetv1alpha1.ReasonRevisionInvalid, Message: fmt.Sprintf("revision %d does not decode", n)}
 	}
 	_, hash, err := c.Encode()
-	if err != nil || hash != rev.Labels[fleetv1alpha1.RevisionHashLabel] || !metav1.IsControlledBy(&rev, p) {
+	if err != nil || hash != rev.Labels[fleetv1alpha1.RevisionHashLabel] || !metav1.IsControlledBy(rev, p) {
 		return nil, "", &content.Error{Reason: fleetv1alpha1.ReasonRevisionInvalid, Message: fmt.Sprintf("revision %d does not match its hash: it was changed after it was made", n)}
 	}
 	if problem := s.foreignObject(p, &c); problem != "" {
 		return nil, "", &content.Error{Reason: fleetv1alpha1.ReasonRevisionInvalid, Message: fmt.Sprintf("revision %d %s: it was not made by the manager", n, problem)}
 	}
 	return &c, hash, nil
+}
+
+// verifiedBook remembers, by Propagation UID and revision UID, what Load
+// made of each revision it read at which resourceVersion: its content
+// and hash, or why it was refused. It holds only revisions the cache
+// last listed (see keepOnly), and those Load read since.
+type verifiedBook struct {
+	mu   sync.Mutex
+	revs map[types.UID]map[types.UID]verifiedRevision
+}
+
+type verifiedRevision struct {
+	resourceVersion string
+	content         *content.Content
+	hash            string
+	err             error
+}
+
+func (b *verifiedBook) get(owner types.UID, rev *fleetv1alpha1.PropagationRevision) (verifiedRevision, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok := b.revs[owner][rev.UID]
+	return v, ok && v.resourceVersion == rev.ResourceVersion
+}
+
+func (b *verifiedBook) put(owner types.UID, rev *fleetv1alpha1.PropagationRevision, v verifiedRevision) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.revs == nil {
+		b.revs = map[types.UID]map[types.UID]verifiedRevision{}
+	}
+	if b.revs[owner] == nil {
+		b.revs[owner] = map[types.UID]verifiedRevision{}
+	}
+	b.revs[owner][rev.UID] = v
+}
+
+// keepOnly forgets the revisions of owner that are not among revs.
+func (b *verifiedBook) keepOnly(owner types.UID, revs []fleetv1alpha1.PropagationRevision) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for uid := range b.revs[owner] {
+		if !slices.ContainsFunc(revs, func(rev fleetv1alpha1.PropagationRevision) bool { return rev.UID == uid }) {
+			delete(b.revs[owner], uid)
+		}
+	}
+	if len(b.revs[owner]) == 0 {
+		delete(b.revs, owner)
+	}
+}
+
+func (b *verifiedBook) forget(owner types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.revs, owner)
 }
 
 // foreignObject says which object of c, read from a revision of p, the
