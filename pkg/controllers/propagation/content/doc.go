@@ -39,5 +39,14 @@
 // kind, keeps that kind's copies from being removed: a doubt never
 // removes. Any other error fails the build, and nothing is decided.
 //
+// # Lifecycle
+//
+// A [Cache] builds each Propagation's content once per change of what it
+// is built from (the Propagation's UID and generation, the selected
+// objects' UIDs and resourceVersions, the problem met listing an entry)
+// and hands the same content to every caller: member runs, status,
+// revisions. It is read-only: a caller copies an object before it changes
+// it (a member's copy). [Cache.Forget] drops a Propagation that is gone.
+//
 // The package imports no later stage.
 package content
