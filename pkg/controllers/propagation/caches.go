@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
@@ -451,12 +452,12 @@ func (h *hubObjects) drop(namespace string) {
 
 // list returns the hub objects of namespace that sel selects.
 func (h *hubObjects) list(ctx context.Context, namespace string, sel fleetv1alpha1.ResourceSelector) ([]unstructured.Unstructured, error) {
-	gvk, err := resourceKind(sel)
+	gvk, err := content.ResourceKind(sel)
 	if err != nil {
 		return nil, err
 	}
 	if namespace == h.fleet {
-		return nil, &kindError{reason: fleetv1alpha1.ReasonRefused, message: fmt.Sprintf("%s of namespace %s is refused: %s", gvk.Kind, namespace, ruleFleetNamespace)}
+		return nil, &kindError{reason: fleetv1alpha1.ReasonRefused, message: fmt.Sprintf("%s of namespace %s is refused: %s", gvk.Kind, namespace, content.RuleFleetNamespace)}
 	}
 	c, err := h.inNamespace(namespace)
 	if err != nil {
@@ -468,7 +469,7 @@ func (h *hubObjects) list(ctx context.Context, namespace string, sel fleetv1alph
 	defer context.AfterFunc(c.ctx, cancel)()
 	selector := labels.Everything()
 	if sel.Selector != nil {
-		if selector, err = metaLabelSelector(sel); err != nil {
+		if selector, err = content.LabelSelector(sel); err != nil {
 			return nil, err
 		}
 	}

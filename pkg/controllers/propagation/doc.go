@@ -168,20 +168,6 @@
 // clock is kept in memory; a restarted manager starts it from the
 // member's status entry, so a deadline that ran fires on time.
 //
-// # Envelopes
-//
-// An Envelope holds manifests that are live in members only. A
-// Propagation that selects one applies each manifest in the Envelope's
-// namespace of its members, as a hub object of that namespace, labelled
-// with the Envelope's name, at the wave and under the availableWhen of
-// the resource that selects the Envelope. Each manifest is checked on the
-// hub by itself (unpack): apiVersion, kind and name set, no other
-// namespace, no nested Envelope, no kind the hub knows as cluster-scoped,
-// nothing refused; a failure names "manifest N (Kind name) of Envelope
-// E", and the Envelope's other manifests are applied. A ClusterEnvelope
-// is a ClusterPropagation's: its manifests must be cluster-scoped. Manifests are never
-// cut: the hub bounds an Envelope's size when it is written.
-//
 // # Failures
 //
 // A member's failure (Forbidden, a missing namespace or kind, Invalid,

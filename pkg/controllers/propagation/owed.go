@@ -324,7 +324,7 @@ func (r *reconciler) release(ctx context.Context, p *fleetv1alpha1.Propagation) 
 	if err := r.hub.Patch(ctx, hubObject(p), client.MergeFromWithOptions(hubObject(before), client.MergeFromWithOptimisticLock{})); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	r.revisionBook.forget(p.UID)
+	r.revisions.Forget(p.UID)
 	r.refusedRevisions.forget(p.UID)
 	if len(owed) > 0 {
 		logf.FromContext(ctx).Info("Propagation deleted; members owe the removal of its copies", "members", owed)

@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -45,7 +47,7 @@ type revised struct {
 	refused string
 	// selected is what p's resources select on the hub now; nil if this
 	// replica does not sum p up.
-	selected *selectedObjects
+	selected *content.Selected
 }
 
 // revise returns p's revisions with, as the newest, one of what p
@@ -56,32 +58,32 @@ func (r *reconciler) revise(ctx context.Context, p *fleetv1alpha1.Propagation) (
 	var rv revised
 	var err error
 	if !r.sumsUp(p) {
-		rv.revs, err = r.revisions(ctx, p)
+		rv.revs, err = r.revisions.List(ctx, p)
 		return rv, err
 	}
-	c, err := r.content(ctx, p)
+	c, hash, err := r.content.Get(ctx, p)
 	if err != nil {
 		return rv, err
 	}
-	rv.hubProblem, rv.selected = c.firstProblem(), &c.selected
-	raw, hash, err := c.encode()
-	if err != nil {
-		return rv, err
+	if problem := c.FirstProblem(); problem != nil {
+		rv.hubProblem = &kindError{reason: problem.Reason, message: problem.Message}
 	}
+	rv.selected = &c.Selected
 	if refused, ok := r.refusedRevisions.recent(p.UID, hash, time.Now()); ok {
 		// Asked again within refusedRevisionRetry, the hub would answer
 		// the same.
 		rv.refused = refused
-		rv.revs, err = r.revisions(ctx, p)
+		rv.revs, err = r.revisions.List(ctx, p)
 		return rv, err
 	}
-	rv.revs, err = r.ensureRevision(ctx, p, raw, hash)
-	if refusedByHub(err) {
+	rv.revs, err = r.revisions.Ensure(ctx, p, c, hash)
+	if revisions.RefusedByHub(err) {
+		raw, _, _ := c.Encode()
 		rv.refused = fmt.Sprintf("the hub refused a new revision (%d bytes): %s", len(raw), describeStatus(err))
 		if r.refusedRevisions.refused(p.UID, hash, rv.refused, time.Now()) {
 			logf.FromContext(ctx).Error(err, "The hub refused a new revision: members keep the revisions they have", "bytes", len(raw), "hash", hash)
 		}
-		rv.revs, err = r.revisions(ctx, p)
+		rv.revs, err = r.revisions.List(ctx, p)
 	} else if err == nil {
 		r.refusedRevisions.forget(p.UID)
 	}
@@ -357,7 +359,7 @@ func revisionOfResult(revs []fleetv1alpha1.PropagationRevision, assigned int64, 
 			return assigned
 		}
 	}
-	return revisionNumber(revs, hash)
+	return revisions.Number(revs, hash)
 }
 
 func hasRevision(revs []fleetv1alpha1.PropagationRevision, n int64) bool {

@@ -25,6 +25,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
@@ -312,7 +313,7 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	for _, problem := range c.Problems {
 		run.fail(failure{reason: problem.Reason, message: problem.Message})
 	}
-	for _, gvk := range c.kindProblems() {
+	for _, gvk := range c.KindProblems() {
 		run.skipRemoval[gvk] = true
 	}
 	want := map[copyKey]*unstructured.Unstructured{}
@@ -331,17 +332,15 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 // the hub holds now, when every member takes a change at once (strategy
 // All, not paused, not pinned, the member not cordoned); else the
 // revision the rollout gives it, nil (run.held set) if none yet.
-func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.MaintenanceMode) (*content, error) {
+func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.MaintenanceMode) (*content.Content, error) {
 	p := run.p
 	if allAtOnce(&p.Spec) && maintenance == "" {
-		c, err := run.r.content(ctx, p)
+		c, hash, err := run.r.content.Get(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		if _, run.revision, err = c.encode(); err != nil {
-			return nil, err
-		}
-		run.number, err = run.r.newestRevisionOf(ctx, p, run.revision)
+		run.revision = hash
+		run.number, err = run.r.revisions.NewestOf(ctx, p, run.revision)
 		return c, err
 	}
 	n := assignedRevision(p, run.member.name)
@@ -353,10 +352,10 @@ func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.Maint
 		run.held = &failure{reason: fleetv1alpha1.ReasonWaitingForRollout, message: "the rollout has not given the member a revision yet"}
 		return nil, nil
 	}
-	c, hash, err := run.r.loadRevision(ctx, p, n)
-	if kerr, ok := errors.AsType[*kindError](err); ok {
-		run.fail(failure{reason: kerr.reason, message: kerr.message})
-		run.held, run.unloaded = &failure{reason: kerr.reason, message: kerr.message}, n
+	c, hash, err := run.r.revisions.Load(ctx, p, n)
+	if cerr, ok := errors.AsType[*content.Error](err); ok {
+		run.fail(failure{reason: cerr.Reason, message: cerr.Message})
+		run.held, run.unloaded = &failure{reason: cerr.Reason, message: cerr.Message}, n
 		return nil, nil
 	} else if apierrors.IsNotFound(err) {
 		run.held, run.unloaded = &failure{reason: fleetv1alpha1.ReasonRevisionInvalid, message: fmt.Sprintf("revision %d is not on the hub", n)}, n
@@ -472,7 +471,7 @@ func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructur
 			}
 			run.skipRemoval[gvk] = true
 			inSpec := slices.ContainsFunc(slices.Collect(maps.Keys(want)), func(k copyKey) bool { return k.gvk == gvk }) ||
-				run.p != nil && slices.ContainsFunc(run.p.Spec.Resources, func(s fleetv1alpha1.ResourceSelector) bool { k, _ := resourceKind(s); return k == gvk })
+				run.p != nil && slices.ContainsFunc(run.p.Spec.Resources, func(s fleetv1alpha1.ResourceSelector) bool { k, _ := content.ResourceKind(s); return k == gvk })
 			if inSpec && !removing && kerr.reason == fleetv1alpha1.ReasonKindNotFound {
 				run.waitForKind(gvk)
 				continue

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -13,29 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
-
-// selectsObject reports whether a resource selector of p selects obj,
-// a hub object of p's namespace; never when obj is nil.
-func selectsObject(p *fleetv1alpha1.Propagation, obj client.Object) bool {
-	if obj == nil {
-		return false
-	}
-	gvk := obj.GetObjectKind().GroupVersionKind()
-	for _, sel := range p.Spec.Resources {
-		if kind, err := resourceKind(sel); err != nil || kind != gvk || (sel.Name != "" && sel.Name != obj.GetName()) {
-			continue
-		}
-		if sel.Selector == nil {
-			return true
-		}
-		if s, err := metaLabelSelector(sel); err == nil && s.Matches(labels.Set(obj.GetLabels())) {
-			return true
-		}
-	}
-	return false
-}
 
 // ours reports whether p is this fleet's: labelled FleetLabel with the
 // fleet namespace. Another fleet's Propagation, or one no fleet claimed
@@ -190,29 +169,11 @@ func kindsOf(p *fleetv1alpha1.Propagation) []schema.GroupVersionKind {
 		add(res.APIVersion, res.Kind)
 	}
 	// An Envelope is never copied: status.kinds has its manifests' kinds.
-	kinds = slices.DeleteFunc(kinds, isEnvelope)
+	kinds = slices.DeleteFunc(kinds, content.IsEnvelope)
 	for _, k := range p.Status.Kinds {
 		add(k.APIVersion, k.Kind)
 	}
 	return kinds
-}
-
-// resourceKind is the kind sel selects.
-func resourceKind(sel fleetv1alpha1.ResourceSelector) (schema.GroupVersionKind, error) {
-	gv, err := schema.ParseGroupVersion(sel.APIVersion)
-	if err != nil {
-		return schema.GroupVersionKind{}, &kindError{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("apiVersion %q: %v", sel.APIVersion, err)}
-	}
-	return gv.WithKind(sel.Kind), nil
-}
-
-// metaLabelSelector is sel's label selector.
-func metaLabelSelector(sel fleetv1alpha1.ResourceSelector) (labels.Selector, error) {
-	s, err := sel.Selector.AsSelector()
-	if err != nil {
-		return nil, &kindError{reason: fleetv1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("the selector of %s: %v", sel.Kind, err)}
-	}
-	return s, nil
 }
 
 // selects reports whether p selects the member named name, labelled l.

@@ -23,6 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
@@ -104,8 +106,11 @@ type reconciler struct {
 	owedRemovals *registry.Facts[[]fleetv1alpha1.OwedRemoval]
 	// drains, if not nil, publishes each drained member's drain.
 	drains *registry.Facts[fleetv1alpha1.DrainStatus]
-	// revisionBook remembers the revisions this manager made.
-	revisionBook revisionBook
+	// content builds what Propagations apply from the hub objects, once
+	// per change, and shares it.
+	content *content.Cache
+	// revisions makes, loads and prunes the Propagations' revisions.
+	revisions *revisions.Store
 	// refusedRevisions remembers the revisions the hub refused.
 	refusedRevisions refusalBook
 	// queue takes the requests the controller makes itself.
@@ -194,6 +199,8 @@ func Add(m *fleet.Manager, opts Options) error {
 		clusterPropagations: clusterPropagations,
 	}
 	r.objects = &hubObjects{fleet: m.Namespace(), config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
+	r.content = content.NewCache(&content.Builder{Fleet: m.Namespace(), Mapper: m.GetRESTMapper(), List: r.objects.list})
+	r.revisions = &revisions.Store{Hub: opts.Client, Live: apiReader, Fleet: m.Namespace()}
 	r.copies = &copyCaches{
 		fleet: m.Namespace(), userAgent: opts.Config.UserAgent, scheme: m.GetScheme(), log: log,
 		kinds: r.memberKinds, engaged: r.memberEngaged, propagations: r.memberPropagations, members: map[string]*memberCopies{},
@@ -369,7 +376,7 @@ func (r *reconciler) hubObjectChanged(namespace string, old, obj client.Object) 
 	}
 	for i := range props {
 		p := &props[i]
-		if selectsObject(p, old) || selectsObject(p, obj) {
+		if content.SelectsObject(p, old) || content.SelectsObject(p, obj) {
 			r.queue.add(r.everyCluster(context.Background(), "", p)...)
 		}
 	}

@@ -23,6 +23,8 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/health"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -41,6 +43,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	p, err := r.getPropagation(ctx, key)
 	if apierrors.IsNotFound(err) {
 		r.results.forgetPropagation(key)
+		r.content.Forget(key)
 		r.setReadiness(key, "")
 		return reconcile.Result{}, r.dropUnusedHubCache(ctx, key.Namespace)
 	} else if err != nil {
@@ -50,6 +53,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 		// Another fleet's: neither its status, its revisions nor its
 		// finalizer are this fleet's.
 		r.results.forgetPropagation(key)
+		r.content.Forget(key)
 		r.setReadiness(key, "")
 		return reconcile.Result{}, nil
 	}
@@ -68,7 +72,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 		return retryConflict(r.release(ctx, p))
 	}
 	rv, err := r.revise(ctx, p)
-	if errors.Is(err, errRevisionPending) {
+	if errors.Is(err, revisions.ErrPending) {
 		return reconcile.Result{RequeueAfter: revisionRetry}, nil
 	} else if err != nil {
 		return reconcile.Result{}, err
@@ -92,7 +96,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	}
 	fitStatus(&status, statusBudget)
 	if r.sumsUp(p) {
-		if err := r.pruneRevisions(ctx, p, rv.revs, revisionsInUse(status.Rollout)); err != nil {
+		if err := r.revisions.Prune(ctx, p, rv.revs, revisionsInUse(status.Rollout)); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -330,19 +334,19 @@ func sortMembers(members []fleetv1alpha1.MemberPropagationStatus) []fleetv1alpha
 // the objects listed, and the condition ResourcesSelected, False naming
 // the first entry that selects nothing. Nothing changes when sel is nil
 // (not read).
-func setSelected(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, sel *selectedObjects) {
+func setSelected(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, sel *content.Selected) {
 	if sel == nil {
 		return
 	}
-	st.SelectedResourceCount, st.SelectedResources = sel.count, sel.listed
+	st.SelectedResourceCount, st.SelectedResources = sel.Count, slices.Clone(sel.Listed)
 	c := metav1.Condition{
 		Type: fleetv1alpha1.PropagationResourcesSelected, Status: metav1.ConditionTrue, ObservedGeneration: p.Generation,
-		Reason: fleetv1alpha1.ReasonResourcesSelected, Message: fmt.Sprintf("%s selected by %d resources", plural(int(sel.count), "hub object", "hub objects"), len(p.Spec.Resources)),
+		Reason: fleetv1alpha1.ReasonResourcesSelected, Message: fmt.Sprintf("%s selected by %d resources", plural(int(sel.Count), "hub object", "hub objects"), len(p.Spec.Resources)),
 	}
-	if sel.empty != nil {
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, sel.empty.reason, sel.empty.message
-		if sel.emptyEntries > 1 {
-			c.Message += fmt.Sprintf(" (and %d more entries select nothing)", sel.emptyEntries-1)
+	if sel.Empty != nil {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, sel.Empty.Reason, sel.Empty.Message
+		if sel.EmptyEntries > 1 {
+			c.Message += fmt.Sprintf(" (and %d more entries select nothing)", sel.EmptyEntries-1)
 		}
 		c.Message = truncate(c.Message+"; the other entries' objects are copied", 1024)
 	}
@@ -461,14 +465,14 @@ func (r *reconciler) copiedKindsStatus(ctx context.Context, p *fleetv1alpha1.Pro
 		current = append(current, fleetv1alpha1.KindReference{APIVersion: apiVersion, Kind: kind})
 	}
 	for _, res := range p.Spec.Resources {
-		gvk, err := resourceKind(res)
-		if err != nil || !isEnvelope(gvk) {
+		gvk, err := content.ResourceKind(res)
+		if err != nil || !content.IsEnvelope(gvk) {
 			add(res.APIVersion, res.Kind)
 			continue
 		}
 		envelopes, _ := r.objects.list(ctx, p.Namespace, res)
 		for i := range envelopes {
-			manifests, _ := r.unpack(&envelopes[i])
+			manifests, _ := r.content.Unpack(&envelopes[i])
 			for _, m := range manifests {
 				add(m.GetAPIVersion(), m.GetKind())
 			}

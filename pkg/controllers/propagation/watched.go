@@ -46,6 +46,9 @@ type kindError struct {
 
 func (e *kindError) Error() string { return e.message }
 
+// ErrorReason makes e a content.ReasonedError.
+func (e *kindError) ErrorReason() string { return e.reason }
+
 // watchedKinds starts at most one informer per kind in a cache, checked
 // first: a kind the cluster lacks, a cluster-scoped kind or one the
 // manager may not list is refused, and remembered for kindRetry, so that

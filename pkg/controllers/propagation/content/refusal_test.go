@@ -1,4 +1,4 @@
-package propagation
+package content
 
 import (
 	"encoding/base64"
@@ -10,6 +10,10 @@ import (
 
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
+
+func object(fields map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: fields}
+}
 
 func hubSecret(namespace, name string, typ corev1.SecretType, labels map[string]any) *unstructured.Unstructured {
 	obj := object(map[string]any{
@@ -93,7 +97,7 @@ func TestRefusalKeepsTheFleetsCredentials(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			rule, refused := refusal(tc.obj, "fleet-system")
+			rule, refused := Refusal(tc.obj, "fleet-system")
 			if refused != (tc.rule != "") || !strings.Contains(rule, tc.rule) {
 				t.Errorf("refusal = %q, %v; want a rule naming %q", rule, refused, tc.rule)
 			}

@@ -1,4 +1,4 @@
-package propagation
+package content
 
 import (
 	"encoding/base64"
@@ -15,7 +15,7 @@ import (
 // The rules of refusal. Each names what is never copied, so that a
 // Refused result says which rule an object broke.
 const (
-	ruleFleetNamespace = "nothing of the fleet namespace, which holds the fleet's credentials, is copied"
+	RuleFleetNamespace = "nothing of the fleet namespace, which holds the fleet's credentials, is copied"
 	ruleNative         = "a Secret labelled " + registry.KubeconfigLabel + " registers a member and is never copied"
 	ruleMCR            = "a Secret labelled " + registry.MulticlusterRuntimeLabel + " registers a member and is never copied"
 	ruleClusterAPI     = "a Secret of type " + string(registry.ClusterAPISecretType) + " holds Cluster API cluster credentials and is never copied"
@@ -26,7 +26,7 @@ const (
 	ruleBootstrap      = "a Secret of type " + string(corev1.SecretTypeBootstrapToken) + " holds a token to join the hub and is never copied"
 )
 
-// refusal returns the rule that forbids copying hub object obj, if one
+// Refusal returns the rule that forbids copying hub object obj, if one
 // does: nothing of the fleet's credentials is ever copied. It refuses
 //   - every object of the fleet namespace, and the namespace itself;
 //   - every Secret a registration format would read, whether or not the
@@ -42,9 +42,9 @@ const (
 //     Cluster API keys) holds a kubeconfig with at least one cluster and
 //     one user, whatever its name, type or labels;
 //   - service account token and bootstrap token Secrets.
-func refusal(obj *unstructured.Unstructured, fleetNamespace string) (rule string, refused bool) {
+func Refusal(obj *unstructured.Unstructured, fleetNamespace string) (rule string, refused bool) {
 	if obj.GetNamespace() == fleetNamespace || obj.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"}) && obj.GetName() == fleetNamespace {
-		return ruleFleetNamespace, true
+		return RuleFleetNamespace, true
 	}
 	if gvk := obj.GroupVersionKind(); gvk.Group != "" || gvk.Kind != "Secret" {
 		return "", false
