@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/rollout"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -91,7 +92,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	}
 	fitStatus(&status, statusBudget)
 	if r.sumsUp(p) {
-		if err := r.pruneRevisions(ctx, p, rv.revs, revisionsInUse(status.Rollout)); err != nil {
+		if err := r.pruneRevisions(ctx, p, rv.revs, rollout.RevisionsInUse(status.Rollout)); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
