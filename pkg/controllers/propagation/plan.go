@@ -165,19 +165,12 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 	if p.Status.Rollout != nil {
 		draining = p.Status.Rollout.Draining
 	}
-	plan := rollout.PlanOf(rollout.Input{Spec: &p.Spec, Target: target, Newest: st.Revision, Members: members, Draining: draining, Now: time.Now()})
-	switch {
-	case p.Spec.Revision != nil && !hasRevision(revs, target):
-		plan.Status.Reason, plan.Status.Message = fleetv1alpha1.ReasonRevisionInvalid, fmt.Sprintf("spec.revision %d is not kept: it cannot be rolled out", target)
-	case rv.refused != "" && p.Spec.Revision != nil:
-		// The pin is what is rolled out; the refusal is named.
-		plan.Status.Reason, plan.Status.Message = fleetv1alpha1.ReasonRevisionRefused, truncate(rv.refused, 1024)
-	case rv.refused != "":
-		// What the spec selects now is no revision: its rollout is not
-		// Complete at the revision before. Members keep what they have.
-		plan.Status.Phase = fleetv1alpha1.RolloutFailed
-		plan.Status.Reason, plan.Status.Message = fleetv1alpha1.ReasonRevisionRefused, truncate(rv.refused, 1024)
+	var kept []int64
+	for _, rev := range revs {
+		kept = append(kept, rev.Revision)
 	}
+	plan := rollout.PlanOf(rollout.Input{Spec: &p.Spec, Target: target, Newest: st.Revision, Members: members, Draining: draining, Now: time.Now(),
+		Kept: kept, Refused: truncate(rv.refused, 1024)})
 	before := p.Status.Rollout
 	st.Rollout = &plan.Status
 	r.tellRollout(p, before, st.Rollout)
@@ -302,15 +295,6 @@ func revisionOfResult(revs []fleetv1alpha1.PropagationRevision, assigned int64, 
 		}
 	}
 	return revisionNumber(revs, hash)
-}
-
-func hasRevision(revs []fleetv1alpha1.PropagationRevision, n int64) bool {
-	for _, rev := range revs {
-		if rev.Revision == n {
-			return true
-		}
-	}
-	return false
 }
 
 // maintenances returns the maintenance of every member in maintenance.

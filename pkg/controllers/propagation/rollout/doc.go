@@ -11,8 +11,9 @@
 // the newest, or the one spec.revision pins; 0 while none exists) and the
 // newest, every selected member with its facts (labels, maintenance,
 // whether it is down, the revision status.rollout gives it now) and its
-// Progress (what its last run said, or unknown), and the previous
-// status.rollout.draining. A Plan is the status.rollout to write (each
+// Progress (what its last run said, or unknown), the previous
+// status.rollout.draining, the revisions the hub keeps, and why it refused
+// a revision of the current content, if it did. A Plan is the status.rollout to write (each
 // member's revision, phase, reason, message, counts, draining), when to
 // plan again because a minSuccessTime passes, and what each drained member
 // that may not remove its copies yet waits for. The controller gathers the
@@ -49,5 +50,8 @@
 // disruptionBudget.maxUnavailable, counting the members given a revision
 // that are not Available, a member draining keeps draining, and one that
 // is down gets no part of the budget. A rollout to no member is never
-// Complete (NoMembersSelected), and the message holds at most 1024 bytes.
+// Complete (NoMembersSelected); a pin the hub does not keep is named
+// (RevisionInvalid), and so is a refused revision (RevisionRefused),
+// which fails a rollout that is not pinned; the message holds at most
+// 1024 bytes.
 package rollout

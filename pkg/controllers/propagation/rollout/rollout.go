@@ -58,6 +58,12 @@ type Input struct {
 	Members  []Member // every selected member, maintenance ones included
 	Draining []string // the previous status.rollout.draining
 	Now      time.Time
+	// Kept are the numbers of the revisions the hub holds: a Target that
+	// spec.revision pins and that is not among them cannot be rolled out.
+	Kept []int64
+	// Refused, if set, says why the hub refused a revision of what the
+	// spec selects now (at most 1024 bytes): members keep what they have.
+	Refused string
 }
 
 // Plan is a planned rollout: the status to write, which holds each
@@ -89,9 +95,28 @@ func PlanOf(in Input) Plan {
 	} else {
 		plan.Status, plan.After = planRevision(in, members)
 	}
+	heldByTheHub(in, &plan.Status)
 	plan.Status.Members = revisionMembersOf(members)
 	plan.Status.Draining, plan.Waits = planDrain(in, members)
 	return plan
+}
+
+// heldByTheHub names, in status, what the hub holds back: a pinned
+// revision it does not keep, or a revision of what the spec selects now,
+// which it refused. A refusal fails a rollout that is not pinned: it is
+// not Complete at the revision before.
+func heldByTheHub(in Input, status *fleetv1alpha1.RolloutStatus) {
+	pinned := in.Spec.Revision != nil
+	switch {
+	case pinned && !slices.Contains(in.Kept, in.Target):
+		status.Reason, status.Message = fleetv1alpha1.ReasonRevisionInvalid, fmt.Sprintf("spec.revision %d is not kept: it cannot be rolled out", in.Target)
+	case in.Refused != "" && pinned:
+		// The pin is what is rolled out; the refusal is named.
+		status.Reason, status.Message = fleetv1alpha1.ReasonRevisionRefused, in.Refused
+	case in.Refused != "":
+		status.Phase = fleetv1alpha1.RolloutFailed
+		status.Reason, status.Message = fleetv1alpha1.ReasonRevisionRefused, in.Refused
+	}
 }
 
 // rolloutSettings are a spec's strategy with its defaults filled in.

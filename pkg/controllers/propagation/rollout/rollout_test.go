@@ -94,7 +94,20 @@ type planCase struct {
 	spec    fleetv1alpha1.PropagationSpec
 	target  int64
 	members []Member
+	// kept are the revisions the hub holds; nil for 1 to target.
+	kept []int64
+	// refused is why the hub refused a revision of the current content.
+	refused string
 	want    wantRollout
+}
+
+// revisionsUpTo are revisions 1 to n.
+func revisionsUpTo(n int64) []int64 {
+	var revisions []int64
+	for i := int64(1); i <= n; i++ {
+		revisions = append(revisions, i)
+	}
+	return revisions
 }
 
 // runPlanCases plans each case and checks what it says of the rollout.
@@ -103,7 +116,11 @@ func runPlanCases(t *testing.T, cases []planCase) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			members := slices.Clone(c.members)
-			plan := PlanOf(Input{Spec: &c.spec, Target: c.target, Members: members, Now: planNow})
+			kept := c.kept
+			if kept == nil {
+				kept = revisionsUpTo(c.target)
+			}
+			plan := PlanOf(Input{Spec: &c.spec, Target: c.target, Members: members, Now: planNow, Kept: kept, Refused: c.refused})
 			if !reflect.DeepEqual(members, c.members) {
 				t.Errorf("PlanOf changed its input members to %+v", members)
 			}
@@ -251,10 +268,71 @@ func TestPlanPinned(t *testing.T) {
 		},
 	}} {
 		t.Run(c.name, func(t *testing.T) {
-			plan := PlanOf(Input{Spec: &pinned, Target: 1, Newest: c.newest, Members: slices.Clone(c.members), Now: planNow})
+			plan := PlanOf(Input{Spec: &pinned, Target: 1, Newest: c.newest, Members: slices.Clone(c.members), Now: planNow, Kept: revisionsUpTo(c.newest)})
 			checkRollout(t, plan, 1, c.want)
 		})
 	}
+}
+
+// TestPlanHeldByTheHub: a pin the hub does not keep, or a revision of
+// the current content it refused, is named in the rollout's reason and
+// message; a refusal fails a rollout that is not pinned, which is never
+// Complete at the revision before.
+func TestPlanHeldByTheHub(t *testing.T) {
+	const refused = "the hub refused a new revision (1800321 bytes): etcdserver: request is too large"
+	runPlanCases(t, []planCase{{
+		name:    "a pin the hub does not keep",
+		spec:    fleetv1alpha1.PropagationSpec{Revision: ptr.To[int64](2)},
+		target:  2,
+		kept:    []int64{1, 3},
+		members: []Member{member("a", 1, availableAt(1))},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 2},
+			phase:    fleetv1alpha1.RolloutProgressing, reason: fleetv1alpha1.ReasonRevisionInvalid,
+			message: "spec.revision 2 is not kept: it cannot be rolled out",
+		},
+	}, {
+		name:    "a refused revision fails a rollout done at the revision before",
+		target:  1,
+		refused: refused,
+		members: []Member{member("a", 1, availableAt(1))},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 1},
+			phase:    fleetv1alpha1.RolloutFailed, reason: fleetv1alpha1.ReasonRevisionRefused, message: refused,
+			updated: 1,
+		},
+	}, {
+		name:    "a refused first revision fails the rollout",
+		target:  0,
+		refused: refused,
+		members: []Member{member("a", 0, unknown)},
+		want: wantRollout{
+			assigned: map[string]int64{},
+			phase:    fleetv1alpha1.RolloutFailed, reason: fleetv1alpha1.ReasonRevisionRefused, message: refused,
+		},
+	}, {
+		name:    "pinned: the pin is rolled out, the refusal named",
+		spec:    fleetv1alpha1.PropagationSpec{Revision: ptr.To[int64](1)},
+		target:  1,
+		refused: refused,
+		members: []Member{member("a", 1, availableAt(1))},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 1},
+			phase:    fleetv1alpha1.RolloutComplete, reason: fleetv1alpha1.ReasonRevisionRefused, message: refused,
+			updated: 1,
+		},
+	}, {
+		name:    "a pin the hub keeps is not named",
+		spec:    fleetv1alpha1.PropagationSpec{Revision: ptr.To[int64](1)},
+		target:  1,
+		kept:    []int64{1},
+		members: []Member{member("a", 1, availableAt(1))},
+		want: wantRollout{
+			assigned: map[string]int64{"a": 1},
+			phase:    fleetv1alpha1.RolloutComplete, reason: "Complete", message: "1 member runs revision 1",
+			updated: 1,
+		},
+	}})
 }
 
 func TestPlanAll(t *testing.T) {
