@@ -239,26 +239,19 @@
 // with the hash of that content, owned by the Propagation, in its
 // namespace (a ClusterPropagation's in the fleet namespace). It prunes
 // the oldest past revisionHistoryLimit (default 10), never the one rolled
-// out nor one a member is given. planRollout, a pure function of the
-// members' progress, then writes in status.rollout which revision each
-// member is given, the phase, and which drained members may remove their
-// copies now. The target is the newest revision, or the one spec.revision
-// pins. Strategy All gives it to every member at once; a member not in
-// maintenance, of a Propagation neither paused nor pinned, then applies
+// out nor one a member is given. [rollout.PlanOf], a pure function that owns
+// the concurrency guard (see package rollout), then plans status.rollout:
+// which revision each member is given, the phase, and which drained
+// members may remove their copies now; the controller writes it and tells
+// a rollout that stopped, failed or completed as an Event. The target is
+// the newest revision, or the one spec.revision pins. A member not in
+// maintenance, of an All Propagation neither paused nor pinned, applies
 // the hub's content directly, as before revisions (allAtOnce). Any other
 // member request applies the content of the revision its member is
 // given, checked against its hash (RevisionInvalid, and nothing applied,
-// if it does not match), and judges drift against it. Progressive gives
-// the target in order (groupBy and groups, then name), to at most
-// maxConcurrency members between revisions at once, starts a group only
-// once every member of those before it has been Available with it for
-// minSuccessTime, and stops once maxFailures of them failed, with a
-// Warning Event RolloutStopped naming the first, its object and why.
-// spec.paused gives no member another revision. A member that joins gets
-// the revision its group has reached. A cordoned member keeps its revision and takes
-// no new Propagation; a drained member's copies are removed within the
-// Propagation's disruption budget, and its drain is published in
-// Options.Drains ([NewDrains]), which the MemberCluster controller shows.
+// if it does not match), and judges drift against it. A drained member's
+// drain is published in Options.Drains ([NewDrains]), which the
+// MemberCluster controller shows.
 // Members' progress is kept in memory: after a restart, a member given
 // the revision counts as in flight until it reports.
 //

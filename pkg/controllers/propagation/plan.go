@@ -2,10 +2,7 @@ package propagation
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -21,6 +18,7 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/rollout"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -137,7 +135,7 @@ func (b *refusalBook) forget(uid types.UID) {
 	delete(b.last, uid)
 }
 
-// rollout plans p's rollout into st (see planRollout) from the members'
+// rollout plans p's rollout into st (see rollout.PlanOf) from the members'
 // results, tells a rollout that stopped or completed as an Event, and
 // returns when to plan again for a minSuccessTime that passes (0: on
 // the next change).
@@ -169,32 +167,25 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 	if p.Status.Rollout != nil {
 		draining = p.Status.Rollout.Draining
 	}
-	plan := planRollout(rolloutInput{spec: &p.Spec, target: target, newest: st.Revision, members: members, draining: draining, now: time.Now()})
-	switch {
-	case p.Spec.Revision != nil && !hasRevision(revs, target):
-		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionInvalid, fmt.Sprintf("spec.revision %d is not kept: it cannot be rolled out", target)
-	case rv.refused != "" && p.Spec.Revision != nil:
-		// The pin is what is rolled out; the refusal is named.
-		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionRefused, truncate(rv.refused, 1024)
-	case rv.refused != "":
-		// What the spec selects now is no revision: its rollout is not
-		// Complete at the revision before. Members keep what they have.
-		plan.status.Phase = fleetv1alpha1.RolloutFailed
-		plan.status.Reason, plan.status.Message = fleetv1alpha1.ReasonRevisionRefused, truncate(rv.refused, 1024)
+	var kept []int64
+	for _, rev := range revs {
+		kept = append(kept, rev.Revision)
 	}
+	plan := rollout.PlanOf(rollout.Input{Spec: &p.Spec, Target: target, Newest: st.Revision, Members: members, Draining: draining, Now: time.Now(),
+		Kept: kept, Refused: truncate(rv.refused, 1024)})
 	before := p.Status.Rollout
-	st.Rollout = &plan.status
+	st.Rollout = &plan.Status
 	r.tellRollout(p, before, st.Rollout)
-	return plan.after
+	return plan.After
 }
 
 // plannedMembersOf is every accepted member of clusters that p selects,
 // as the planner of target sees it: a member this replica owns by its
 // result in results, one another replica owns by that replica's shard of
-// st (see shardProgress).
+// st (see rollout.ShardProgress).
 func plannedMembersOf(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, clusters []*registry.Cluster,
 	maintenance map[string]fleetv1alpha1.MaintenanceMode, results map[string]memberResult, revs []fleetv1alpha1.PropagationRevision, target int64,
-) []plannedMember {
+) []rollout.Member {
 	// given names, by replica, the members of other replicas the record
 	// gives target: their shards speak of them only as of this record.
 	given := map[string][]string{}
@@ -203,7 +194,7 @@ func plannedMembersOf(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.Propagatio
 			given[c.Owner] = append(given[c.Owner], c.Name)
 		}
 	}
-	var members []plannedMember
+	var members []rollout.Member
 	for _, c := range clusters {
 		if !c.Accepted() {
 			continue
@@ -211,84 +202,30 @@ func plannedMembersOf(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.Propagatio
 		if selected, err := selects(p, c.Name, c.Labels); err != nil || !selected {
 			continue
 		}
-		m := plannedMember{name: c.Name, labels: c.Labels, maintenance: maintenance[c.Name], assigned: assignedRevision(p, c.Name),
-			down: c.Owned() && c.State != fleetv1alpha1.MemberStateReady}
+		m := rollout.Member{Name: c.Name, Labels: c.Labels, Maintenance: maintenance[c.Name], Assigned: assignedRevision(p, c.Name),
+			Down: c.Owned() && c.State != fleetv1alpha1.MemberStateReady}
 		switch res, ok := results[c.Name]; {
 		case !c.Owned():
-			m.progress = shardProgress(p, st.Shards, c, given[c.Owner], target)
+			m.Progress = rollout.ShardProgress(p.Generation, st.Shards, c.Name, c.Owner, given[c.Owner], target)
 		case ok && c.State == fleetv1alpha1.MemberStateReady:
 			// A held member is known too: it holds what it reports, and
 			// runs no revision.
-			m.progress = memberProgress{
-				known: true, revision: res.revisionNumber(revs, m.assigned),
-				available: res.converged(), availableSince: res.since.Time,
-				failed: res.result == fleetv1alpha1.ResultFailed, reason: res.reason, message: res.message,
-				holding: res.copies > 0,
+			m.Progress = rollout.Progress{
+				Known: true, Revision: res.revisionNumber(revs, m.Assigned),
+				Available: res.converged(), AvailableSince: res.since.Time,
+				Failed: res.result == fleetv1alpha1.ResultFailed, Reason: res.reason, Message: res.message,
+				Holding: res.copies > 0,
 			}
 		case ok:
-			m.progress.holding = res.copies > 0
+			m.Progress.Holding = res.copies > 0
 		}
 		members = append(members, m)
 	}
 	return members
 }
 
-// shardProgress is the progress of member c, which another replica
-// owns, as that replica's shard in shards says. A shard speaks of a
-// member the record gives target only if it was written from a record
-// that gave target to the same members of the replica, given (its Given
-// hash): before that, such a member is in flight. It speaks of a member
-// by its entry, if it lists it, with its Available-since time; else, if
-// it says every member given target has it applied and Available
-// (Revision), as Available since the last of them became so: so
-// minSuccessTime holds for every member, whoever owns it. Otherwise the
-// member's progress is unknown.
-func shardProgress(p *fleetv1alpha1.Propagation, shards []fleetv1alpha1.PropagationShard, c *registry.Cluster, given []string, target int64) memberProgress {
-	i := slices.IndexFunc(shards, func(s fleetv1alpha1.PropagationShard) bool { return s.Replica == c.Owner })
-	if c.Owner == "" || i < 0 || shards[i].ObservedGeneration != p.Generation {
-		return memberProgress{}
-	}
-	s := shards[i]
-	isGiven := slices.Contains(given, c.Name)
-	if isGiven && s.Given != givenHash(target, given) {
-		return memberProgress{}
-	}
-	if j := slices.IndexFunc(s.Members, func(e fleetv1alpha1.MemberPropagationStatus) bool { return e.Name == c.Name }); j >= 0 {
-		e := s.Members[j]
-		return memberProgress{
-			known: e.Reason != fleetv1alpha1.ReasonWaitingForRollout && e.Reason != fleetv1alpha1.ReasonCordoned, revision: e.Revision,
-			available:      (e.Result == fleetv1alpha1.ResultApplied || e.Result == fleetv1alpha1.ResultDrifted) && e.Available == metav1.ConditionTrue,
-			availableSince: recordedSince(e.LastTransitionTime), failed: e.Result == fleetv1alpha1.ResultFailed,
-			reason: e.Reason, message: e.Message, holding: true,
-		}
-	}
-	if isGiven && target > 0 && s.Revision == target && s.AvailableSince != nil {
-		return memberProgress{known: true, revision: target, available: true, availableSince: recordedSince(*s.AvailableSince), holding: true}
-	}
-	return memberProgress{}
-}
-
-// recordedSince is the latest a time the hub records may stand for: the
-// hub keeps whole seconds, so the time itself may be up to a second
-// later, and minSuccessTime is judged from then.
-func recordedSince(t metav1.Time) time.Time {
-	return t.Truncate(time.Second).Add(time.Second)
-}
-
-// givenHash is what a shard's Given holds for target given to the
-// members names (in any order): a hash of target and the sorted names.
-func givenHash(target int64, names []string) string {
-	names = slices.Sorted(slices.Values(names))
-	h := sha256.New()
-	fmt.Fprintf(h, "%d", target)
-	for _, name := range names {
-		fmt.Fprintf(h, "\n%s", name)
-	}
-	return hex.EncodeToString(h.Sum(nil))[:32]
-}
-
 // rolledOutHere is what this replica's shard says of the rollout (see
-// shardProgress), from the members it owns.
+// rollout.ShardProgress), from the members it owns.
 func (r *reconciler) rolledOutHere(p *fleetv1alpha1.Propagation, revs []fleetv1alpha1.PropagationRevision) (given string, revision int64, since *metav1.Time) {
 	var owned []string
 	for _, c := range r.ownedMembers() {
@@ -323,9 +260,9 @@ func rolledOut(p *fleetv1alpha1.Propagation, owned []string, results map[string]
 		}
 	}
 	if !converged || len(names) == 0 {
-		return givenHash(target, names), 0, nil
+		return rollout.GivenHash(target, names), 0, nil
 	}
-	return givenHash(target, names), target, &last
+	return rollout.GivenHash(target, names), target, &last
 }
 
 // tellRollout tells, as an Event on p, a rollout that stopped or failed,
@@ -362,15 +299,6 @@ func revisionOfResult(revs []fleetv1alpha1.PropagationRevision, assigned int64, 
 	return revisions.Number(revs, hash)
 }
 
-func hasRevision(revs []fleetv1alpha1.PropagationRevision, n int64) bool {
-	for _, rev := range revs {
-		if rev.Revision == n {
-			return true
-		}
-	}
-	return false
-}
-
 // maintenances returns the maintenance of every member in maintenance.
 func (r *reconciler) maintenances(ctx context.Context) (map[string]fleetv1alpha1.MaintenanceMode, error) {
 	var list fleetv1alpha1.MemberClusterList
@@ -384,20 +312,6 @@ func (r *reconciler) maintenances(ctx context.Context) (map[string]fleetv1alpha1
 		}
 	}
 	return out, nil
-}
-
-// revisionsInUse are the revisions pruning keeps: the one rolled out and
-// every one a member is given.
-func revisionsInUse(rollout *fleetv1alpha1.RolloutStatus) map[int64]bool {
-	keep := map[int64]bool{}
-	if rollout == nil {
-		return keep
-	}
-	keep[rollout.Revision] = true
-	for _, g := range rollout.Members {
-		keep[g.Revision] = true
-	}
-	return keep
 }
 
 // rolloutChanged passes the status writes that change which revision a

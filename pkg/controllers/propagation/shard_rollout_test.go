@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/rollout"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -28,6 +29,9 @@ type shardedWorld struct {
 	availableAt map[string]time.Time
 	now         time.Time
 }
+
+// planNow is when the sharded world starts.
+var planNow = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 
 const (
 	summer      = "a"
@@ -55,9 +59,9 @@ func newShardedWorld(from int64) *shardedWorld {
 	}
 	w.p = &fleetv1alpha1.Propagation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web", Generation: 1},
-		Spec: progressive(&fleetv1alpha1.ProgressiveRollout{
+		Spec: fleetv1alpha1.PropagationSpec{Strategy: fleetv1alpha1.RolloutStrategy{Type: fleetv1alpha1.RolloutProgressive, Progressive: &fleetv1alpha1.ProgressiveRollout{
 			MaxConcurrency: ptr.To(intstr.FromInt32(1)), MinSuccessTime: &metav1.Duration{Duration: minSuccess},
-		}),
+		}}},
 	}
 	var names []string
 	for i := range 9 {
@@ -138,8 +142,8 @@ func (w *shardedWorld) sumUp() {
 	}
 	target := w.revs[len(w.revs)-1].Revision
 	members := plannedMembersOf(w.p, &st, w.clusters(summer), nil, w.results[summer], w.revs, target)
-	plan := planRollout(rolloutInput{spec: &w.p.Spec, target: target, members: members, now: w.now})
-	st.Rollout = &plan.status
+	plan := rollout.PlanOf(rollout.Input{Spec: &w.p.Spec, Target: target, Members: members, Now: w.now})
+	st.Rollout = &plan.Status
 	w.p.Status = st
 }
 

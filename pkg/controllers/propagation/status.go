@@ -25,6 +25,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/health"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/rollout"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -96,7 +97,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	}
 	fitStatus(&status, statusBudget)
 	if r.sumsUp(p) {
-		if err := r.revisions.Prune(ctx, p, rv.revs, revisionsInUse(status.Rollout)); err != nil {
+		if err := r.revisions.Prune(ctx, p, rv.revs, rollout.RevisionsInUse(status.Rollout)); err != nil {
 			return reconcile.Result{}, err
 		}
 	}

@@ -1,4 +1,4 @@
-package propagation
+package rollout
 
 import (
 	"cmp"
@@ -25,73 +25,98 @@ const (
 // maxRolloutMessage is the most bytes status.rollout.message holds.
 const maxRolloutMessage = 1024
 
-// plannedMember is a selected member as the rollout planner sees it.
-type plannedMember struct {
-	name        string
-	labels      map[string]string
-	maintenance fleetv1alpha1.MaintenanceMode // "", Cordon or Drain
-	// assigned is the revision the member is given now, 0 for none.
-	assigned int64
-	progress memberProgress
-	// down is set when the member cannot act now: it is not Ready.
-	down bool
+// Member is a selected member as the planner sees it.
+type Member struct {
+	Name        string
+	Labels      map[string]string
+	Maintenance fleetv1alpha1.MaintenanceMode // "", Cordon or Drain
+	// Assigned is the revision the member is given now, 0 for none.
+	Assigned int64
+	Progress Progress
+	// Down is set when the member cannot act now: it is not Ready.
+	Down bool
 }
 
-// memberProgress is what the member's last run says; known is false when
-// no run has reported since the manager started (or the member is not
+// Progress is what the member's last run says; Known is false when no
+// run has reported since the manager started (or the member is not
 // Ready).
-type memberProgress struct {
-	known           bool
-	revision        int64     // the revision the run applied
-	available       bool      // every copy applied, in sync and Available
-	availableSince  time.Time // since when, if available
-	failed          bool
-	reason, message string // of a failure (or of not being available)
-	holding         bool   // the member holds copies of the Propagation
+type Progress struct {
+	Known           bool
+	Revision        int64     // the revision the run applied
+	Available       bool      // every copy applied, in sync and Available
+	AvailableSince  time.Time // since when, if Available
+	Failed          bool
+	Reason, Message string // of a failure (or of not being Available)
+	Holding         bool   // the member holds copies of the Propagation
 }
 
-// rolloutInput is what a rollout is planned from.
-type rolloutInput struct {
-	spec     *fleetv1alpha1.PropagationSpec
-	target   int64           // the revision to roll out (the newest, or spec.revision when pinned); 0: none exists yet
-	newest   int64           // the newest revision: above target, a pin holds it back
-	members  []plannedMember // every selected member, maintenance ones included
-	draining []string        // the previous status.rollout.draining
-	now      time.Time
+// Input is what a rollout is planned from.
+type Input struct {
+	Spec     *fleetv1alpha1.PropagationSpec
+	Target   int64    // the revision to roll out (the newest, or spec.revision when pinned); 0: none exists yet
+	Newest   int64    // the newest revision: above Target, a pin holds it back
+	Members  []Member // every selected member, maintenance ones included
+	Draining []string // the previous status.rollout.draining
+	Now      time.Time
+	// Kept are the numbers of the revisions the hub holds: a Target that
+	// spec.revision pins and that is not among them cannot be rolled out.
+	Kept []int64
+	// Refused, if set, says why the hub refused a revision of what the
+	// spec selects now (at most 1024 bytes): members keep what they have.
+	Refused string
 }
 
-// rolloutPlan is a planned rollout: the status to write, which holds each
+// Plan is a planned rollout: the status to write, which holds each
 // member's revision and the drained members whose copies may go now.
-type rolloutPlan struct {
-	status fleetv1alpha1.RolloutStatus
-	// after is when the plan should be made again because a member's
+type Plan struct {
+	Status fleetv1alpha1.RolloutStatus
+	// After is when the plan should be made again because a member's
 	// minSuccessTime passes; 0 for never.
-	after time.Duration
-	// waits says, for each drained member that still holds copies and is
-	// not in status.Draining, what it waits for (a message naming the
+	After time.Duration
+	// Waits says, for each drained member that still holds copies and is
+	// not in Status.Draining, what it waits for (a message naming the
 	// disruption budget).
-	waits map[string]string
+	Waits map[string]string
 }
 
-// planRollout plans a Propagation's rollout: which revision each member is
+// PlanOf plans a Propagation's rollout: which revision each member is
 // given, where the rollout stands, and which drained members may have
 // their copies removed now. It changes none of in's members.
-func planRollout(in rolloutInput) rolloutPlan {
-	members := slices.Clone(in.members)
-	var plan rolloutPlan
-	if in.target == 0 {
+func PlanOf(in Input) Plan {
+	members := slices.Clone(in.Members)
+	var plan Plan
+	if in.Target == 0 {
 		// Assignments stay as they are until a revision exists.
-		plan.status = fleetv1alpha1.RolloutStatus{
+		plan.Status = fleetv1alpha1.RolloutStatus{
 			Phase:   fleetv1alpha1.RolloutProgressing,
 			Reason:  reasonWaitingForRevision,
 			Message: "no revision yet",
 		}
 	} else {
-		plan.status, plan.after = planRevision(in, members)
+		plan.Status, plan.After = planRevision(in, members)
 	}
-	plan.status.Members = revisionMembersOf(members)
-	plan.status.Draining, plan.waits = planDrain(in, members)
+	heldByTheHub(in, &plan.Status)
+	plan.Status.Members = revisionMembersOf(members)
+	plan.Status.Draining, plan.Waits = planDrain(in, members)
 	return plan
+}
+
+// heldByTheHub names, in status, what the hub holds back: a pinned
+// revision it does not keep, or a revision of what the spec selects now,
+// which it refused. A refusal fails a rollout that is not pinned: it is
+// not Complete at the revision before.
+func heldByTheHub(in Input, status *fleetv1alpha1.RolloutStatus) {
+	pinned := in.Spec.Revision != nil
+	switch {
+	case pinned && !slices.Contains(in.Kept, in.Target):
+		status.Reason, status.Message = fleetv1alpha1.ReasonRevisionInvalid, fmt.Sprintf("spec.revision %d is not kept: it cannot be rolled out", in.Target)
+	case in.Refused != "" && pinned:
+		// The pin is what is rolled out; the refusal is named.
+		status.Reason, status.Message = fleetv1alpha1.ReasonRevisionRefused, in.Refused
+	case in.Refused != "":
+		status.Phase = fleetv1alpha1.RolloutFailed
+		status.Reason, status.Message = fleetv1alpha1.ReasonRevisionRefused, in.Refused
+	}
 }
 
 // rolloutSettings are a spec's strategy with its defaults filled in.
@@ -182,54 +207,54 @@ const (
 
 // queuedMember is a member not in maintenance, in rollout order.
 type queuedMember struct {
-	*plannedMember
+	*Member
 	group int
 	state rolloutState
 }
 
 // stateOf is where m stands in the rollout of target.
-func (s rolloutSettings) stateOf(m *plannedMember, target int64, now time.Time) rolloutState {
-	p := m.progress
+func (s rolloutSettings) stateOf(m *Member, target int64, now time.Time) rolloutState {
+	p := m.Progress
 	switch {
-	case m.assigned != target:
+	case m.Assigned != target:
 		return rolloutWaiting
-	case !p.known || p.revision != target:
+	case !p.Known || p.Revision != target:
 		return rolloutInFlight
-	case p.available && now.Sub(p.availableSince) >= s.minSuccessTime:
+	case p.Available && now.Sub(p.AvailableSince) >= s.minSuccessTime:
 		return rolloutDone
-	case p.failed:
+	case p.Failed:
 		return rolloutFailed
 	}
 	return rolloutInFlight
 }
 
-// planRevision assigns in.target to the members whose turn it is, changing
+// planRevision assigns in.Target to the members whose turn it is, changing
 // their assigned in members, and returns where the rollout stands and
 // when to plan again.
-func planRevision(in rolloutInput, members []plannedMember) (fleetv1alpha1.RolloutStatus, time.Duration) {
+func planRevision(in Input, members []Member) (fleetv1alpha1.RolloutStatus, time.Duration) {
 	var queue []*queuedMember
 	for i := range members {
-		if members[i].maintenance == "" {
-			queue = append(queue, &queuedMember{plannedMember: &members[i]})
+		if members[i].Maintenance == "" {
+			queue = append(queue, &queuedMember{Member: &members[i]})
 		}
 	}
-	s := rolloutSettingsOf(in.spec, len(queue))
+	s := rolloutSettingsOf(in.Spec, len(queue))
 	for _, q := range queue {
-		q.group = s.groupOf(q.labels)
+		q.group = s.groupOf(q.Labels)
 	}
 	slices.SortFunc(queue, func(a, b *queuedMember) int {
-		return cmp.Or(cmp.Compare(a.group, b.group), strings.Compare(a.name, b.name))
+		return cmp.Or(cmp.Compare(a.group, b.group), strings.Compare(a.Name, b.Name))
 	})
 
 	// Under All, not paused, every member is given the target at once:
 	// All has no concurrency guard. Otherwise a member that joins is given
 	// the revision its group has reached, but never the target outside
 	// the guard: given it, a member is in flight like any other.
-	allNow := !s.progressive && !in.spec.Paused
-	joinTarget := assignJoiners(queue, in.target, allNow)
+	allNow := !s.progressive && !in.Spec.Paused
+	joinTarget := assignJoiners(queue, in.Target, allNow)
 	var inFlightCount, failedCount int
 	for _, q := range queue {
-		q.state = s.stateOf(q.plannedMember, in.target, in.now)
+		q.state = s.stateOf(q.Member, in.Target, in.Now)
 		switch q.state {
 		case rolloutInFlight:
 			inFlightCount++
@@ -246,35 +271,35 @@ func planRevision(in rolloutInput, members []plannedMember) (fleetv1alpha1.Rollo
 	case allNow:
 		for _, q := range queue {
 			if q.state == rolloutWaiting {
-				q.assigned, q.state = in.target, rolloutInFlight
+				q.Assigned, q.state = in.Target, rolloutInFlight
 			}
 		}
-	case !in.spec.Paused:
-		assignInOrder(queue, in.target, slots, nil)
+	case !in.Spec.Paused:
+		assignInOrder(queue, in.Target, slots, nil)
 	case !s.progressive:
 		// Paused under All: a member that joins a group that has the
 		// target is given it.
 		for q := range joinTarget {
-			q.assigned, q.state = in.target, rolloutInFlight
+			q.Assigned, q.state = in.Target, rolloutInFlight
 		}
 	default:
 		// Paused: only a member that joins a group that has the target
 		// is given it, within the guard.
-		assignInOrder(queue, in.target, slots, joinTarget)
+		assignInOrder(queue, in.Target, slots, joinTarget)
 	}
 
-	status := describeRollout(queue, in.target, s.maxFailures, stopped, in.spec.Paused)
+	status := describeRollout(queue, in.Target, s.maxFailures, stopped, in.Spec.Paused)
 	switch {
 	case s.invalid != "" && status.Phase != fleetv1alpha1.RolloutComplete:
 		status.Phase, status.Reason, status.Message = fleetv1alpha1.RolloutStopped, fleetv1alpha1.ReasonInvalid, s.invalid
-	case status.Phase == fleetv1alpha1.RolloutComplete && in.spec.Revision != nil && in.newest > in.target:
+	case status.Phase == fleetv1alpha1.RolloutComplete && in.Spec.Revision != nil && in.Newest > in.Target:
 		// Rolled out, but not what the hub holds now: the pin holds the
 		// newest back until it is removed.
 		status.Phase, status.Reason = fleetv1alpha1.RolloutPinned, fleetv1alpha1.ReasonPinnedToOlderRevision
-		status.Message = fmt.Sprintf("%s; spec.revision pins it: the newest, revision %d, is not rolled out until the pin is removed (fleet-manager rollout unpin)", status.Message, in.newest)
+		status.Message = fmt.Sprintf("%s; spec.revision pins it: the newest, revision %d, is not rolled out until the pin is removed (fleet-manager rollout unpin)", status.Message, in.Newest)
 	}
-	status.Message = truncateMessage(status.Message + keptRevisions(members, in.target))
-	return status, untilDone(queue, in.target, s.minSuccessTime, in.now)
+	status.Message = truncateMessage(status.Message + keptRevisions(members, in.Target))
+	return status, untilDone(queue, in.Target, s.minSuccessTime, in.Now)
 }
 
 // assignJoiners gives each member of queue that has no revision one, in
@@ -286,16 +311,16 @@ func planRevision(in rolloutInput, members []plannedMember) (fleetv1alpha1.Rollo
 func assignJoiners(queue []*queuedMember, target int64, toTarget bool) map[*queuedMember]bool {
 	joinTarget := map[*queuedMember]bool{}
 	for i, q := range queue {
-		if q.assigned != 0 {
+		if q.Assigned != 0 {
 			continue
 		}
 		switch reached := reachedRevision(queue, i, target); {
 		case toTarget:
-			q.assigned = target
+			q.Assigned = target
 		case reached == target:
 			joinTarget[q] = true
 		default:
-			q.assigned = reached
+			q.Assigned = reached
 		}
 	}
 	return joinTarget
@@ -317,10 +342,10 @@ func reachedRevision(queue []*queuedMember, i int, target int64) int64 {
 		if j == i {
 			continue
 		}
-		allTarget = allTarget && other.assigned == target
+		allTarget = allTarget && other.Assigned == target
 		others++
-		if other.group == group && other.assigned != 0 && other.assigned != target {
-			count[other.assigned]++
+		if other.group == group && other.Assigned != 0 && other.Assigned != target {
+			count[other.Assigned]++
 		}
 	}
 	if allTarget && others > 0 {
@@ -345,7 +370,7 @@ func assignInOrder(queue []*queuedMember, target int64, slots int, only map[*que
 			return
 		}
 		if q.state == rolloutWaiting && slots > 0 && (only == nil || only[q]) {
-			q.assigned, q.state = target, rolloutInFlight
+			q.Assigned, q.state = target, rolloutInFlight
 			slots--
 		}
 		earlierNotDone = earlierNotDone || q.state != rolloutDone
@@ -368,9 +393,9 @@ func describeRollout(queue []*queuedMember, target int64, maxFailures int, stopp
 		case rolloutDone:
 			doneCount++
 		case rolloutInFlight:
-			inFlightNames = append(inFlightNames, q.name)
+			inFlightNames = append(inFlightNames, q.Name)
 		case rolloutFailed:
-			failedNames = append(failedNames, q.name)
+			failedNames = append(failedNames, q.Name)
 			if firstFailed == nil {
 				firstFailed = q
 			}
@@ -416,12 +441,12 @@ func describeRollout(queue []*queuedMember, target int64, maxFailures int, stopp
 // failureOf names a failed member and why it failed: "member m3: 1 of 3
 // replicas available (ProgressDeadlineExceeded)".
 func failureOf(m *queuedMember) string {
-	failure := "member " + m.name
-	if m.progress.message != "" {
-		failure += ": " + m.progress.message
+	failure := "member " + m.Name
+	if m.Progress.Message != "" {
+		failure += ": " + m.Progress.Message
 	}
-	if m.progress.reason != "" {
-		failure += " (" + m.progress.reason + ")"
+	if m.Progress.Reason != "" {
+		failure += " (" + m.Progress.Reason + ")"
 	}
 	return failure
 }
@@ -448,13 +473,13 @@ func failuresOf(queue []*queuedMember) string {
 
 // keptRevisions says how many members in maintenance keep a revision other
 // than target: "; 1 cordoned member keeps its revision", empty for none.
-func keptRevisions(members []plannedMember, target int64) string {
+func keptRevisions(members []Member, target int64) string {
 	var cordoned, drained int
 	for _, m := range members {
-		if m.assigned == 0 || m.assigned == target {
+		if m.Assigned == 0 || m.Assigned == target {
 			continue
 		}
-		switch m.maintenance {
+		switch m.Maintenance {
 		case fleetv1alpha1.MaintenanceCordon:
 			cordoned++
 		case fleetv1alpha1.MaintenanceDrain:
@@ -476,11 +501,11 @@ func keptRevisions(members []plannedMember, target int64) string {
 func untilDone(queue []*queuedMember, target int64, minSuccessTime time.Duration, now time.Time) time.Duration {
 	var least time.Duration
 	for _, q := range queue {
-		p := q.progress
-		if q.assigned != target || !p.known || p.revision != target || !p.available {
+		p := q.Progress
+		if q.Assigned != target || !p.Known || p.Revision != target || !p.Available {
 			continue
 		}
-		if left := minSuccessTime - now.Sub(p.availableSince); left > 0 && (least == 0 || left < least) {
+		if left := minSuccessTime - now.Sub(p.AvailableSince); left > 0 && (least == 0 || left < least) {
 			least = left
 		}
 	}
@@ -489,19 +514,19 @@ func untilDone(queue []*queuedMember, target int64, minSuccessTime time.Duration
 
 // revisionMembersOf lists the members given each revision, by revision,
 // names sorted; members given none are in none.
-func revisionMembersOf(members []plannedMember) []fleetv1alpha1.RevisionMembers {
+func revisionMembersOf(members []Member) []fleetv1alpha1.RevisionMembers {
 	var list []fleetv1alpha1.RevisionMembers
 	for _, m := range members {
-		if m.assigned == 0 {
+		if m.Assigned == 0 {
 			continue
 		}
-		i, found := slices.BinarySearchFunc(list, m.assigned, func(r fleetv1alpha1.RevisionMembers, revision int64) int {
+		i, found := slices.BinarySearchFunc(list, m.Assigned, func(r fleetv1alpha1.RevisionMembers, revision int64) int {
 			return cmp.Compare(r.Revision, revision)
 		})
 		if !found {
-			list = slices.Insert(list, i, fleetv1alpha1.RevisionMembers{Revision: m.assigned})
+			list = slices.Insert(list, i, fleetv1alpha1.RevisionMembers{Revision: m.Assigned})
 		}
-		list[i].Names = append(list[i].Names, m.name)
+		list[i].Names = append(list[i].Names, m.Name)
 	}
 	for _, r := range list {
 		slices.Sort(r.Names)
@@ -515,23 +540,23 @@ func revisionMembersOf(members []plannedMember) []fleetv1alpha1.RevisionMembers 
 // counts as holding them. One that is down cannot remove them: it is
 // given no part of the budget, not even one it had, and its removal
 // stays owed until it is back.
-func planDrain(in rolloutInput, members []plannedMember) ([]string, map[string]string) {
+func planDrain(in Input, members []Member) ([]string, map[string]string) {
 	maxUnavailable := 1
-	if in.spec.DisruptionBudget.MaxUnavailable != nil {
-		maxUnavailable = int(*in.spec.DisruptionBudget.MaxUnavailable)
+	if in.Spec.DisruptionBudget.MaxUnavailable != nil {
+		maxUnavailable = int(*in.Spec.DisruptionBudget.MaxUnavailable)
 	}
 	unavailable := 0
 	var holders, down []string
 	for _, m := range members {
 		switch {
-		case m.maintenance == "":
-			if m.assigned != 0 && !(m.progress.known && m.progress.available) {
+		case m.Maintenance == "":
+			if m.Assigned != 0 && !(m.Progress.Known && m.Progress.Available) {
 				unavailable++
 			}
-		case m.maintenance == fleetv1alpha1.MaintenanceDrain && m.down:
-			down = append(down, m.name)
-		case m.maintenance == fleetv1alpha1.MaintenanceDrain && (m.progress.holding || !m.progress.known):
-			holders = append(holders, m.name)
+		case m.Maintenance == fleetv1alpha1.MaintenanceDrain && m.Down:
+			down = append(down, m.Name)
+		case m.Maintenance == fleetv1alpha1.MaintenanceDrain && (m.Progress.Holding || !m.Progress.Known):
+			holders = append(holders, m.Name)
 		}
 	}
 	slices.Sort(holders)
@@ -540,7 +565,7 @@ func planDrain(in rolloutInput, members []plannedMember) ([]string, map[string]s
 	// now: their removal may be half done.
 	var draining []string
 	for _, name := range holders {
-		if slices.Contains(in.draining, name) {
+		if slices.Contains(in.Draining, name) {
 			draining = append(draining, name)
 		}
 	}
