@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/health"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/health"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/rollout"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
