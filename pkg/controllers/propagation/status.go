@@ -60,14 +60,16 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	if !p.DeletionTimestamp.IsZero() {
 		return retryConflict(r.release(ctx, p))
 	}
+	// Whether a sum is due is decided first, from the interval alone:
+	// the content and the revisions are read only for a sum.
+	if wait := r.statusWait(key); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
 	rv, err := r.revise(ctx, p)
 	if errors.Is(err, errRevisionPending) {
 		return reconcile.Result{RequeueAfter: revisionRetry}, nil
 	} else if err != nil {
 		return reconcile.Result{}, err
-	}
-	if wait := r.statusWait(key); wait > 0 {
-		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	var st fleetv1alpha1.PropagationStatus
 	// A rollout planned from a stale record must not be written: the
