@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -66,7 +67,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req fleet.Request) (_ reconc
 		}
 	}()
 	if req.ClusterName == registry.HubName {
-		return r.reconcileStatus(ctx, req.NamespacedName)
+		// Tried again, after a wait or an error, at statusPriority too.
+		res, err := r.reconcileStatus(ctx, req.NamespacedName)
+		res.Priority = ptr.To(statusPriority)
+		return res, err
 	}
 	res, err := r.reconcileMember(ctx, req.ClusterName, req.NamespacedName)
 	return r.quietUnreachable(ctx, req.ClusterName, res, err)

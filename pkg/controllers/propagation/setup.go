@@ -15,9 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -281,23 +283,40 @@ func (cq *controllerQueue) get() engage.Queue {
 	return cq.q
 }
 
-// add adds reqs to the controller's queue, once there is one.
+// add adds reqs to the controller's queue, once there is one; a status
+// request at statusPriority.
 func (cq *controllerQueue) add(reqs ...fleet.Request) {
+	for _, req := range reqs {
+		cq.addAfter(req, 0)
+	}
+}
+
+// addAfter adds req to the controller's queue after d, once there is one;
+// a status request at statusPriority.
+func (cq *controllerQueue) addAfter(req fleet.Request, d time.Duration) {
 	q := cq.get()
-	if q == nil {
+	if pq, ok := q.(priorityqueue.PriorityQueue[fleet.Request]); ok && req.ClusterName == registry.HubName {
+		pq.AddWithOpts(priorityqueue.AddOpts{After: d, Priority: ptr.To(statusPriority)}, req)
 		return
 	}
-	for _, req := range reqs {
+	switch {
+	case q == nil:
+	case d > 0:
+		q.AddAfter(req, d)
+	default:
 		q.Add(req)
 	}
 }
 
-// addAfter adds req to the controller's queue after d, once there is one.
-func (cq *controllerQueue) addAfter(req fleet.Request, d time.Duration) {
-	if q := cq.get(); q != nil {
-		q.AddAfter(req, d)
-	}
-}
+// statusPriority is the priority of a Propagation's status requests
+// (its hub requests) in the controller's queue, above the members'
+// requests (0): the fair queue hands out one request of each cluster in
+// turn within a priority, so at 0 a status request would wait, after
+// the last member result it sums up, for one request of every member
+// with work queued, each Propagation's. Its cost is bounded: the hub,
+// like a member, holds at most workersPerMember workers at once, and a
+// Propagation's status is summed up at most once per StatusInterval.
+const statusPriority = 1
 
 // notStatusOnly drops the update events of a Propagation's own status
 // writes, each of which would otherwise ask every member again.

@@ -1,7 +1,6 @@
 package propagation
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,13 +24,9 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/health"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/rollout"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/status"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
-
-// resultOrder lists members in status: failures first.
-var resultOrder = []fleetv1alpha1.MemberResult{
-	fleetv1alpha1.ResultFailed, fleetv1alpha1.ResultDrifted, fleetv1alpha1.ResultDeletionOwed, fleetv1alpha1.ResultPending, fleetv1alpha1.ResultApplied,
-}
 
 // reconcileStatus writes a Propagation's status from its members'
 // results, at most once per StatusInterval, keeps its finalizer, and
@@ -72,42 +66,44 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	if !p.DeletionTimestamp.IsZero() {
 		return retryConflict(r.release(ctx, p))
 	}
+	// Whether a sum is due is decided first, from the interval alone:
+	// the content and the revisions are read only for a sum.
+	if wait := r.statusWait(key); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
 	rv, err := r.revise(ctx, p)
 	if errors.Is(err, revisions.ErrPending) {
 		return reconcile.Result{RequeueAfter: revisionRetry}, nil
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
-	if wait := r.statusWait(key); wait > 0 {
-		return reconcile.Result{RequeueAfter: wait}, nil
-	}
-	var status fleetv1alpha1.PropagationStatus
+	var st fleetv1alpha1.PropagationStatus
 	// A rollout planned from a stale record must not be written: the
 	// record is who is given what (see rollout). And other replicas
 	// write their shards: a write over a newer version would undo theirs.
 	// So the status patch below carries the version it was planned from.
 	var after time.Duration
 	if r.m.ReplicaName() == "" {
-		status = r.status(ctx, p, r.ownedMembers(), rv.revs)
-		after = r.rollout(ctx, p, &status, rv)
-		setSelected(p, &status, rv.selected)
-		setConditions(p, &status, rv.hubProblem)
+		st = r.status(ctx, p, r.ownedMembers(), rv.revs)
+		after = r.rollout(ctx, p, &st, rv)
+		status.SetSelected(p, &st, selectionOf(rv.selected))
+		status.SetConditions(p, &st, conditionProblems(p, rv.hubProblem))
 	} else {
-		status, after = r.shardedStatus(ctx, p, rv)
+		st, after = r.shardedStatus(ctx, p, rv)
 	}
-	fitStatus(&status, statusBudget)
+	status.Fit(&st, status.Budget)
 	if r.sumsUp(p) {
-		if err := r.revisions.Prune(ctx, p, rv.revs, rollout.RevisionsInUse(status.Rollout)); err != nil {
+		if err := r.revisions.Prune(ctx, p, rv.revs, rollout.RevisionsInUse(st.Rollout)); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
 	r.statusSummed(key)
-	r.setReadiness(key, string(conditionStatus(status.Conditions, fleetv1alpha1.PropagationReady)))
-	if equality.Semantic.DeepEqual(p.Status, status) {
+	r.setReadiness(key, string(status.ConditionStatus(st.Conditions, fleetv1alpha1.PropagationReady)))
+	if equality.Semantic.DeepEqual(p.Status, st) {
 		return reconcile.Result{RequeueAfter: after}, nil
 	}
 	before := p.DeepCopy()
-	p.Status = status
+	p.Status = st
 	// Under optimistic concurrency: a write over a newer version would
 	// undo what was written since (another replica's shard, another
 	// manager's claim); a conflict reads again and sums up again.
@@ -160,11 +156,47 @@ func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propaga
 		st.PendingDeletions += s.PendingDeletions
 		st.Members = append(st.Members, s.Members...)
 	}
-	st.Members = sortMembers(st.Members)
+	st.Members = status.SortMembers(st.Members)
 	after := r.rollout(ctx, p, &st, rv)
-	setSelected(p, &st, rv.selected)
-	setConditions(p, &st, rv.hubProblem)
+	status.SetSelected(p, &st, selectionOf(rv.selected))
+	status.SetConditions(p, &st, conditionProblems(p, rv.hubProblem))
 	return st, after
+}
+
+// selectionOf is sel for the status package, nil when sel is.
+func selectionOf(sel *content.Selected) *status.Selection {
+	if sel == nil {
+		return nil
+	}
+	var empty *status.Problem
+	if sel.Empty != nil {
+		empty = &status.Problem{Reason: sel.Empty.Reason, Message: sel.Empty.Message}
+	}
+	// The content is shared read-only: status gets its own list.
+	return &status.Selection{Count: sel.Count, Listed: slices.Clone(sel.Listed), Empty: empty, EmptyEntries: sel.EmptyEntries}
+}
+
+// conditionProblems is what, beside its members, keeps p from Ready:
+// hubErr, the first problem of the hub's objects, a members selector
+// that does not parse, an availableWhen rule that does not compile.
+func conditionProblems(p *fleetv1alpha1.Propagation, hubErr *kindError) status.Problems {
+	return status.Problems{Hub: problemOf(hubErr), MembersSelector: problemOf(membersSelectorError(p)), AvailableWhen: ruleProblem(health.FirstUnusableRule(p.Spec.Resources))}
+}
+
+// ruleProblem is e for the status package, nil when e is.
+func ruleProblem(e *health.RuleError) *status.Problem {
+	if e == nil {
+		return nil
+	}
+	return &status.Problem{Reason: e.Reason, Message: e.Message}
+}
+
+// problemOf is e for the status package, nil when e is.
+func problemOf(e *kindError) *status.Problem {
+	if e == nil {
+		return nil
+	}
+	return &status.Problem{Reason: e.reason, Message: e.message}
 }
 
 // summaryKey names the hub work of summing up p's status, for
@@ -318,143 +350,8 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 		}
 		listed = append(listed, entry)
 	}
-	st.Members = sortMembers(listed)
+	st.Members = status.SortMembers(listed)
 	return st
-}
-
-// sortMembers sorts members failing first, then by name, and keeps the
-// first MaxListedMembers.
-func sortMembers(members []fleetv1alpha1.MemberPropagationStatus) []fleetv1alpha1.MemberPropagationStatus {
-	slices.SortFunc(members, func(a, b fleetv1alpha1.MemberPropagationStatus) int {
-		return cmp.Or(cmp.Compare(slices.Index(resultOrder, a.Result), slices.Index(resultOrder, b.Result)), strings.Compare(a.Name, b.Name))
-	})
-	return members[:min(len(members), fleetv1alpha1.MaxListedMembers)]
-}
-
-// setSelected writes what p's resources select, sel, into st: the count,
-// the objects listed, and the condition ResourcesSelected, False naming
-// the first entry that selects nothing. Nothing changes when sel is nil
-// (not read).
-func setSelected(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, sel *content.Selected) {
-	if sel == nil {
-		return
-	}
-	st.SelectedResourceCount, st.SelectedResources = sel.Count, slices.Clone(sel.Listed)
-	c := metav1.Condition{
-		Type: fleetv1alpha1.PropagationResourcesSelected, Status: metav1.ConditionTrue, ObservedGeneration: p.Generation,
-		Reason: fleetv1alpha1.ReasonResourcesSelected, Message: fmt.Sprintf("%s selected by %d resources", plural(int(sel.Count), "hub object", "hub objects"), len(p.Spec.Resources)),
-	}
-	if sel.Empty != nil {
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, sel.Empty.Reason, sel.Empty.Message
-		if sel.EmptyEntries > 1 {
-			c.Message += fmt.Sprintf(" (and %d more entries select nothing)", sel.EmptyEntries-1)
-		}
-		c.Message = truncate(c.Message+"; the other entries' objects are copied", 1024)
-	}
-	meta.SetStatusCondition(&st.Conditions, c)
-}
-
-// setConditions sets Ready, Applied and Drifted from the counts and
-// hubErr, the first problem of the hub's objects; an entry of resources
-// that selects nothing (see setSelected) keeps Ready False.
-func setConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, hubErr *kindError) {
-	selectorErr := membersSelectorError(p)
-	unselected := meta.FindStatusCondition(st.Conditions, fleetv1alpha1.PropagationResourcesSelected)
-	if unselected != nil && (unselected.Status == metav1.ConditionTrue || unselected.ObservedGeneration != p.Generation) {
-		unselected = nil
-	}
-	set := func(t string, ok bool, reason, message string) {
-		status := metav1.ConditionFalse
-		if ok {
-			status = metav1.ConditionTrue
-		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: truncate(message, 1024), ObservedGeneration: p.Generation})
-	}
-	pending := st.Selected - st.Applied - st.Drifted - st.Failed
-	notReady := func() (string, string) {
-		if hubErr != nil {
-			return hubErr.reason, hubErr.message
-		}
-		if unselected != nil {
-			return unselected.Reason, unselected.Message
-		}
-		if selectorErr != nil {
-			return selectorErr.reason, selectorErr.message
-		}
-		if rerr := health.FirstUnusableRule(p.Spec.Resources); rerr != nil {
-			return rerr.Reason, rerr.Message
-		}
-		switch ro := st.Rollout; {
-		case p.Spec.Suspend:
-			return fleetv1alpha1.ReasonSuspended, "spec.suspend is set: nothing is applied, corrected or removed"
-		case ro != nil && ro.Reason == fleetv1alpha1.ReasonRevisionRefused:
-			return ro.Reason, ro.Message
-		case ro != nil && ro.Phase == fleetv1alpha1.RolloutStopped:
-			return fleetv1alpha1.ReasonRolloutStopped, ro.Message
-		case ro != nil && ro.Phase == fleetv1alpha1.RolloutPaused && ro.Updated < st.Selected:
-			return string(ro.Phase), ro.Message
-		case ro != nil && ro.Phase == fleetv1alpha1.RolloutPinned:
-			return ro.Reason, ro.Message
-		case st.Selected == 0:
-			return fleetv1alpha1.ReasonNoMembersSelected, "no member matches spec.members"
-		case st.Failed > 0:
-			return fleetv1alpha1.ReasonMembersFailed, fmt.Sprintf("%d of %d members failed; first: %s", st.Failed, st.Selected, firstMessage(st.Members))
-		case pending > 0:
-			return fleetv1alpha1.ReasonMembersPending, fmt.Sprintf("%d of %d members are not applied yet; first: %s", pending, st.Selected, firstMessage(st.Members))
-		case st.Available < st.Applied:
-			return fleetv1alpha1.ReasonNotAvailable, fmt.Sprintf("%d of %d members are not available yet; first: %s", st.Applied-st.Available, st.Selected, firstMessage(st.Members))
-		case st.Drifted > 0:
-			return fleetv1alpha1.ReasonDrifted, fmt.Sprintf("%d of %d members hold changed copies", st.Drifted, st.Selected)
-		case st.PendingDeletions > 0:
-			return fleetv1alpha1.ReasonDeletionOwed, fmt.Sprintf("%d members owe the removal of copies until they are Ready", st.PendingDeletions)
-		}
-		return "", ""
-	}
-	reason, message := notReady()
-	if reason == "" {
-		set(fleetv1alpha1.PropagationReady, true, fleetv1alpha1.ReasonApplied, fmt.Sprintf("every copy is applied, in sync and available in all %d selected members", st.Selected))
-	} else {
-		set(fleetv1alpha1.PropagationReady, false, reason, message)
-	}
-	// counted sets condition t, held by n of the selected members: True
-	// once all hold it and the hub has no problem, else false for Ready's
-	// reason, unless Ready waits only for drift or owed removals.
-	counted := func(t string, n int32, okReason, okMessage, shortReason, shortMessage string) {
-		switch {
-		case st.Selected > 0 && n == st.Selected && hubErr == nil:
-			set(t, true, okReason, okMessage)
-		case reason != "" && reason != fleetv1alpha1.ReasonDrifted && reason != fleetv1alpha1.ReasonDeletionOwed:
-			set(t, false, reason, message)
-		default:
-			set(t, false, shortReason, shortMessage)
-		}
-	}
-	counted(fleetv1alpha1.PropagationAvailable, st.Available,
-		fleetv1alpha1.ReasonAvailable, fmt.Sprintf("every copy is available in all %d selected members", st.Selected),
-		fleetv1alpha1.ReasonNotAvailable, fmt.Sprintf("available in %d of %d selected members", st.Available, st.Selected))
-	applied := st.Applied + st.Drifted
-	counted(fleetv1alpha1.PropagationApplied, applied,
-		fleetv1alpha1.ReasonApplied, fmt.Sprintf("applied in all %d selected members", st.Selected),
-		fleetv1alpha1.ReasonMembersPending, fmt.Sprintf("applied in %d of %d selected members", applied, st.Selected))
-	if st.Drifted > 0 {
-		set(fleetv1alpha1.PropagationDrifted, true, fleetv1alpha1.ReasonDrifted, fmt.Sprintf("%d members hold changed copies (drift: %s)", st.Drifted, p.Spec.Drift))
-	} else {
-		set(fleetv1alpha1.PropagationDrifted, false, fleetv1alpha1.ReasonNoDrift, "no copy was changed in a member")
-	}
-}
-
-func firstMessage(members []fleetv1alpha1.MemberPropagationStatus) string {
-	if len(members) == 0 {
-		return ""
-	}
-	return members[0].Name + ": " + members[0].Message
-}
-
-func conditionStatus(conditions []metav1.Condition, t string) metav1.ConditionStatus {
-	if c := meta.FindStatusCondition(conditions, t); c != nil {
-		return c.Status
-	}
-	return metav1.ConditionUnknown
 }
 
 // copiedKindsStatus is status.kinds: the kinds p copies now, an
@@ -479,33 +376,7 @@ func (r *reconciler) copiedKindsStatus(ctx context.Context, p *fleetv1alpha1.Pro
 			}
 		}
 	}
-	return boundKinds(p.Status.Kinds, current)
-}
-
-// boundKinds returns the kinds of current and previous, sorted, without
-// duplicates, at most MaxCopiedKinds: past the bound, the kinds copied
-// before and not now are left out first, the last in order first. It is
-// a fixed point (boundKinds(boundKinds(p, c), c) is boundKinds(p, c)), so
-// that a status written from it is not written again.
-func boundKinds(previous, current []fleetv1alpha1.KindReference) []fleetv1alpha1.KindReference {
-	compare := func(a, b fleetv1alpha1.KindReference) int {
-		return cmp.Or(strings.Compare(a.APIVersion, b.APIVersion), strings.Compare(a.Kind, b.Kind))
-	}
-	now := slices.Compact(slices.SortedFunc(slices.Values(current), compare))
-	var before []fleetv1alpha1.KindReference
-	for _, k := range previous {
-		if _, found := slices.BinarySearchFunc(now, k, compare); !found {
-			before = append(before, k)
-		}
-	}
-	slices.SortFunc(before, compare)
-	before = slices.Compact(before)
-	if len(now) >= fleetv1alpha1.MaxCopiedKinds {
-		return now[:fleetv1alpha1.MaxCopiedKinds]
-	}
-	kinds := append(now, before[:min(len(before), fleetv1alpha1.MaxCopiedKinds-len(now))]...)
-	slices.SortFunc(kinds, compare)
-	return kinds
+	return status.BoundKinds(p.Status.Kinds, current)
 }
 
 // statusWait is how long key's status must wait before it is summed up
@@ -540,6 +411,7 @@ func (r *reconciler) setReadiness(key propagationKey, ready string) {
 	r.metrics.setReadiness(counts)
 }
 
+// truncate cuts s to at most n bytes, ending with "..." when cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

@@ -1,4 +1,4 @@
-package propagation
+package status
 
 import (
 	"encoding/json"
@@ -46,13 +46,13 @@ func largestAllowedStatus() fleetv1alpha1.PropagationStatus {
 // same status is cut the same way again, so it is not rewritten.
 func TestStatusFitsItsBudget(t *testing.T) {
 	st := largestAllowedStatus()
-	if size := jsonSize(&st); size <= statusBudget {
-		t.Fatalf("the largest status is %d bytes, within the budget of %d: the test proves nothing", size, statusBudget)
+	if size := jsonSize(&st); size <= Budget {
+		t.Fatalf("the largest status is %d bytes, within the budget of %d: the test proves nothing", size, Budget)
 	}
 	rollout := st.Rollout.DeepCopy()
-	fitStatus(&st, statusBudget)
-	if size := jsonSize(&st); size > statusBudget {
-		t.Errorf("the status is %d bytes once fitted, over its budget of %d", size, statusBudget)
+	Fit(&st, Budget)
+	if size := jsonSize(&st); size > Budget {
+		t.Errorf("the status is %d bytes once fitted, over its budget of %d", size, Budget)
 	}
 	if !equality.Semantic.DeepEqual(st.Rollout, rollout) {
 		t.Error("status.rollout, the members' assignments, was cut")
@@ -70,13 +70,13 @@ func TestStatusFitsItsBudget(t *testing.T) {
 	// The next sum makes the same status, with the conditions written.
 	again := largestAllowedStatus()
 	again.Conditions = slices.Clone(st.Conditions)
-	fitStatus(&again, statusBudget)
+	Fit(&again, Budget)
 	if !equality.Semantic.DeepEqual(again, st) {
 		t.Error("a fitted status is cut again differently: it would be rewritten at every sum")
 	}
 
 	small := fleetv1alpha1.PropagationStatus{Conditions: st.Conditions, Selected: 1}
-	fitStatus(&small, statusBudget)
+	Fit(&small, Budget)
 	if meta.FindStatusCondition(small.Conditions, fleetv1alpha1.PropagationStatusTruncated) != nil {
 		t.Error("StatusTruncated stays on a status that fits")
 	}
@@ -88,7 +88,7 @@ func TestStatusFitsItsBudget(t *testing.T) {
 func TestStatusOverItsBudgetListsFewerMembers(t *testing.T) {
 	st := largestAllowedStatus()
 	budget := 128 << 10
-	fitStatus(&st, budget)
+	Fit(&st, budget)
 	data, err := json.Marshal(&st)
 	if err != nil {
 		t.Fatal(err)
@@ -135,10 +135,10 @@ func TestCopiedKindsAreSortedAndBounded(t *testing.T) {
 		{name: "300 kinds", now: kindsOfGroup("b.example", 300), wantLen: fleetv1alpha1.MaxCopiedKinds, wantNow: fleetv1alpha1.MaxCopiedKinds},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			kinds := boundKinds(nil, tc.before)
-			kinds = boundKinds(kinds, tc.now)
+			kinds := BoundKinds(nil, tc.before)
+			kinds = BoundKinds(kinds, tc.now)
 			for i := range 3 {
-				next := boundKinds(kinds, slices.Clone(tc.now))
+				next := BoundKinds(kinds, slices.Clone(tc.now))
 				if !slices.Equal(next, kinds) {
 					t.Fatalf("status.kinds changed at sum %d with nothing else changed: it would be rewritten forever", i+2)
 				}
@@ -171,7 +171,7 @@ func TestSelectedResourcesAreCutBeforeMembers(t *testing.T) {
 		st.Members = append(st.Members, fleetv1alpha1.MemberPropagationStatus{Name: name, Result: fleetv1alpha1.ResultFailed, Reason: fleetv1alpha1.ReasonForbidden})
 	}
 	budget := jsonSize(&st) + 1280 - 10_000
-	fitStatus(&st, budget)
+	Fit(&st, budget)
 	if size := jsonSize(&st); size > budget {
 		t.Errorf("%d bytes once fitted, over the budget of %d", size, budget)
 	}

@@ -1,4 +1,4 @@
-package propagation
+package status
 
 import (
 	"encoding/json"
@@ -11,14 +11,14 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
 
-// statusBudget bounds a Propagation's status, as JSON. etcd takes an
+// Budget bounds a Propagation's status, as JSON. etcd takes an
 // object of at most 1.5 MiB (its default request limit); the rest is
 // for the spec (64 resources and their overrides), the metadata and its
 // managedFields, which for a status listing 1,000 members hold some
 // 250 KiB of the manager's own field paths.
-const statusBudget = 768 << 10
+const Budget = 768 << 10
 
-// fitStatus cuts st until it marshals to at most budget bytes, and says
+// Fit cuts st until it marshals to at most budget bytes, and says
 // in the condition StatusTruncated what it cut, and whether status.kinds
 // is full (it removes the condition when neither). What is cut, in this order, each from the last
 // member listed backwards, only as far as needed:
@@ -34,7 +34,7 @@ const statusBudget = 768 << 10
 // rollout's plan), nor a shard's entries, from which the replica that
 // sums up plans the rollout of the members other replicas own. It is a
 // pure function of st: the same status is cut the same way each time.
-func fitStatus(st *fleetv1alpha1.PropagationStatus, budget int) {
+func Fit(st *fleetv1alpha1.PropagationStatus, budget int) {
 	var notes []string
 	// The condition's own room, at most its message's bound and the rest.
 	over := jsonSize(st) - budget + 1024 + 256
