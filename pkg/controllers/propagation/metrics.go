@@ -28,6 +28,7 @@ type propagationMetrics struct {
 	driftDetected  memberSeries[prometheus.Counter]
 	driftCorrected memberSeries[prometheus.Counter]
 	owedDeletions  memberSeries[prometheus.Gauge]
+	memberWatches  memberSeries[prometheus.Gauge]
 	propagationsBy *prometheus.GaugeVec
 	journalLost    prometheus.Gauge
 	// unmirrored is by mirror ConfigMap (shard).
@@ -96,6 +97,10 @@ func newMetrics(reg prometheus.Registerer, live func(cluster string) bool) (*pro
 		Name: "fleet_propagation_owed_deletions",
 		Help: "Propagations whose copies a member that is not Ready must still remove.",
 	}, []string{"cluster"})
+	memberWatches := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fleet_propagation_member_watches",
+		Help: "Informers watching a member's copies: one per namespace and kind that a run read and that the namespace's Propagations, or the journal's copies and owed removals there, still need.",
+	}, []string{"cluster"})
 	m := &propagationMetrics{
 		propagationsBy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fleet_propagations",
@@ -114,7 +119,7 @@ func newMetrics(reg prometheus.Registerer, live func(cluster string) bool) (*pro
 	if err := errors.Join(
 		metrics.Register(reg, &applies), metrics.Register(reg, &applyDuration),
 		metrics.Register(reg, &driftDetected), metrics.Register(reg, &driftCorrected),
-		metrics.Register(reg, &owedDeletions), metrics.Register(reg, &m.propagationsBy),
+		metrics.Register(reg, &owedDeletions), metrics.Register(reg, &memberWatches), metrics.Register(reg, &m.propagationsBy),
 		metrics.Register(reg, &m.journalLost), metrics.Register(reg, &m.unmirrored),
 	); err != nil {
 		return nil, err
@@ -125,7 +130,8 @@ func newMetrics(reg prometheus.Registerer, live func(cluster string) bool) (*pro
 	m.driftDetected = memberSeries[prometheus.Counter]{m: m, with: driftDetected.WithLabelValues, ignored: ignoredCounter}
 	m.driftCorrected = memberSeries[prometheus.Counter]{m: m, with: driftCorrected.WithLabelValues, ignored: ignoredCounter}
 	m.owedDeletions = memberSeries[prometheus.Gauge]{m: m, with: owedDeletions.WithLabelValues, ignored: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ignored"})}
-	m.perClusterVecs = []interface{ DeletePartialMatch(prometheus.Labels) int }{applies, applyDuration, driftDetected, driftCorrected, owedDeletions}
+	m.memberWatches = memberSeries[prometheus.Gauge]{m: m, with: memberWatches.WithLabelValues, ignored: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ignored"})}
+	m.perClusterVecs = []interface{ DeletePartialMatch(prometheus.Labels) int }{applies, applyDuration, driftDetected, driftCorrected, owedDeletions, memberWatches}
 	return m, nil
 }
 
