@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -120,23 +121,33 @@ func TestWatchesFollowWhatIsNeeded(t *testing.T) {
 		return f.hub.Client.List(t.Context(), list, client.MatchingLabels{fleetv1alpha1.FleetLabel: f.namespace}) == nil && len(list.Items) == namespaces
 	})
 	f.register(0, member, map[string]string{"env": "prod"})
+	// 50 Propagations converge in a minute on an idle machine: allow more.
 	applied := func(what string) {
 		t.Helper()
-		poll.Until(t, what, func() bool {
+		var waiting []string
+		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
 			list := &fleetv1alpha1.PropagationList{}
 			if err := f.hub.Client.List(t.Context(), list, client.MatchingLabels{fleetv1alpha1.FleetLabel: f.namespace}); err != nil {
-				return false
+				t.Fatal(err)
 			}
-			n := 0
+			waiting = waiting[:0]
 			for _, p := range list.Items {
-				if p.Status.ObservedGeneration == p.Generation && p.Status.Applied == 1 && ready(&p) {
-					n++
+				// The two kinds that select nothing keep Ready False
+				// (NothingSelected): the ConfigMap is applied.
+				if p.Status.ObservedGeneration != p.Generation || p.Status.Applied != 1 || !meta.IsStatusConditionTrue(p.Status.Conditions, fleetv1alpha1.PropagationApplied) {
+					waiting = append(waiting, fmt.Sprintf("%s (generation %d, observed %d, applied %d, members %+v, conditions %+v)",
+						p.Namespace, p.Generation, p.Status.ObservedGeneration, p.Status.Applied, p.Status.Members, p.Status.Conditions))
 				}
 			}
-			return n == len(list.Items)
-		})
+			if len(waiting) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d Propagations not yet, the first: %s", what, len(waiting), waiting[0])
+			}
+		}
 	}
-	applied("every Propagation Ready in the member")
+	applied("every Propagation applied in the member")
 	waitWatches(t, member, 3*namespaces, "3 kinds in each namespace")
 
 	// A kind added to a Propagation is watched: a copy of it deleted in
@@ -183,7 +194,7 @@ func TestWatchesFollowWhatIsNeeded(t *testing.T) {
 	// A restart watches the same: what each namespace needs.
 	f.stop()
 	f.start(nil)
-	applied("every Propagation Ready in the member after a restart")
+	applied("every Propagation applied in the member after a restart")
 	waitWatches(t, member, 3*namespaces+1-3, "after a restart")
 	if saCopy() == nil {
 		t.Error("the ServiceAccount copy is gone after a restart")
