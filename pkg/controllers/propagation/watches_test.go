@@ -69,11 +69,15 @@ func memberWatches(t *testing.T, member string) int {
 // waitWatches waits until member runs want informers for its copies.
 func waitWatches(t *testing.T, member string, want int, why string) {
 	t.Helper()
-	var got int
-	poll.Until(t, fmt.Sprintf("%s: %d informers in member %s", why, want, member), func() bool {
-		got = memberWatches(t, member)
-		return got == want
-	})
+	got := 0
+	for deadline := time.Now().Add(poll.Timeout); ; time.Sleep(10 * time.Millisecond) {
+		if got = memberWatches(t, member); got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: member %s runs %d informers, want %d", why, member, got, want)
+		}
+	}
 }
 
 // TestWatchesFollowWhatIsNeeded copies, from each of 50 namespaces, a
