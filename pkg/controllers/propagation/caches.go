@@ -59,8 +59,10 @@ type memberCopies struct {
 	// the member's engagement, ends, or the cache is dropped.
 	newCache func(namespace string) (*watchedKinds, error)
 	ctx      context.Context
-	// watches is told how many informers the member's caches run.
-	watches func(n int)
+	// watches is told how many informers the member's caches run, and
+	// watchStarted of each informer started.
+	watches      func(n int)
+	watchStarted func()
 
 	mu         sync.Mutex
 	namespaces map[string]*namespaceCopies
@@ -135,6 +137,14 @@ func (mc *memberCopies) watchedIn(namespace string) []schema.GroupVersionKind {
 	return nil
 }
 
+// informersChanged tells of an informer that started or stopped.
+func (mc *memberCopies) informersChanged(started bool) {
+	if started {
+		mc.watchStarted()
+	}
+	mc.countWatches()
+}
+
 // countWatches tells watches how many informers the member's caches
 // run, while the member is engaged.
 func (mc *memberCopies) countWatches() {
@@ -193,8 +203,10 @@ type copyCaches struct {
 	// whose informer synced in one of its copy caches.
 	engaged func(ctx context.Context, mc *memberCopies)
 	found   func(ctx context.Context, mc *memberCopies, w *watchedKinds, gvk schema.GroupVersionKind)
-	// watches is told how many informers a member's copy caches run.
-	watches func(member string, n int)
+	// watches is told how many informers a member's copy caches run, and
+	// watchStarted of each informer started in one.
+	watches      func(member string, n int)
+	watchStarted func(member string)
 	// sweep is how often a member's watches are looked at (see
 	// sweepWatches).
 	sweep time.Duration
@@ -250,7 +262,8 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl cluster.C
 	}
 	mc := &memberCopies{
 		name: clusterName, client: writer, reader: writer, discovery: disc, metadata: metadataClient, ctx: ctx, namespaces: map[string]*namespaceCopies{},
-		watches: func(n int) { c.watches(clusterName, n) },
+		watches:      func(n int) { c.watches(clusterName, n) },
+		watchStarted: func() { c.watchStarted(clusterName) },
 	}
 	mc.newCache = func(namespace string) (*watchedKinds, error) {
 		ca, err := cache.New(cl.GetConfig(), cache.Options{
@@ -270,7 +283,7 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl cluster.C
 					q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})
 				}
 			},
-			onInformers: mc.countWatches,
+			onInformers: mc.informersChanged,
 		}
 		w.onSynced = func(ctx context.Context, gvk schema.GroupVersionKind) { c.found(ctx, mc, w, gvk) }
 		return w, nil

@@ -61,7 +61,7 @@ func TestUnneededWatchIsStoppedUnlessReadSince(t *testing.T) {
 	defer cancel()
 	w := hangingCopyCache(t, ctx)
 	told := 0
-	w.onInformers = func() { told++ }
+	w.onInformers = func(bool) { told++ }
 	configMaps, secrets := corev1.SchemeGroupVersion.WithKind("ConfigMap"), corev1.SchemeGroupVersion.WithKind("Secret")
 	for _, gvk := range []schema.GroupVersionKind{configMaps, secrets} {
 		if _, err := w.start(ctx, gvk); err != nil {

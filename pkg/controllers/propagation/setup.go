@@ -205,8 +205,9 @@ func Add(m *fleet.Manager, opts Options) error {
 	r.copies = &copyCaches{
 		fleet: m.Namespace(), userAgent: opts.Config.UserAgent, scheme: m.GetScheme(), log: log,
 		propagations: r.memberPropagations, engaged: r.memberEngaged, found: r.copiesFound, sweep: opts.WatchSweep,
-		watches: func(member string, n int) { pm.memberWatches.WithLabelValues(member).Set(float64(n)) },
-		members: map[string]*memberCopies{},
+		watches:      func(member string, n int) { pm.memberWatches.WithLabelValues(member).Set(float64(n)) },
+		watchStarted: func(member string) { pm.memberWatchStarts.WithLabelValues(member).Inc() },
+		members:      map[string]*memberCopies{},
 	}
 	b := fleet.NewControllerManagedBy(m).
 		Named(ControllerName).

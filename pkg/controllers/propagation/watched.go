@@ -72,8 +72,9 @@ type watchedKinds struct {
 	// onSynced, if set, is told of each informer started once it has
 	// synced, under a context that ends when the informer stops.
 	onSynced func(ctx context.Context, gvk schema.GroupVersionKind)
-	// onInformers, if set, is told after an informer started or stopped.
-	onInformers func()
+	// onInformers, if set, is told after an informer started (started)
+	// or stopped.
+	onInformers func(started bool)
 
 	// running closes once the cache has started: until then it reads
 	// nothing. ctx is the cache's: stopped closes when it ends.
@@ -193,7 +194,7 @@ func (w *watchedKinds) start(ctx context.Context, gvk schema.GroupVersionKind) (
 		}
 		handler, added, err := w.register(gvk, informer, removals)
 		if added && w.onInformers != nil {
-			w.onInformers()
+			w.onInformers(true)
 		}
 		if handler != nil || err != nil {
 			return handler, err
@@ -251,7 +252,7 @@ func (w *watchedKinds) unwatch(gvk schema.GroupVersionKind, since time.Time) boo
 		return false
 	}
 	if w.onInformers != nil {
-		w.onInformers()
+		w.onInformers(false)
 	}
 	return true
 }

@@ -44,21 +44,36 @@ var copiedKinds = []fleetv1alpha1.KindReference{
 	{APIVersion: "v1", Kind: "ServiceAccount"},
 }
 
-// memberWatches is fleet_propagation_member_watches of member.
+// memberWatches is fleet_propagation_member_watches of member: the
+// informers its copy caches run.
 func memberWatches(t *testing.T, member string) int {
+	t.Helper()
+	return int(memberSeries(t, "fleet_propagation_member_watches", member))
+}
+
+// memberWatchStarts is fleet_propagation_member_watch_starts_total of
+// member: the informers its copy caches started.
+func memberWatchStarts(t *testing.T, member string) int {
+	t.Helper()
+	return int(memberSeries(t, "fleet_propagation_member_watch_starts_total", member))
+}
+
+// memberSeries is the value of member's series of family, a gauge or a
+// counter, 0 if there is none.
+func memberSeries(t *testing.T, family, member string) float64 {
 	t.Helper()
 	families, err := crmetrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range families {
-		if mf.GetName() != "fleet_propagation_member_watches" {
+		if mf.GetName() != family {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "cluster" && l.GetValue() == member {
-					return int(m.GetGauge().GetValue())
+					return m.GetGauge().GetValue() + m.GetCounter().GetValue()
 				}
 			}
 		}
@@ -82,7 +97,7 @@ func waitWatches(t *testing.T, member string, want int, why string) {
 
 // TestWatchesFollowWhatIsNeeded copies, from each of 50 namespaces, a
 // ConfigMap and two more of 20 kinds: a member watches the 3 kinds of
-// each namespace (150 informers, not 50 × 20), one more once a kind is
+// each namespace (150 informers started, not 50 × 20), one more once a kind is
 // added to a Propagation, none of a namespace whose Propagation is
 // deleted once its copies are removed, and as many after a restart. It
 // reads fleet_propagation_member_watches of a member name of its own.
@@ -153,6 +168,10 @@ func TestWatchesFollowWhatIsNeeded(t *testing.T) {
 	}
 	applied("every Propagation applied in the member")
 	waitWatches(t, member, 3*namespaces, "3 kinds in each namespace")
+	// None started beyond those, not even for a while (at engagement).
+	if got := memberWatchStarts(t, member); got != 3*namespaces {
+		t.Errorf("member %s started %d informers, want %d: one per kind each namespace needs", member, got, 3*namespaces)
+	}
 
 	// A kind added to a Propagation is watched: a copy of it deleted in
 	// the member is made again.
@@ -175,6 +194,9 @@ func TestWatchesFollowWhatIsNeeded(t *testing.T) {
 	}
 	poll.Until(t, "the ServiceAccount copied", func() bool { return saCopy() != nil })
 	waitWatches(t, member, 3*namespaces+1, "a kind added to a Propagation")
+	if got := memberWatchStarts(t, member); got != 3*namespaces+1 {
+		t.Errorf("member %s started %d informers, want %d", member, got, 3*namespaces+1)
+	}
 	first := saCopy()
 	if err := suite.MemberClients[0].Delete(t.Context(), first); err != nil {
 		t.Fatal(err)
@@ -196,10 +218,14 @@ func TestWatchesFollowWhatIsNeeded(t *testing.T) {
 	}
 
 	// A restart watches the same: what each namespace needs.
+	started := memberWatchStarts(t, member)
 	f.stop()
 	f.start(nil)
 	applied("every Propagation applied in the member after a restart")
 	waitWatches(t, member, 3*namespaces+1-3, "after a restart")
+	if got := memberWatchStarts(t, member) - started; got != 3*namespaces+1-3 {
+		t.Errorf("member %s started %d informers after a restart, want %d", member, got, 3*namespaces+1-3)
+	}
 	if saCopy() == nil {
 		t.Error("the ServiceAccount copy is gone after a restart")
 	}
