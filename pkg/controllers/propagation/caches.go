@@ -41,11 +41,13 @@ import (
 // behind an admission webhook at its own longest timeout (30 s).
 const requestTimeout = 30 * time.Second
 
-// memberCopies are the copies in one member, cached per namespace that
-// has Propagations, or copies the journal holds: each cache holds only
-// objects of its namespace labelled as copies of this fleet, so the
-// manager needs rights only in those namespaces (as `register
-// --namespaces` grants). Its clients' user agent names the controller.
+// memberCopies are the copies in one member, cached per namespace where
+// a run reads them: each cache holds only objects of its namespace
+// labelled as copies of this fleet, so the manager needs rights only in
+// those namespaces (as `register --namespaces` grants), and watches only
+// the kinds runs read there, each from the first run that reads it until
+// nothing needs it (see sweepWatches). Its clients' user agent names the
+// controller.
 type memberCopies struct {
 	name   string
 	client client.Client
@@ -58,9 +60,16 @@ type memberCopies struct {
 	// the member's engagement, ends, or the cache is dropped.
 	newCache func(namespace string) (*watchedKinds, error)
 	ctx      context.Context
+	// watches is told how many informers the member's caches run, and
+	// watchStarted of each informer started.
+	watches      func(n int)
+	watchStarted func()
 
 	mu         sync.Mutex
 	namespaces map[string]*namespaceCopies
+	// countMu is held across counting the informers and telling watches,
+	// so that a count is never told after a later one.
+	countMu sync.Mutex
 
 	// replayMu guards replayed, set once the member's owed removals were
 	// carried out, and cleared when the member is Ready again.
@@ -73,7 +82,7 @@ type namespaceCopies struct {
 	*watchedKinds
 	ctx  context.Context
 	stop context.CancelFunc
-	// used is when a request last read it.
+	// used is when a request last asked for it.
 	used time.Time
 }
 
@@ -121,17 +130,35 @@ func (mc *memberCopies) list(ctx context.Context, gvk schema.GroupVersionKind, n
 	return nc.list(ctx, gvk, namespace, selector)
 }
 
-// watched lists the kinds whose informers have synced in any namespace.
-func (mc *memberCopies) watched() []schema.GroupVersionKind {
-	var kinds []schema.GroupVersionKind
-	for _, nc := range mc.caches() {
-		for _, gvk := range nc.watched() {
-			if !slices.Contains(kinds, gvk) {
-				kinds = append(kinds, gvk)
-			}
-		}
+// watchedIn lists the kinds whose informers have synced in namespace.
+func (mc *memberCopies) watchedIn(namespace string) []schema.GroupVersionKind {
+	if nc := mc.caches()[namespace]; nc != nil {
+		return nc.watched()
 	}
-	return kinds
+	return nil
+}
+
+// informersChanged tells of an informer that started or stopped.
+func (mc *memberCopies) informersChanged(started bool) {
+	if started {
+		mc.watchStarted()
+	}
+	mc.countWatches()
+}
+
+// countWatches tells watches how many informers the member's caches
+// run, while the member is engaged.
+func (mc *memberCopies) countWatches() {
+	mc.countMu.Lock()
+	defer mc.countMu.Unlock()
+	if mc.ctx.Err() != nil {
+		return // told 0 as it ended
+	}
+	n := 0
+	for _, nc := range mc.caches() {
+		n += len(nc.started())
+	}
+	mc.watches(n)
 }
 
 // served forgets, in every copy cache, that gk was missing.
@@ -148,47 +175,42 @@ func (mc *memberCopies) caches() map[string]*namespaceCopies {
 	return maps.Clone(mc.namespaces)
 }
 
-// idle lists the namespaces whose copy caches no request read since.
-func (mc *memberCopies) idle(since time.Time) []string {
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
-	var namespaces []string
-	for ns, nc := range mc.namespaces {
-		if nc.used.Before(since) {
-			namespaces = append(namespaces, ns)
-		}
-	}
-	return namespaces
-}
-
-// drop stops the copy cache of namespace unless a request read it since:
-// a later request builds it again.
+// drop stops the copy cache of namespace if it runs no informer and no
+// request asked for it since: a later request builds it again.
 func (mc *memberCopies) drop(namespace string, since time.Time) {
 	mc.mu.Lock()
 	defer mc.mu.Unlock()
-	if nc, ok := mc.namespaces[namespace]; ok && nc.used.Before(since) {
+	if nc, ok := mc.namespaces[namespace]; ok && nc.used.Before(since) && len(nc.started()) == 0 {
 		nc.stop()
 		delete(mc.namespaces, namespace)
 	}
 }
 
 // copyCaches is the fleet controller's source in every member: started
-// as the controller engages a member, it watches every kind Propagations
-// copy in the member's copy cache of each namespace that has
-// Propagations, and turns each event of a copy into a request for its
+// as the controller engages a member, it asks the member about every
+// Propagation and what the member owes; each run then watches, in the
+// member's copy cache of its namespace, the kinds it reads (see
+// memberCopies), and each event of a copy becomes a request for its
 // Propagation in that member.
 type copyCaches struct {
 	fleet     string
 	userAgent string
 	scheme    *runtime.Scheme
 	log       logr.Logger
-	// kinds lists the kinds Propagations copy now, and those of the
-	// copies a member owes removing; propagations lists the Propagations
-	// and those whose copies it owes removing.
-	kinds        func(ctx context.Context, member string) []schema.GroupVersionKind
+	// propagations lists the Propagations and those whose copies a member
+	// owes removing.
 	propagations func(ctx context.Context, member string) []types.NamespacedName
-	// engaged is told of a member whose copy caches watch its kinds.
+	// engaged is told of a member once it is engaged; found of each kind
+	// whose informer synced in one of its copy caches.
 	engaged func(ctx context.Context, mc *memberCopies)
+	found   func(ctx context.Context, mc *memberCopies, w *watchedKinds, gvk schema.GroupVersionKind)
+	// watches is told how many informers a member's copy caches run, and
+	// watchStarted of each informer started in one.
+	watches      func(member string, n int)
+	watchStarted func(member string)
+	// sweep is how often a member's watches are looked at (see
+	// sweepWatches).
+	sweep time.Duration
 
 	mu      sync.Mutex
 	members map[string]*memberCopies
@@ -241,26 +263,31 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl cluster.C
 	}
 	mc := &memberCopies{
 		name: clusterName, client: writer, reader: writer, discovery: disc, metadata: metadataClient, ctx: ctx, namespaces: map[string]*namespaceCopies{},
-		newCache: func(namespace string) (*watchedKinds, error) {
-			ca, err := cache.New(cl.GetConfig(), cache.Options{
-				HTTPClient: httpClient, Scheme: c.scheme, Mapper: cl.GetRESTMapper(),
-				DefaultNamespaces: map[string]cache.Config{namespace: {}}, DefaultLabelSelector: selector,
-				ReaderFailOnMissingInformer: true,
-				DefaultWatchErrorHandler:    quietWatchErrors(c.log.WithValues("cluster", clusterName)),
-			})
-			if err != nil {
-				return nil, err
-			}
-			return &watchedKinds{
-				cluster: "member " + clusterName, grantHint: grantHint(clusterName), cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector, namespace: namespace,
-				running: make(chan struct{}),
-				onEvent: func(_, obj client.Object) {
-					if name := obj.GetLabels()[fleetv1alpha1.PropagationLabel]; name != "" {
-						q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})
-					}
-				},
-			}, nil
-		},
+		watches:      func(n int) { c.watches(clusterName, n) },
+		watchStarted: func() { c.watchStarted(clusterName) },
+	}
+	mc.newCache = func(namespace string) (*watchedKinds, error) {
+		ca, err := cache.New(cl.GetConfig(), cache.Options{
+			HTTPClient: httpClient, Scheme: c.scheme, Mapper: cl.GetRESTMapper(),
+			DefaultNamespaces: map[string]cache.Config{namespace: {}}, DefaultLabelSelector: selector,
+			ReaderFailOnMissingInformer: true,
+			DefaultWatchErrorHandler:    quietWatchErrors(c.log.WithValues("cluster", clusterName)),
+		})
+		if err != nil {
+			return nil, err
+		}
+		w := &watchedKinds{
+			cluster: "member " + clusterName, grantHint: grantHint(clusterName), cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector, namespace: namespace,
+			running: make(chan struct{}),
+			onEvent: func(_, obj client.Object) {
+				if name := obj.GetLabels()[fleetv1alpha1.PropagationLabel]; name != "" {
+					q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})
+				}
+			},
+			onInformers: mc.informersChanged,
+		}
+		w.onSynced = func(ctx context.Context, gvk schema.GroupVersionKind) { c.found(ctx, mc, w, gvk) }
+		return w, nil
 	}
 	c.mu.Lock()
 	c.members[clusterName] = mc
@@ -270,45 +297,24 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl cluster.C
 		defer c.mu.Unlock()
 		if c.members[clusterName] == mc {
 			delete(c.members, clusterName)
+			mc.countMu.Lock()
+			defer mc.countMu.Unlock()
+			mc.watches(0) // its caches stopped with it
 		}
 	})
 	synced := make(chan struct{})
 	go func() {
 		defer close(synced)
-		// The kinds are watched, at once, in every namespace that has
-		// Propagations or copies the journal holds.
-		kinds := c.kinds(ctx, clusterName)
-		var wg sync.WaitGroup
-		for _, namespace := range namespacesOf(c.propagations(ctx, clusterName)) {
-			for _, gvk := range kinds {
-				wg.Go(func() {
-					if err := mc.watch(ctx, namespace, gvk); err != nil && ctx.Err() == nil {
-						c.log.V(1).Info("Not watching copies of a kind", "cluster", clusterName, "namespace", namespace, "kind", gvk.Kind, "reason", err.Error())
-					}
-				})
-			}
-		}
-		wg.Wait()
 		c.engaged(ctx, mc)
 		// A member that is engaged, or comes back, is asked about every
 		// Propagation and what it owes: the requests made before it was
-		// engaged, or queued when it left, were dropped.
+		// engaged, or queued when it left, were dropped. Each run watches
+		// what it reads.
 		for _, key := range c.propagations(ctx, clusterName) {
 			q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: key})
 		}
 	}()
 	return synced, nil
-}
-
-// namespacesOf lists the namespaces of keys.
-func namespacesOf(keys []types.NamespacedName) []string {
-	var namespaces []string
-	for _, k := range keys {
-		if !slices.Contains(namespaces, k.Namespace) {
-			namespaces = append(namespaces, k.Namespace)
-		}
-	}
-	return namespaces
 }
 
 // get returns the copies of an engaged member, or nil.
@@ -318,36 +324,11 @@ func (c *copyCaches) get(clusterName string) *memberCopies {
 	return c.members[clusterName]
 }
 
-// memberEngaged records in the journal the copies of this fleet the
-// member's caches found, so that a journal that was lost, or kept by
-// another replica, learns them again, and tells the member of a lost
-// journal. Only copies that carry the fleet's identity are recorded: the
-// journal proves the copies stamped without one. Then, while the member
-// is engaged, the copy caches nothing needs are dropped.
+// memberEngaged tells the member of a lost journal, counts what it owes
+// and, while it is engaged, stops the watches nothing needs (see
+// sweepWatches).
 func (r *reconciler) memberEngaged(ctx context.Context, mc *memberCopies) {
-	go r.dropUnneededCaches(ctx, mc)
-	id, err := r.m.FleetID(ctx)
-	if err != nil {
-		return // the member left, or the manager stops
-	}
-	var found []journal.Copy
-	for _, nc := range mc.caches() {
-		for _, gvk := range nc.watched() {
-			list := &unstructured.UnstructuredList{}
-			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-			if err := nc.cache.List(ctx, list, client.MatchingLabels{fleetv1alpha1.FleetIDLabel: id}); err != nil {
-				continue
-			}
-			for i := range list.Items {
-				if c := journalCopy(&list.Items[i]); c.Propagation != "" {
-					found = append(found, c)
-				}
-			}
-		}
-	}
-	if err := r.journal.Record(mc.name, found); err != nil && ctx.Err() == nil {
-		r.log.Error(err, "Recording the copies found in a member in the journal", "cluster", mc.name)
-	}
+	go r.sweepWatches(ctx, mc)
 	r.countOwed(mc.name)
 	if rec := r.journal.Recovered(); rec != nil && rec.MovedTo != "" {
 		obj := &fleetv1alpha1.MemberCluster{}
@@ -358,15 +339,46 @@ func (r *reconciler) memberEngaged(ctx context.Context, mc *memberCopies) {
 	}
 }
 
-// cacheSweep is how often a member's copy caches are looked at: one that
-// no request read since the last look is dropped when no Propagation of
-// its namespace and nothing the journal holds of the member there needs
-// it.
-const cacheSweep = time.Minute
+// copiesFound records in the journal the copies of this fleet of kind
+// gvk that w, a copy cache of mc's member, found as its informer synced,
+// so that a journal that was lost, or kept by another replica, learns
+// them again. Only copies that carry the fleet's identity are recorded:
+// the journal proves the copies stamped without one.
+func (r *reconciler) copiesFound(ctx context.Context, mc *memberCopies, w *watchedKinds, gvk schema.GroupVersionKind) {
+	id, err := r.m.FleetID(ctx)
+	if err != nil {
+		return // the informer stopped, or the manager stops
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	if err := w.cache.List(ctx, list, client.MatchingLabels{fleetv1alpha1.FleetIDLabel: id}); err != nil {
+		return // stopped meanwhile
+	}
+	var found []journal.Copy
+	for i := range list.Items {
+		if c := journalCopy(&list.Items[i]); c.Propagation != "" {
+			found = append(found, c)
+		}
+	}
+	if len(found) == 0 {
+		return
+	}
+	if err := r.journal.Record(mc.name, found); err != nil && ctx.Err() == nil {
+		r.log.Error(err, "Recording the copies found in a member in the journal", "cluster", mc.name)
+	}
+}
 
-// dropUnneededCaches drops mc's copy caches nothing needs until ctx ends.
-func (r *reconciler) dropUnneededCaches(ctx context.Context, mc *memberCopies) {
-	t := time.NewTicker(cacheSweep)
+// DefaultWatchSweep is how often a member's copy watches are looked at
+// (Options.WatchSweep).
+const DefaultWatchSweep = time.Minute
+
+// sweepWatches, every sweep interval until ctx ends, stops in each of
+// mc's copy caches the informer of each kind that no request asked for
+// since the last look and that the namespace no longer needs (see
+// neededKinds), and drops the caches left with no informer that no
+// request asked for since. When in doubt it keeps them.
+func (r *reconciler) sweepWatches(ctx context.Context, mc *memberCopies) {
+	t := time.NewTicker(r.copies.sweep)
 	defer t.Stop()
 	since := time.Now()
 	for {
@@ -376,29 +388,54 @@ func (r *reconciler) dropUnneededCaches(ctx context.Context, mc *memberCopies) {
 		case <-t.C:
 		}
 		now := time.Now()
-		for _, namespace := range mc.idle(since) {
-			if !r.needsCopies(ctx, mc.name, namespace) {
-				mc.drop(namespace, since)
+		for namespace, nc := range mc.caches() {
+			needed, err := r.neededKinds(ctx, mc.name, namespace)
+			if err != nil {
+				continue
 			}
+			for _, gvk := range nc.started() {
+				if !slices.Contains(needed, gvk) {
+					nc.unwatch(gvk, since)
+				}
+			}
+			mc.drop(namespace, since)
 		}
 		since = now
 	}
 }
 
-// needsCopies reports whether member's copies of namespace must be read:
-// a Propagation of the namespace reads them, or the journal holds copies
-// or owed removals of the member there. When in doubt it says yes.
-func (r *reconciler) needsCopies(ctx context.Context, member, namespace string) bool {
+// neededKinds lists the kinds member's copies of namespace must be
+// watched in: those the namespace's Propagations copy or copied (see
+// kindsOf), and those of the copies and owed removals the journal holds
+// of the member there.
+func (r *reconciler) neededKinds(ctx context.Context, member, namespace string) ([]schema.GroupVersionKind, error) {
 	props, err := r.propagationsIn(ctx, namespace)
-	if err != nil || len(props) > 0 {
-		return true
+	if err != nil {
+		return nil, err
+	}
+	var kinds []schema.GroupVersionKind
+	for i := range props {
+		kinds = append(kinds, kindsOf(&props[i])...)
 	}
 	copies, err := r.journal.Copies(member)
-	if err != nil || slices.ContainsFunc(copies, func(c journal.Copy) bool { return c.Namespace == namespace }) {
-		return true
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range copies {
+		if c.Namespace == namespace {
+			kinds = append(kinds, c.GVK)
+		}
 	}
 	owed, err := r.journal.Owed(member)
-	return err != nil || slices.ContainsFunc(owed, func(o journal.Owed) bool { return o.Namespace == namespace })
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range owed {
+		if o.Namespace == namespace {
+			kinds = append(kinds, o.Kinds...)
+		}
+	}
+	return kinds, nil
 }
 
 // hubObjects are the hub objects Propagations select, cached per

@@ -28,8 +28,11 @@ type propagationMetrics struct {
 	driftDetected  memberSeries[prometheus.Counter]
 	driftCorrected memberSeries[prometheus.Counter]
 	owedDeletions  memberSeries[prometheus.Gauge]
-	propagationsBy *prometheus.GaugeVec
-	journalLost    prometheus.Gauge
+	memberWatches  memberSeries[prometheus.Gauge]
+	// memberWatchStarts counts informers started: each lists its kind.
+	memberWatchStarts memberSeries[prometheus.Counter]
+	propagationsBy    *prometheus.GaugeVec
+	journalLost       prometheus.Gauge
 	// unmirrored is by mirror ConfigMap (shard).
 	unmirrored     *prometheus.GaugeVec
 	perClusterVecs []interface{ DeletePartialMatch(prometheus.Labels) int }
@@ -96,6 +99,14 @@ func newMetrics(reg prometheus.Registerer, live func(cluster string) bool) (*pro
 		Name: "fleet_propagation_owed_deletions",
 		Help: "Propagations whose copies a member that is not Ready must still remove.",
 	}, []string{"cluster"})
+	memberWatches := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fleet_propagation_member_watches",
+		Help: "Informers watching a member's copies: one per namespace and kind that a run read and that the namespace's Propagations, or the journal's copies and owed removals there, still need.",
+	}, []string{"cluster"})
+	memberWatchStarts := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_propagation_member_watch_starts_total",
+		Help: "Informers started to watch a member's copies, each with a LIST of its kind in its namespace: by the first run that reads the kind there, or again after one nothing needed was stopped.",
+	}, []string{"cluster"})
 	m := &propagationMetrics{
 		propagationsBy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fleet_propagations",
@@ -114,7 +125,7 @@ func newMetrics(reg prometheus.Registerer, live func(cluster string) bool) (*pro
 	if err := errors.Join(
 		metrics.Register(reg, &applies), metrics.Register(reg, &applyDuration),
 		metrics.Register(reg, &driftDetected), metrics.Register(reg, &driftCorrected),
-		metrics.Register(reg, &owedDeletions), metrics.Register(reg, &m.propagationsBy),
+		metrics.Register(reg, &owedDeletions), metrics.Register(reg, &memberWatches), metrics.Register(reg, &memberWatchStarts), metrics.Register(reg, &m.propagationsBy),
 		metrics.Register(reg, &m.journalLost), metrics.Register(reg, &m.unmirrored),
 	); err != nil {
 		return nil, err
@@ -125,7 +136,9 @@ func newMetrics(reg prometheus.Registerer, live func(cluster string) bool) (*pro
 	m.driftDetected = memberSeries[prometheus.Counter]{m: m, with: driftDetected.WithLabelValues, ignored: ignoredCounter}
 	m.driftCorrected = memberSeries[prometheus.Counter]{m: m, with: driftCorrected.WithLabelValues, ignored: ignoredCounter}
 	m.owedDeletions = memberSeries[prometheus.Gauge]{m: m, with: owedDeletions.WithLabelValues, ignored: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ignored"})}
-	m.perClusterVecs = []interface{ DeletePartialMatch(prometheus.Labels) int }{applies, applyDuration, driftDetected, driftCorrected, owedDeletions}
+	m.memberWatches = memberSeries[prometheus.Gauge]{m: m, with: memberWatches.WithLabelValues, ignored: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ignored"})}
+	m.memberWatchStarts = memberSeries[prometheus.Counter]{m: m, with: memberWatchStarts.WithLabelValues, ignored: ignoredCounter}
+	m.perClusterVecs = []interface{ DeletePartialMatch(prometheus.Labels) int }{applies, applyDuration, driftDetected, driftCorrected, owedDeletions, memberWatches, memberWatchStarts}
 	return m, nil
 }
 

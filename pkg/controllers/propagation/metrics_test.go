@@ -33,6 +33,7 @@ func (l *liveMembers) leave(name string) {
 var perMemberSeries = []string{
 	"fleet_propagation_applies_total", "fleet_propagation_apply_duration_seconds",
 	"fleet_propagation_drift_detected_total", "fleet_propagation_drift_corrected_total", "fleet_propagation_owed_deletions",
+	"fleet_propagation_member_watches", "fleet_propagation_member_watch_starts_total",
 }
 
 // writeAll writes every per-member series of cluster, as a reconcile and
@@ -43,6 +44,8 @@ func writeAll(m *propagationMetrics, cluster string) {
 	m.driftDetected.WithLabelValues(cluster).Inc()
 	m.driftCorrected.WithLabelValues(cluster).Inc()
 	m.owedDeletions.WithLabelValues(cluster).Set(1)
+	m.memberWatches.WithLabelValues(cluster).Set(3)
+	m.memberWatchStarts.WithLabelValues(cluster).Inc()
 }
 
 func TestMetricsLintAndForgetAMember(t *testing.T) {

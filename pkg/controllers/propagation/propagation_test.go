@@ -71,6 +71,8 @@ type testFleet struct {
 	forgetAfter time.Duration
 	// client, if set, builds the controller's hub client.
 	client func(m *fleet.Manager) (client.Client, error)
+	// watchSweep, if set, is how often members' copy watches are looked at.
+	watchSweep time.Duration
 }
 
 // newFleet starts a fleet on a hub of the test's own.
@@ -161,7 +163,7 @@ func (f *testFleet) start(health *member.HealthOptions) {
 			}
 		},
 		Setup: func(m *fleet.Manager) error {
-			opts := propagation.Options{Journal: j, ForgetAfter: f.forgetAfter, OwedRemovals: f.owedRemovals}
+			opts := propagation.Options{Journal: j, ForgetAfter: f.forgetAfter, OwedRemovals: f.owedRemovals, WatchSweep: f.watchSweep}
 			if f.client != nil {
 				c, err := f.client(m)
 				if err != nil {

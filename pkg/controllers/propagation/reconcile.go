@@ -460,8 +460,8 @@ func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructur
 		kinds = append(kinds, k.gvk) // an Envelope's manifests' too
 	}
 	if run.p == nil {
-		// Its kinds went with it: look in every kind copied, or watched.
-		kinds = append(kinds, append(run.r.copiedKinds(ctx), run.member.watched()...)...)
+		// Its kinds went with it: look in every kind watched there too.
+		kinds = append(kinds, run.member.watchedIn(run.key.Namespace)...)
 	}
 	slices.SortFunc(kinds, func(a, b schema.GroupVersionKind) int { return strings.Compare(a.String(), b.String()) })
 	kinds = slices.Compact(kinds)

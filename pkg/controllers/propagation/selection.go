@@ -66,36 +66,6 @@ func (r *reconciler) listPropagations(ctx context.Context, opts ...client.ListOp
 	return props.Items, err
 }
 
-// copiedKinds lists every kind a Propagation copies or has copied.
-func (r *reconciler) copiedKinds(ctx context.Context) []schema.GroupVersionKind {
-	props, err := r.propagations(ctx)
-	if err != nil {
-		return nil
-	}
-	var kinds []schema.GroupVersionKind
-	for i := range props {
-		for _, k := range kindsOf(&props[i]) {
-			if !slices.Contains(kinds, k) {
-				kinds = append(kinds, k)
-			}
-		}
-	}
-	return kinds
-}
-
-// memberKinds lists the kinds of copies member may hold: those
-// Propagations copy, and those of the copies and owed removals the
-// journal holds for it.
-func (r *reconciler) memberKinds(ctx context.Context, member string) []schema.GroupVersionKind {
-	kinds := r.copiedKinds(ctx)
-	for _, k := range r.journalKinds(member, nil) {
-		if !slices.Contains(kinds, k) {
-			kinds = append(kinds, k)
-		}
-	}
-	return kinds
-}
-
 // journalKinds lists the kinds of the copies and owed removals the journal
 // holds for member: all, or those of the Propagation key.
 func (r *reconciler) journalKinds(member string, key *propagationKey) []schema.GroupVersionKind {

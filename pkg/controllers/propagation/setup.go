@@ -78,6 +78,11 @@ type Options struct {
 	// Drains, if set, is where each drained member's drain is published,
 	// for the MemberCluster controller.
 	Drains *registry.Facts[fleetv1alpha1.DrainStatus]
+	// WatchSweep is how often each member's copy watches are looked at: a
+	// kind's informer that no run read since the last look, and that
+	// neither the Propagations of its namespace nor what the journal holds
+	// of the member there need, is stopped. Default: DefaultWatchSweep.
+	WatchSweep time.Duration
 }
 
 // NewOwedRemovals returns an empty store of owed removals for
@@ -153,6 +158,9 @@ func Add(m *fleet.Manager, opts Options) error {
 	if opts.Workers <= 0 {
 		opts.Workers = DefaultWorkers
 	}
+	if opts.WatchSweep <= 0 {
+		opts.WatchSweep = DefaultWatchSweep
+	}
 	if opts.Config == nil {
 		opts.Config = rest.CopyConfig(m.GetConfig())
 		opts.Config.UserAgent = "fleet-manager/" + ControllerName
@@ -205,7 +213,10 @@ func Add(m *fleet.Manager, opts Options) error {
 	r.revisions = &revisions.Store{Hub: opts.Client, Live: apiReader, Fleet: m.Namespace()}
 	r.copies = &copyCaches{
 		fleet: m.Namespace(), userAgent: opts.Config.UserAgent, scheme: m.GetScheme(), log: log,
-		kinds: r.memberKinds, engaged: r.memberEngaged, propagations: r.memberPropagations, members: map[string]*memberCopies{},
+		propagations: r.memberPropagations, engaged: r.memberEngaged, found: r.copiesFound, sweep: opts.WatchSweep,
+		watches:      func(member string, n int) { pm.memberWatches.WithLabelValues(member).Set(float64(n)) },
+		watchStarted: func(member string) { pm.memberWatchStarts.WithLabelValues(member).Inc() },
+		members:      map[string]*memberCopies{},
 	}
 	b := fleet.NewControllerManagedBy(m).
 		Named(ControllerName).

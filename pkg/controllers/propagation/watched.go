@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,23 +72,41 @@ type watchedKinds struct {
 	// onEvent is told of each event of a cached object: its state before
 	// (nil for a create) and after (the last known state for a delete).
 	onEvent func(old, obj client.Object)
+	// onSynced, if set, is told of each informer started once it has
+	// synced, under a context that ends when the informer stops.
+	onSynced func(ctx context.Context, gvk schema.GroupVersionKind)
+	// onInformers, if set, is told after an informer started (started)
+	// or stopped.
+	onInformers func(started bool)
 
 	// running closes once the cache has started: until then it reads
-	// nothing. stopped closes when it stops.
+	// nothing. ctx is the cache's: stopped closes when it ends.
 	running chan struct{}
+	ctx     context.Context
 	stopped <-chan struct{}
 
-	// mu guards handlers, the event handlers of the kinds whose informers
-	// were started, and refused; both are made when first written. It is
-	// never held across a request.
-	mu       sync.Mutex
-	handlers map[schema.GroupVersionKind]toolscache.ResourceEventHandlerRegistration
-	refused  map[schema.GroupVersionKind]refusedKind
+	// mu guards informers, the kinds whose informers were started, and
+	// refused; both are made when first written; and removals, which
+	// counts the informers stopped. It is never held across a request.
+	mu        sync.Mutex
+	informers map[schema.GroupVersionKind]*kindInformer
+	refused   map[schema.GroupVersionKind]refusedKind
+	removals  int
+}
+
+// kindInformer is the informer of one kind in a cache, as the cache's
+// user sees it.
+type kindInformer struct {
+	handler toolscache.ResourceEventHandlerRegistration
+	// used is when a request last asked for the kind.
+	used time.Time
+	// stop ends what was started for the informer (onSynced).
+	stop context.CancelFunc
 }
 
 // run starts the cache until ctx ends, and closes running once it has.
 func (w *watchedKinds) run(ctx context.Context) {
-	w.stopped = ctx.Done()
+	w.ctx, w.stopped = ctx, ctx.Done()
 	go w.cache.Start(ctx) //nolint:errcheck // it fails only when started twice
 	go func() {
 		if w.cache.WaitForCacheSync(ctx) {
@@ -109,7 +129,11 @@ func (w *watchedKinds) watch(ctx context.Context, gvk schema.GroupVersionKind) e
 		return ctx.Err()
 	}
 	w.mu.Lock()
-	handler, started := w.handlers[gvk]
+	var handler toolscache.ResourceEventHandlerRegistration
+	ki, started := w.informers[gvk]
+	if started {
+		handler, ki.used = ki.handler, time.Now()
+	}
 	r, refused := w.refused[gvk]
 	w.mu.Unlock()
 	if !started {
@@ -162,15 +186,38 @@ func (w *watchedKinds) start(ctx context.Context, gvk schema.GroupVersionKind) (
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(gvk)
-	// The cache holds one informer per kind: a second call returns it.
-	informer, err := w.cache.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
-	if err != nil {
-		return nil, fmt.Errorf("watching %s in %s: %w", gvk.Kind, w.cluster, err)
+	for {
+		w.mu.Lock()
+		removals := w.removals
+		w.mu.Unlock()
+		// The cache holds one informer per kind: a second call returns it.
+		informer, err := w.cache.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+		if err != nil {
+			return nil, fmt.Errorf("watching %s in %s: %w", gvk.Kind, w.cluster, err)
+		}
+		handler, added, err := w.register(gvk, informer, removals)
+		if added && w.onInformers != nil {
+			w.onInformers(true)
+		}
+		if handler != nil || err != nil {
+			return handler, err
+		}
 	}
+}
+
+// register returns the event handler of gvk's informer, added to
+// informer once (added), or nil, when an informer was stopped since
+// removals were counted: informer may be that one, and the caller asks
+// the cache again.
+func (w *watchedKinds) register(gvk schema.GroupVersionKind, informer cache.Informer, removals int) (_ toolscache.ResourceEventHandlerRegistration, added bool, _ error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if handler, ok := w.handlers[gvk]; ok {
-		return handler, nil
+	if ki, ok := w.informers[gvk]; ok {
+		ki.used = time.Now()
+		return ki.handler, false, nil
+	}
+	if w.removals != removals {
+		return nil, false, nil
 	}
 	handler, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.notify(nil, obj) },
@@ -183,14 +230,61 @@ func (w *watchedKinds) start(ctx context.Context, gvk schema.GroupVersionKind) (
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("watching %s in %s: %w", gvk.Kind, w.cluster, err)
+		return nil, false, fmt.Errorf("watching %s in %s: %w", gvk.Kind, w.cluster, err)
 	}
-	if w.handlers == nil {
-		w.handlers = map[schema.GroupVersionKind]toolscache.ResourceEventHandlerRegistration{}
+	if w.informers == nil {
+		w.informers = map[schema.GroupVersionKind]*kindInformer{}
 	}
-	w.handlers[gvk] = handler
+	ctx, stop := context.WithCancel(w.ctx)
+	w.informers[gvk] = &kindInformer{handler: handler, used: time.Now(), stop: stop}
 	delete(w.refused, gvk)
-	return handler, nil
+	if w.onSynced != nil {
+		go func() {
+			if toolscache.WaitForCacheSync(ctx.Done(), handler.HasSynced) {
+				w.onSynced(ctx, gvk)
+			}
+		}()
+	}
+	return handler, true, nil
+}
+
+// unwatch stops the informer of gvk unless a request asked for the kind
+// since then, and reports whether it did. A later watch starts it again.
+func (w *watchedKinds) unwatch(gvk schema.GroupVersionKind, since time.Time) bool {
+	if !w.removeInformer(gvk, since) {
+		return false
+	}
+	if w.onInformers != nil {
+		w.onInformers(false)
+	}
+	return true
+}
+
+func (w *watchedKinds) removeInformer(gvk schema.GroupVersionKind, since time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ki, ok := w.informers[gvk]
+	if !ok || !ki.used.Before(since) {
+		return false
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gvk)
+	// Under mu, counted in removals: a start that got this informer from
+	// the cache meanwhile asks for a new one (see register).
+	if err := w.cache.RemoveInformer(w.ctx, obj); err != nil {
+		return false
+	}
+	ki.stop()
+	delete(w.informers, gvk)
+	w.removals++
+	return true
+}
+
+// started lists the kinds whose informers were started.
+func (w *watchedKinds) started() []schema.GroupVersionKind {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Collect(maps.Keys(w.informers))
 }
 
 // served forgets that gk was missing: its CRD is Established now, and
@@ -210,8 +304,8 @@ func (w *watchedKinds) watched() []schema.GroupVersionKind {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var kinds []schema.GroupVersionKind
-	for gvk, handler := range w.handlers {
-		if handler.HasSynced() {
+	for gvk, ki := range w.informers {
+		if ki.handler.HasSynced() {
 			kinds = append(kinds, gvk)
 		}
 	}
