@@ -106,10 +106,13 @@
 // selects costs no member reconcile. A member's copies are read the same
 // way: one copy cache per namespace that has Propagations, or copies or
 // owed removals in the journal, holding only objects labelled as copies
-// of a fleet of this namespace's name, one informer per kind Propagations
-// copy; so a member registered with rights in some namespaces only
-// (register --namespaces) receives their Propagations. A copy cache
-// nothing needs is dropped within two minutes. Which copies are this
+// of a fleet of this namespace's name, one informer per kind that
+// namespace needs (its Propagations' kinds, and the journal's copies and
+// owed removals there), started by the first run that reads it; so a
+// member registered with rights in some namespaces only (register
+// --namespaces) receives their Propagations. A sweep (Options.WatchSweep)
+// stops an informer no run read since its last look and nothing needs; a
+// run that reads a stopped one retries, never reads it as empty. Which copies are this
 // fleet's is decided by their identity (see Trust). A Propagation's
 // namespace is created in a member that lacks it; a manager that may
 // neither read nor create Namespaces goes on, and the apply tells. A copy
@@ -189,9 +192,9 @@
 // [Add] adds the controller to a fleet.Manager before it starts; it runs on
 // the leader with the manager. While the hub is engaged the hub caches run
 // and registry events ask every Propagation again about the member that
-// changed. A member's copy cache starts when the controller engages the
-// member, which then asks it about every Propagation, and stops when it
-// leaves. Besides its watches of Propagations, the controller has two
+// changed. When the controller engages a member it asks it about every
+// Propagation and journal entry; its copy caches start as those runs read
+// them, and all stop when it leaves. Besides its watches of Propagations, the controller has two
 // sources: on the hub, its engagement, which starts the hub caches and
 // hands the controller's queue on to the requests the controller makes
 // itself (a hub object or a member that changed, a status to sum up, an
@@ -215,8 +218,8 @@
 // registration deleted, or of a format not enabled on this run) is
 // remembered with the time it left, across restarts, and forgotten only
 // once gone for Options.ForgetAfter ([DefaultForgetAfter], 7 days): the
-// same name registered again within it gets what it owes. An engaged
-// member's copies found in its copy caches are recorded again, so a
+// same name registered again within it gets what it owes. A member's
+// copies are recorded again as each of its informers first syncs, so a
 // journal that was lost catches up.
 //
 // Owed removals are mirrored on the hub, for the next leader, whose
