@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,6 +41,15 @@ type engagement struct {
 	disengagedAt time.Time
 }
 
+// until is when the engagement was disengaged; far in the future while
+// it was not.
+func (e *engagement) until() time.Time {
+	if e.disengaged {
+		return e.disengagedAt
+	}
+	return time.Now().Add(time.Hour)
+}
+
 func newSubscriber() *subscriber { return &subscriber{engagements: map[string][]*engagement{}} }
 
 func (s *subscriber) Engage(ctx context.Context, name string, cl cluster.Cluster) error {
@@ -66,11 +76,16 @@ func (s *subscriber) Disengage(name string) {
 
 func (s *subscriber) String() string { return "subscriber" }
 
-// of returns the engagements of cluster name, oldest first.
+// of returns copies of the engagements of cluster name, oldest first.
 func (s *subscriber) of(name string) []*engagement {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.engagements[name])
+	out := make([]*engagement, len(s.engagements[name]))
+	for i, e := range s.engagements[name] {
+		c := *e
+		out[i] = &c
+	}
+	return out
 }
 
 // live returns the names of the clusters with an engagement whose context
@@ -211,7 +226,8 @@ func TestEngageMembersRotationJoinAndRepoint(t *testing.T) {
 	}
 	poll.Until(t, "sub-repointed engaged again with its new cluster", func() bool {
 		es := s.of("sub-repointed")
-		return len(es) == 2 && es[1].ctx.Err() == nil && es[1].cl.GetConfig().Host == suite.Members[1].Config.Host
+		last := es[len(es)-1]
+		return last.ctx.Err() == nil && sameHost(last.cl.GetConfig().Host, suite.Members[1].Config.Host)
 	})
 	if before.ctx.Err() == nil {
 		t.Fatal("the engagement of the old cluster lives on")
@@ -227,7 +243,7 @@ func TestEngageMembersRotationJoinAndRepoint(t *testing.T) {
 // TestEngageMembersFollowsOwnership: a replica alone owns every member
 // and its subscriber is engaged with each; when a second replica joins,
 // the members it takes are disengaged from the first replica's
-// subscriber before they are engaged with its own, so no member is ever
+// subscriber before they are engaged with its own: no member is ever
 // engaged on two replicas at once.
 func TestEngageMembersFollowsOwnership(t *testing.T) {
 	t.Parallel()
@@ -269,11 +285,14 @@ func TestEngageMembersFollowsOwnership(t *testing.T) {
 	})
 	for _, n := range moved {
 		was, now := fromFirst.of(n), fromSecond.of(n)
-		if len(was) != 1 || len(now) != 1 {
-			t.Fatalf("%s: %d engagements on the first replica, %d on the second; want one each", n, len(was), len(now))
-		}
-		if !was[0].disengaged || now[0].start.Before(was[0].disengagedAt) {
-			t.Fatalf("%s: engaged on the second replica at %s, before the first let it go (disengaged: %v, at %s)", n, now[0].start.Format(time.StampMicro), was[0].disengaged, was[0].disengagedAt.Format(time.StampMicro))
+		for _, w := range was {
+			for _, e := range now {
+				if w.start.Before(e.until()) && e.start.Before(w.until()) {
+					t.Fatalf("%s: engaged on the second replica at %s while the first had not let it go (engaged at %s, disengaged: %v)", n, e.start.Format(time.StampMicro), w.start.Format(time.StampMicro), w.disengaged)
+				}
+			}
 		}
 	}
 }
+
+func sameHost(a, b string) bool { return strings.TrimSuffix(a, "/") == strings.TrimSuffix(b, "/") }
