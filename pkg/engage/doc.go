@@ -17,7 +17,8 @@
 // The [Engager] hands every cluster to every aware that accepts it. The
 // member pool calls [Engager.Engage] once per connection of a member, for
 // that connection's life; awares registered with [Engager.Add] after members joined are
-// handed those members too. A [Selector] accepts only some clusters; it is
+// handed those members too, and [Engager.Remove] ends every engagement of
+// one and returns once they have ended. A [Selector] accepts only some clusters; it is
 // asked again at every [Engager.Recheck], so an aware that starts
 // accepting a cluster is engaged with it, and one that stops is
 // disengaged, before the pair can be engaged again. Each (cluster, aware)

@@ -71,6 +71,9 @@ type Engager struct {
 	mu       sync.Mutex
 	awares   []Aware
 	clusters map[string]*engagement
+	// ending holds the engagements whose context ended and that are not
+	// disengaged yet.
+	ending map[*engagement]struct{}
 }
 
 type engagement struct {
@@ -82,6 +85,9 @@ type engagement struct {
 	// or not; outcomes where each engagement that is not ended stands.
 	pairs    map[Aware]*pair
 	outcomes map[Aware]Engagement
+	// disengaged closes once the context has ended, every engagement
+	// goroutine returned and every Disengager been told.
+	disengaged chan struct{}
 }
 
 // pair is one aware's engagement with one cluster.
@@ -103,6 +109,7 @@ func NewEngager(opts Options) *Engager {
 		clock:    opts.Clock,
 		observe:  opts.Observe,
 		clusters: map[string]*engagement{},
+		ending:   map[*engagement]struct{}{},
 	}
 	if e.log.GetSink() == nil {
 		e.log = logr.Discard()
@@ -132,20 +139,19 @@ func (e *Engager) Add(a Aware) {
 // has ended, every engagement goroutine has returned and every Disengager
 // has been told. Its signature matches cluster.EngageFunc.
 func (e *Engager) Engage(ctx context.Context, clusterName string, cl cluster.Cluster) (disengaged <-chan struct{}) {
-	eng := &engagement{ctx: ctx, name: clusterName, cl: cl, pairs: map[Aware]*pair{}, outcomes: map[Aware]Engagement{}}
+	eng := &engagement{ctx: ctx, name: clusterName, cl: cl, pairs: map[Aware]*pair{}, outcomes: map[Aware]Engagement{}, disengaged: make(chan struct{})}
 	e.mu.Lock()
 	e.clusters[clusterName] = eng
 	for _, a := range e.awares {
 		e.lockedSettle(eng, a)
 	}
 	e.mu.Unlock()
-	done := make(chan struct{})
 	context.AfterFunc(ctx, func() {
-		defer close(done)
 		e.mu.Lock()
 		if e.clusters[clusterName] == eng {
 			delete(e.clusters, clusterName)
 		}
+		e.ending[eng] = struct{}{}
 		awares := slices.Clone(e.awares)
 		e.mu.Unlock()
 		eng.wg.Wait()
@@ -154,8 +160,12 @@ func (e *Engager) Engage(ctx context.Context, clusterName string, cl cluster.Clu
 				d.Disengage(clusterName)
 			}
 		}
+		e.mu.Lock()
+		delete(e.ending, eng)
+		e.mu.Unlock()
+		close(eng.disengaged)
 	})
-	return done
+	return eng.disengaged
 }
 
 // Serve is Engage that blocks until the cluster is disengaged.
@@ -206,18 +216,60 @@ func (e *Engager) lockedSettle(eng *engagement, a Aware) {
 			e.engage(eng, a, p.ctx)
 		})
 	case !want && have:
-		p := prev
-		p.ended = true
-		delete(eng.outcomes, a)
-		p.cancel()
-		eng.wg.Go(func() {
-			defer close(p.stopped)
-			<-p.engaged
-			if d, ok := a.(Disengager); ok {
-				d.Disengage(eng.name)
-			}
-		})
+		e.lockedEnd(eng, a, prev)
 	}
+}
+
+// lockedEnd ends a's engagement p with eng's cluster: its context is
+// cancelled and, once its engage goroutine has returned, a is told if it
+// is a Disengager; then p.stopped closes.
+func (e *Engager) lockedEnd(eng *engagement, a Aware, p *pair) {
+	p.ended = true
+	delete(eng.outcomes, a)
+	p.cancel()
+	eng.wg.Go(func() {
+		defer close(p.stopped)
+		<-p.engaged
+		if d, ok := a.(Disengager); ok {
+			d.Disengage(eng.name)
+		}
+	})
+}
+
+// Remove unregisters aware a, which Add registered: every engagement of
+// a ends as one a Recheck ends. It returns once every goroutine that
+// engaged a has returned and a, if it is a Disengager, has been told of
+// every cluster it was engaged with; a is not called again.
+func (e *Engager) Remove(a Aware) {
+	e.mu.Lock()
+	e.awares = slices.DeleteFunc(e.awares, func(x Aware) bool { return x == a })
+	var waits []<-chan struct{}
+	var live []*engagement
+	for _, eng := range e.clusters {
+		p := eng.pairs[a]
+		if p == nil {
+			continue
+		}
+		if !p.ended {
+			e.lockedEnd(eng, a, p)
+		}
+		waits = append(waits, p.stopped)
+		live = append(live, eng)
+	}
+	for eng := range e.ending {
+		if eng.pairs[a] != nil {
+			waits = append(waits, eng.disengaged)
+		}
+	}
+	e.mu.Unlock()
+	for _, w := range waits {
+		<-w
+	}
+	e.mu.Lock()
+	for _, eng := range live {
+		delete(eng.pairs, a)
+	}
+	e.mu.Unlock()
 }
 
 // Clusters returns the names of the clusters being served, sorted.

@@ -222,3 +222,50 @@ func TestRecheckEngagesAndDisengagesAsAcceptanceChanges(t *testing.T) {
 		t.Fatalf("disengaged %q after the cluster left, want a", got)
 	}
 }
+
+func TestRemoveEndsEveryEngagementOfTheAware(t *testing.T) {
+	e := engage.NewEngager(engage.Options{})
+	removed := &selective{aware: newAware(0), accepted: map[string]bool{"a": true, "b": true, "c": true}, disengaged: make(chan string, 10)}
+	kept := newAware(0)
+	e.Add(removed)
+	e.Add(kept)
+	stopA, stopB := serve(e, "a"), serve(e, "b")
+	defer stopA()
+	defer stopB()
+	for range 2 {
+		receive(t, removed.engaged)
+		receive(t, kept.engaged)
+	}
+
+	e.Remove(removed) // returns once a and b are disengaged from it
+	got := []string{receive(t, removed.ended), receive(t, removed.ended)}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("ended %v when the aware was removed, want [a b]", got)
+	}
+	got = []string{receive(t, removed.disengaged), receive(t, removed.disengaged)}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("disengaged %v when the aware was removed, want [a b]", got)
+	}
+	for _, name := range []string{"a", "b"} {
+		if got := e.Engagements(name); len(got) != 1 || got[0].Aware != "aware" {
+			t.Fatalf("Engagements(%s) = %+v, want only the kept aware's", name, got)
+		}
+	}
+
+	stopC := serve(e, "c")
+	defer stopC()
+	if got := receive(t, kept.engaged); got != "c" {
+		t.Fatalf("kept aware engaged %q, want c", got)
+	}
+	e.Recheck("c")
+	if n := removed.callsFor("c"); n != 0 {
+		t.Fatalf("a removed aware was handed a cluster that came after: %d calls", n)
+	}
+	select {
+	case name := <-kept.ended:
+		t.Fatalf("removing one aware ended the other's engagement with %s", name)
+	default:
+	}
+}

@@ -39,7 +39,11 @@
 // [Builder.WatchesClusterSource] starts a source of the controller's own,
 // such as a cache of its own, in each cluster it engages.
 // [Manager.GetFieldIndexer]
-// adds an index to the hub and to every member, present and future.
+// adds an index to the hub and to every member, present and future;
+// [Manager.GetMemberFieldIndexer] to every member only.
+// [Manager.EngageMembers] hands any engage.Aware the members this replica
+// owns, as the fleet controllers are handed them: what package mcprovider
+// runs multicluster-runtime controllers on.
 //
 // # Lifecycle
 //

@@ -1,0 +1,161 @@
+// Package mcprovider runs multicluster-runtime controllers on a fleet:
+// its Provider is a multicluster.Provider and
+// multicluster.ProviderRunnable over a fleet.Manager, so that a
+// controller built with multicluster-runtime's mcbuilder works on the
+// fleet's members unchanged.
+//
+// # Usage
+//
+// Wrap the fleet manager, which stays multicluster-runtime's local
+// cluster (the hub), and build controllers on the result:
+//
+//	fm, _ := fleet.New(cfg, fleet.Options{...})
+//	provider := mcprovider.New(fm, mcprovider.Options{})
+//	mgr, _ := mcmanager.WithMultiCluster(fm, provider)
+//	_ = mcbuilder.ControllerManagedBy(mgr).For(&corev1.ConfigMap{}).Complete(r)
+//	_ = mgr.Start(ctx)
+//
+// The members are those the fleet registers, in every format it reads
+// (multicluster-runtime's kubeconfig Secrets among them: add
+// registry.MulticlusterRuntimeFormat to fleet.Options.SecretFormats).
+//
+// # Lifecycle
+//
+// Start hands multicluster-runtime every member this replica owns as the
+// fleet engages it (fleet.Manager.EngageMembers), under a context that
+// ends when the member leaves, is disconnected, moves to another replica
+// or the filter stops accepting it. A member whose credentials are
+// rotated in place keeps its cluster.Cluster and is not engaged again.
+//
+// Get returns a member's cluster, or an error wrapping
+// multicluster.ErrClusterNotFound for the hub's name "", a name not
+// registered or refused, a member the filter refuses, one not connected
+// now, or one another replica owns (or this one is still taking over):
+// multicluster-runtime's builder then drops the request, so a request
+// never reaches the reconciler on a replica that does not own its member.
+// While this replica cannot prove that it holds its Lease, Get of its own
+// member returns an error wrapping fleet.ErrNotOwned only, and the
+// request is retried with backoff.
+package mcprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+)
+
+// Options configure a Provider.
+type Options struct {
+	// Filter, if set, limits the members handed to multicluster-runtime,
+	// by name and registration labels; it is asked again whenever a
+	// member's labels change.
+	Filter fleet.ClusterFilter
+}
+
+// Provider is a multicluster-runtime provider of a fleet's members.
+type Provider struct {
+	mgr    *fleet.Manager
+	filter fleet.ClusterFilter
+
+	// mu guards engaged: the context of each member's live engagement
+	// with multicluster-runtime.
+	mu      sync.Mutex
+	engaged map[string]context.Context
+}
+
+var (
+	_ multicluster.Provider         = (*Provider)(nil)
+	_ multicluster.ProviderRunnable = (*Provider)(nil)
+)
+
+// New returns a provider of mgr's members.
+func New(mgr *fleet.Manager, opts Options) *Provider {
+	return &Provider{mgr: mgr, filter: opts.Filter, engaged: map[string]context.Context{}}
+}
+
+// Start engages aware with every member as the fleet engages it, until
+// ctx ends, and returns once every engagement has ended.
+// multicluster-runtime's manager calls it as it starts.
+func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
+	return p.mgr.EngageMembers(ctx, &engager{p: p, aware: aware}, p.filter)
+}
+
+// Get returns member clusterName's cluster, or an error wrapping
+// multicluster.ErrClusterNotFound unless this replica works on it now.
+func (p *Provider) Get(ctx context.Context, clusterName multicluster.ClusterName) (cluster.Cluster, error) {
+	name := string(clusterName)
+	if clusterName.Empty() {
+		return nil, fmt.Errorf("%w: the hub is multicluster-runtime's local cluster, not a member", multicluster.ErrClusterNotFound)
+	}
+	registered, ok := p.mgr.Registry().Get(name)
+	if ok && p.filter != nil && !p.filter(name, registered.Labels) {
+		return nil, fmt.Errorf("%w: %q: not selected by the provider's filter", multicluster.ErrClusterNotFound, name)
+	}
+	cl, err := p.mgr.GetCluster(ctx, name)
+	switch {
+	case err == nil:
+		return cl, nil
+	case ok && registered.Owned() && errors.Is(err, fleet.ErrNotOwned):
+		// Its own member, while it cannot prove that it holds its
+		// Lease: retried, not dropped.
+		return nil, err
+	default:
+		return nil, fmt.Errorf("%w: %w", multicluster.ErrClusterNotFound, err)
+	}
+}
+
+// IndexField adds an index to every member, present and future (not to
+// the hub, which multicluster-runtime indexes through its local manager).
+func (p *Provider) IndexField(ctx context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
+	return p.mgr.GetMemberFieldIndexer().IndexField(ctx, obj, field, extract)
+}
+
+// ListClusters returns the names of the members engaged with
+// multicluster-runtime now, sorted.
+func (p *Provider) ListClusters() []multicluster.ClusterName {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	names := slices.Sorted(maps.Keys(p.engaged))
+	out := make([]multicluster.ClusterName, len(names))
+	for i, n := range names {
+		out[i] = multicluster.ClusterName(n)
+	}
+	return out
+}
+
+// engager hands the fleet's engagements to multicluster-runtime and
+// keeps the provider's list of engaged members.
+type engager struct {
+	p     *Provider
+	aware multicluster.Aware
+}
+
+func (e *engager) Engage(ctx context.Context, clusterName string, cl cluster.Cluster) error {
+	if err := e.aware.Engage(ctx, multicluster.ClusterName(clusterName), cl); err != nil {
+		return err
+	}
+	e.p.mu.Lock()
+	e.p.engaged[clusterName] = ctx
+	e.p.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		e.p.mu.Lock()
+		defer e.p.mu.Unlock()
+		if e.p.engaged[clusterName] == ctx {
+			delete(e.p.engaged, clusterName)
+		}
+	})
+	return nil
+}
+
+// String names multicluster-runtime among the fleet's controllers, as in
+// MemberCluster status.
+func (*engager) String() string { return "multicluster-runtime" }
