@@ -1,6 +1,6 @@
 module github.com/fleetkube/fleet-manager/bench
 
-go 1.26.0
+go 1.26.3
 
 require (
 	github.com/fleetkube/fleet-manager v0.0.0
