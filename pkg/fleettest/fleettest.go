@@ -21,10 +21,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/mcprovider"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -41,6 +43,11 @@ type Options struct {
 	// Setup adds the controllers under test to the manager before it
 	// starts, as a program does between fleet.New and Start.
 	Setup func(m *fleet.Manager) error
+	// MulticlusterRuntime, if set, adds multicluster-runtime controllers
+	// (mcbuilder): the fleet then runs as an MCR manager on the fleet's
+	// provider (pkg/mcprovider), the hub its local cluster, which starts
+	// the fleet manager and its Setup controllers too.
+	MulticlusterRuntime func(mgr mcmanager.Manager) error
 	// Configure adjusts the manager's options last.
 	Configure func(o *fleet.Options)
 	// Logger is the manager's logger; default none.
@@ -66,6 +73,9 @@ type Member struct {
 type Fleet struct {
 	// Manager is the fleet's manager, started.
 	Manager *fleet.Manager
+	// MulticlusterRuntime is the MCR manager on the fleet's provider,
+	// with Options.MulticlusterRuntime; nil without.
+	MulticlusterRuntime mcmanager.Manager
 	// Namespace is the fleet namespace.
 	Namespace string
 	// HubConfig reaches the hub as an administrator.
@@ -178,9 +188,20 @@ func (f *Fleet) startHub(opts Options) error {
 		}
 	}
 	f.Manager = m
+	run := m.Start
+	if opts.MulticlusterRuntime != nil {
+		mc, err := mcmanager.WithMultiCluster(m, mcprovider.New(m, mcprovider.Options{}))
+		if err != nil {
+			return err
+		}
+		if err := opts.MulticlusterRuntime(mc); err != nil {
+			return err
+		}
+		f.MulticlusterRuntime, run = mc, mc.Start
+	}
 	ctx, f.cancel = context.WithCancel(ctx)
 	f.done = make(chan error, 1)
-	go func() { f.done <- m.Start(ctx) }()
+	go func() { f.done <- run(ctx) }()
 	return nil
 }
 
