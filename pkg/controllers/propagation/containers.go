@@ -13,6 +13,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 )
 
 // A container is a kind whose deletion deletes other objects that do not
@@ -177,7 +178,7 @@ func (run *memberRun) tellOrphaned(res *memberResult, prev memberResult) {
 		if n := len(run.orphaned); n > 1 {
 			res.message = fmt.Sprintf("%s (and %d more)", res.message, n-1)
 		}
-		res.message = truncate(res.message, fleetv1alpha1.MaxMemberMessageLength)
+		res.message = words.Truncate(res.message, fleetv1alpha1.MaxMemberMessageLength)
 	case prev.generation == res.generation && prev.result == fleetv1alpha1.ResultApplied &&
 		(prev.reason == fleetv1alpha1.ReasonContainerNotEmpty || prev.reason == fleetv1alpha1.ReasonAdoptedOrphaned):
 		res.reason, res.message = prev.reason, prev.message

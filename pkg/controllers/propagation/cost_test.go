@@ -11,8 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fleetkube/fleet-manager/pkg/registry"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -27,6 +25,7 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // memberReconciles counts the Propagation controller's reconciles of the

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
@@ -182,7 +183,7 @@ func budgetHolders(p *fleetv1alpha1.Propagation, member string) string {
 	}
 	what := "the members using it are not known yet"
 	if len(holders) > 0 {
-		what = nameList(holders)
+		what = words.NameList(holders)
 	}
 	return fmt.Sprintf("%smaxUnavailable %d; %s", budgetPrefix, maxUnavailable, what)
 }

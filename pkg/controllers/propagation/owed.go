@@ -9,9 +9,8 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -19,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -255,7 +255,7 @@ func (r *reconciler) countOwed(member string) {
 	for _, o := range owed {
 		removals = append(removals, fleetv1alpha1.OwedRemoval{
 			Propagation: owedName(o),
-			Reason:      truncate(o.Reason, maxOwedReason),
+			Reason:      words.Truncate(o.Reason, maxOwedReason),
 			Since:       metav1.NewTime(o.Decided.UTC().Truncate(time.Second)), // as the API server keeps it
 		})
 	}

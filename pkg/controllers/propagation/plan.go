@@ -17,6 +17,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/rollout"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -172,7 +173,7 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 		kept = append(kept, rev.Revision)
 	}
 	plan := rollout.PlanOf(rollout.Input{Spec: &p.Spec, Target: target, Newest: st.Revision, Members: members, Draining: draining, Now: time.Now(),
-		Kept: kept, Refused: truncate(rv.refused, 1024)})
+		Kept: kept, Refused: words.Truncate(rv.refused, 1024)})
 	before := p.Status.Rollout
 	st.Rollout = &plan.Status
 	r.tellRollout(p, before, st.Rollout)

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fleetkube/fleet-manager/pkg/registry"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,8 +25,10 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
+	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
 // A failed member run is tried again after a second, then after twice as
@@ -553,7 +553,7 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	default:
 		res.message = fmt.Sprintf("%d objects applied and available", wanted)
 	}
-	res.message = truncate(res.message, fleetv1alpha1.MaxMemberMessageLength)
+	res.message = words.Truncate(res.message, fleetv1alpha1.MaxMemberMessageLength)
 	if len(res.drifted) > fleetv1alpha1.MaxDriftedFields {
 		res.drifted = res.drifted[:fleetv1alpha1.MaxDriftedFields]
 	}
@@ -661,7 +661,7 @@ func (run *memberRun) deadline(res *memberResult, prev memberResult) time.Durati
 	if left := limit - res.confirmed.Sub(res.unconvergedSince); left > 0 {
 		return left
 	}
-	res.message = truncate(fmt.Sprintf("not Available within %s: %s", limit, res.message), fleetv1alpha1.MaxMemberMessageLength)
+	res.message = words.Truncate(fmt.Sprintf("not Available within %s: %s", limit, res.message), fleetv1alpha1.MaxMemberMessageLength)
 	res.result, res.reason, res.failedRuns, res.available = fleetv1alpha1.ResultFailed, fleetv1alpha1.ReasonProgressDeadlineExceeded, 1, metav1.ConditionFalse
 	return 0
 }

@@ -411,14 +411,6 @@ func (r *reconciler) setReadiness(key propagationKey, ready string) {
 	r.metrics.setReadiness(counts)
 }
 
-// truncate cuts s to at most n bytes, ending with "..." when cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n-3], "") + "..."
-}
-
 // memberResult is where one Propagation stands in one member, as its last
 // member reconcile found it.
 type memberResult struct {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 )
 
 // Reasons of a rollout's phase, beside ReasonRolloutStopped.
@@ -413,11 +414,11 @@ func describeRollout(queue []*queuedMember, target int64, maxFailures int, stopp
 		status.Message = fmt.Sprintf("no member takes revision %d: none is selected, or every one selected is cordoned or drained", target)
 	case doneCount == len(queue):
 		status.Phase, status.Reason = fleetv1alpha1.RolloutComplete, reasonComplete
-		status.Message = fmt.Sprintf("%s revision %d", plural(doneCount, "member runs", "members run"), target)
+		status.Message = fmt.Sprintf("%s revision %d", words.Plural(doneCount, "member runs", "members run"), target)
 	case stopped:
 		status.Phase, status.Reason = fleetv1alpha1.RolloutStopped, fleetv1alpha1.ReasonRolloutStopped
 		status.Message = fmt.Sprintf("stopped after %s (maxFailures %d): %s",
-			plural(len(failedNames), "failed member", "failed members"), maxFailures, failureOf(firstFailed))
+			words.Plural(len(failedNames), "failed member", "failed members"), maxFailures, failureOf(firstFailed))
 	case doneCount+len(failedNames) == len(queue):
 		status.Phase, status.Reason = fleetv1alpha1.RolloutFailed, fleetv1alpha1.ReasonMembersFailed
 		status.Message = fmt.Sprintf("revision %d failed in %d of %d members: %s", target, len(failedNames), len(queue), failuresOf(queue))
@@ -428,11 +429,11 @@ func describeRollout(queue []*queuedMember, target int64, maxFailures int, stopp
 		status.Phase, status.Reason = fleetv1alpha1.RolloutProgressing, reasonProgressing
 		status.Message = progress
 		if len(inFlightNames) > 0 {
-			status.Message += "; in flight: " + nameList(inFlightNames)
+			status.Message += "; in flight: " + words.NameList(inFlightNames)
 		}
 		// Failures short of maxFailures still hold slots: name them.
 		if len(failedNames) > 0 {
-			status.Message += "; failed: " + nameList(failedNames)
+			status.Message += "; failed: " + words.NameList(failedNames)
 		}
 	}
 	return status
@@ -488,10 +489,10 @@ func keptRevisions(members []Member, target int64) string {
 	}
 	var suffix string
 	if cordoned > 0 {
-		suffix += "; " + plural(cordoned, "cordoned member keeps its", "cordoned members keep their") + " revision"
+		suffix += "; " + words.Plural(cordoned, "cordoned member keeps its", "cordoned members keep their") + " revision"
 	}
 	if drained > 0 {
-		suffix += "; " + plural(drained, "drained member keeps its", "drained members keep their") + " revision"
+		suffix += "; " + words.Plural(drained, "drained member keeps its", "drained members keep their") + " revision"
 	}
 	return suffix
 }
@@ -593,26 +594,9 @@ func planDrain(in Input, members []Member) ([]string, map[string]string) {
 			waits = map[string]string{}
 		}
 		waits[name] = fmt.Sprintf("the disruption budget of maxUnavailable %d: %s unavailable",
-			maxUnavailable, plural(unavailable+len(draining), "member", "members"))
+			maxUnavailable, words.Plural(unavailable+len(draining), "member", "members"))
 	}
 	return draining, waits
-}
-
-// nameList lists names, at most 5 of them: "a, b, c, d, e and 2 more".
-func nameList(names []string) string {
-	const most = 5
-	if len(names) <= most {
-		return strings.Join(names, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(names[:most], ", "), len(names)-most)
-}
-
-// plural is n followed by one when n is 1, else by many.
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }
 
 // truncateMessage cuts message to maxRolloutMessage bytes, on a rune

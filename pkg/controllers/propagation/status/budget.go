@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 )
 
 // Budget bounds a Propagation's status, as JSON. etcd takes an
@@ -108,7 +109,7 @@ func Fit(st *fleetv1alpha1.PropagationStatus, budget int) {
 	// Set, not replaced: its last transition stays while it holds.
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type: fleetv1alpha1.PropagationStatusTruncated, Status: metav1.ConditionTrue, Reason: fleetv1alpha1.ReasonStatusBudget,
-		Message: truncate(strings.Join(message, "; "), 1024), ObservedGeneration: st.ObservedGeneration,
+		Message: words.Truncate(strings.Join(message, "; "), 1024), ObservedGeneration: st.ObservedGeneration,
 	})
 }
 

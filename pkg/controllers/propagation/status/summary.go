@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 )
 
 // Problem is why something is not as wanted, as a condition says it.
@@ -67,14 +68,14 @@ func SetSelected(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStat
 	st.SelectedResourceCount, st.SelectedResources = sel.Count, sel.Listed
 	c := metav1.Condition{
 		Type: fleetv1alpha1.PropagationResourcesSelected, Status: metav1.ConditionTrue, ObservedGeneration: p.Generation,
-		Reason: fleetv1alpha1.ReasonResourcesSelected, Message: fmt.Sprintf("%s selected by %d resources", plural(int(sel.Count), "hub object", "hub objects"), len(p.Spec.Resources)),
+		Reason: fleetv1alpha1.ReasonResourcesSelected, Message: fmt.Sprintf("%s selected by %d resources", words.Plural(int(sel.Count), "hub object", "hub objects"), len(p.Spec.Resources)),
 	}
 	if sel.Empty != nil {
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, sel.Empty.Reason, sel.Empty.Message
 		if sel.EmptyEntries > 1 {
 			c.Message += fmt.Sprintf(" (and %d more entries select nothing)", sel.EmptyEntries-1)
 		}
-		c.Message = truncate(c.Message+"; the other entries' objects are copied", 1024)
+		c.Message = words.Truncate(c.Message+"; the other entries' objects are copied", 1024)
 	}
 	meta.SetStatusCondition(&st.Conditions, c)
 }
@@ -93,7 +94,7 @@ func SetConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationSt
 		if ok {
 			status = metav1.ConditionTrue
 		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: truncate(message, 1024), ObservedGeneration: p.Generation})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: words.Truncate(message, 1024), ObservedGeneration: p.Generation})
 	}
 	pending := st.Selected - st.Applied - st.Drifted - st.Failed
 	notReady := func() (string, string) {
@@ -209,21 +210,4 @@ func BoundKinds(previous, current []fleetv1alpha1.KindReference) []fleetv1alpha1
 	kinds := append(now, before[:min(len(before), fleetv1alpha1.MaxCopiedKinds-len(now))]...)
 	slices.SortFunc(kinds, compare)
 	return kinds
-}
-
-// truncate cuts s to at most n bytes, on a rune boundary, ending with
-// "..." when cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n-3], "") + "..."
-}
-
-// plural is n followed by one when n is 1, else by many.
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }
