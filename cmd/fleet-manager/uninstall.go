@@ -331,12 +331,23 @@ func (u *uninstaller) plan(ctx context.Context, id string, props []propagationOb
 func (u *uninstaller) deletePropagations(ctx context.Context, props []propagationObject) error {
 	for _, p := range props {
 		if u.keepCopies && p.spec().Deletion != fleetv1alpha1.DeletionOrphan {
-			before := p.DeepCopyObject().(client.Object)
-			p.spec().Deletion = fleetv1alpha1.DeletionOrphan
-			if err := u.hub.Patch(ctx, p.object(), client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-				if apierrors.IsNotFound(err) {
-					continue
+			// The manager writes the Propagation too (its status, labels):
+			// a conflict is read again and the change made on what is new.
+			err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+				if err := u.hub.Get(ctx, client.ObjectKeyFromObject(p.object()), p.object()); err != nil {
+					return err
 				}
+				if p.spec().Deletion == fleetv1alpha1.DeletionOrphan {
+					return nil
+				}
+				before := p.DeepCopyObject().(client.Object)
+				p.spec().Deletion = fleetv1alpha1.DeletionOrphan
+				return u.hub.Patch(ctx, p.object(), client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+			})
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
 				return fmt.Errorf("setting %s to deletion: Orphan: %w", describe(p), err)
 			}
 			fmt.Fprintf(u.out, "hub: %s set to deletion: Orphan\n", describe(p))

@@ -4,14 +4,18 @@ package main
 // docs/install.md's Uninstall section and the command's help promise.
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
@@ -349,5 +353,59 @@ func TestUninstallLetsGoAnAdoptedObject(t *testing.T) {
 		t.Errorf("the member's own ConfigMap, adopted, was deleted: %v", err)
 	} else if got.Labels[fleetv1alpha1.FleetIDLabel] != "" || got.Annotations[fleetv1alpha1.AdoptedAnnotation] != "" {
 		t.Errorf("the adopted ConfigMap is still marked a copy: %v %v", got.Labels, got.Annotations)
+	}
+}
+
+// CI found it: the running manager writes the Propagation (its status, a
+// label) between uninstall's read and its patch to deletion: Orphan, and
+// the patch's optimistic lock failed the whole uninstall with a conflict.
+// A conflict is read again and the change made on what is new.
+func TestKeepCopiesSurvivesTheManagersConcurrentWrite(t *testing.T) {
+	hub, _, ns, _ := enrollSetup(t)
+	p := &fleetv1alpha1.Propagation{
+		// A finalizer of the test's keeps it to be read after the delete.
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "raced", Finalizers: []string{"test.fleetkube.io/hold"}},
+		Spec:       fleetv1alpha1.PropagationSpec{Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "c"}}},
+	}
+	if err := hub.Create(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := hub.Patch(context.Background(), p, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); client.IgnoreNotFound(err) != nil {
+			t.Error(err)
+		}
+	})
+	stale := p.DeepCopy()
+	raced := false
+	watching, err := client.NewWithWatch(testHub.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	racing := interceptor.NewClient(watching, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if !raced { // the manager's write lands first
+				raced = true
+				fresh := &fleetv1alpha1.Propagation{}
+				if err := c.Get(ctx, client.ObjectKeyFromObject(obj), fresh); err != nil {
+					return err
+				}
+				fresh.Labels = map[string]string{"written-by": "the-manager"}
+				if err := c.Update(ctx, fresh); err != nil {
+					return err
+				}
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	u := &uninstaller{hub: racing, out: io.Discard, errOut: io.Discard, keepCopies: true}
+	if err := u.deletePropagations(t.Context(), []propagationObject{namespacedPropagation{stale}}); err != nil {
+		t.Fatalf("deletePropagations with a concurrent write: %v", err)
+	}
+	got := &fleetv1alpha1.Propagation{}
+	if err := hub.Get(t.Context(), client.ObjectKeyFromObject(p), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Deletion != fleetv1alpha1.DeletionOrphan || got.Labels["written-by"] != "the-manager" || got.DeletionTimestamp == nil {
+		t.Errorf("after uninstall: deletion %q, labels %v, deleting %v: want Orphan, the manager's label kept, deleting", got.Spec.Deletion, got.Labels, got.DeletionTimestamp != nil)
 	}
 }
