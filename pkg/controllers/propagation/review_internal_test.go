@@ -29,7 +29,8 @@ func TestReviewStatusFloodDoesNotStarveMemberWork(t *testing.T) {
 		cq.add(fleet.Request{ClusterName: registry.HubName, NamespacedName: types.NamespacedName{Namespace: "team", Name: fmt.Sprintf("p-%04d", i)}})
 	}
 	hub, members := 0, 0
-	for range 16 {
+	// The cap and the 10 members: every item a worker may take now.
+	for range workersPerMember(16) + 10 {
 		got, _, _ := q.GetWithPriority()
 		if got.ClusterName == registry.HubName {
 			hub++
