@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
@@ -18,8 +19,9 @@ import (
 // changes, or what its entries select on the hub: another set of objects,
 // another resourceVersion of one, or another problem listing them. The
 // fleet namespace and the refusal rules are the Builder's and the code's,
-// fixed for a Cache. A content that read a manifest of a kind the hub did
-// not know is not kept: the hub may learn its scope.
+// fixed for a Cache. The scope the hub gives each Envelope manifest's kind
+// is part of what content is built from; a content that read a manifest
+// of a kind the hub did not know is not kept: the hub may learn its scope.
 //
 // The Cache holds one entry per Propagation it was asked of; Forget drops
 // the entry of one that is gone.
@@ -64,7 +66,7 @@ func (c *Cache) Get(ctx context.Context, p *fleetv1alpha1.Propagation) (*Content
 	if err != nil {
 		return nil, "", err
 	}
-	inputs := inputsOf(read)
+	inputs := append(inputsOf(read), c.manifestScopes(read)...)
 	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 	c.mu.Lock()
 	e, ok := c.entries[key]
@@ -91,6 +93,43 @@ func (c *Cache) Get(ctx context.Context, p *fleetv1alpha1.Propagation) (*Content
 		e.content = nil
 	}
 	return built, hash, nil
+}
+
+// manifestScopes encodes the scope the hub's mapping gives the kind of
+// each manifest of the Envelopes read: a CRD deleted and made again of the
+// other scope changes what the content holds, though no object changed.
+func (c *Cache) manifestScopes(read []selection) []byte {
+	var b []byte
+	for _, s := range read {
+		for i := range s.objs {
+			if !IsEnvelope(s.objs[i].GroupVersionKind()) {
+				continue
+			}
+			manifests, _ := s.objs[i].Object["manifests"].([]any)
+			for _, m := range manifests {
+				fields, _ := m.(map[string]any)
+				apiVersion, _ := fields["apiVersion"].(string)
+				kind, _ := fields["kind"].(string)
+				b = append(b, apiVersion...)
+				b = append(b, '/')
+				b = append(b, kind...)
+				b = append(b, '=')
+				gv, err := schema.ParseGroupVersion(apiVersion)
+				if err != nil {
+					b = append(b, "?;"...)
+					continue
+				}
+				mapping, err := c.Mapper.RESTMapping(gv.WithKind(kind).GroupKind(), gv.Version)
+				if err != nil {
+					b = append(b, "?;"...)
+					continue
+				}
+				b = append(b, mapping.Scope.Name()...)
+				b = append(b, ';')
+			}
+		}
+	}
+	return b
 }
 
 // Forget drops the content of the Propagation key names, which is gone.
