@@ -67,6 +67,9 @@ type profiles struct {
 	// unread holds, per member, why its ClusterProperty objects could
 	// not be read last time, so that each cause is logged once.
 	unread map[string]string
+	// cut holds, per member, how many of its ClusterProperty objects
+	// were left out of its profile last time, so that it is logged once.
+	cut map[string]int
 }
 
 // ControllerName is the controller's name in the --controllers table.
@@ -115,7 +118,7 @@ func Add(m *fleet.Manager, opts Options) error {
 		opts.PropertiesInterval = DefaultPropertiesInterval
 	}
 	namespace := opts.Namespace
-	p := &profiles{m: m, client: opts.Client, namespace: namespace, interval: opts.PropertiesInterval, unread: map[string]string{}}
+	p := &profiles{m: m, client: opts.Client, namespace: namespace, interval: opts.PropertiesInterval, unread: map[string]string{}, cut: map[string]int{}}
 	byName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
 	})
@@ -319,8 +322,43 @@ func (p *profiles) clusterProperties(ctx context.Context, name string) (_ []inve
 		properties = append(properties, inventoryv1alpha1.Property{Name: item.GetName(), Value: value})
 	}
 	slices.SortFunc(properties, func(a, b inventoryv1alpha1.Property) int { return strings.Compare(a.Name, b.Name) })
-	return properties, true
+	return p.withinBudget(ctx, name, properties), true
 }
+
+// propertiesBudget bounds the bytes of a profile's properties, so that a
+// member with many ClusterProperty objects cannot make its profile's
+// status too large to write, and with it its health and access provider.
+const propertiesBudget = 256 << 10
+
+// withinBudget returns the first properties, by name, that fit
+// propertiesBudget, and logs once per change how many were left out.
+func (p *profiles) withinBudget(ctx context.Context, name string, properties []inventoryv1alpha1.Property) []inventoryv1alpha1.Property {
+	size, n := 0, 0
+	for _, prop := range properties {
+		size += len(prop.Name) + len(prop.Value) + propertyOverhead
+		if size > propertiesBudget {
+			break
+		}
+		n++
+	}
+	left := len(properties) - n
+	p.mu.Lock()
+	before := p.cut[name]
+	if left == 0 {
+		delete(p.cut, name)
+	} else {
+		p.cut[name] = left
+	}
+	p.mu.Unlock()
+	if left != before && left > 0 {
+		logf.FromContext(ctx).Info("The member's ClusterProperty objects exceed the profile's budget; the first by name are published", "member", name, "published", n, "leftOut", left, "budgetBytes", propertiesBudget)
+	}
+	return properties[:n]
+}
+
+// propertyOverhead is what a property costs in a profile beside its name
+// and value: its keys and its last observed time.
+const propertyOverhead = 64
 
 // The ClusterProfile API's bounds on a property.
 const (

@@ -61,13 +61,13 @@ func reviewProperties(t *testing.T, label string, props map[string]string) {
 	wg.Wait()
 }
 
-// TestReviewManyClusterPropertiesStillPublishHealth: a member holds
+// TestManyClusterPropertiesStillPublishHealth: a member holds
 // 2,000 ClusterProperty objects, each with a value of 1,000 bytes (each
 // one the ClusterProfile API accepts). The profile must still say
 // whether the control plane is healthy: "ControlPlaneHealthy from the
 // manager's own probes (True when Ready ...)"; a hostile member must not
 // keep its profile from saying so.
-func TestReviewManyClusterPropertiesStillPublishHealth(t *testing.T) {
+func TestManyClusterPropertiesStillPublishHealth(t *testing.T) {
 	suite.InstallClusterProfileCRD(t)
 	props := map[string]string{}
 	for i := range 2000 {
@@ -105,12 +105,12 @@ func TestReviewManyClusterPropertiesStillPublishHealth(t *testing.T) {
 	}
 }
 
-// TestReviewForbiddenPropertyReadKeepsProperties: a member's properties
+// TestForbiddenPropertyReadKeepsProperties: a member's properties
 // are published; its registration then carries a credential that may not
 // list ClusterProperty objects. "the read is forbidden ... | the
 // published properties are kept"; a label of the same name as a property
 // stays a label.
-func TestReviewForbiddenPropertyReadKeepsProperties(t *testing.T) {
+func TestForbiddenPropertyReadKeepsProperties(t *testing.T) {
 	suite.InstallClusterProfileCRD(t)
 	reviewProperties(t, "forbid", map[string]string{"review-zone": "z1", "location": "eu-review"})
 	const ns = "inventory-review-forbid"

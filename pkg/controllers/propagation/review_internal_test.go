@@ -11,12 +11,12 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// TestReviewStatusFloodDoesNotStarveMemberWork: 1,000 Propagations'
+// TestStatusFloodDoesNotStarveMemberWork: 1,000 Propagations'
 // status requests queued at once, with the per-cluster cap the
 // controller runs with (a quarter of 16 workers), leave the other
 // workers to member work: "many Propagations' statuses due at once |
 // they hold at most a quarter of the workers".
-func TestReviewStatusFloodDoesNotStarveMemberWork(t *testing.T) {
+func TestStatusFloodDoesNotStarveMemberWork(t *testing.T) {
 	t.Parallel()
 	q := fairqueue.New[fleet.Request]("", func(r fleet.Request) string { return r.ClusterName }, fairqueue.Options[fleet.Request]{MaxInFlightPerCluster: workersPerMember(16)})
 	defer q.ShutDown()

@@ -16,12 +16,12 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/poll"
 )
 
-// TestReviewHandEditedRevisionIsNeverApplied: a revision a member
+// TestHandEditedRevisionIsNeverApplied: a revision a member
 // already applied (verified once) is edited by hand, its hash label left
 // as it was; a drift of the member's copy makes the member run again.
 // "a revision edited by hand while members use it | its new
 // resourceVersion is checked again: RevisionInvalid, nothing applied".
-func TestReviewHandEditedRevisionIsNeverApplied(t *testing.T) {
+func TestHandEditedRevisionIsNeverApplied(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -54,13 +54,13 @@ func TestReviewHandEditedRevisionIsNeverApplied(t *testing.T) {
 	}
 }
 
-// TestReviewRecreatedPropagationIsNeverReadyFromTheOldResults: a
+// TestRecreatedPropagationIsNeverReadyFromTheOldResults: a
 // Propagation applied and Ready is deleted (its finalizer taken off by
 // hand) and re-created at once under its name, with the same generation,
 // selecting an object the member cannot take (a foreign object of that
 // name is there). "status never says Ready when nothing happened": no
 // status of the new Propagation may say Ready.
-func TestReviewRecreatedPropagationIsNeverReadyFromTheOldResults(t *testing.T) {
+func TestRecreatedPropagationIsNeverReadyFromTheOldResults(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -100,13 +100,13 @@ func TestReviewRecreatedPropagationIsNeverReadyFromTheOldResults(t *testing.T) {
 	}
 }
 
-// TestReviewAddedKindNeverTakesOverOrRemovesAForeignObject: a kind added
+// TestAddedKindNeverTakesOverOrRemovesAForeignObject: a kind added
 // to a Propagation, its informer started lazily by that run, meets an
 // object of that name the member made: AlreadyExists, left alone; the
 // kind taken out again and its watch swept, the object stays. "a watch
 // not yet started or synced must never cause a copy to be deleted or
 // re-created over someone else's object".
-func TestReviewAddedKindNeverTakesOverOrRemovesAForeignObject(t *testing.T) {
+func TestAddedKindNeverTakesOverOrRemovesAForeignObject(t *testing.T) {
 	t.Parallel()
 	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
 	f.watchSweep = 100 * time.Millisecond

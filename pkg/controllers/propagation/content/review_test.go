@@ -10,12 +10,12 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
 
-// TestReviewRecreatedObjectAndPropagationAreNotStale: a hub object
+// TestRecreatedObjectAndPropagationAreNotStale: a hub object
 // deleted and re-created under the same name (new UID, same
 // resourceVersion string in this fake), and a Propagation deleted and
 // re-created with the same generation and another spec, each build a new
 // content: the memo never hands out the old one.
-func TestReviewRecreatedObjectAndPropagationAreNotStale(t *testing.T) {
+func TestRecreatedObjectAndPropagationAreNotStale(t *testing.T) {
 	h := &hub{}
 	h.configMaps(1, 8)
 	c := newCache(h)
@@ -49,13 +49,13 @@ func TestReviewRecreatedObjectAndPropagationAreNotStale(t *testing.T) {
 	}
 }
 
-// TestReviewEnvelopeKindScopeChangeIsNotStale: an Envelope's manifest of
+// TestEnvelopeKindScopeChangeIsNotStale: an Envelope's manifest of
 // a kind the hub knows as namespaced is accepted; the CRD deleted and
 // re-created cluster-scoped on the hub (the hub now knows the kind as
 // cluster-scoped), the Envelope unchanged, the content must refuse it
 // (ClusterScopedKind) as a fresh build does: "no kind the hub knows as
 // cluster-scoped".
-func TestReviewEnvelopeKindScopeChangeIsNotStale(t *testing.T) {
+func TestEnvelopeKindScopeChangeIsNotStale(t *testing.T) {
 	gv := schema.GroupVersion{Group: "example.com", Version: "v1"}
 	namespaced := meta.NewDefaultRESTMapper(nil)
 	namespaced.Add(gv.WithKind("Widget"), meta.RESTScopeNamespace)
