@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
+	mccontroller "sigs.k8s.io/multicluster-runtime/pkg/controller"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 	mcluster "sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
@@ -118,6 +119,7 @@ func reviewMCR(t *testing.T, opts fleettest.FleetOptions, replica, ns string, ho
 func addReviewController(mgr mcmanager.Manager, name, ns string, rec *reviewRec) error {
 	return mcbuilder.ControllerManagedBy(mgr).
 		Named(name).
+		WithOptions(mccontroller.Options{MaxConcurrentReconciles: 16}).
 		For(&corev1.ConfigMap{}, mcbuilder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == ns }))).
 		Complete(rec)
 }
@@ -218,7 +220,7 @@ func TestReviewShardedMoveMCR(t *testing.T) {
 			o.Shard = &shard.Options{Name: name, LeaseDuration: 6 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 250 * time.Millisecond}
 		}
 	}
-	const hold = 400 * time.Millisecond
+	const hold = time.Second
 	first, p1, mgr1, rec1 := reviewMCR(t, fleettest.FleetOptions{Namespace: ns, Configure: quick("first")}, "first", watched, hold, writes)
 	var names []string
 	for i := range 6 {
@@ -249,6 +251,21 @@ func TestReviewShardedMoveMCR(t *testing.T) {
 	})
 	defer func() { stopTicks(); tickWG.Wait() }()
 
+	joined := time.Now()
+	poll.Until(t, "first reconciled every member a few times with the ticks", func() bool {
+		for _, n := range names {
+			c := 0
+			for _, s := range rec1.all() {
+				if s.cluster == n && s.got.After(joined) {
+					c++
+				}
+			}
+			if c < 3 {
+				return false
+			}
+		}
+		return true
+	})
 	_, p2, mgr2, rec2 := reviewMCR(t, fleettest.FleetOptions{Namespace: ns, Configure: quick("second")}, "second", watched, hold, writes)
 	start(t, mgr2)
 	m1, m2 := first.Manager, mgr2.GetLocalManager().(*fleet.Manager)
@@ -311,6 +328,9 @@ func TestReviewShardedMoveMCR(t *testing.T) {
 			for _, y := range b {
 				if x.got.Before(y.end) && y.got.Before(x.end) {
 					overlaps++
+					t.Logf("%s: first held it %s..%s (write at %s: %v), second %s..%s (write: %v)", n,
+						x.got.Format("15:04:05.000"), x.end.Format("15:04:05.000"), x.wroteAt.Format("15:04:05.000"), x.writeErr,
+						y.got.Format("15:04:05.000"), y.end.Format("15:04:05.000"), y.writeErr)
 				}
 			}
 		}
@@ -392,7 +412,17 @@ func TestReviewDisconnectReconnectMCR(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		"hang": func(away bool) { proxy.Hang(away) },
+		// Hang only affects new connections: cut the established ones
+		// too, so that every connection from now on hangs.
+		"hang": func(away bool) {
+			proxy.Hang(away)
+			if away {
+				proxy.Down()
+				if err := proxy.Up(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
 	} {
 		cut(true)
 		poll.Until(t, round+": Disconnected and MCR disengaged", func() bool {
