@@ -49,7 +49,7 @@ func (s *slowAware) String() string { return "review-slow" }
 // TestReviewEngageMembersWaitsForSlowEngage: EngageMembers cancelled
 // while Engage calls are in flight returns only once they have returned;
 // one whose Engage keeps failing returns promptly once cancelled.
-func TestReviewEngageMembersWaitsForSlowEngage(t *testing.T) {
+func TestEngageMembersWaitsForSlowEngage(t *testing.T) {
 	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{})
 	names := []string{suite.Name("rv-slow"), suite.Name("rv-slow")}
@@ -99,7 +99,7 @@ func TestReviewEngageMembersWaitsForSlowEngage(t *testing.T) {
 // TestReviewEngageMembersLateAfterDisconnect: a subscriber that comes
 // while a member is Disconnected is not handed it, and is once it is
 // back; one that comes after is handed the member engaged now.
-func TestReviewEngageMembersLateAfterDisconnect(t *testing.T) {
+func TestEngageMembersLateAfterDisconnect(t *testing.T) {
 	t.Parallel()
 	f := suite.StartFleet(t, fleettest.FleetOptions{Configure: fleettest.QuickHealth})
 	kc, proxy := fleettest.ViaProxy(t, suite.Kubeconfigs[0])

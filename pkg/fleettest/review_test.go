@@ -52,13 +52,13 @@ func children(t *testing.T) []string {
 
 // noneLeft fails t if a goroutine not in baseline or a child process is
 // left, waiting up to 10 s for them to end.
-func noneLeft(t *testing.T, baseline goleak.Option) {
+func noneLeft(t *testing.T, baseline goleak.Option, ignore ...goleak.Option) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	var leaked error
 	var procs []string
 	for {
-		leaked, procs = goleak.Find(baseline), children(t)
+		leaked, procs = goleak.Find(append(ignore, baseline)...), children(t)
 		if (leaked == nil && len(procs) == 0) || time.Now().After(deadline) {
 			break
 		}
@@ -78,9 +78,9 @@ func needAssets(t *testing.T) {
 	}
 }
 
-// TestReviewHarnessZeroMembers: Members: 0 (and negative) are the
+// TestHarnessZeroMembers: Members: 0 (and negative) are the
 // documented default, 2; the fleet stops with nothing left.
-func TestReviewHarnessZeroMembers(t *testing.T) {
+func TestHarnessZeroMembers(t *testing.T) {
 	needAssets(t)
 	baseline := goleak.IgnoreCurrent()
 	for _, n := range []int{0, -1} {
@@ -103,10 +103,10 @@ func TestReviewHarnessZeroMembers(t *testing.T) {
 
 var errReview = errors.New("review: setup refused")
 
-// TestReviewHarnessSetupFails: a Setup, an MCR setup and a controller
+// TestHarnessSetupFails: a Setup, an MCR setup and a controller
 // that fails at start: New returns their error (the last not as a
 // timeout), and nothing started is left running.
-func TestReviewHarnessSetupFails(t *testing.T) {
+func TestHarnessSetupFails(t *testing.T) {
 	needAssets(t)
 	cases := map[string]fleettest.Options{
 		"Setup": {Members: 1, Setup: func(*fleet.Manager) error { return errReview }},
@@ -135,14 +135,19 @@ func TestReviewHarnessSetupFails(t *testing.T) {
 				t.Errorf("New took %s to fail: %v", took, err)
 			}
 			t.Logf("New failed after %s: %v", took.Round(time.Millisecond), err)
-			noneLeft(t, baseline)
+			// A manager that stops before its hub cache synced leaves
+			// controller-runtime v0.25.2's waits on those informers
+			// behind (not the harness's; docs/library.md says so).
+			noneLeft(t, baseline,
+				goleak.IgnoreAnyFunction("sigs.k8s.io/controller-runtime/pkg/cache.newMultiNamespaceInformer.func1"),
+				goleak.IgnoreAnyFunction("sigs.k8s.io/controller-runtime/pkg/cache.newMultiNamespaceInformerHandlerRegistration.func1"))
 		})
 	}
 }
 
-// TestReviewHarnessStopLeavesNothing: a fleet with a fleet controller
+// TestHarnessStopLeavesNothing: a fleet with a fleet controller
 // and an MCR controller, stopped: no goroutine, no process left.
-func TestReviewHarnessStopLeavesNothing(t *testing.T) {
+func TestHarnessStopLeavesNothing(t *testing.T) {
 	needAssets(t)
 	baseline := goleak.IgnoreCurrent()
 	f, err := fleettest.New(fleettest.Options{

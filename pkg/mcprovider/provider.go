@@ -45,6 +45,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -70,6 +71,8 @@ type Provider struct {
 	// with multicluster-runtime.
 	mu      sync.Mutex
 	engaged map[string]context.Context
+	// started is set by the first Start.
+	started atomic.Bool
 }
 
 var (
@@ -86,8 +89,15 @@ func New(mgr *fleet.Manager, opts Options) *Provider {
 // ctx ends, and returns once every engagement has ended.
 // multicluster-runtime's manager calls it as it starts.
 func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
+	if !p.started.CompareAndSwap(false, true) {
+		return errStartedTwice
+	}
 	return p.mgr.EngageMembers(ctx, &engager{p: p, aware: aware}, p.filter)
 }
+
+// errStartedTwice refuses a second Start: one provider hands its members
+// to one multicluster-runtime manager, and ListClusters speaks of it.
+var errStartedTwice = errors.New("mcprovider: Start called twice: a Provider serves one multicluster-runtime manager")
 
 // Get returns member clusterName's cluster, or an error wrapping
 // multicluster.ErrClusterNotFound unless this replica works on it now.
