@@ -49,7 +49,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
+	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
 
@@ -67,9 +69,15 @@ type Provider struct {
 	filter fleet.ClusterFilter
 
 	// mu guards engaged: the context of each member's live engagement
-	// with multicluster-runtime.
+	// with multicluster-runtime; begun: the context of each member's
+	// latest engagement begun, whose requests the fair queues keep; and
+	// queues: the fair queues made (FairQueue). A member is kept in, or
+	// dropped from, the queues under mu, together with begun, so that the
+	// end of an engagement never drops the requests of a later one.
 	mu      sync.Mutex
 	engaged map[string]context.Context
+	begun   map[string]context.Context
+	queues  []*fairqueue.Queue[mcreconcile.Request]
 }
 
 var (
@@ -79,7 +87,7 @@ var (
 
 // New returns a provider of mgr's members.
 func New(mgr *fleet.Manager, opts Options) *Provider {
-	return &Provider{mgr: mgr, filter: opts.Filter, engaged: map[string]context.Context{}}
+	return &Provider{mgr: mgr, filter: opts.Filter, engaged: map[string]context.Context{}, begun: map[string]context.Context{}}
 }
 
 // Start engages aware with every member as the fleet engages it, until
@@ -140,6 +148,7 @@ type engager struct {
 }
 
 func (e *engager) Engage(ctx context.Context, clusterName string, cl cluster.Cluster) error {
+	e.p.begin(ctx, clusterName)
 	if err := e.aware.Engage(ctx, multicluster.ClusterName(clusterName), cl); err != nil {
 		return err
 	}
@@ -154,6 +163,33 @@ func (e *engager) Engage(ctx context.Context, clusterName string, cl cluster.Clu
 		}
 	})
 	return nil
+}
+
+// begin keeps clusterName in the fair queues for the engagement ctx, and
+// drops it from them when ctx ends, unless another engagement has begun
+// since. It is called before multicluster-runtime starts the
+// engagement's sources, so that none of their requests is dropped.
+func (p *Provider) begin(ctx context.Context, clusterName string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.begun[clusterName] == ctx { // a retried Engage
+		return
+	}
+	p.begun[clusterName] = ctx
+	for _, q := range p.lockedQueues() {
+		q.Keep(clusterName)
+	}
+	context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.begun[clusterName] != ctx {
+			return
+		}
+		delete(p.begun, clusterName)
+		for _, q := range p.lockedQueues() {
+			q.Drop(clusterName)
+		}
+	})
 }
 
 // String names multicluster-runtime among the fleet's controllers, as in
