@@ -36,6 +36,25 @@
 // While this replica cannot prove that it holds its Lease, Get of its own
 // member returns an error wrapping fleet.ErrNotOwned only, and the
 // request is retried with backoff.
+//
+// # Fairness and metrics, opt-in
+//
+// A multicluster-runtime controller has controller-runtime's queue,
+// first in, first out across all clusters, and per-controller metrics.
+// Two options give it what fleet controllers have:
+//
+//	mcbuilder.ControllerManagedBy(mgr).Named("configmaps").For(&corev1.ConfigMap{}).
+//		WithOptions(mccontroller.Options{NewQueue: provider.FairQueue(mcprovider.QueueOptions{})}).
+//		Complete(provider.MeteredReconciler("configmaps", r))
+//
+// FairQueue is the fleet's fair queue (package fairqueue): within a
+// priority, one request of each cluster in turn, so a member's backlog
+// delays another member's request by at most one request of each busy
+// member; optionally a cap of reconciles in flight per member. A member's
+// queued requests are dropped when its engagement ends.
+// MeteredReconciler writes the fleet's per-cluster reconcile series. Both
+// are labelled with the controller's name; see their documentation for
+// the series.
 package mcprovider
 
 import (
