@@ -198,17 +198,21 @@ func (p *Provider) begin(ctx context.Context, clusterName string) {
 	for _, q := range p.lockedQueues() {
 		q.Keep(clusterName)
 	}
-	context.AfterFunc(ctx, func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if p.begun[clusterName] != ctx {
-			return
-		}
-		delete(p.begun, clusterName)
-		for _, q := range p.lockedQueues() {
-			q.Drop(clusterName)
-		}
-	})
+	context.AfterFunc(ctx, func() { p.end(ctx, clusterName) })
+}
+
+// end drops clusterName from the fair queues as its engagement ctx ends,
+// unless another engagement has begun since.
+func (p *Provider) end(ctx context.Context, clusterName string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.begun[clusterName] != ctx {
+		return
+	}
+	delete(p.begun, clusterName)
+	for _, q := range p.lockedQueues() {
+		q.Drop(clusterName)
+	}
 }
 
 // String names multicluster-runtime among the fleet's controllers, as in
