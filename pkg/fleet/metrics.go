@@ -195,3 +195,15 @@ func (m *fleetMetrics) lockedForget(clusterName string) {
 		v.DeletePartialMatch(match)
 	}
 }
+
+// ObserveReconcile records one reconcile of cluster clusterName by
+// controllerName, a controller that the fleet's builder did not build
+// (such as a multicluster-runtime controller, through
+// mcprovider.Provider.MeteredReconciler), in the series fleet controllers
+// write: fleet_reconciles_total, fleet_reconcile_errors_total and
+// fleet_reconcile_duration_seconds, labelled controller and cluster. As
+// for fleet controllers, a member's series are written only while the
+// registry accepts it on this replica, and deleted when it leaves.
+func (m *Manager) ObserveReconcile(controllerName, clusterName string, took time.Duration, err error) {
+	m.metrics.observeReconcile(controllerName, clusterName, took, err)
+}

@@ -36,6 +36,25 @@
 // While this replica cannot prove that it holds its Lease, Get of its own
 // member returns an error wrapping fleet.ErrNotOwned only, and the
 // request is retried with backoff.
+//
+// # Fairness and metrics, opt-in
+//
+// A multicluster-runtime controller has controller-runtime's queue,
+// first in, first out across all clusters, and per-controller metrics.
+// Two options give it what fleet controllers have:
+//
+//	mcbuilder.ControllerManagedBy(mgr).Named("configmaps").For(&corev1.ConfigMap{}).
+//		WithOptions(mccontroller.Options{NewQueue: provider.FairQueue(mcprovider.QueueOptions{})}).
+//		Complete(provider.MeteredReconciler("configmaps", r))
+//
+// FairQueue is the fleet's fair queue (package fairqueue): within a
+// priority, one request of each cluster in turn, so a member's backlog
+// delays another member's request by at most one request of each busy
+// member; optionally a cap of reconciles in flight per member. A member's
+// queued requests are dropped when its engagement ends.
+// MeteredReconciler writes the fleet's per-cluster reconcile series. Both
+// are labelled with the controller's name; see their documentation for
+// the series.
 package mcprovider
 
 import (
@@ -50,7 +69,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
+	"github.com/fleetkube/fleet-manager/pkg/fairqueue"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
 
@@ -68,9 +89,15 @@ type Provider struct {
 	filter fleet.ClusterFilter
 
 	// mu guards engaged: the context of each member's live engagement
-	// with multicluster-runtime.
+	// with multicluster-runtime; begun: the context of each member's
+	// latest engagement begun, whose requests the fair queues keep; and
+	// queues: the fair queues made (FairQueue). A member is kept in, or
+	// dropped from, the queues under mu, together with begun, so that the
+	// end of an engagement never drops the requests of a later one.
 	mu      sync.Mutex
 	engaged map[string]context.Context
+	begun   map[string]context.Context
+	queues  []*fairqueue.Queue[mcreconcile.Request]
 	// started is set by the first Start.
 	started atomic.Bool
 }
@@ -82,7 +109,7 @@ var (
 
 // New returns a provider of mgr's members.
 func New(mgr *fleet.Manager, opts Options) *Provider {
-	return &Provider{mgr: mgr, filter: opts.Filter, engaged: map[string]context.Context{}}
+	return &Provider{mgr: mgr, filter: opts.Filter, engaged: map[string]context.Context{}, begun: map[string]context.Context{}}
 }
 
 // Start engages aware with every member as the fleet engages it, until
@@ -150,6 +177,7 @@ type engager struct {
 }
 
 func (e *engager) Engage(ctx context.Context, clusterName string, cl cluster.Cluster) error {
+	e.p.begin(ctx, clusterName)
 	if err := e.aware.Engage(ctx, multicluster.ClusterName(clusterName), cl); err != nil {
 		return err
 	}
@@ -164,6 +192,37 @@ func (e *engager) Engage(ctx context.Context, clusterName string, cl cluster.Clu
 		}
 	})
 	return nil
+}
+
+// begin keeps clusterName in the fair queues for the engagement ctx, and
+// drops it from them when ctx ends, unless another engagement has begun
+// since. It is called before multicluster-runtime starts the
+// engagement's sources, so that none of their requests is dropped.
+func (p *Provider) begin(ctx context.Context, clusterName string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.begun[clusterName] == ctx { // a retried Engage
+		return
+	}
+	p.begun[clusterName] = ctx
+	for _, q := range p.lockedQueues() {
+		q.Keep(clusterName)
+	}
+	context.AfterFunc(ctx, func() { p.end(ctx, clusterName) })
+}
+
+// end drops clusterName from the fair queues as its engagement ctx ends,
+// unless another engagement has begun since.
+func (p *Provider) end(ctx context.Context, clusterName string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.begun[clusterName] != ctx {
+		return
+	}
+	delete(p.begun, clusterName)
+	for _, q := range p.lockedQueues() {
+		q.Drop(clusterName)
+	}
 }
 
 // String names multicluster-runtime among the fleet's controllers, as in
