@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -101,6 +102,11 @@ func startFleet(hub *rest.Config, cfg fleetConfig) (*benchFleet, error) {
 	mgrOpts.MemberHealth = cfg.health
 	mgrOpts.ConfigureMember = func(_ string, o *cluster.Options) {
 		cacheOnly(&o.Cache, cfg.watch, cfg.clusterWide)
+		if os.Getenv("BENCH_LOG_REQUESTS") != "" && o.HTTPClient != nil {
+			c := *o.HTTPClient
+			c.Transport = loggedRequests{c.Transport}
+			o.HTTPClient = &c
+		}
 	}
 	mgr, err := fleet.New(hub, mgrOpts)
 	if err != nil {
@@ -341,4 +347,20 @@ func (f *benchFleet) awaitReconciled(req fleet.Request, timeout time.Duration) (
 		return ok
 	})
 	return t, err
+}
+
+// loggedRequests logs each request of a member's cluster to stderr, with
+// its start and duration, with $BENCH_LOG_REQUESTS set: to see where an
+// engagement's time goes.
+type loggedRequests struct{ next http.RoundTripper }
+
+func (l loggedRequests) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := l.next.RoundTrip(req)
+	status := 0
+	if resp != nil {
+		status = resp.StatusCode
+	}
+	fmt.Fprintln(os.Stderr, start.Format("15:04:05.000"), "request", req.Method, req.URL.RequestURI(), status, err, "headers after", time.Since(start))
+	return resp, err
 }

@@ -35,18 +35,20 @@ type bench struct {
 	quick   bool
 	runs    int
 	members []int
-	out     string
-	repo    string
-	only    map[string]bool
-	lab     *lab
-	res     *results
+	// freeze is how long the thaw scenario freezes a member's server.
+	freeze time.Duration
+	out    string
+	repo   string
+	only   map[string]bool
+	lab    *lab
+	res    *results
 	// commitAtStart is the commit measured: the tree when the run began,
 	// which is what go run built.
 	commitAtStart string
 }
 
 // scenarioNames are the scenarios -only selects from.
-var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "baseline", "rollout", "churn", "journal", "kubefleet", "pipeline", "thousand", "shard", "outage"}
+var scenarioNames = []string{"go", "engage", "memory", "fairness", "headofline", "connections", "shutdown", "startup", "hub-outage", "failover", "bigsecrets", "propagation", "baseline", "rollout", "churn", "journal", "kubefleet", "pipeline", "thousand", "shard", "thaw", "outage"}
 
 // selected reports whether scenario is selected.
 func (b *bench) selected(scenario string) bool { return len(b.only) == 0 || b.only[scenario] }
@@ -70,11 +72,15 @@ func main() {
 	flag.StringVar(&b.repo, "repo", "..", "the fleet-manager repository, whose Go benchmarks run")
 	only := flag.String("only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames, ","))
 	members := flag.String("members", "", "comma-separated member counts, overriding the mode's")
+	freeze := flag.Duration("freeze", 0, "how long the thaw scenario freezes a member's API server (default: full 90s, quick 20s)")
 	runs := flag.Int("runs", 0, "runs of each scenario, overriding the mode's (full: 5, quick: 1)")
 	flag.Parse()
-	b.runs, b.members = 5, []int{10, 50, 100, 200}
+	b.runs, b.members, b.freeze = 5, []int{10, 50, 100, 200}, 90*time.Second
 	if b.quick {
-		b.runs, b.members = 1, []int{10, 50}
+		b.runs, b.members, b.freeze = 1, []int{10, 50}, 20*time.Second
+	}
+	if *freeze > 0 {
+		b.freeze = *freeze
 	}
 	if *runs > 0 {
 		b.runs = *runs
@@ -184,6 +190,7 @@ func (b *bench) scenarios(ctx context.Context, run int) error {
 		{"pipeline", b.benchPipeline},
 		{"thousand", b.benchThousand},
 		{"shard", b.benchShard},
+		{"thaw", b.benchThaw},
 		{"outage", b.benchOutage}, // last: it restarts a member server
 	}
 	for _, s := range once {

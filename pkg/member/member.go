@@ -313,7 +313,7 @@ func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err
 	context.AfterFunc(ctx, func() {
 		defer close(closed)
 		m.closing.Store(true)
-		m.dialer.CloseAll()
+		m.shutConnections()
 	})
 
 	m.log.Info("Engaging member")

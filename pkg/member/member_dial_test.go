@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -205,5 +207,45 @@ func TestHeardSince(t *testing.T) {
 	clk.Step(time.Millisecond)
 	if m.heardSince(clk.Now(), clk.Now()) {
 		t.Fatal("heard since a time after the last byte")
+	}
+}
+
+// TestProbeCutByTheMembersOwnTeardownIsExcused: a review under way when
+// the member closes its own connections (a Disconnected member's
+// teardown, a rotation) fails with errClosing, which the prober excuses
+// and retries soon, not with the error of a dropped connection, which
+// would count as a failure and leave a Disconnected member an Interval
+// before its next probe, though its server may be back.
+func TestProbeCutByTheMembersOwnTeardownIsExcused(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		signal(arrived)
+		<-r.Context().Done() // a frozen server: the review is never answered
+	}))
+	server.EnableHTTP2 = true
+	server.StartTLS()
+	defer server.Close()
+	pool, err := NewPool(Options{Registry: NewObservedRegistry(nil), Engage: engageNothing, Policy: kubeconfigtest.Permissive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newTestMember(t, pool, server.URL)
+	defer m.stop()
+
+	reviewed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		reviewed <- m.review(ctx)
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(time.Minute):
+		t.Fatal("the review never reached the server")
+	}
+	m.closeConnections()
+	err = <-reviewed
+	if !errors.Is(err, errClosing) {
+		t.Fatalf("a review cut by the member's own teardown failed with %v, want %v", err, errClosing)
 	}
 }

@@ -281,8 +281,21 @@ func (m *member) establishedAt(t time.Time) bool {
 func (m *member) refusing() bool { return m.closing.Load() || m.stopped.Load() }
 
 func (m *member) closeConnections() {
-	m.dialer.CloseAll()
+	m.shutConnections()
 	m.httpClient.CloseIdleConnections()
+}
+
+// shutConnections closes every network connection of m, marked as closed
+// by m itself: a request under way on one, such as a probe, then fails
+// with errClosing, which proves nothing of the member, rather than with
+// the error of a connection the member dropped.
+func (m *member) shutConnections() {
+	m.connsMu.Lock()
+	for c := range m.conns {
+		c.shut.Store(true)
+	}
+	m.connsMu.Unlock()
+	m.dialer.CloseAll()
 }
 
 // errClosing fails the dials of a member whose connection is torn down,
@@ -291,8 +304,8 @@ var errClosing = errors.New("member connection closing")
 
 // notifyingConn is a network connection that tells when it is read and
 // when it is closed.
-// Once its member's connection is closing, or its member is stopped, it
-// fails reads and writes with errClosing: client-go takes the error of a
+// Once its member's connection is closing, or its member is stopped or
+// closed it, it fails reads and writes with errClosing: client-go takes the error of a
 // closed connection for a dropped one and retries a GET after a second,
 // without heeding cancellation, which would hold up the teardown of a hung
 // member.
@@ -305,6 +318,8 @@ type notifyingConn struct {
 	// readAt is when the connection last read anything, in Unix
 	// nanoseconds of the pool's clock; math.MinInt64 before its first.
 	readAt atomic.Int64
+	// shut is set once the member closes the connection itself.
+	shut atomic.Bool
 }
 
 func (c *notifyingConn) Read(b []byte) (int, error) {
@@ -320,9 +335,10 @@ func (c *notifyingConn) Write(b []byte) (int, error) {
 	return n, c.describe(err)
 }
 
-// describe returns errClosing for an error of a closing connection.
+// describe returns errClosing for an error of a closing connection, or
+// of one the member closed.
 func (c *notifyingConn) describe(err error) error {
-	if err != nil && c.closing() {
+	if err != nil && (c.closing() || c.shut.Load()) {
 		return errClosing
 	}
 	return err
