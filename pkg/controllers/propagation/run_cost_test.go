@@ -1,0 +1,81 @@
+package propagation_test
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+)
+
+// TestMemberRunCost measures what a member run costs the manager after a
+// change of one of 30 selected ConfigMaps of 10 KiB: the process's CPU
+// and allocations per member reconcile (the API servers run in processes
+// of their own). It runs only with FLEET_RUN_COST set to the number of
+// changes, a developer's aid: with -cpuprofile or -memprofile it shows
+// where a member run's time goes.
+func TestMemberRunCost(t *testing.T) {
+	changes, _ := strconv.Atoi(os.Getenv("FLEET_RUN_COST"))
+	if changes <= 0 {
+		t.Skip("FLEET_RUN_COST is not set")
+	}
+	f := newFleet(t)
+	members := []string{"east", "west", "north"}
+	for i, name := range members {
+		f.register(i, name, map[string]string{"env": "prod"})
+	}
+	const objects, size = 30, 10 << 10
+	for j := range objects {
+		f.configMap("cm"+strconv.Itoa(j), map[string]string{"v": "0", "pad": strings.Repeat("x", size)}, map[string]string{"app": "web"})
+	}
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready in every member", func(p *fleetv1alpha1.Propagation) bool {
+		return ready(p) && p.Status.Applied == int32(len(members))
+	})
+	quiet := func() {
+		last := memberReconciles(t, members...)
+		for still := time.Now(); time.Since(still) < 500*time.Millisecond; {
+			time.Sleep(50 * time.Millisecond)
+			if n := memberReconciles(t, members...); n != last {
+				last, still = n, time.Now()
+			}
+		}
+	}
+	quiet()
+	runs := memberReconciles(t, members...)
+	cpu, mem := cpuTime(t), memStats()
+	for i := range changes {
+		v := strconv.Itoa(i + 1)
+		cm := f.hubConfigMap("cm0")
+		cm.Data["v"] = v
+		if err := f.hub.Client.Update(t.Context(), cm); err != nil {
+			t.Fatal(err)
+		}
+		for m := range members {
+			f.waitCopy(m, "cm0", "holds change "+v, dataIs("v", v))
+		}
+		quiet()
+	}
+	runs = memberReconciles(t, members...) - runs
+	cpu, after := cpuTime(t)-cpu, memStats()
+	t.Logf("%d changes, %.0f member runs: %.2f ms CPU, %.2f MiB and %.0f allocations per member run (the test's own polling included)",
+		changes, runs, float64(cpu.Microseconds())/1000/runs, float64(after.TotalAlloc-mem.TotalAlloc)/(1<<20)/runs, float64(after.Mallocs-mem.Mallocs)/runs)
+}
+
+func cpuTime(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func memStats() runtime.MemStats {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m
+}
