@@ -109,7 +109,7 @@ var errReview = errors.New("review: setup refused")
 func TestHarnessSetupFails(t *testing.T) {
 	needAssets(t)
 	cases := map[string]fleettest.Options{
-		"Setup": {Members: 1, Setup: func(*fleet.Manager) error { return errReview }},
+		"Setup":               {Members: 1, Setup: func(*fleet.Manager) error { return errReview }},
 		"MulticlusterRuntime": {Members: 1, MulticlusterRuntime: func(mcmanager.Manager) error { return errReview }},
 		"runnable fails at start": {Members: 1, Timeout: 90 * time.Second, Setup: func(m *fleet.Manager) error {
 			return m.Add(manager.RunnableFunc(func(context.Context) error { return errReview }))

@@ -61,7 +61,7 @@ func TestEnvelopeKindScopeChangeIsNotStale(t *testing.T) {
 	namespaced.Add(gv.WithKind("Widget"), meta.RESTScopeNamespace)
 	env := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "fleet.fleetkube.io/v1alpha1", "kind": "Envelope",
-		"metadata": map[string]any{"namespace": "team", "name": "app", "uid": "env-uid", "resourceVersion": "7"},
+		"metadata":  map[string]any{"namespace": "team", "name": "app", "uid": "env-uid", "resourceVersion": "7"},
 		"manifests": []any{map[string]any{"apiVersion": "example.com/v1", "kind": "Widget", "metadata": map[string]any{"name": "w"}}},
 	}}
 	h := &hub{objs: []*unstructured.Unstructured{env}}
