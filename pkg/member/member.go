@@ -102,6 +102,8 @@ type connection struct {
 	// end ends the connection, with errDisconnected or errRefreshed as the
 	// prober decides.
 	end context.CancelCauseFunc
+	// ended is closed once the connection ended: its cache stops.
+	ended <-chan struct{}
 
 	// indexMu guards indexed, the number of the pool's indexes applied to
 	// this connection's cache.
@@ -288,7 +290,7 @@ func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err
 	}
 	ctx, end := context.WithCancelCause(ctx)
 	defer end(nil)
-	conn := &connection{cluster: cl, end: end}
+	conn := &connection{cluster: cl, end: end, ended: ctx.Done()}
 	if err := conn.applyIndexes(ctx, m.pool.indexesSnapshot()); err != nil {
 		m.log.Error(err, "Applying field indexes")
 	}
@@ -399,6 +401,16 @@ func (m *member) setState(s fleetv1alpha1.MemberState) {
 
 // State returns the member's current state.
 func (m *member) State() fleetv1alpha1.MemberState { return m.state.Load().(fleetv1alpha1.MemberState) }
+
+// over reports whether the connection ended.
+func (c *connection) over() bool {
+	select {
+	case <-c.ended:
+		return true
+	default:
+		return false
+	}
+}
 
 // applyIndexes applies the indexes this connection has not seen yet. The
 // pool's list only grows, so a count is enough to know which those are.

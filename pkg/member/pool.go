@@ -423,6 +423,9 @@ func (p *Pool) IndexField(ctx context.Context, obj client.Object, field string, 
 			continue // its next connection applies every index
 		}
 		if err := conn.applyIndexes(ctx, all); err != nil {
+			if conn.over() {
+				continue // it left or reconnects: its next connection applies every index
+			}
 			errs = append(errs, fmt.Errorf("cluster %q: %w", m.name, err))
 		}
 	}
