@@ -68,7 +68,7 @@ func main() {
 	}
 	b := &bench{res: newResults()}
 	flag.BoolVar(&b.quick, "quick", os.Getenv("BENCH_QUICK") == "1", "fewer members and one run of each scenario")
-	flag.StringVar(&b.out, "out", ".", "directory for results.md and the plots")
+	flag.StringVar(&b.out, "out", ".", "directory for results.md and the plots (with -only, default a temporary directory: a part of the bench never replaces the whole's results)")
 	flag.StringVar(&b.repo, "repo", "..", "the fleet-manager repository, whose Go benchmarks run")
 	only := flag.String("only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames, ","))
 	members := flag.String("members", "", "comma-separated member counts, overriding the mode's")
@@ -90,6 +90,16 @@ func main() {
 		if s != "" {
 			b.only[s] = true
 		}
+	}
+	outGiven := false
+	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
+	if len(b.only) > 0 && !outGiven {
+		dir, err := os.MkdirTemp("", "fleet-bench-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		b.out = dir
 	}
 	if *members != "" {
 		b.members = nil
