@@ -162,20 +162,15 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 			}
 		}
 	}
-	revision := desired.GetLabels()[fleetv1alpha1.RevisionLabel]
 	if live != nil && !adopted {
 		changedFields := apply.Drift(desired, live)
 		sameHub := live.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation] == desired.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
+		revision := desired.GetLabels()[fleetv1alpha1.RevisionLabel]
 		relabel := revision != "" && live.GetLabels()[fleetv1alpha1.RevisionLabel] != revision
 		switch {
 		case sameHub && len(changedFields) == 0 && !relabel:
 			run.hold(k.gvk)
 			return live, nil
-		case sameHub && len(changedFields) == 0:
-			// Only the label: a patch of it alone, not the whole copy
-			// again (a new revision relabels every unchanged copy).
-			run.hold(k.gvk)
-			return live, run.labelRevision(ctx, k, live, revision)
 		case sameHub && p.Spec.Drift == fleetv1alpha1.DriftReport && len(changedFields) > 0:
 			run.hold(k.gvk)
 			run.reportDrift(k, changedFields)
@@ -202,42 +197,16 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	}
 	run.r.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
 	run.hold(k.gvk)
-	if _, stale := desired.GetLabels()[fleetv1alpha1.RevisionLabel]; stale && revision == "" {
-		// The label of an earlier revision, patched alone (see
-		// labelRevision), is not the apply's to remove: the copy applied
-		// before its revision is made carries none.
-		return desired, run.unlabelRevision(ctx, k, desired)
-	}
 	return desired, nil // the apply's response: the copy as the member holds it now
 }
 
 // labelRevision sets RevisionLabel of live, copy k, to revision, and
 // nothing else.
 func (run *memberRun) labelRevision(ctx context.Context, k copyKey, live *unstructured.Unstructured, revision string) error {
-	return run.patchRevisionLabel(ctx, k, live, fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, fleetv1alpha1.RevisionLabel, revision))
-}
-
-// unlabelRevision removes RevisionLabel from live, copy k, and nothing
-// else.
-func (run *memberRun) unlabelRevision(ctx context.Context, k copyKey, live *unstructured.Unstructured) error {
-	return run.patchRevisionLabel(ctx, k, live, fmt.Appendf(nil, `{"metadata":{"labels":{%q:null}}}`, fleetv1alpha1.RevisionLabel))
-}
-
-// patchRevisionLabel merge-patches live, copy k, with patch, which writes
-// RevisionLabel alone, and takes the metadata of the answer into live:
-// the member answers with the metadata only, not the whole copy again.
-func (run *memberRun) patchRevisionLabel(ctx context.Context, k copyKey, live *unstructured.Unstructured, patch []byte) error {
-	meta := &metav1.PartialObjectMetadata{}
-	meta.SetGroupVersionKind(live.GroupVersionKind())
-	meta.SetNamespace(live.GetNamespace())
-	meta.SetName(live.GetName())
-	if err := run.member.client.Patch(ctx, meta, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, fleetv1alpha1.RevisionLabel, revision)
+	if err := run.member.client.Patch(ctx, live, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
 		return run.failed(err, "patch", k)
 	}
-	live.SetLabels(meta.GetLabels())
-	live.SetResourceVersion(meta.GetResourceVersion())
-	live.SetGeneration(meta.GetGeneration())
-	live.SetManagedFields(meta.GetManagedFields())
 	return nil
 }
 
