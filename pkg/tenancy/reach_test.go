@@ -1,0 +1,114 @@
+package tenancy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+)
+
+func policyOf(name string, spec fleetv1alpha1.TenancyPolicySpec) fleetv1alpha1.TenancyPolicy {
+	return fleetv1alpha1.TenancyPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+}
+
+var (
+	teamA   = Namespace{Name: "team-a", Labels: map[string]string{"tier": "tenant"}}
+	teamB   = Namespace{Name: "team-b"}
+	devEU   = Member{Name: "dev-eu", Labels: map[string]string{"env": "dev"}, Source: "fleet-system"}
+	prodEU  = Member{Name: "prod-eu", Labels: map[string]string{"env": "prod"}, Source: "fleet-system"}
+	capiDev = Member{Name: "capi-dev", Labels: map[string]string{"env": "dev"}, Source: "capi"}
+	cm      = schema.GroupKind{Kind: "ConfigMap"}
+	deploy  = schema.GroupKind{Group: "apps", Kind: "Deployment"}
+	role    = schema.GroupKind{Group: "rbac.authorization.k8s.io", Kind: "Role"}
+)
+
+func TestReachAddsUpPoliciesAndDenyWins(t *testing.T) {
+	r := New([]fleetv1alpha1.TenancyPolicy{
+		policyOf("a-dev", fleetv1alpha1.TenancyPolicySpec{
+			Namespaces: fleetv1alpha1.NamespaceSelector{Names: []string{"team-a"}},
+			Members:    fleetv1alpha1.ReachableMembers{Selector: &fleetv1alpha1.LabelSelector{MatchLabels: map[string]fleetv1alpha1.LabelValue{"env": "dev"}}, Sources: []string{"fleet-system"}},
+			Kinds:      fleetv1alpha1.KindRules{Deny: []fleetv1alpha1.KindRule{{Group: "rbac.authorization.k8s.io", Kind: "*"}}},
+		}),
+		policyOf("a-prod-configs", fleetv1alpha1.TenancyPolicySpec{
+			Namespaces: fleetv1alpha1.NamespaceSelector{Selector: &fleetv1alpha1.LabelSelector{MatchLabels: map[string]fleetv1alpha1.LabelValue{"tier": "tenant"}}},
+			Members:    fleetv1alpha1.ReachableMembers{Names: []string{"prod-eu"}},
+			Kinds:      fleetv1alpha1.KindRules{Allow: []fleetv1alpha1.KindRule{{Group: "", Kind: "ConfigMap"}}},
+		}),
+	})
+	a := r.For(teamA)
+	if a.Doubt() != nil {
+		t.Fatalf("doubt: %v", a.Doubt())
+	}
+	for _, c := range []struct {
+		m    Member
+		gk   schema.GroupKind
+		want bool
+	}{
+		{devEU, cm, true},
+		{devEU, deploy, true},
+		{devEU, role, false},    // denied by a-dev, and a-prod-configs does not reach dev-eu
+		{prodEU, cm, true},      // a-prod-configs
+		{prodEU, deploy, false}, // a-prod-configs allows ConfigMaps only
+		{capiDev, cm, false},    // a-dev requires the fleet namespace as source
+	} {
+		if got, why := a.Allows(c.m, c.gk); got != c.want {
+			t.Errorf("team-a, %s, %s: allowed %v (%s), want %v", c.m.Name, c.gk, got, why, c.want)
+		}
+	}
+	if ok, why := a.Reaches(capiDev); ok || !strings.Contains(why, "a-dev") {
+		t.Errorf("capi-dev reached (%v) or the reason names no policy: %q", ok, why)
+	}
+	if ok, why := r.For(teamB).Reaches(devEU); ok || !strings.Contains(why, "no TenancyPolicy is for namespace team-b") {
+		t.Errorf("team-b, with no policy, reaches dev-eu (%v) or says %q", ok, why)
+	}
+}
+
+func TestPolicyWithoutMembersOrNamespacesReachesNothing(t *testing.T) {
+	r := New([]fleetv1alpha1.TenancyPolicy{policyOf("empty", fleetv1alpha1.TenancyPolicySpec{
+		Namespaces: fleetv1alpha1.NamespaceSelector{Names: []string{"team-a"}},
+	}), policyOf("no-namespaces", fleetv1alpha1.TenancyPolicySpec{
+		Members: fleetv1alpha1.ReachableMembers{Selector: &fleetv1alpha1.LabelSelector{}},
+	})})
+	if ok, _ := r.For(teamA).Reaches(devEU); ok {
+		t.Error("a policy with no members reaches dev-eu")
+	}
+	if ok, _ := r.For(teamB).Reaches(devEU); ok {
+		t.Error("a policy with no namespaces is for team-b")
+	}
+}
+
+func TestUnparsablePolicyPutsItsNamespacesInDoubt(t *testing.T) {
+	bad := &fleetv1alpha1.LabelSelector{MatchExpressions: []fleetv1alpha1.LabelSelectorRequirement{{Key: "env", Operator: "In"}}}
+	r := New([]fleetv1alpha1.TenancyPolicy{
+		policyOf("bad-members", fleetv1alpha1.TenancyPolicySpec{
+			Namespaces: fleetv1alpha1.NamespaceSelector{Names: []string{"team-a"}},
+			Members:    fleetv1alpha1.ReachableMembers{Selector: bad},
+		}),
+		policyOf("a-all", fleetv1alpha1.TenancyPolicySpec{
+			Namespaces: fleetv1alpha1.NamespaceSelector{Names: []string{"team-a", "team-b"}},
+			Members:    fleetv1alpha1.ReachableMembers{Selector: &fleetv1alpha1.LabelSelector{}},
+		}),
+	})
+	if d := r.For(teamA).Doubt(); d == nil || !strings.Contains(d.Error(), "bad-members") {
+		t.Errorf("team-a's doubt: %v, want one naming bad-members", d)
+	}
+	if d := r.For(teamB).Doubt(); d != nil {
+		t.Errorf("team-b is in doubt (%v) though bad-members is not for it", d)
+	}
+	badNamespaces := New([]fleetv1alpha1.TenancyPolicy{policyOf("bad-namespaces", fleetv1alpha1.TenancyPolicySpec{
+		Namespaces: fleetv1alpha1.NamespaceSelector{Selector: bad},
+	})})
+	if d := badNamespaces.For(teamB).Doubt(); d == nil {
+		t.Error("a policy whose namespaces selector does not parse leaves team-b sure")
+	}
+	if ok, _ := Unknown(errors.New("hub down")).For(teamA).Reaches(devEU); ok {
+		t.Error("an unknown reach reaches")
+	}
+	if ok, _ := Everything().For(teamB).Allows(prodEU, role); !ok {
+		t.Error("Everything refuses")
+	}
+}
