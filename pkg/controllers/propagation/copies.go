@@ -165,6 +165,9 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	if live != nil && !adopted {
 		changedFields := apply.Drift(desired, live)
 		sameHub := live.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation] == desired.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
+		if sameHub {
+			keepRevision(desired, live)
+		}
 		revision := desired.GetLabels()[fleetv1alpha1.RevisionLabel]
 		relabel := revision != "" && live.GetLabels()[fleetv1alpha1.RevisionLabel] != revision
 		switch {
@@ -198,6 +201,21 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	run.r.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
 	run.hold(k.gvk)
 	return desired, nil // the apply's response: the copy as the member holds it now
+}
+
+// keepRevision labels desired, whose content live already holds, with
+// the revision live carries, if any: a copy keeps the revision that gave
+// it its content, and an unchanged copy is not written again when its
+// member takes a revision. A copy without one (applied before its
+// revision was made) is labelled with the run's.
+func keepRevision(desired, live *unstructured.Unstructured) {
+	revision, ok := live.GetLabels()[fleetv1alpha1.RevisionLabel]
+	if !ok {
+		return
+	}
+	labels := desired.GetLabels()
+	labels[fleetv1alpha1.RevisionLabel] = revision
+	desired.SetLabels(labels)
 }
 
 // labelRevision sets RevisionLabel of live, copy k, to revision, and

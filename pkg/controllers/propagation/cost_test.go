@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -270,5 +271,50 @@ func TestWriteConflictIsRetriedNotAnError(t *testing.T) {
 	}
 	if errs := reconcileCount(t, "fleet_reconcile_errors_total", registry.HubName) - errorsBefore; errs != 0 {
 		t.Errorf("%d of %d conflicting writes were reconcile errors, want none", int(errs), c.count())
+	}
+}
+
+// TestChangeWritesOnlyTheChangedCopy: when one of a Propagation's objects
+// changes, the member's other copies are not written again, their
+// revision label included: each keeps the revision that gave it its
+// content, and the changed copy takes the new one.
+func TestChangeWritesOnlyTheChangedCopy(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	names := []string{"web-0", "web-1", "web-2", "web-3"}
+	for _, name := range names {
+		f.configMap(name, map[string]string{"v": "1"}, map[string]string{"app": "web"})
+	}
+	f.propagation("web", nil)
+	for _, name := range names {
+		f.waitCopy(0, name, "labelled with revision 1", func(cm *corev1.ConfigMap) bool {
+			return cm != nil && cm.Labels[fleetv1alpha1.RevisionLabel] == "1"
+		})
+	}
+	since := time.Now()
+	f.setData("web-0", "2")
+	f.waitCopy(0, "web-0", "holds revision 2", func(cm *corev1.ConfigMap) bool {
+		return cm != nil && cm.Data["v"] == "2" && cm.Labels[fleetv1alpha1.RevisionLabel] == "2"
+	})
+	// Runs of one member and Propagation come one at a time: once a
+	// later change is labelled, the run that labelled revision 2 is over.
+	f.setData("web-0", "3")
+	f.waitCopy(0, "web-0", "holds revision 3", func(cm *corev1.ConfigMap) bool {
+		return cm != nil && cm.Data["v"] == "3" && cm.Labels[fleetv1alpha1.RevisionLabel] == "3"
+	})
+	var written []string
+	for _, w := range memberWrites(t, 0, since) {
+		if w.Namespace == f.team {
+			written = append(written, w.Name)
+		}
+	}
+	if i := slices.IndexFunc(written, func(name string) bool { return name != "web-0" }); i >= 0 || len(written) == 0 {
+		t.Errorf("writes after web-0 changed: %v, want web-0's alone", written)
+	}
+	for _, name := range names[1:] {
+		if got := f.copyIn(0, name).Labels[fleetv1alpha1.RevisionLabel]; got != "1" {
+			t.Errorf("unchanged copy %s labelled revision %q, want 1, the revision that gave it its content", name, got)
+		}
 	}
 }

@@ -407,7 +407,8 @@ func (run *memberRun) want(want map[copyKey]*unstructured.Unstructured, obj *uns
 
 // desiredCopies returns the copy the member should hold of each hub
 // object wanted, labelled with the number of the revision it comes from
-// (RevisionLabel), which its content hash leaves out. A hub object an
+// (RevisionLabel), which its content hash leaves out; a copy whose
+// content the member holds keeps its label (see keepRevision). A hub object an
 // override fails to patch gets none: the run fails, naming the rule, and
 // its copy stays as it is.
 func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured) map[copyKey]*unstructured.Unstructured {
