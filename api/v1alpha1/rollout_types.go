@@ -201,9 +201,10 @@ const (
 	RevisionOfLabel = "fleet.fleetkube.io/revision-of"
 	// RevisionHashLabel is the hash of the revision's content.
 	RevisionHashLabel = "fleet.fleetkube.io/revision-hash"
-	// RevisionLabel, on a copy, is the number of the revision its member
-	// applied (under strategy All, set once that revision is made). It is
-	// neither content nor drift.
+	// RevisionLabel, on a copy, is the number of the revision that gave it
+	// its content (under strategy All, set once that revision is made); a
+	// copy a revision leaves unchanged keeps its label. It is neither
+	// content nor drift.
 	RevisionLabel = "fleet.fleetkube.io/revision"
 )
 

@@ -1,6 +1,7 @@
 package rollouttest
 
 import (
+	"fmt"
 	"maps"
 	"testing"
 
@@ -28,17 +29,17 @@ func (f *testFleet) revisionsIn(member string) map[string]string {
 	return got
 }
 
-// waitRevisionLabels waits until every copy in members carries revision.
-func (f *testFleet) waitRevisionLabels(members []string, revision string) {
+// waitRevisionLabels waits until the copies in members carry the
+// revisions of want, by name.
+func (f *testFleet) waitRevisionLabels(members []string, want map[string]string) {
 	f.t.Helper()
-	want := map[string]string{"web-a": revision, "web-b": revision}
 	var got map[string]string
 	defer func() {
 		if f.t.Failed() {
 			f.t.Logf("revision labels: %v", got)
 		}
 	}()
-	poll.Until(f.t, "every copy labelled revision "+revision, func() bool {
+	poll.Until(f.t, fmt.Sprintf("copies labelled with revisions %v", want), func() bool {
 		for _, m := range members {
 			if got = f.revisionsIn(m); !maps.Equal(got, want) {
 				return false
@@ -49,9 +50,10 @@ func (f *testFleet) waitRevisionLabels(members []string, revision string) {
 }
 
 // TestCopiesCarryTheirRevision: each copy is labelled with the revision
-// its member applied, an unchanged copy too, under Progressive as the
-// rollout gives it and under All once the hub's content has its
-// revision; the label is no drift.
+// that gave it its content, under Progressive as the rollout gives it and
+// under All once the hub's content has its revision; a copy a revision
+// leaves unchanged keeps its label (it is not written again), and the
+// label is no drift.
 func TestCopiesCarryTheirRevision(t *testing.T) {
 	f := newFleet(t, 0)
 	members := []string{f.register(0, "a", nil), f.register(1, "b", nil)}
@@ -62,11 +64,11 @@ func TestCopiesCarryTheirRevision(t *testing.T) {
 			Progressive: &fleetv1alpha1.ProgressiveRollout{MaxConcurrency: ptr.To(intstr.FromInt32(1))}}
 	}, configMapKind)
 	f.waitRollout("of revision 1 complete", complete(1))
-	f.waitRevisionLabels(members, "1")
+	f.waitRevisionLabels(members, map[string]string{"web-a": "1", "web-b": "1"})
 
 	f.configMap("web-a", "2")
 	f.waitRollout("of revision 2 complete", complete(2))
-	f.waitRevisionLabels(members, "2")
+	f.waitRevisionLabels(members, map[string]string{"web-a": "2", "web-b": "1"})
 	if p := f.get(); p.Status.Drifted != 0 {
 		t.Errorf("%d members drifted, want none: the label is no drift", p.Status.Drifted)
 	}
@@ -74,7 +76,7 @@ func TestCopiesCarryTheirRevision(t *testing.T) {
 	f.edit(func(p *fleetv1alpha1.Propagation) { p.Spec.Strategy = fleetv1alpha1.RolloutStrategy{} })
 	f.configMap("web-b", "3")
 	f.waitRollout("of revision 3 complete", complete(3))
-	f.waitRevisionLabels(members, "3")
+	f.waitRevisionLabels(members, map[string]string{"web-a": "2", "web-b": "3"})
 	for _, m := range members {
 		if got := f.valueIn(m, "web-b"); got != "3" {
 			t.Errorf("member %s: web-b holds %q, want 3", m, got)

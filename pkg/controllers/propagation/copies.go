@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +25,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
 
@@ -165,6 +168,9 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	if live != nil && !adopted {
 		changedFields := apply.Drift(desired, live)
 		sameHub := live.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation] == desired.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
+		if sameHub {
+			keepRevision(desired, live)
+		}
 		revision := desired.GetLabels()[fleetv1alpha1.RevisionLabel]
 		relabel := revision != "" && live.GetLabels()[fleetv1alpha1.RevisionLabel] != revision
 		switch {
@@ -185,6 +191,7 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 			logf.FromContext(ctx).Info("Correcting drift", "kind", k.gvk.Kind, "object", k.name, "fields", changedFields)
 		}
 	}
+	desired = desired.DeepCopy() // it may be shared, and the apply's response replaces it
 	if live != nil {
 		apply.WithoutClaims(desired, apply.ClaimedByOthers(live))
 	}
@@ -198,6 +205,21 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	run.r.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
 	run.hold(k.gvk)
 	return desired, nil // the apply's response: the copy as the member holds it now
+}
+
+// keepRevision labels desired, whose content live already holds, with
+// the revision live carries, if any: a copy keeps the revision that gave
+// it its content, and an unchanged copy is not written again when its
+// member takes a revision. A copy without one (applied before its
+// revision was made) is labelled with the run's.
+func keepRevision(desired, live *unstructured.Unstructured) {
+	revision, ok := live.GetLabels()[fleetv1alpha1.RevisionLabel]
+	if !ok {
+		return
+	}
+	labels := desired.GetLabels()
+	labels[fleetv1alpha1.RevisionLabel] = revision
+	desired.SetLabels(labels)
 }
 
 // labelRevision sets RevisionLabel of live, copy k, to revision, and
@@ -428,4 +450,86 @@ func managersOf(obj *unstructured.Unstructured) string {
 		return "none recorded"
 	}
 	return strings.Join(names, ", ")
+}
+
+// sharedInputs is what a copy no override changes is built from, beside
+// its hub object: the same in every member of a Propagation.
+type sharedInputs struct {
+	propagation string
+	deletion    fleetv1alpha1.DeletionPolicy
+	fleetID     string
+}
+
+// sharedContents is how many contents of one Propagation sharedCopies
+// keeps copies of: a Progressive rollout gives members two at a time.
+const sharedContents = 2
+
+// sharedCopies keeps, per Propagation, the desired copies no override
+// changes, of the contents its members were last given, by copy: built
+// by the first member run, and read by every other. The zero value is
+// ready; its copies are read-only (see withOwnMetadata).
+type sharedCopies struct {
+	mu     sync.Mutex
+	copies map[propagationKey][]*sharedContent // newest first
+}
+
+type sharedContent struct {
+	content *content.Content
+	inputs  sharedInputs
+	copies  map[copyKey]*unstructured.Unstructured
+}
+
+// get returns Propagation key's shared copy k of content c built from
+// inputs, nil if none was kept.
+func (s *sharedCopies) get(key propagationKey, c *content.Content, inputs sharedInputs, k copyKey) *unstructured.Unstructured {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sc := range s.copies[key] {
+		if sc.content == c && sc.inputs == inputs {
+			return sc.copies[k]
+		}
+	}
+	return nil
+}
+
+// put keeps d as Propagation key's shared copy k of content c built from
+// inputs, dropping the copies of all but the newest contents.
+func (s *sharedCopies) put(key propagationKey, c *content.Content, inputs sharedInputs, k copyKey, d *unstructured.Unstructured) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := s.copies[key]
+	i := slices.IndexFunc(kept, func(sc *sharedContent) bool { return sc.content == c && sc.inputs == inputs })
+	if i < 0 {
+		kept = slices.Insert(kept, 0, &sharedContent{content: c, inputs: inputs, copies: map[copyKey]*unstructured.Unstructured{}})
+		kept, i = kept[:min(len(kept), sharedContents)], 0
+	}
+	kept[i].copies[k] = d
+	if s.copies == nil {
+		s.copies = map[propagationKey][]*sharedContent{}
+	}
+	s.copies[key] = kept
+}
+
+// forget drops Propagation key's copies.
+func (s *sharedCopies) forget(key propagationKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.copies, key)
+}
+
+// withOwnMetadata returns d with metadata, labels and annotations of its
+// own, its other fields shared: a run labels its copies without changing
+// a shared one.
+func withOwnMetadata(d *unstructured.Unstructured) *unstructured.Unstructured {
+	obj := maps.Clone(d.Object)
+	if m, ok := obj["metadata"].(map[string]any); ok {
+		m = maps.Clone(m)
+		for _, field := range []string{"labels", "annotations"} {
+			if v, ok := m[field].(map[string]any); ok {
+				m[field] = maps.Clone(v)
+			}
+		}
+		obj["metadata"] = m
+	}
+	return &unstructured.Unstructured{Object: obj}
 }

@@ -272,3 +272,48 @@ func TestWriteConflictIsRetriedNotAnError(t *testing.T) {
 		t.Errorf("%d of %d conflicting writes were reconcile errors, want none", int(errs), c.count())
 	}
 }
+
+// TestChangeWritesOnlyTheChangedCopy: when one of a Propagation's objects
+// changes, the member's other copies are not changed again, their
+// revision label included: each keeps the revision that gave it its
+// content, and the changed copy takes the new one. (A run that read its
+// cache before a write's event came may repeat that write, changing
+// nothing: resourceVersions tell changes.)
+func TestChangeWritesOnlyTheChangedCopy(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	names := []string{"web-0", "web-1", "web-2", "web-3"}
+	for _, name := range names {
+		f.configMap(name, map[string]string{"v": "1"}, map[string]string{"app": "web"})
+	}
+	f.propagation("web", nil)
+	for _, name := range names {
+		f.waitCopy(0, name, "labelled with revision 1", func(cm *corev1.ConfigMap) bool {
+			return cm != nil && cm.Labels[fleetv1alpha1.RevisionLabel] == "1"
+		})
+	}
+	versions := map[string]string{}
+	for _, name := range names[1:] {
+		versions[name] = f.copyIn(0, name).ResourceVersion
+	}
+	f.setData("web-0", "2")
+	f.waitCopy(0, "web-0", "holds revision 2", func(cm *corev1.ConfigMap) bool {
+		return cm != nil && cm.Data["v"] == "2" && cm.Labels[fleetv1alpha1.RevisionLabel] == "2"
+	})
+	// Runs of one member and Propagation come one at a time: once a
+	// later change is labelled, the run that labelled revision 2 is over.
+	f.setData("web-0", "3")
+	f.waitCopy(0, "web-0", "holds revision 3", func(cm *corev1.ConfigMap) bool {
+		return cm != nil && cm.Data["v"] == "3" && cm.Labels[fleetv1alpha1.RevisionLabel] == "3"
+	})
+	for _, name := range names[1:] {
+		cm := f.copyIn(0, name)
+		if cm.ResourceVersion != versions[name] {
+			t.Errorf("unchanged copy %s was changed (labels %v)", name, cm.Labels)
+		}
+		if got := cm.Labels[fleetv1alpha1.RevisionLabel]; got != "1" {
+			t.Errorf("unchanged copy %s labelled revision %q, want 1, the revision that gave it its content", name, got)
+		}
+	}
+}

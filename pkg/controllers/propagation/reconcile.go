@@ -133,9 +133,11 @@ type memberRun struct {
 	// number is the number of that revision, stamped on each copy
 	// (RevisionLabel); 0 under strategy All until the revision of the
 	// hub's content is made.
-	number      int64
-	unloaded    int64 // the revision the member is given, if it could not be loaded
-	overrides   []fleetv1alpha1.Override
+	number    int64
+	unloaded  int64 // the revision the member is given, if it could not be loaded
+	overrides []fleetv1alpha1.Override
+	// content is the content the member is given, shared read-only.
+	content     *content.Content
 	held        *failure
 	draining    bool
 	maintenance fleetv1alpha1.MaintenanceMode
@@ -328,7 +330,7 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 		}
 		run.want(want, &unstructured.Unstructured{Object: o.Object}, c.Resources[o.Resource])
 	}
-	run.overrides = c.Overrides
+	run.overrides, run.content = c.Overrides, c
 	return want, false, nil
 }
 
@@ -407,18 +409,35 @@ func (run *memberRun) want(want map[copyKey]*unstructured.Unstructured, obj *uns
 
 // desiredCopies returns the copy the member should hold of each hub
 // object wanted, labelled with the number of the revision it comes from
-// (RevisionLabel), which its content hash leaves out. A hub object an
+// (RevisionLabel), which its content hash leaves out; a copy whose
+// content the member holds keeps its label (see keepRevision). A hub object an
 // override fails to patch gets none: the run fails, naming the rule, and
 // its copy stays as it is.
+//
+// A copy no override changes is the same in every member: it is built
+// once per content and shared (see sharedCopies), and each run gets it
+// with metadata of its own; apply copies it whole before it writes.
 func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured) map[copyKey]*unstructured.Unstructured {
 	desired := make(map[copyKey]*unstructured.Unstructured, len(want))
 	member := apply.Member{Name: run.member.name, Labels: run.labels}
+	inputs := sharedInputs{propagation: run.p.Name, deletion: apply.DeletionPolicy(run.p), fleetID: run.id}
 	for k, hubObj := range want {
-		d, err := apply.DesiredCopy(hubObj, run.p, run.overrides, run.r.fleet, run.id, member)
-		if err != nil {
-			run.fail(failure{reason: fleetv1alpha1.ReasonOverrideFailed, message: err.Error()})
-			continue
+		shared := run.content != nil && !apply.Overridden(hubObj, run.overrides, member)
+		var d *unstructured.Unstructured
+		if shared {
+			d = run.r.shared.get(run.key, run.content, inputs, k)
 		}
+		if d == nil {
+			var err error
+			if d, err = apply.DesiredCopy(hubObj, run.p, run.overrides, run.r.fleet, run.id, member); err != nil {
+				run.fail(failure{reason: fleetv1alpha1.ReasonOverrideFailed, message: err.Error()})
+				continue
+			}
+			if shared {
+				run.r.shared.put(run.key, run.content, inputs, k, d)
+			}
+		}
+		d = withOwnMetadata(d)
 		if run.number > 0 {
 			labels := d.GetLabels()
 			labels[fleetv1alpha1.RevisionLabel] = strconv.FormatInt(run.number, 10)

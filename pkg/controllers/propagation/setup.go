@@ -116,6 +116,8 @@ type reconciler struct {
 	// content builds what Propagations apply from the hub objects, once
 	// per change, and shares it.
 	content *content.Cache
+	// shared keeps the copies built once for every member.
+	shared sharedCopies
 	// revisions makes, loads and prunes the Propagations' revisions.
 	revisions *revisions.Store
 	// refusedRevisions remembers the revisions the hub refused.

@@ -20,6 +20,8 @@
 // replaced. A rule may change neither what names the copy nor what the
 // member's API server owns. A rule that does not apply is an error naming
 // it, the copy and the operation; the copy is then not changed at all.
+// A copy [Overridden] says no rule may change is the same in every
+// member, so the controller builds it once for all of them.
 // [DeletionPolicy] is the policy a copy carries.
 //
 // # Order

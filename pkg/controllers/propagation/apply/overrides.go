@@ -235,3 +235,19 @@ func expand(s string, member Member) (string, error) {
 		s = s[start+end+1:]
 	}
 }
+
+// Overridden reports whether a rule of rules may change member's copy of
+// hub: one that targets it and selects the member, or whose members
+// selector does not parse. A copy no rule changes is the same in every
+// member, and may be built once for all of them.
+func Overridden(hub *unstructured.Unstructured, rules []fleetv1alpha1.Override, member Member) bool {
+	for i := range rules {
+		if !targets(rules[i].Target, hub) {
+			continue
+		}
+		if selected, err := rules[i].Members.Selects(member.Name, member.Labels); selected || err != nil {
+			return true
+		}
+	}
+	return false
+}

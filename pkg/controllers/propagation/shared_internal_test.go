@@ -1,0 +1,65 @@
+package propagation
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
+)
+
+// TestCopiesNoOverrideChangesAreBuiltOnce: the member runs of one content
+// share the desired copy no override changes, built by the first (its
+// 10 KiB of data not built again nor copied), each with labels of its
+// own; a copy an override changes in a member is that member's own.
+func TestCopiesNoOverrideChangesAreBuiltOnce(t *testing.T) {
+	t.Parallel()
+	hub := map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "web", "namespace": "team", "uid": "u1", "labels": map[string]any{"app": "web"}},
+		"data":     map[string]any{"pad": strings.Repeat("x", 10<<10)},
+	}
+	c := &content.Content{
+		Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap"}},
+		Overrides: []fleetv1alpha1.Override{{
+			Name:       "west-only",
+			Target:     fleetv1alpha1.OverrideTarget{APIVersion: "v1", Kind: "ConfigMap", Name: "web"},
+			Members:    fleetv1alpha1.MemberSelector{Names: []string{"west"}},
+			MergePatch: &apiextensionsv1.JSON{Raw: []byte(`{"data":{"region":"west"}}`)},
+		}},
+		Objects: []content.Object{{Resource: 0, Object: hub}},
+	}
+	r := &reconciler{fleet: "fleet"}
+	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}}
+	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
+	run := func(member string, number int64) *unstructured.Unstructured {
+		run := &memberRun{r: r, member: &memberCopies{name: member}, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id",
+			content: c, overrides: c.Overrides, number: number}
+		return run.desiredCopies(map[copyKey]*unstructured.Unstructured{k: {Object: hub}})[k]
+	}
+	east, north, west := run("east", 1), run("north", 2), run("west", 2)
+	data := func(u *unstructured.Unstructured) uintptr { return reflect.ValueOf(u.Object["data"]).Pointer() }
+	if data(east) != data(north) {
+		t.Error("east's and north's copies were each built: want one copy, shared")
+	}
+	if data(west) == data(east) {
+		t.Error("west's copy, which an override changes, is shared")
+	}
+	if got := east.GetLabels()[fleetv1alpha1.RevisionLabel]; got != "1" {
+		t.Errorf("east's copy labelled revision %q, want 1", got)
+	}
+	if got := north.GetLabels()[fleetv1alpha1.RevisionLabel]; got != "2" {
+		t.Errorf("north's copy labelled revision %q, want 2", got)
+	}
+	if shared := r.shared.get(propagationKey{Namespace: "team", Name: "web"}, c, sharedInputs{propagation: "web", deletion: fleetv1alpha1.DeletionDelete, fleetID: "id"}, k); shared == nil {
+		t.Error("no copy kept for the next member")
+	} else if _, labelled := shared.GetLabels()[fleetv1alpha1.RevisionLabel]; labelled {
+		t.Error("a run's revision label reached the shared copy")
+	}
+}
