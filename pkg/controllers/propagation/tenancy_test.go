@@ -333,7 +333,9 @@ func (f *testFleet) installTenancyPolicyCRD(edit func(*apiextensionsv1.JSONSchem
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	i := slices.IndexFunc(crds, func(crd *apiextensionsv1.CustomResourceDefinition) bool { return crd.Spec.Names.Kind == "TenancyPolicy" })
+	i := slices.IndexFunc(crds, func(crd *apiextensionsv1.CustomResourceDefinition) bool {
+		return crd.Spec.Names.Kind == "TenancyPolicy"
+	})
 	if i < 0 {
 		f.t.Fatal("deploy/crd holds no TenancyPolicy CRD")
 	}
