@@ -47,6 +47,9 @@ type Context struct {
 	// TokenRenewalDisabled keeps the tokenrenewal controller from renewing
 	// tokens: it still describes every credential.
 	TokenRenewalDisabled bool
+	// Tenancy is run's --tenancy, for the propagation controller
+	// (propagation.Options.Tenancy): Auto (""), Enforce or Off.
+	Tenancy string
 }
 
 // Initializer adds one built-in controller to a manager.
@@ -80,7 +83,7 @@ func Initializers() []Initializer {
 		{
 			Name: propagation.ControllerName, OnByDefault: true, Concurrency: propagation.DefaultWorkers,
 			Add: func(c Context) error {
-				return propagation.Add(c.Manager, propagation.Options{Workers: c.Concurrency, Client: c.Client, Config: c.Config, Journal: c.Journal, OwedRemovals: c.OwedRemovals, Drains: c.Drains})
+				return propagation.Add(c.Manager, propagation.Options{Workers: c.Concurrency, Client: c.Client, Config: c.Config, Journal: c.Journal, OwedRemovals: c.OwedRemovals, Drains: c.Drains, Tenancy: c.Tenancy})
 			},
 		},
 		{
