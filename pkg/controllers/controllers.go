@@ -149,6 +149,8 @@ type Settings struct {
 	// TokenRenewalDisabled keeps the tokenrenewal controller from renewing
 	// tokens (--renew-tokens=false): it still describes every credential.
 	TokenRenewalDisabled bool
+	// Tenancy is --tenancy: Auto (""), Enforce or Off.
+	Tenancy string
 }
 
 // Start adds to m each of initializers that s.Selection enables.
@@ -170,7 +172,7 @@ func Start(m *fleet.Manager, initializers []Initializer, s Settings) error {
 			return fmt.Errorf("building the %s controller's client: %w", i.Name, err)
 		}
 		c := Context{Manager: m, Concurrency: i.Concurrency, Client: cl, Config: cfg, Journal: s.Journal,
-			ClusterProfileNamespace: s.ClusterProfileNamespace, Credentials: credentials, OwedRemovals: owedRemovals, Drains: drains, TokenRenewalDisabled: s.TokenRenewalDisabled}
+			ClusterProfileNamespace: s.ClusterProfileNamespace, Credentials: credentials, OwedRemovals: owedRemovals, Drains: drains, TokenRenewalDisabled: s.TokenRenewalDisabled, Tenancy: s.Tenancy}
 		if n, ok := s.Concurrency[i.Name]; ok && n > 0 {
 			c.Concurrency = n
 		}
