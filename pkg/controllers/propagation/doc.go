@@ -62,20 +62,6 @@
 // made of an object now refused is no longer wanted: it is removed (or,
 // under deletion: Orphan, let go), as when the object stops matching.
 //
-// # Tenancy
-//
-// Where tenancy is enforced (Options.Tenancy; Auto reads the fleet
-// identity ConfigMap), a member the Propagation's namespace may not reach
-// (package tenancy, from the hub's TenancyPolicies and Namespaces, watched
-// in the manager's cache) is not selected, in the member run, the status
-// and the rollout's plan: its copies are removed as on a deselection, and
-// status.excludedMembers names it. A copy, after overrides, of a kind not
-// allowed there is not applied (KindNotAllowed) and, made before, is
-// removed. A reach in doubt (a policy that does not parse, a read that
-// fails) holds, TenancyUnknown; until the mode and policies are first
-// read, a namespaced Propagation's requests wait. ClusterPropagations are
-// outside tenancy.
-//
 // A fleet has an identity unique across hubs (fleet.Manager.FleetID).
 // Every copy carries it, as the label fleet.fleetkube.io/fleet-id beside
 // fleet.fleetkube.io/fleet (the fleet namespace's name), and so does a
@@ -109,6 +95,20 @@
 //
 // What a member answers never reaches the hub verbatim: a failed request
 // is told in the manager's words, with the API status code and reason.
+//
+// # Tenancy
+//
+// Where tenancy is enforced (Options.Tenancy; Auto reads the fleet
+// identity ConfigMap), a member the Propagation's namespace may not reach
+// (package tenancy, from the hub's TenancyPolicies and Namespaces, watched
+// in the manager's cache) is not selected, in the member run, the status
+// and the rollout's plan: its copies are removed as on a deselection, and
+// status.excludedMembers names it. A copy, after overrides, of a kind not
+// allowed there is not applied (KindNotAllowed) and, made before, is
+// removed. A reach in doubt (a policy that does not parse, a read that
+// fails) holds, TenancyUnknown; until the mode and policies are first
+// read, a namespaced Propagation's requests wait. ClusterPropagations are
+// outside tenancy.
 //
 // # Reads
 //
