@@ -467,6 +467,10 @@ const (
 	ReasonMembersPending    = "MembersPending"
 	ReasonNoMembersSelected = "NoMembersSelected"
 	ReasonNoDrift           = "NoDrift"
+	// ReasonMembersExcluded, of a Warning Event on a Propagation: a
+	// TenancyPolicy change keeps its namespace from members it had
+	// selected; their copies are removed as on a deselection.
+	ReasonMembersExcluded = "MembersExcluded"
 )
 
 // MaxListedMembers bounds status.members; failing, drifted and pending
@@ -487,6 +491,27 @@ const MaxListedResources = 100
 // MaxCopiedKinds bounds status.kinds: as many as one Envelope may hold
 // (MaxEnvelopeManifests).
 const MaxCopiedKinds = 256
+
+// MaxListedExcludedMembers bounds status.excludedMembers; the others are
+// only counted, in status.excluded.
+const MaxListedExcludedMembers = 100
+
+// ExcludedMember is a member spec.members selects that tenancy keeps the
+// Propagation from.
+type ExcludedMember struct {
+	// Name is the member's name.
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+	// Reason is NotReachable, or TenancyUnknown.
+	// +kubebuilder:validation:MaxLength=64
+	// +required
+	Reason string `json:"reason"`
+	// Message says which policies were asked.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Message string `json:"message,omitempty"`
+}
 
 // PropagationStatus is what the manager observed, per member and in sum.
 type PropagationStatus struct {
@@ -553,6 +578,20 @@ type PropagationStatus struct {
 	// +listMapKey=name
 	// +optional
 	Members []MemberPropagationStatus `json:"members,omitempty"`
+
+	// Excluded counts the members spec.members selects that tenancy
+	// (TenancyPolicies) keeps the Propagation's namespace from reaching:
+	// they are not selected, and hold no copies of it.
+	// +kubebuilder:default=0
+	// +optional
+	Excluded int32 `json:"excluded"`
+	// ExcludedMembers names the first MaxListedExcludedMembers of them, by
+	// name, and why.
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	ExcludedMembers []ExcludedMember `json:"excludedMembers,omitempty"`
 
 	// Revision is the newest revision of what the Propagation applies.
 	// +optional

@@ -96,6 +96,20 @@
 // What a member answers never reaches the hub verbatim: a failed request
 // is told in the manager's words, with the API status code and reason.
 //
+// # Tenancy
+//
+// Where tenancy is enforced (Options.Tenancy; Auto reads the fleet
+// identity ConfigMap), a member the Propagation's namespace may not reach
+// (package tenancy, from the hub's TenancyPolicies and Namespaces, watched
+// in the manager's cache) is not selected, in the member run, the status
+// and the rollout's plan: its copies are removed as on a deselection, and
+// status.excludedMembers names it. A copy, after overrides, of a kind not
+// allowed there is not applied (KindNotAllowed) and, made before, is
+// removed. A reach in doubt (a policy that does not parse, a read that
+// fails) holds, TenancyUnknown; until the mode and policies are first
+// read, a namespaced Propagation's requests wait. ClusterPropagations are
+// outside tenancy.
+//
 // # Reads
 //
 // Hub objects are read through one cache per namespace that has

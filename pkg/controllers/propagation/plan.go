@@ -152,7 +152,8 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 	if p.Spec.Revision != nil {
 		target = *p.Spec.Revision
 	}
-	if membersSelectorError(p) != nil {
+	reach := r.tenancy.reachOf(ctx, p.Namespace)
+	if membersSelectorError(p) != nil || reach.Doubt() != nil {
 		// Which members are selected is not known: nothing changes.
 		st.Rollout = p.Status.Rollout
 		return 0
@@ -163,7 +164,8 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 		st.Rollout = p.Status.Rollout
 		return time.Second
 	}
-	members := plannedMembersOf(p, st, r.m.Registry().List(), maintenance, r.results.of(client.ObjectKeyFromObject(p)), revs, target)
+	reaches := func(c *registry.Cluster) bool { ok, _ := reach.Reaches(tenancyMember(c, r.fleet)); return ok }
+	members := plannedMembersOf(p, st, r.m.Registry().List(), reaches, maintenance, r.results.of(client.ObjectKeyFromObject(p)), revs, target)
 	var draining []string
 	if p.Status.Rollout != nil {
 		draining = p.Status.Rollout.Draining
@@ -180,11 +182,13 @@ func (r *reconciler) rollout(ctx context.Context, p *fleetv1alpha1.Propagation, 
 	return plan.After
 }
 
-// plannedMembersOf is every accepted member of clusters that p selects,
-// as the planner of target sees it: a member this replica owns by its
-// result in results, one another replica owns by that replica's shard of
-// st (see rollout.ShardProgress).
-func plannedMembersOf(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, clusters []*registry.Cluster,
+// plannedMembersOf is every accepted member of clusters that p selects
+// and its namespace reaches, as the planner of target sees it: a member
+// this replica owns by its result in results, one another replica owns by
+// that replica's shard of st (see rollout.ShardProgress). A member
+// tenancy excludes is not planned: it is given no revision, and holds
+// no rollout slot or disruption budget.
+func plannedMembersOf(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationStatus, clusters []*registry.Cluster, reaches func(*registry.Cluster) bool,
 	maintenance map[string]fleetv1alpha1.MaintenanceMode, results map[string]memberResult, revs []fleetv1alpha1.PropagationRevision, target int64,
 ) []rollout.Member {
 	// given names, by replica, the members of other replicas the record
@@ -200,7 +204,7 @@ func plannedMembersOf(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.Propagatio
 		if !c.Accepted() {
 			continue
 		}
-		if selected, err := selects(p, c.Name, c.Labels); err != nil || !selected {
+		if selected, err := selects(p, c.Name, c.Labels); err != nil || !selected || !reaches(c) {
 			continue
 		}
 		m := rollout.Member{Name: c.Name, Labels: c.Labels, Maintenance: maintenance[c.Name], Assigned: assignedRevision(p, c.Name),

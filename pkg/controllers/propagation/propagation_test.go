@@ -1,6 +1,7 @@
 package propagation_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,6 +74,9 @@ type testFleet struct {
 	client func(m *fleet.Manager) (client.Client, error)
 	// watchSweep, if set, is how often members' copy watches are looked at.
 	watchSweep time.Duration
+	// tenancy is the controller's Options.Tenancy; "" is Off, so that a
+	// test that does not speak of tenancy needs no TenancyPolicy.
+	tenancy string
 }
 
 // newFleet starts a fleet on a hub of the test's own.
@@ -163,7 +167,8 @@ func (f *testFleet) start(health *member.HealthOptions) {
 			}
 		},
 		Setup: func(m *fleet.Manager) error {
-			opts := propagation.Options{Journal: j, ForgetAfter: f.forgetAfter, OwedRemovals: f.owedRemovals, WatchSweep: f.watchSweep}
+			opts := propagation.Options{Journal: j, ForgetAfter: f.forgetAfter, OwedRemovals: f.owedRemovals, WatchSweep: f.watchSweep,
+				Tenancy: cmp.Or(f.tenancy, fleetv1alpha1.TenancyOff)}
 			if f.client != nil {
 				c, err := f.client(m)
 				if err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
+	"github.com/fleetkube/fleet-manager/pkg/tenancy"
 )
 
 // A failed member run is tried again after a second, then after twice as
@@ -96,6 +97,13 @@ type memberRun struct {
 	// selects each hub object wanted.
 	labels     map[string]string
 	selectedBy map[copyKey]fleetv1alpha1.ResourceSelector
+	// reach is what the Propagation's namespace may reach (see
+	// enforceTenancy), and tenant the member as tenancy sees it.
+	reach  *tenancy.NamespaceReach
+	tenant tenancy.Member
+	// excluded is set when tenancy keeps the namespace from the member,
+	// and excludedCopies when the member held copies then.
+	excluded, excludedCopies bool
 
 	failures []failure
 	// orphaned are the copies orphaned rather than deleted, and why.
@@ -162,6 +170,9 @@ func (r *reconciler) reconcileMember(ctx context.Context, member string, key pro
 	if err := r.replayOwed(ctx, mc, id); err != nil {
 		return reconcile.Result{}, err
 	}
+	if r.tenancy.pending(key.Namespace) {
+		return reconcile.Result{RequeueAfter: tenancyWait}, nil
+	}
 	return r.reconcileCopies(ctx, mc, key, id)
 }
 
@@ -218,6 +229,7 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	run.excludedCopies = run.excluded && len(have) > 0
 	desired := run.desiredCopies(want)
 	recorded := make([]journal.Copy, 0, len(desired))
 	for _, d := range desired {
@@ -295,6 +307,9 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 		return nil, false, nil
 	} else if !selected {
 		return nil, true, nil
+	}
+	if held, excluded := run.enforceTenancy(ctx); held || excluded {
+		return nil, excluded, nil
 	}
 	maintenance, err := run.r.maintenance(ctx, run.member.name)
 	if err != nil {
@@ -412,7 +427,9 @@ func (run *memberRun) want(want map[copyKey]*unstructured.Unstructured, obj *uns
 // (RevisionLabel), which its content hash leaves out; a copy whose
 // content the member holds keeps its label (see keepRevision). A hub object an
 // override fails to patch gets none: the run fails, naming the rule, and
-// its copy stays as it is.
+// its copy stays as it is. A copy, as overrides make it, of a kind
+// tenancy does not allow there gets none either, and is taken out of
+// want: the run fails, KindNotAllowed, and a copy made before is removed.
 //
 // A copy no override changes is the same in every member: it is built
 // once per content and shared (see sharedCopies), and each run gets it
@@ -438,6 +455,10 @@ func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured)
 			}
 		}
 		d = withOwnMetadata(d)
+		if !run.kindAllowed(d) {
+			delete(want, k) // a copy made before is no longer wanted
+			continue
+		}
 		if run.number > 0 {
 			labels := d.GetLabels()
 			labels[fleetv1alpha1.RevisionLabel] = strconv.FormatInt(run.number, 10)
@@ -544,6 +565,7 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 		result: fleetv1alpha1.ResultApplied, reason: fleetv1alpha1.ReasonApplied, available: metav1.ConditionTrue,
 		generation: gen, since: now, confirmed: now, intent: intent, copies: run.copies, kinds: run.kinds, removing: removing,
 		revision: run.revision, unloaded: run.unloaded, draining: run.draining,
+		excluded: run.excluded, excludedCopies: run.excludedCopies,
 	}
 	switch {
 	case len(run.failures) > 0:

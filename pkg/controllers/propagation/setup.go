@@ -31,6 +31,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
+	"github.com/fleetkube/fleet-manager/pkg/tenancy"
 )
 
 // ControllerName names the controller in --controllers, logs and metrics.
@@ -83,6 +84,12 @@ type Options struct {
 	// neither the Propagations of its namespace nor what the journal holds
 	// of the member there need, is stopped. Default: DefaultWatchSweep.
 	WatchSweep time.Duration
+	// Tenancy is whether the TenancyPolicies of the hub decide which
+	// members each namespace's Propagations may reach, and with which
+	// kinds (see package tenancy): Enforce, Off, or Auto (""), which
+	// enforces them in a fleet whose identity ConfigMap says it was
+	// created with tenancy. ClusterPropagations are outside tenancy.
+	Tenancy string
 }
 
 // NewOwedRemovals returns an empty store of owed removals for
@@ -140,6 +147,8 @@ type reconciler struct {
 	mirrorCut sync.Map
 	// clusterPropagations is set when the hub serves ClusterPropagations.
 	clusterPropagations bool
+	// tenancy says what each namespace's Propagations may reach.
+	tenancy *tenancyView
 }
 
 // Add adds the Propagation controller to m. A hub without the Propagation
@@ -156,6 +165,9 @@ func Add(m *fleet.Manager, opts Options) error {
 	clusterPropagations := err == nil
 	if !clusterPropagations {
 		m.GetLogger().Info("The hub has no ClusterPropagation CRD: cluster-scoped objects are not propagated (install deploy/crd)")
+	}
+	if _, err := tenancy.Mode(opts.Tenancy, nil); err != nil {
+		return err
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = DefaultWorkers
@@ -209,6 +221,7 @@ func Add(m *fleet.Manager, opts Options) error {
 		readiness:  map[propagationKey]string{},
 
 		clusterPropagations: clusterPropagations,
+		tenancy:             &tenancyView{flag: opts.Tenancy, fleet: m.Namespace(), live: apiReader, cache: m.GetCache()},
 	}
 	r.objects = &hubObjects{fleet: m.Namespace(), config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
 	r.content = content.NewCache(&content.Builder{Fleet: m.Namespace(), Mapper: m.GetRESTMapper(), List: r.objects.list})
@@ -262,6 +275,7 @@ func (h hubEngagement) Start(ctx context.Context, _ string, _ cluster.Cluster, q
 	r.queue.set(q)
 	r.objects.start(ctx)
 	go r.keepOwed(ctx)
+	go r.tenancy.run(ctx, r.m.FleetID, r.tenancyChanged)
 	go r.m.Registry().Subscribe(ctx).Run(ctx, 1, r.memberChanged)
 	synced := make(chan struct{})
 	close(synced)

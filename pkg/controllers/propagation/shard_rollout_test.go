@@ -141,7 +141,7 @@ func (w *shardedWorld) sumUp() {
 		st.Members = append(st.Members, s.Members...)
 	}
 	target := w.revs[len(w.revs)-1].Revision
-	members := plannedMembersOf(w.p, &st, w.clusters(summer), nil, w.results[summer], w.revs, target)
+	members := plannedMembersOf(w.p, &st, w.clusters(summer), everyone, nil, w.results[summer], w.revs, target)
 	plan := rollout.PlanOf(rollout.Input{Spec: &w.p.Spec, Target: target, Members: members, Now: w.now})
 	st.Rollout = &plan.Status
 	w.p.Status = st

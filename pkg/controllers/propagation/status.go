@@ -68,6 +68,9 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	if !p.DeletionTimestamp.IsZero() {
 		return retryConflict(r.release(ctx, p))
 	}
+	if r.tenancy.pending(key.Namespace) {
+		return reconcile.Result{RequeueAfter: tenancyWait}, nil
+	}
 	// Whether a sum is due is decided first, from the interval alone:
 	// the content and the revisions are read only for a sum.
 	if wait := r.statusWait(key); wait > 0 {
@@ -88,11 +91,13 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	if r.m.ReplicaName() == "" {
 		st = r.status(ctx, p, r.ownedMembers(), rv.revs)
 		after = r.rollout(ctx, p, &st, rv)
+		r.setExcluded(ctx, p, &st)
 		status.SetSelected(p, &st, selectionOf(rv.selected))
-		status.SetConditions(p, &st, conditionProblems(p, rv.hubProblem))
+		status.SetConditions(p, &st, r.conditionProblems(ctx, p, rv.hubProblem))
 	} else {
 		st, after = r.shardedStatus(ctx, p, rv)
 	}
+	r.tellExcluded(p)
 	status.Fit(&st, status.Budget)
 	if r.sumsUp(p) {
 		if err := r.revisions.Prune(ctx, p, rv.revs, rollout.RevisionsInUse(st.Rollout)); err != nil {
@@ -160,8 +165,9 @@ func (r *reconciler) shardedStatus(ctx context.Context, p *fleetv1alpha1.Propaga
 	}
 	st.Members = status.SortMembers(st.Members)
 	after := r.rollout(ctx, p, &st, rv)
+	r.setExcluded(ctx, p, &st)
 	status.SetSelected(p, &st, selectionOf(rv.selected))
-	status.SetConditions(p, &st, conditionProblems(p, rv.hubProblem))
+	status.SetConditions(p, &st, r.conditionProblems(ctx, p, rv.hubProblem))
 	return st, after
 }
 
@@ -180,9 +186,14 @@ func selectionOf(sel *content.Selected) *status.Selection {
 
 // conditionProblems is what, beside its members, keeps p from Ready:
 // hubErr, the first problem of the hub's objects, a members selector
-// that does not parse, an availableWhen rule that does not compile.
-func conditionProblems(p *fleetv1alpha1.Propagation, hubErr *kindError) status.Problems {
-	return status.Problems{Hub: problemOf(hubErr), MembersSelector: problemOf(membersSelectorError(p)), AvailableWhen: ruleProblem(health.FirstUnusableRule(p.Spec.Resources))}
+// that does not parse, a reach tenancy cannot tell, an availableWhen rule
+// that does not compile.
+func (r *reconciler) conditionProblems(ctx context.Context, p *fleetv1alpha1.Propagation, hubErr *kindError) status.Problems {
+	problems := status.Problems{Hub: problemOf(hubErr), MembersSelector: problemOf(membersSelectorError(p)), AvailableWhen: ruleProblem(health.FirstUnusableRule(p.Spec.Resources))}
+	if doubt := r.tenancy.reachOf(ctx, p.Namespace).Doubt(); doubt != nil {
+		problems.Tenancy = problemOf(tenancyUnknown(doubt))
+	}
+	return problems
 }
 
 // ruleProblem is e for the status package, nil when e is.
@@ -274,13 +285,19 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 	// A members selector that does not parse deselects no one: a member
 	// that reported is listed as it holds (setConditions says why), and
 	// none owes a removal.
+	// So does a namespace whose reach tenancy cannot tell; a member it
+	// may not reach is not selected.
 	selectorErr := membersSelectorError(p)
+	reach := r.tenancy.reachOf(ctx, p.Namespace)
 	var listed []fleetv1alpha1.MemberPropagationStatus
 	for _, c := range members {
 		res, has := results[c.Name]
 		selected := has
-		if selectorErr == nil {
+		if selectorErr == nil && reach.Doubt() == nil {
 			selected, _ = selects(p, c.Name, c.Labels)
+			if selected {
+				selected, _ = reach.Reaches(tenancyMember(c, r.fleet))
+			}
 		}
 		ready := c.State == fleetv1alpha1.MemberStateReady
 		entry := fleetv1alpha1.MemberPropagationStatus{Name: c.Name, ObservedGeneration: p.Generation, Available: metav1.ConditionUnknown}
@@ -455,6 +472,10 @@ type memberResult struct {
 	// unloaded is the revision the member was given, when the run could
 	// not load it: the run failed with it.
 	unloaded int64
+	// excluded is set when tenancy keeps the Propagation from the member;
+	// excludedCopies, while it stays so, once a run found copies there to
+	// remove, and excludedTold once that was told (see tellExcluded).
+	excluded, excludedCopies, excludedTold bool
 }
 
 // revisionNumber is the number of the revision the result is of (see
@@ -469,7 +490,8 @@ func (a memberResult) revisionNumber(revs []fleetv1alpha1.PropagationRevision, a
 func (a memberResult) same(b memberResult) bool {
 	return a.result == b.result && a.reason == b.reason && a.message == b.message && a.generation == b.generation &&
 		a.copies == b.copies && a.removing == b.removing && a.available == b.available && slices.Equal(a.drifted, b.drifted) &&
-		a.revision == b.revision && a.unloaded == b.unloaded && a.draining == b.draining
+		a.revision == b.revision && a.unloaded == b.unloaded && a.draining == b.draining &&
+		a.excluded == b.excluded && a.excludedCopies == b.excludedCopies
 }
 
 // converged reports whether every copy is applied and Available.
@@ -504,6 +526,9 @@ func (rs *results) set(key propagationKey, member string, r memberResult) (old, 
 		if r.failedRuns > 0 {
 			r.failedRuns += old.failedRuns
 		}
+	}
+	if r.excluded && old.excluded {
+		r.excludedCopies, r.excludedTold = r.excludedCopies || old.excludedCopies, old.excludedTold
 	}
 	m[member] = r
 	return old, r
@@ -583,6 +608,18 @@ func (rs *results) forgetPropagation(key propagationKey) {
 	maps.DeleteFunc(rs.byProp[key], func(_ string, r memberResult) bool { return r.result != fleetv1alpha1.ResultDeletionOwed })
 	if len(rs.byProp[key]) == 0 {
 		delete(rs.byProp, key)
+	}
+}
+
+// toldExcluded marks members as told excluded from key (see tellExcluded).
+func (rs *results) toldExcluded(key propagationKey, members []string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for _, name := range members {
+		if r, ok := rs.byProp[key][name]; ok && r.excluded {
+			r.excludedTold = true
+			rs.byProp[key][name] = r
+		}
 	}
 }
 

@@ -30,7 +30,8 @@ const Budget = 768 << 10
 //     are then counted only (selectedResourceCount);
 //  4. entries of status.members, whose members are then counted only.
 //
-// Never cut: the counts, the other conditions, status.kinds and
+// Never cut: the counts, the other conditions, status.kinds,
+// status.excludedMembers (at most 100, each message at most 512 bytes) and
 // status.rollout, which holds the revision each member is given (the
 // rollout's plan), nor a shard's entries, from which the replica that
 // sums up plans the rollout of the members other replicas own. It is a

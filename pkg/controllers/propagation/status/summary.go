@@ -28,6 +28,9 @@ type Problems struct {
 	MembersSelector *Problem
 	// AvailableWhen is the first availableWhen rule that does not compile.
 	AvailableWhen *Problem
+	// Tenancy says why what the Propagation's namespace may reach is not
+	// known.
+	Tenancy *Problem
 }
 
 // Selection is what a Propagation's resources select on the hub.
@@ -107,6 +110,9 @@ func SetConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationSt
 		if selectorErr != nil {
 			return selectorErr.Reason, selectorErr.Message
 		}
+		if problems.Tenancy != nil {
+			return problems.Tenancy.Reason, problems.Tenancy.Message
+		}
 		if kerr := problems.AvailableWhen; kerr != nil {
 			return kerr.Reason, kerr.Message
 		}
@@ -121,6 +127,8 @@ func SetConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationSt
 			return string(ro.Phase), ro.Message
 		case ro != nil && ro.Phase == fleetv1alpha1.RolloutPinned:
 			return ro.Reason, ro.Message
+		case st.Selected == 0 && st.Excluded > 0:
+			return fleetv1alpha1.ReasonNotReachable, fmt.Sprintf("tenancy excludes every member spec.members selects (%d); first: %s", st.Excluded, firstExcluded(st.ExcludedMembers))
 		case st.Selected == 0:
 			return fleetv1alpha1.ReasonNoMembersSelected, "no member matches spec.members"
 		case st.Failed > 0:
@@ -167,6 +175,14 @@ func SetConditions(p *fleetv1alpha1.Propagation, st *fleetv1alpha1.PropagationSt
 	} else {
 		set(fleetv1alpha1.PropagationDrifted, false, fleetv1alpha1.ReasonNoDrift, "no copy was changed in a member")
 	}
+}
+
+// firstExcluded names the first of members and why it is excluded.
+func firstExcluded(members []fleetv1alpha1.ExcludedMember) string {
+	if len(members) == 0 {
+		return ""
+	}
+	return members[0].Name + ": " + members[0].Message
 }
 
 // firstMessage names the first of members and its message.
