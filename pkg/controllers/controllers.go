@@ -47,6 +47,9 @@ type Context struct {
 	// TokenRenewalDisabled keeps the tokenrenewal controller from renewing
 	// tokens: it still describes every credential.
 	TokenRenewalDisabled bool
+	// Tenancy is whether the propagation controller enforces
+	// TenancyPolicies: Auto, Enforce or Off (run --tenancy).
+	Tenancy string
 }
 
 // Initializer adds one built-in controller to a manager.
@@ -80,7 +83,7 @@ func Initializers() []Initializer {
 		{
 			Name: propagation.ControllerName, OnByDefault: true, Concurrency: propagation.DefaultWorkers,
 			Add: func(c Context) error {
-				return propagation.Add(c.Manager, propagation.Options{Workers: c.Concurrency, Client: c.Client, Config: c.Config, Journal: c.Journal, OwedRemovals: c.OwedRemovals, Drains: c.Drains})
+				return propagation.Add(c.Manager, propagation.Options{Workers: c.Concurrency, Client: c.Client, Config: c.Config, Journal: c.Journal, OwedRemovals: c.OwedRemovals, Drains: c.Drains, Tenancy: c.Tenancy})
 			},
 		},
 		{
@@ -146,6 +149,8 @@ type Settings struct {
 	// TokenRenewalDisabled keeps the tokenrenewal controller from renewing
 	// tokens (--renew-tokens=false): it still describes every credential.
 	TokenRenewalDisabled bool
+	// Tenancy is run's --tenancy: Auto, Enforce or Off. Default: Auto.
+	Tenancy string
 }
 
 // Start adds to m each of initializers that s.Selection enables.
@@ -167,7 +172,8 @@ func Start(m *fleet.Manager, initializers []Initializer, s Settings) error {
 			return fmt.Errorf("building the %s controller's client: %w", i.Name, err)
 		}
 		c := Context{Manager: m, Concurrency: i.Concurrency, Client: cl, Config: cfg, Journal: s.Journal,
-			ClusterProfileNamespace: s.ClusterProfileNamespace, Credentials: credentials, OwedRemovals: owedRemovals, Drains: drains, TokenRenewalDisabled: s.TokenRenewalDisabled}
+			ClusterProfileNamespace: s.ClusterProfileNamespace, Credentials: credentials, OwedRemovals: owedRemovals, Drains: drains, TokenRenewalDisabled: s.TokenRenewalDisabled,
+			Tenancy: s.Tenancy}
 		if n, ok := s.Concurrency[i.Name]; ok && n > 0 {
 			c.Concurrency = n
 		}

@@ -83,6 +83,8 @@ type Options struct {
 	// neither the Propagations of its namespace nor what the journal holds
 	// of the member there need, is stopped. Default: DefaultWatchSweep.
 	WatchSweep time.Duration
+	// Tenancy is run's --tenancy: Auto, Enforce or Off. Default: Auto.
+	Tenancy string
 }
 
 // NewOwedRemovals returns an empty store of owed removals for
