@@ -58,6 +58,7 @@ func TestDeploy(t *testing.T) {
 	d := applyDeploy(t)
 
 	t.Run("manifests", func(t *testing.T) { checkManifests(t, d.rendered) })
+	t.Run("tenants cannot widen their reach", d.checkTenants)
 
 	t.Run("native", func(t *testing.T) {
 		m := d.startManager(t)
@@ -494,6 +495,15 @@ func (d *deployment) checkPropagation(t *testing.T) {
 		},
 	}
 	d.create(t, p)
+	// A fresh install enforces tenancy: the namespace reaches the member
+	// only as a policy lets it.
+	d.create(t, &fleetv1alpha1.TenancyPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: ns},
+		Spec: fleetv1alpha1.TenancyPolicySpec{
+			Namespaces: fleetv1alpha1.NamespaceSelector{Names: []string{ns}},
+			Members:    fleetv1alpha1.ReachableMembers{Selector: &fleetv1alpha1.LabelSelector{}},
+		},
+	})
 	member, err := client.New(testMember.Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -662,6 +672,11 @@ func (d *deployment) checkAccess(t *testing.T, allowed, denied []access) {
 		access{verb: "watch", group: "apps", resource: "deployments", namespace: "team-a"},
 		access{verb: "list", group: "networking.k8s.io", resource: "networkpolicies", namespace: "team-a"},
 		access{verb: "list", group: "policy", resource: "poddisruptionbudgets", namespace: "team-a"},
+		// Tenancy: the policies and the Namespaces' labels, read only.
+		access{verb: "list", group: group, resource: "tenancypolicies"},
+		access{verb: "watch", group: group, resource: "tenancypolicies"},
+		access{verb: "get", resource: "namespaces", name: "team-a"},
+		access{verb: "watch", resource: "namespaces"},
 	)
 	denied = append(denied,
 		// Secrets outside its namespaces, and any write but an update in
@@ -694,6 +709,10 @@ func (d *deployment) checkAccess(t *testing.T, allowed, denied []access) {
 		access{verb: "create", resource: "serviceaccounts", subresource: "token", name: deployServiceAccount, namespace: deployNamespace},
 		access{verb: "create", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: deployNamespace},
 		access{verb: "impersonate", resource: "users"},
+		access{verb: "create", group: group, resource: "tenancypolicies"},
+		access{verb: "update", group: group, resource: "tenancypolicies", name: "any"},
+		access{verb: "delete", group: group, resource: "tenancypolicies", name: "any"},
+		access{verb: "patch", resource: "namespaces", name: "team-a"},
 	)
 	// The owed removals' mirror, by name only.
 	for _, name := range propagation.OwedRemovalsConfigMaps() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -19,6 +20,7 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/enroll"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
+	"github.com/fleetkube/fleet-manager/pkg/tenancy"
 )
 
 // errNoCRD is what every command that reads MemberClusters says when the
@@ -54,6 +56,8 @@ func getMembersCommand(hub *hubFlags, clk clock.WithTicker) *cobra.Command {
 		selector   string
 		watch      bool
 		staleAfter time.Duration
+		namespace  string
+		tf         tenancyFlags
 	)
 	members := &cobra.Command{
 		Use:     "members [NAME...]",
@@ -62,13 +66,19 @@ func getMembersCommand(hub *hubFlags, clk clock.WithTicker) *cobra.Command {
 		Long: `List the members registered on the hub, as a table (-o wide adds columns), or
 as -o asks. A member no manager is probing shows the state Unknown: its last
 probe is older than --stale-after, or no manager holds its fleet's Lease
-(leader election); LAST PROBE says since when.`,
+(leader election); LAST PROBE says since when.
+
+With --namespace, list instead what the Propagations of that hub namespace may
+reach: each member of the fleet, whether the TenancyPolicies let the namespace
+reach it, the kinds they allow there and which policies; first, on stderr, the
+fleet's tenancy mode (with it Off, every namespace reaches every member).`,
 		Example: `  fleet-manager get members
   fleet-manager get members -o wide -l env=prod
   fleet-manager get member east -o yaml
   fleet-manager get members -o custom-columns=NAME:.metadata.name,VERSION:.status.serverVersion
   fleet-manager get members -o jsonpath='{.items[*].metadata.name}'
-  fleet-manager get members --watch`,
+  fleet-manager get members --watch
+  fleet-manager get members --namespace team-a -o wide`,
 		ValidArgsFunction: completeMembers(hub),
 	}
 	out := bindOutputFlags(members, true)
@@ -80,6 +90,12 @@ probe is older than --stale-after, or no manager holds its fleet's Lease
 		sel, err := namesOrSelector(names, selector)
 		if err != nil {
 			return err
+		}
+		if namespace != "" {
+			return getReach(cmd, hub, out, namespace, &tf, names, sel, watch)
+		}
+		if cmd.Flags().Changed("tenancy") || cmd.Flags().Changed("fleet-namespace") {
+			return usageErrorf("--tenancy and --fleet-namespace go with --namespace")
 		}
 		switch {
 		case watch && len(names) > 1:
@@ -112,7 +128,62 @@ probe is older than --stale-after, or no manager holds its fleet's Lease
 	fs.StringVarP(&selector, "selector", "l", "", "Label selector to filter members on, e.g. env=prod,tier!=edge.")
 	fs.BoolVarP(&watch, "watch", "w", false, "After listing the members, print each change (and each member whose state turns Unknown or back) until interrupted.")
 	fs.DurationVar(&staleAfter, "stale-after", defaultStaleAfter, "How old a member's last probe may be before its state is shown Unknown: 18 of the manager's --probe-interval.")
+	fs.StringVarP(&namespace, "namespace", "n", "", "Show what the Propagations of this hub namespace may reach, as the TenancyPolicies say.")
+	_ = members.RegisterFlagCompletionFunc("namespace", completeNamespaces(hub))
+	tf.bindFlags(members, hub)
 	return members
+}
+
+// getReach prints, for get members --namespace ns, what ns may reach of
+// the members names or sel select.
+func getReach(cmd *cobra.Command, hub *hubFlags, out *outputFlags, ns string, tf *tenancyFlags, names []string, sel labels.Selector, watch bool) error {
+	switch format := *out.print.OutputFormat; {
+	case watch:
+		return usageErrorf("--watch does not go with --namespace")
+	case format != "" && format != "wide":
+		return usageErrorf("with --namespace, --output must be wide or none, not %q", format)
+	}
+	if err := tf.check(); err != nil {
+		return err
+	}
+	if err := checkNamespaces("namespace", ns); err != nil {
+		return err
+	}
+	p, err := out.toPrinter(false)
+	if err != nil {
+		return err
+	}
+	c, err := hub.client()
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	mode, why, err := tf.fleetMode(ctx, c)
+	if err != nil {
+		return err
+	}
+	reach, err := readReach(ctx, c)
+	if err != nil {
+		return err
+	}
+	var namespace corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: ns}, &namespace); err != nil {
+		return fmt.Errorf("reading Namespace %s: %w", ns, err)
+	}
+	items, getErr := getMembers(ctx, c, names, sel)
+	if getErr != nil && len(items) == 0 {
+		return getErr
+	}
+	items = slices.DeleteFunc(items, func(mc fleetv1alpha1.MemberCluster) bool { return ofOtherFleet(&mc, tf.fleetNamespace) })
+	reachNotice(cmd.ErrOrStderr(), reach, mode, why, tenancy.Namespace{Name: ns, Labels: namespace.Labels})
+	if len(items) == 0 {
+		fmt.Fprintln(cmd.ErrOrStderr(), "No members registered.")
+		return getErr
+	}
+	if err := p.rows.PrintObj(reachTable(reach, mode, tenancy.Namespace{Name: ns, Labels: namespace.Labels}, items), cmd.OutOrStdout()); err != nil {
+		return err
+	}
+	return getErr
 }
 
 // getMembers returns the members names, or every member sel matches, by

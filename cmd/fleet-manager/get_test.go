@@ -61,7 +61,7 @@ func runCLIContext(ctx context.Context, stdin io.Reader, clk clock.WithTicker, s
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	hub.bindFlags(root.PersistentFlags())
 	root.AddCommand(getCommand(&hub, clk), statusCommand(&hub, clk), rolloutCommand(&hub, clk),
-		newCordonCommand(&hub), newUncordonCommand(&hub), newDrainCommand(&hub), newCheckKubeconfigCommand())
+		newCordonCommand(&hub), newUncordonCommand(&hub), newDrainCommand(&hub), newCheckKubeconfigCommand(), newTenancyCommand(&hub))
 	root.SetIn(stdin)
 	root.SetContext(ctx)
 	return executeRoot(root, args, stdout, stderr)

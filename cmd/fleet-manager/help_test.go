@@ -14,7 +14,7 @@ import (
 // with -update), so that a change to the CLI is a change to review.
 func TestHelp(t *testing.T) {
 	for _, command := range []string{"", "run", "register", "unregister", "get", "get members", "get propagations", "get clusterpropagations", "status", "status propagation", "status clusterpropagation",
-		"rollout", "rollout status", "rollout pause", "rollout resume", "rollout undo", "rollout unpin", "rollout history", "grants", "grants sync", "cordon", "uncordon", "drain", "uninstall", "check-kubeconfig", "version", "completion"} {
+		"rollout", "rollout status", "rollout pause", "rollout resume", "rollout undo", "rollout unpin", "rollout history", "grants", "grants sync", "tenancy", "tenancy dry-run", "cordon", "uncordon", "drain", "uninstall", "check-kubeconfig", "version", "completion"} {
 		t.Run(command, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			args := append(strings.Fields(command), "--help")

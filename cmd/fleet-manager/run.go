@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/cli"
 	"github.com/fleetkube/fleet-manager/pkg/controllers"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/clusterprofile"
@@ -36,6 +37,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/member"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 	"github.com/fleetkube/fleet-manager/pkg/shard"
+	"github.com/fleetkube/fleet-manager/pkg/tenancy"
 )
 
 // leaderElectionID names the Lease replicas elect a leader with.
@@ -69,16 +71,19 @@ type runFlags struct {
 	memberBurst      int
 	cacheSyncTimeout time.Duration
 	renewTokens      bool
-	stateDir         string
-	controllers      []string
-	concurrency      map[string]*int
-	health           member.HealthOptions
-	policy           kubeconfig.Policy
-	mcrSecrets       bool
-	capiSecrets      bool
-	capiNamespaces   []string
-	argoCDSecrets    bool
-	argoCDNamespace  string
+	// tenancy is whether TenancyPolicies are enforced: Auto, Enforce or
+	// Off.
+	tenancy         string
+	stateDir        string
+	controllers     []string
+	concurrency     map[string]*int
+	health          member.HealthOptions
+	policy          kubeconfig.Policy
+	mcrSecrets      bool
+	capiSecrets     bool
+	capiNamespaces  []string
+	argoCDSecrets   bool
+	argoCDNamespace string
 	// clusterProfiles, profileNamespaces and providerFile read members
 	// from ClusterProfiles.
 	clusterProfiles   bool
@@ -192,7 +197,7 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 		return err
 	}
 	defer j.close()
-	settings := controllers.Settings{Selection: f.controllers, Concurrency: concurrency, Journal: j.Journal, ClusterProfileNamespace: f.exportNamespace, TokenRenewalDisabled: !f.renewTokens}
+	settings := controllers.Settings{Selection: f.controllers, Concurrency: concurrency, Journal: j.Journal, ClusterProfileNamespace: f.exportNamespace, TokenRenewalDisabled: !f.renewTokens, Tenancy: f.tenancy}
 	if err := controllers.Start(mgr, controllers.Initializers(), settings); err != nil {
 		return err
 	}
@@ -211,7 +216,7 @@ func run(ctx context.Context, f runFlags, logger logr.Logger) error {
 	if f.allowDuplicateClusters {
 		log.Info("Engaging every registered name, even names that reach one cluster, which then fight over it: --" + allowDuplicateClustersFlag + " is for tests and benches only")
 	}
-	log.Info("Starting fleet manager", "host", cfg.Host, "user", user, "namespace", f.namespace, "leaderElection", f.leaderElect, "shard", f.shard, "replica", f.replicaName, "formats", formatNames)
+	log.Info("Starting fleet manager", "host", cfg.Host, "user", user, "namespace", f.namespace, "leaderElection", f.leaderElect, "shard", f.shard, "replica", f.replicaName, "formats", formatNames, "tenancy", f.tenancy)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the fleet manager: %w", err)
 	}
@@ -283,6 +288,7 @@ func (f *runFlags) bindFlags(fs *pflag.FlagSet) {
 	}
 	fs.StringVar(&f.stateDir, "state-dir", "", "Directory of the journal, the manager's record of the copies it applied in each member and the removals members owe; only one manager may use it at a time. Default: a temporary directory removed at exit, so what is owed is forgotten by a restart (deploy/ mounts one).")
 	fs.BoolVar(&f.renewTokens, "renew-tokens", true, "Renew each member's service account token, in a native registration Secret, through the member's TokenRequest API at about 80% of its lifetime, and write it back into the Secret (needs update on Secrets in the fleet namespace). False keeps the tokenrenewal controller describing credentials without renewing them.")
+	fs.StringVar(&f.tenancy, "tenancy", fleetv1alpha1.TenancyAuto, "Whether the TenancyPolicies decide which members each namespace's Propagations may reach, with which kinds: Enforce (a namespace no policy names reaches nothing), Off (every namespace reaches every member, as before tenancy), or Auto: Enforce for a fleet this version created (its fleet-identity ConfigMap says so), Off for an older fleet until you set Enforce. See docs/tenancy.md.")
 	bindPolicyFlags(fs, &f.policy)
 	// Hidden, as kube components hide their test-only knobs: two names
 	// of one cluster fight over it, so no install should turn this on.
@@ -354,6 +360,11 @@ func (f *runFlags) check(cmd *cobra.Command) error {
 	}
 	if err := checkPolicyFlags(f.policy); err != nil {
 		return err
+	}
+	// Mode takes "" for Auto, as a library default; given on the command
+	// line, an empty value is more likely a template's mistake.
+	if _, err := tenancy.Mode(f.tenancy, nil); err != nil || f.tenancy == "" {
+		return usageErrorf("--tenancy %q: want %s, %s or %s", f.tenancy, fleetv1alpha1.TenancyAuto, fleetv1alpha1.TenancyEnforce, fleetv1alpha1.TenancyOff)
 	}
 	for name, n := range f.concurrency {
 		if *n <= 0 {

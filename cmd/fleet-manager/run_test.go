@@ -117,6 +117,8 @@ func TestRunUsageErrors(t *testing.T) {
 		"nonpositive concurrency":     {args: []string{"--concurrent-membercluster-syncs=0"}, want: "--concurrent-membercluster-syncs must be positive"},
 		"export, its controller off":  {args: []string{"--export-cluster-profiles", "--controllers=*,-clusterprofile"}, want: "--export-cluster-profiles runs the clusterprofile controller, which --controllers stops"},
 		"nonpositive probe threshold": {args: []string{"--probe-failure-threshold=0"}, want: "--probe-failure-threshold and --disconnect-after must be positive"},
+		"unknown tenancy":             {args: []string{"--tenancy=enforce"}, want: `--tenancy "enforce": want Auto, Enforce or Off`},
+		"empty tenancy":               {args: []string{"--tenancy="}, want: `--tenancy "": want Auto, Enforce or Off`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -198,6 +200,21 @@ func TestRunControllerFlags(t *testing.T) {
 	}
 	if f, err = parseRunFlags(nil, &stderr); err != nil || controllers.Enabled(f.controllers, clusterprofile.ControllerName, false) {
 		t.Errorf("by default: controllers %q (%v), want clusterprofile off", f.controllers, err)
+	}
+}
+
+// --tenancy defaults to Auto, which the propagation controller resolves
+// from the fleet's identity; each mode is handed over as given.
+func TestRunTenancyFlag(t *testing.T) {
+	for args, want := range map[string]string{"": "Auto", "--tenancy=Enforce": "Enforce", "--tenancy=Off": "Off", "--tenancy=Auto": "Auto"} {
+		var stderr bytes.Buffer
+		f, err := parseRunFlags(strings.Fields(args), &stderr)
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", args, err, stderr.String())
+		}
+		if f.tenancy != want {
+			t.Errorf("%q: tenancy %q, want %q", args, f.tenancy, want)
+		}
 	}
 }
 

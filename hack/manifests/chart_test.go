@@ -84,6 +84,21 @@ formats:
 			addArgs(objects, "--multicluster-runtime-secrets", "--capi-secrets", "--argocd-secrets", "--argocd-namespace=argocd")
 		},
 	}, {
+		name: "tenancy enforced",
+		values: `
+createNamespace: true
+tenancy: Enforce
+`,
+		expect: func(t *testing.T, objects map[string]object) {
+			container := objects[key("apps/v1", "Deployment", fleetNS, "fleet-manager")].path("spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+			args := container["args"].([]any)
+			i := slices.Index(args, any("--tenancy=Auto"))
+			if i < 0 {
+				t.Fatalf("deploy/ passes no --tenancy=Auto: %v", args)
+			}
+			args[i] = "--tenancy=Enforce"
+		},
+	}, {
 		name: "Cluster API in named namespaces",
 		values: `
 createNamespace: true
@@ -344,4 +359,27 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// TestChartRefusesABadTenancy: a tenancy value the manager would refuse at
+// start (exit 2, a crash loop) fails the install instead.
+func TestChartRefusesABadTenancy(t *testing.T) {
+	chart, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, value := range []string{`"enforce"`, `""`, "null"} {
+		vals, err := chartutil.ReadValues([]byte("tenancy: " + value))
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := chartutil.ReleaseOptions{Name: releaseName, Namespace: fleetNS, Revision: 1, IsInstall: true}
+		renderValues, err := chartutil.ToRenderValues(chart, vals, release, chartutil.DefaultCapabilities)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := engine.Render(chart, renderValues); err == nil || !strings.Contains(err.Error(), "none of Auto, Enforce, Off") {
+			t.Errorf("tenancy: %s rendered (error %v), want it refused", value, err)
+		}
+	}
 }

@@ -34,7 +34,8 @@
 // fleet namespace's. The fleet namespace also gives the fleet its
 // identity, unique across hubs ([FleetID]): a UID kept in its ConfigMap
 // fleet-identity, which the manager and `fleet-manager register` read,
-// and the first of them creates.
+// and the first of them creates, there also recording that the new fleet
+// enforces tenancy (run --tenancy=Auto).
 //
 // # One cluster, one name
 //

@@ -20,6 +20,11 @@ import (
 // ConfigMap fleetv1alpha1.FleetIdentityName, which it creates (immutable,
 // with a new UID) when there is none. Whoever creates it first wins; the
 // others read it. reader must read from the API server, not a cache.
+//
+// A fleet it creates enforces tenancy by default: the ConfigMap also holds
+// fleetv1alpha1.FleetTenancyKey: Enforce, which run --tenancy=Auto reads.
+// A fleet created before tenancy has no such key, and being immutable
+// never gains one, so Auto leaves it Off until its admin says Enforce.
 func FleetID(ctx context.Context, reader client.Reader, writer client.Writer, namespace string) (string, error) {
 	key := types.NamespacedName{Namespace: namespace, Name: fleetv1alpha1.FleetIdentityName}
 	cm := &corev1.ConfigMap{}
@@ -27,8 +32,11 @@ func FleetID(ctx context.Context, reader client.Reader, writer client.Writer, na
 	if apierrors.IsNotFound(err) {
 		cm = &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fleetv1alpha1.FleetIdentityName, Labels: map[string]string{fleetv1alpha1.FleetLabel: namespace}},
-			Data:       map[string]string{fleetv1alpha1.FleetIdentityKey: string(uuid.NewUUID())},
-			Immutable:  ptr.To(true),
+			Data: map[string]string{
+				fleetv1alpha1.FleetIdentityKey: string(uuid.NewUUID()),
+				fleetv1alpha1.FleetTenancyKey:  fleetv1alpha1.TenancyEnforce,
+			},
+			Immutable: ptr.To(true),
 		}
 		err = writer.Create(ctx, cm)
 		if apierrors.IsAlreadyExists(err) {
