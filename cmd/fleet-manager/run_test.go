@@ -203,10 +203,11 @@ func TestRunControllerFlags(t *testing.T) {
 	}
 }
 
-// --tenancy defaults to Auto, which the propagation controller resolves
-// from the fleet's identity; each mode is handed over as given.
+// --tenancy defaults to Off, as before tenancy (deploy/ and the chart pass
+// Auto, which the propagation controller resolves from the fleet's
+// identity); each mode is handed over as given.
 func TestRunTenancyFlag(t *testing.T) {
-	for args, want := range map[string]string{"": "Auto", "--tenancy=Enforce": "Enforce", "--tenancy=Off": "Off", "--tenancy=Auto": "Auto"} {
+	for args, want := range map[string]string{"": "Off", "--tenancy=Enforce": "Enforce", "--tenancy=Off": "Off", "--tenancy=Auto": "Auto"} {
 		var stderr bytes.Buffer
 		f, err := parseRunFlags(strings.Fields(args), &stderr)
 		if err != nil {

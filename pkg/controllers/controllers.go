@@ -48,7 +48,7 @@ type Context struct {
 	// tokens: it still describes every credential.
 	TokenRenewalDisabled bool
 	// Tenancy is run's --tenancy, for the propagation controller
-	// (propagation.Options.Tenancy): Auto (""), Enforce or Off.
+	// (propagation.Options.Tenancy): Auto, Enforce or Off ("").
 	Tenancy string
 }
 
@@ -149,7 +149,7 @@ type Settings struct {
 	// TokenRenewalDisabled keeps the tokenrenewal controller from renewing
 	// tokens (--renew-tokens=false): it still describes every credential.
 	TokenRenewalDisabled bool
-	// Tenancy is --tenancy: Auto (""), Enforce or Off.
+	// Tenancy is --tenancy: Auto, Enforce or Off ("").
 	Tenancy string
 }
 

@@ -9,14 +9,16 @@ import (
 )
 
 // Mode is whether tenancy is enforced, from run's --tenancy (Auto, Enforce
-// or Off; empty is Auto) and, for Auto, the fleet's identity ConfigMap: a
-// fleet created by a version that knows tenancy enforces it, an older fleet
-// does not until its admin says Enforce.
+// or Off; empty is Off, as before tenancy) and, for Auto, the fleet's
+// identity ConfigMap: a fleet created by a version that knows tenancy
+// enforces it, an older fleet does not until its admin says Enforce.
 func Mode(flag string, identity *corev1.ConfigMap) (string, error) {
 	switch flag {
 	case fleetv1alpha1.TenancyEnforce, fleetv1alpha1.TenancyOff:
 		return flag, nil
-	case "", fleetv1alpha1.TenancyAuto:
+	case "":
+		return fleetv1alpha1.TenancyOff, nil
+	case fleetv1alpha1.TenancyAuto:
 		if identity != nil && identity.Data[fleetv1alpha1.FleetTenancyKey] == fleetv1alpha1.TenancyEnforce {
 			return fleetv1alpha1.TenancyEnforce, nil
 		}

@@ -86,7 +86,7 @@ type Options struct {
 	WatchSweep time.Duration
 	// Tenancy is whether the TenancyPolicies of the hub decide which
 	// members each namespace's Propagations may reach, and with which
-	// kinds (see package tenancy): Enforce, Off, or Auto (""), which
+	// kinds (see package tenancy): Enforce, Off (""), or Auto, which
 	// enforces them in a fleet whose identity ConfigMap says it was
 	// created with tenancy. ClusterPropagations are outside tenancy.
 	Tenancy string

@@ -156,7 +156,7 @@ func (v *tenancyView) run(ctx context.Context, fleetID func(context.Context) (st
 	if err != nil {
 		return // Add refused it
 	}
-	if v.flag == "" || v.flag == fleetv1alpha1.TenancyAuto {
+	if v.flag == fleetv1alpha1.TenancyAuto {
 		if _, err := fleetID(ctx); err != nil {
 			return // ctx ended
 		}
