@@ -80,7 +80,9 @@ func (c *listOptions) List(_ context.Context, _ client.ObjectList, opts ...clien
 }
 
 // synced is the registration of an informer that has synced.
-type synced struct{ toolscache.ResourceEventHandlerRegistration }
+type synced struct {
+	toolscache.ResourceEventHandlerRegistration
+}
 
 func (synced) HasSynced() bool { return true }
 
