@@ -2,6 +2,7 @@ package propagation
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
@@ -102,5 +104,39 @@ func TestMemberCopiesAreListedWithoutCopying(t *testing.T) {
 	}
 	if len(c.opts) != 1 || c.opts[0].UnsafeDisableDeepCopy == nil || !*c.opts[0].UnsafeDisableDeepCopy {
 		t.Error("a member's copies were listed deep-copied")
+	}
+}
+
+// TestOwnWriteAsksForNoRun: the watch event of the version of a copy the
+// manager's write answered is not told (the run that wrote it saw it);
+// another version of it is, and so is its deletion.
+func TestOwnWriteAsksForNoRun(t *testing.T) {
+	t.Parallel()
+	mc := &memberCopies{name: "east"}
+	var told []string
+	w := &watchedKinds{ctx: t.Context(), echo: mc.echo, onEvent: func(_, obj client.Object) { told = append(told, obj.GetResourceVersion()) }}
+	gvk := schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+	informer := &controllertest.FakeInformer{}
+	if _, _, err := w.register(gvk, informer, 0); err != nil {
+		t.Fatal(err)
+	}
+	version := func(rv string) *unstructured.Unstructured {
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(gvk)
+		obj.SetNamespace("team")
+		obj.SetName("web")
+		obj.SetResourceVersion(rv)
+		return obj
+	}
+	id := copyID{namespace: "team", copyKey: copyKey{gvk: gvk, name: "web"}}
+	mc.wrote(id, version("7"))
+	informer.Add(version("7"))
+	informer.Update(version("7"), version("8")) // another manager's
+	mc.wrote(id, version("9"))
+	informer.Update(version("8"), version("9"))
+	mc.wrote(id, version("10"))
+	informer.Delete(version("10"))
+	if want := []string{"8", "10"}; !slices.Equal(told, want) {
+		t.Errorf("events told of versions %v, want %v: not the manager's own writes 7 and 9", told, want)
 	}
 }
