@@ -75,6 +75,85 @@ type memberCopies struct {
 	// carried out, and cleared when the member is Ready again.
 	replayMu sync.Mutex
 	replayed bool
+
+	// copyMu guards checked and written, by copy (see copyID).
+	copyMu sync.Mutex
+	// checked is, per copy, what its last drift check that found none
+	// compared: a copy that is the same object version, wanted with the
+	// same content, is not compared again (see unchanged).
+	checked map[copyID]cleanCheck
+	// written is, per copy, the resourceVersion the manager's last write
+	// of it answered: the watch event of that version asks for no run
+	// (see echo).
+	written map[copyID]string
+}
+
+// copyID names a copy in a member: its namespace ("" if cluster-scoped),
+// kind and name.
+type copyID struct {
+	namespace string
+	copyKey
+}
+
+// cleanCheck is a drift check that found none: of the member's copy at
+// resourceVersion, against the desired copy of content hash contentHash.
+type cleanCheck struct {
+	resourceVersion, contentHash string
+}
+
+// unchanged reports whether a drift check of live against a desired copy
+// of hash found none, and the copy has not changed since: every change
+// of an object changes its resourceVersion.
+func (mc *memberCopies) unchanged(id copyID, live *unstructured.Unstructured, hash string) bool {
+	mc.copyMu.Lock()
+	defer mc.copyMu.Unlock()
+	return mc.checked[id] == cleanCheck{resourceVersion: live.GetResourceVersion(), contentHash: hash} && hash != ""
+}
+
+// checkedClean records that a drift check of live against a desired copy
+// of hash found none.
+func (mc *memberCopies) checkedClean(id copyID, live *unstructured.Unstructured, hash string) {
+	mc.copyMu.Lock()
+	defer mc.copyMu.Unlock()
+	if mc.checked == nil {
+		mc.checked = map[copyID]cleanCheck{}
+	}
+	mc.checked[id] = cleanCheck{resourceVersion: live.GetResourceVersion(), contentHash: hash}
+}
+
+// forget forgets copy id, which the manager removed or let go.
+func (mc *memberCopies) forget(id copyID) {
+	mc.copyMu.Lock()
+	defer mc.copyMu.Unlock()
+	delete(mc.checked, id)
+	delete(mc.written, id)
+}
+
+// wrote records that the manager's write of copy id answered obj.
+func (mc *memberCopies) wrote(id copyID, obj *unstructured.Unstructured) {
+	mc.copyMu.Lock()
+	defer mc.copyMu.Unlock()
+	if mc.written == nil {
+		mc.written = map[copyID]string{}
+	}
+	mc.written[id] = obj.GetResourceVersion()
+}
+
+// echo reports whether obj, as a create or update event of the member's
+// copy cache shows it, is the version the manager's last write of it
+// answered: the run that wrote it saw it already. It forgets that write
+// at the copy's first event after it.
+func (mc *memberCopies) echo(obj client.Object) bool {
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	id := copyID{namespace: obj.GetNamespace(), copyKey: copyKey{gvk: gvk, name: obj.GetName()}}
+	mc.copyMu.Lock()
+	defer mc.copyMu.Unlock()
+	rv, ok := mc.written[id]
+	if !ok {
+		return false
+	}
+	delete(mc.written, id)
+	return rv != "" && rv == obj.GetResourceVersion()
 }
 
 // namespaceCopies is the copy cache of one namespace of a member.
@@ -117,7 +196,10 @@ func (mc *memberCopies) watch(ctx context.Context, namespace string, gvk schema.
 	return nc.watch(ctx, gvk)
 }
 
-// list lists the copies of gvk in namespace that match selector.
+// list lists the copies of gvk in namespace that match selector: the
+// cache's own objects, not copies (a run of 30 copies of 10 KiB would
+// copy 300 KiB). Whoever writes into one, or hands it to a client call
+// that writes its answer into it, copies it first (see nameOf).
 func (mc *memberCopies) list(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error) {
 	nc, err := mc.inNamespace(namespace)
 	if err != nil {
@@ -127,7 +209,7 @@ func (mc *memberCopies) list(ctx context.Context, gvk schema.GroupVersionKind, n
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(nc.ctx, cancel)()
-	return nc.list(ctx, gvk, namespace, selector)
+	return nc.list(ctx, gvk, namespace, selector, client.UnsafeDisableDeepCopy)
 }
 
 // watchedIn lists the kinds whose informers have synced in namespace.
@@ -278,7 +360,7 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl cluster.C
 		}
 		w := &watchedKinds{
 			cluster: "member " + clusterName, grantHint: grantHint(clusterName), cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector, namespace: namespace,
-			running: make(chan struct{}),
+			running: make(chan struct{}), echo: mc.echo,
 			onEvent: func(_, obj client.Object) {
 				if name := obj.GetLabels()[fleetv1alpha1.PropagationLabel]; name != "" {
 					q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})

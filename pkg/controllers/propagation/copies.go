@@ -165,11 +165,21 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 			}
 		}
 	}
+	id := copyID{namespace: run.key.Namespace, copyKey: k}
 	if live != nil && !adopted {
-		changedFields := apply.Drift(desired, live)
-		sameHub := live.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation] == desired.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
+		hash := desired.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
+		sameHub := live.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation] == hash
+		var changedFields []string
 		if sameHub {
 			keepRevision(desired, live)
+			// A copy unchanged since a check found no drift is not
+			// compared again: a change of it, by anyone, changes its
+			// resourceVersion.
+			if !run.member.unchanged(id, live, hash) {
+				if changedFields = apply.Drift(desired, live); len(changedFields) == 0 {
+					run.member.checkedClean(id, live, hash)
+				}
+			}
 		}
 		revision := desired.GetLabels()[fleetv1alpha1.RevisionLabel]
 		relabel := revision != "" && live.GetLabels()[fleetv1alpha1.RevisionLabel] != revision
@@ -203,6 +213,7 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 		return nil, run.failed(err, "patch", k)
 	}
 	run.r.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
+	run.member.wrote(id, desired)
 	run.hold(k.gvk)
 	return desired, nil // the apply's response: the copy as the member holds it now
 }
@@ -226,9 +237,11 @@ func keepRevision(desired, live *unstructured.Unstructured) {
 // nothing else.
 func (run *memberRun) labelRevision(ctx context.Context, k copyKey, live *unstructured.Unstructured, revision string) error {
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, fleetv1alpha1.RevisionLabel, revision)
-	if err := run.member.client.Patch(ctx, live, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
+	patched := nameOf(live)
+	if err := run.member.client.Patch(ctx, patched, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
 		return run.failed(err, "patch", k)
 	}
+	run.member.wrote(copyID{namespace: run.key.Namespace, copyKey: k}, patched)
 	return nil
 }
 
@@ -249,7 +262,7 @@ func (run *memberRun) markAdopted(ctx context.Context, k copyKey, obj *unstructu
 	if err != nil {
 		return false, err
 	}
-	if err := run.member.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(adoptionFieldManager)); err != nil {
+	if err := run.member.client.Patch(ctx, nameOf(obj), client.RawPatch(types.MergePatchType, raw), client.FieldOwner(adoptionFieldManager)); err != nil {
 		if apierrors.IsConflict(err) {
 			return false, fmt.Errorf("marking %s adopted: it changed meanwhile: %w", k, err)
 		}
@@ -348,6 +361,7 @@ func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructure
 		run.hold(k.gvk)
 		return run.failed(err, "delete", k)
 	}
+	run.member.forget(copyID{namespace: run.key.Namespace, copyKey: k})
 	logf.FromContext(ctx).V(1).Info("Copy removed", "kind", k.gvk.Kind, "object", k.name)
 	return nil
 }
@@ -366,10 +380,22 @@ func (run *memberRun) orphan(ctx context.Context, live *unstructured.Unstructure
 	if err != nil {
 		return err
 	}
-	if err := run.member.client.Patch(ctx, live, client.RawPatch(types.MergePatchType, raw)); err != nil && !apierrors.IsNotFound(err) {
+	if err := run.member.client.Patch(ctx, nameOf(live), client.RawPatch(types.MergePatchType, raw)); err != nil && !apierrors.IsNotFound(err) {
 		return run.failed(err, "patch", k)
 	}
+	run.member.forget(copyID{namespace: run.key.Namespace, copyKey: k})
 	return nil
+}
+
+// nameOf returns an object that names obj, and holds nothing else, for
+// a request that writes its answer into the object it is given: obj may
+// be the copy cache's own (see watchedKinds.shared).
+func nameOf(obj *unstructured.Unstructured) *unstructured.Unstructured {
+	named := &unstructured.Unstructured{}
+	named.SetGroupVersionKind(obj.GroupVersionKind())
+	named.SetNamespace(obj.GetNamespace())
+	named.SetName(obj.GetName())
+	return named
 }
 
 // failed turns an error of a request to the member into the member's

@@ -436,6 +436,9 @@ func (run *memberRun) want(want map[copyKey]*unstructured.Unstructured, obj *uns
 // with metadata of its own; apply copies it whole before it writes.
 func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured) map[copyKey]*unstructured.Unstructured {
 	desired := make(map[copyKey]*unstructured.Unstructured, len(want))
+	if len(want) == 0 {
+		return desired // run.p may be gone
+	}
 	member := apply.Member{Name: run.member.name, Labels: run.labels}
 	inputs := sharedInputs{propagation: run.p.Name, deletion: apply.DeletionPolicy(run.p), fleetID: run.id}
 	for k, hubObj := range want {

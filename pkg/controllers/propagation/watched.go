@@ -72,6 +72,10 @@ type watchedKinds struct {
 	// onEvent is told of each event of a cached object: its state before
 	// (nil for a create) and after (the last known state for a delete).
 	onEvent func(old, obj client.Object)
+	// echo, if set, says whether an object a create or update event
+	// shows is what the manager's own write made: such an event is not
+	// told. A delete always is.
+	echo func(obj client.Object) bool
 	// onSynced, if set, is told of each informer started once it has
 	// synced, under a context that ends when the informer stops.
 	onSynced func(ctx context.Context, gvk schema.GroupVersionKind)
@@ -220,8 +224,8 @@ func (w *watchedKinds) register(gvk schema.GroupVersionKind, informer cache.Info
 		return nil, false, nil
 	}
 	handler, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.notify(nil, obj) },
-		UpdateFunc: func(old, obj any) { w.notify(old, obj) },
+		AddFunc:    func(obj any) { w.notifyUnlessEcho(nil, obj) },
+		UpdateFunc: func(old, obj any) { w.notifyUnlessEcho(old, obj) },
 		DeleteFunc: func(obj any) {
 			if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = tombstone.Obj
@@ -312,6 +316,15 @@ func (w *watchedKinds) watched() []schema.GroupVersionKind {
 	return kinds
 }
 
+// notifyUnlessEcho notifies of a create or update event, unless it
+// shows what the manager's own write made (see echo).
+func (w *watchedKinds) notifyUnlessEcho(old, obj any) {
+	if o, ok := obj.(client.Object); ok && w.echo != nil && w.echo(o) {
+		return
+	}
+	w.notify(old, obj)
+}
+
 func (w *watchedKinds) notify(old, obj any) {
 	o, ok := obj.(client.Object)
 	if !ok {
@@ -370,14 +383,16 @@ func resourceName(gr schema.GroupResource, kind string) string {
 	return kind
 }
 
-// list lists the cached objects of gvk in namespace that match selector.
-func (w *watchedKinds) list(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error) {
+// list lists the cached objects of gvk in namespace that match selector,
+// with opts (client.UnsafeDisableDeepCopy, say).
+func (w *watchedKinds) list(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector, opts ...client.ListOption) ([]unstructured.Unstructured, error) {
 	if err := w.watch(ctx, gvk); err != nil {
 		return nil, err
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	if err := w.cache.List(ctx, list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+	opts = append(opts, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector})
+	if err := w.cache.List(ctx, list, opts...); err != nil {
 		return nil, err
 	}
 	return list.Items, nil

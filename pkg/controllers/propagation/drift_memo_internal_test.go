@@ -1,0 +1,142 @@
+package propagation
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
+)
+
+// TestUnchangedCopyIsNotComparedAgain: a member's copy found without
+// drift is not compared again while its resourceVersion and the desired
+// content hash stay; a new resourceVersion is compared, and its drift
+// reported.
+func TestUnchangedCopyIsNotComparedAgain(t *testing.T) {
+	t.Parallel()
+	metrics, err := newMetrics(prometheus.NewRegistry(), func(string) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reconciler{fleet: "fleet", metrics: metrics, results: newResults(), recorder: events.NewFakeRecorder(10)}
+	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}, Spec: fleetv1alpha1.PropagationSpec{Drift: fleetv1alpha1.DriftReport}}
+	hub := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "web", "namespace": "team", "uid": "u1"},
+		"data":     map[string]any{"v": "1"},
+	}}
+	desired, err := apply.DesiredCopy(hub, p, nil, "fleet", "id", apply.Member{Name: "east"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := desired.DeepCopy()
+	live.SetResourceVersion("5")
+	member := &memberCopies{name: "east"}
+	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
+	drifted := func() []string {
+		t.Helper()
+		run := &memberRun{r: r, member: member, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
+		got, err := run.apply(t.Context(), k, desired, live, hub)
+		if err != nil || got != live {
+			t.Fatalf("apply of an unchanged copy returned %v, %v; want the member's copy as it is", got, err)
+		}
+		return run.drifted
+	}
+	if d := drifted(); len(d) != 0 {
+		t.Fatalf("an unchanged copy drifted: %v", d)
+	}
+	// The same version of the copy: no comparison, which would find this.
+	_ = unstructured.SetNestedField(live.Object, "2", "data", "v")
+	if d := drifted(); len(d) != 0 {
+		t.Errorf("a copy whose version was checked clean was compared again (drift %v): want a lookup", d)
+	}
+	live.SetResourceVersion("6")
+	if d := drifted(); len(d) != 1 {
+		t.Errorf("a changed copy's drift: %v, want .data.v", d)
+	}
+}
+
+// listOptions records the options of each List of a cache.
+type listOptions struct {
+	informertest.FakeInformers
+	opts []client.ListOptions
+}
+
+func (c *listOptions) List(_ context.Context, _ client.ObjectList, opts ...client.ListOption) error {
+	var o client.ListOptions
+	o.ApplyOptions(opts)
+	c.opts = append(c.opts, o)
+	return nil
+}
+
+// synced is the registration of an informer that has synced.
+type synced struct {
+	toolscache.ResourceEventHandlerRegistration
+}
+
+func (synced) HasSynced() bool { return true }
+
+// TestMemberCopiesAreListedWithoutCopying: a run lists a member's copies
+// as the copy cache holds them, not deep-copied.
+func TestMemberCopiesAreListedWithoutCopying(t *testing.T) {
+	t.Parallel()
+	gvk := schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+	c := &listOptions{}
+	w := &watchedKinds{cache: c, running: make(chan struct{}), selector: labels.Everything()}
+	close(w.running)
+	w.informers = map[schema.GroupVersionKind]*kindInformer{gvk: {handler: synced{}}}
+	ctx := t.Context()
+	mc := &memberCopies{name: "east", ctx: ctx, namespaces: map[string]*namespaceCopies{"team": {watchedKinds: w, ctx: ctx}}}
+	if _, err := mc.list(ctx, gvk, "team", labels.Everything()); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.opts) != 1 || c.opts[0].UnsafeDisableDeepCopy == nil || !*c.opts[0].UnsafeDisableDeepCopy {
+		t.Error("a member's copies were listed deep-copied")
+	}
+}
+
+// TestOwnWriteAsksForNoRun: the watch event of the version of a copy the
+// manager's write answered is not told (the run that wrote it saw it);
+// another version of it is, and so is its deletion.
+func TestOwnWriteAsksForNoRun(t *testing.T) {
+	t.Parallel()
+	mc := &memberCopies{name: "east"}
+	var told []string
+	w := &watchedKinds{ctx: t.Context(), echo: mc.echo, onEvent: func(_, obj client.Object) { told = append(told, obj.GetResourceVersion()) }}
+	gvk := schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+	informer := &controllertest.FakeInformer{}
+	if _, _, err := w.register(gvk, informer, 0); err != nil {
+		t.Fatal(err)
+	}
+	version := func(rv string) *unstructured.Unstructured {
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(gvk)
+		obj.SetNamespace("team")
+		obj.SetName("web")
+		obj.SetResourceVersion(rv)
+		return obj
+	}
+	id := copyID{namespace: "team", copyKey: copyKey{gvk: gvk, name: "web"}}
+	mc.wrote(id, version("7"))
+	informer.Add(version("7"))
+	informer.Update(version("7"), version("8")) // another manager's
+	mc.wrote(id, version("9"))
+	informer.Update(version("8"), version("9"))
+	mc.wrote(id, version("10"))
+	informer.Delete(version("10"))
+	if want := []string{"8", "10"}; !slices.Equal(told, want) {
+		t.Errorf("events told of versions %v, want %v: not the manager's own writes 7 and 9", told, want)
+	}
+}
