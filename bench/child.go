@@ -61,9 +61,9 @@ type childReport struct {
 // runChild is the child's main.
 func runChild(args []string) int {
 	fs := flag.NewFlagSet(childCommand, flag.ExitOnError)
-	mode := fs.String("mode", "fleet", `"fleet": a fleet manager with a ConfigMap controller; "bare": a controller-runtime cluster per member`)
-	hub := fs.String("hub", "", "hub kubeconfig file (fleet)")
-	namespace := fs.String("namespace", "", "hub namespace of the registration Secrets (fleet)")
+	mode := fs.String("mode", "fleet", `"fleet": a fleet manager with a ConfigMap controller; "mcr": multicluster-runtime's kubeconfig provider with a ConfigMap controller; "bare": a controller-runtime cluster per member`)
+	hub := fs.String("hub", "", "hub kubeconfig file (fleet, mcr)")
+	namespace := fs.String("namespace", "", "hub namespace of the registration Secrets (fleet, mcr)")
 	kubeconfigs := fs.String("kubeconfigs", "", "comma-separated member server kubeconfig files, used in turn (bare)")
 	watch := fs.String("watch", loadNamespace, "the namespace whose objects members cache, with a field selector in a cache of every namespace")
 	members := fs.Int("members", 1, "members to wait for")
@@ -83,6 +83,8 @@ func runChild(args []string) int {
 	switch *mode {
 	case "fleet":
 		err = childFleet(ctx, *hub, *namespace, *watch, *members, *objects, memoryReadings{*idle, *steady}, *settle, *idleCPU, *removal)
+	case "mcr":
+		err = childMCR(ctx, *hub, *namespace, *watch, *members, *objects, memoryReadings{*idle, *steady}, *settle)
 	case "bare":
 		err = childBare(ctx, strings.Split(*kubeconfigs, ","), *watch, *members, memoryReadings{*idle, *steady})
 	default:

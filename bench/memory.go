@@ -39,7 +39,15 @@ type memorySetting struct {
 	// steady: the processes of the smallest and the largest N read their
 	// RSS again after steadyAfter.
 	steady bool
+	// mcr: a multicluster-runtime process is measured too, and mcrRatio
+	// is the target of the fleet manager's RSS per member over its.
+	mcr      bool
+	mcrRatio *target
 }
+
+// outsideMCR names the outside benchmark against multicluster-runtime
+// (MCR) whose figures the targets quote.
+const outsideMCR = "outside benchmark against MCR d7413ad, reported 2026-11"
 
 // gogcLabel names a GOGC setting.
 func gogcLabel(gogc string) string {
@@ -61,11 +69,13 @@ func (b *bench) memorySettings() []memorySetting {
 		ratio:        atMost(0.9, ""),
 		steady:       true,
 	}, {
-		gogc:  "100",
-		table: gogc100MemoryTable,
-		note:  "The processes of the Memory table, in the same run, with GOGC=100 in their environment: Go's default collector for both, since the fleet manager leaves a GOGC its operator set alone. This compares the two at the same collector settings. For reference, not measured in this run: issue 28's outside measurement (reported 2026-11; members of 500 ConfigMaps, GOGC=100 for both, 25 to 100 members, 2 runs) found an RSS slope of 3.80 MiB per member [3.41..4.19] for fleet-manager, against multicluster-runtime's 3.19 [3.10..3.28] in the same session; the ratio's target is issue 28's.",
-		plot:  "memory-gogc-100",
-		ratio: atMost(0.9, ""),
+		gogc:     "100",
+		table:    gogc100MemoryTable,
+		note:     "The processes of the Memory table, in the same run, with GOGC=100 in their environment: Go's default collector for both, since the fleet manager leaves a GOGC its operator set alone. This compares the two at the same collector settings. Beside them, in the same run and at the same GOGC, a multicluster-runtime (MCR v0.24.1) process as a controller author runs it, as the " + outsideMCR + " did: MCR's kubeconfig provider reading MCR-format Secrets of the same members, and a ConfigMap controller built with mcbuilder (2 workers), its members' caches selecting the same objects; it runs at GOGC=100 only, which is also its default. The outside benchmark found fleet-manager 3.52 MiB per member against MCR's 3.25 (1.08×) at GOGC=100 for both. For reference, not measured in this run: issue 28's outside measurement (reported 2026-11; members of 500 ConfigMaps, GOGC=100 for both, 25 to 100 members, 2 runs) found an RSS slope of 3.80 MiB per member [3.41..4.19] for fleet-manager, against multicluster-runtime's 3.19 [3.10..3.28] in the same session; the ratio's target is issue 28's.",
+		plot:     "memory-gogc-100",
+		ratio:    atMost(0.9, ""),
+		mcr:      true,
+		mcrRatio: atMost(0.9, "1.08×, "+outsideMCR),
 	}}
 }
 
@@ -94,9 +104,17 @@ func (b *bench) benchMemory(ctx context.Context, n int) error {
 	if _, err := b.lab.registerAll(ctx, ns, names, b.lab.serverKubeconfig); err != nil {
 		return err
 	}
+	mcrNamespace, err := b.lab.newNamespace(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.cleanUp(ctx, mcrNamespace)
+	if err := b.lab.registerMCR(ctx, mcrNamespace, names, b.lab.serverKubeconfig); err != nil {
+		return err
+	}
 	var fleetSettled, bareSettled childReport
 	for i, m := range b.memorySettings() {
-		fleetRun, bareRun, err := b.memory(ctx, ns, n, m)
+		fleetRun, bareRun, err := b.memory(ctx, ns, mcrNamespace, n, m)
 		if err != nil {
 			return fmt.Errorf("GOGC=%s: %w", m.gogc, err)
 		}
@@ -125,7 +143,7 @@ var settleBefore = map[int]float64{10: 0.66, 50: 2.74, 100: 6.24, 200: 13.7}
 // memory runs a fleet manager process and a bare clusters process of n
 // members with m's GOGC, adds their memory to m's table and plot, and
 // returns the reports of their settling.
-func (b *bench) memory(ctx context.Context, ns string, n int, m memorySetting) (fleetSettled, bareSettled childReport, err error) {
+func (b *bench) memory(ctx context.Context, ns, mcrNamespace string, n int, m memorySetting) (fleetSettled, bareSettled childReport, err error) {
 	var steady time.Duration
 	if m.steady && (n == slices.Min(b.members) || n == slices.Max(b.members)) {
 		steady = steadyAfter
@@ -142,6 +160,22 @@ func (b *bench) memory(ctx context.Context, ns string, n int, m memorySetting) (
 	}
 
 	t := b.res.table(m.table, m.note)
+	title := fmt.Sprintf("Memory against members (%d ConfigMaps of %d KiB each), %s", loadObjects, loadBytes>>10, gogcLabel(m.gogc))
+	goroutinesTitle := "Goroutines against members, " + gogcLabel(m.gogc)
+	if m.mcr {
+		// MCR engages its members one at a time: it is given longer to
+		// settle, since its memory, not its settling, is compared.
+		mcrSettled, mcrMem, err := b.measureChildWithin("mcr", n, m.gogc, steady, mcrSettleDeadline,
+			"-mode=mcr", "-hub="+b.lab.hubFile, "-namespace="+mcrNamespace)
+		if err != nil {
+			return fleetSettled, bareSettled, fmt.Errorf("multicluster-runtime: %w", err)
+		}
+		mcrFigure := settledWithin(t, mcrSettled, n, mcrSettleDeadline)
+		mcrFigure(fmt.Sprintf("multicluster-runtime start to all settled, N=%d", n), "s", mcrSettled.SettledSeconds)
+		b.res.plot(m.plot, title, "MiB", "multicluster-runtime RSS", n, mcrFigure(fmt.Sprintf("multicluster-runtime RSS, N=%d", n), "MiB", float64(mcrMem.RSSBytes)/mib))
+		b.res.plot(m.plot, title, "MiB", "multicluster-runtime heap", n, mcrFigure(fmt.Sprintf("multicluster-runtime heap, N=%d", n), "MiB", float64(mcrMem.HeapBytes)/mib))
+		b.res.plot(m.plot+"-goroutines", goroutinesTitle, "goroutines", "multicluster-runtime", n, mcrFigure(fmt.Sprintf("multicluster-runtime goroutines, N=%d", n), "goroutines", float64(mcrMem.Goroutines)))
+	}
 	settled := fleetFigures(t, fleetSettled, n)
 	fleetRSS := settled(fmt.Sprintf("fleet-manager RSS, N=%d", n), "MiB", float64(fleetMem.RSSBytes)/mib)
 	fleetHeap := settled(fmt.Sprintf("fleet-manager heap, N=%d", n), "MiB", float64(fleetMem.HeapBytes)/mib)
@@ -151,7 +185,6 @@ func (b *bench) memory(ctx context.Context, ns string, n int, m memorySetting) (
 	t.add(fmt.Sprintf("bare clusters heap, N=%d", n), "MiB", float64(bareMem.HeapBytes)/mib, nil)
 	t.add(fmt.Sprintf("bare clusters goroutines, N=%d", n), "goroutines", float64(bareMem.Goroutines), nil)
 	t.add(fmt.Sprintf("members settled in one process within %s, N=%d", settleDeadline, n), "members", float64(fleetSettled.Members), atLeast(float64(n), ""))
-	title := fmt.Sprintf("Memory against members (%d ConfigMaps of %d KiB each), %s", loadObjects, loadBytes>>10, gogcLabel(m.gogc))
 	if steady > 0 {
 		after := fmt.Sprintf("after %s, N=%d", steadyAfter, n)
 		fleetSteady := settled("fleet-manager RSS "+after, "MiB", float64(fleetMem.SteadyRSSBytes)/mib)
@@ -172,7 +205,6 @@ func (b *bench) memory(ctx context.Context, ns string, n int, m memorySetting) (
 	b.res.plot(m.plot, title, "MiB", "bare controller-runtime RSS", n, float64(bareMem.RSSBytes)/mib)
 	b.res.plot(m.plot, title, "MiB", "fleet-manager heap", n, fleetHeap)
 	b.res.plot(m.plot, title, "MiB", "bare controller-runtime heap", n, float64(bareMem.HeapBytes)/mib)
-	goroutinesTitle := "Goroutines against members, " + gogcLabel(m.gogc)
 	b.res.plot(m.plot+"-goroutines", goroutinesTitle, "goroutines", "fleet-manager", n, fleetGoroutines)
 	b.res.plot(m.plot+"-goroutines", goroutinesTitle, "goroutines", "bare controller-runtime", n, float64(bareMem.Goroutines))
 	b.res.plot(m.plot, title, "MiB", "fleet-manager goroutine stacks", n, fleetStacks)
@@ -183,9 +215,14 @@ func (b *bench) memory(ctx context.Context, ns string, n int, m memorySetting) (
 // process with n members to t and returns its value: a failed measurement
 // (NaN) unless all of its members settled.
 func fleetFigures(t *table, settled childReport, n int) func(name, unit string, value float64) float64 {
+	return settledWithin(t, settled, n, settleDeadline)
+}
+
+// settledWithin is fleetFigures for a process given deadline to settle.
+func settledWithin(t *table, settled childReport, n int, deadline time.Duration) func(name, unit string, value float64) float64 {
 	return func(name, unit string, value float64) float64 {
 		if settled.Members < n {
-			t.fail(name, unit, fmt.Sprintf("%d of %d members settled within %s", settled.Members, n, settleDeadline), nil)
+			t.fail(name, unit, fmt.Sprintf("%d of %d members settled within %s", settled.Members, n, deadline), nil)
 			return math.NaN()
 		}
 		t.add(name, unit, value, nil)
@@ -198,6 +235,10 @@ func steadySeries(process string) string {
 	return fmt.Sprintf("%s RSS after %s", process, steadyAfter)
 }
 
+// mcrSettleDeadline is how long the multicluster-runtime process has for
+// its members to settle.
+const mcrSettleDeadline = 6 * time.Minute
+
 // childIdle is how long a child idles after settling before its RSS is
 // read, as issue 16's outside measurement read it.
 const childIdle = 5 * time.Second
@@ -208,13 +249,18 @@ const steadyAfter = 2 * time.Minute
 // measureChild runs a child with gogc until it settled, or its settle
 // deadline passed, and reported its memory.
 func (b *bench) measureChild(what string, n int, gogc string, steady time.Duration, args ...string) (settled, memory childReport, err error) {
+	return b.measureChildWithin(what, n, gogc, steady, settleDeadline, args...)
+}
+
+// measureChildWithin is measureChild with settle as the settle deadline.
+func (b *bench) measureChildWithin(what string, n int, gogc string, steady, settle time.Duration, args ...string) (settled, memory childReport, err error) {
 	args = append(args, fmt.Sprintf("-members=%d", n), fmt.Sprintf("-objects=%d", loadObjects),
-		"-watch="+loadNamespace, "-idle="+childIdle.String(), "-steady="+steady.String(), "-settle="+settleDeadline.String())
+		"-watch="+loadNamespace, "-idle="+childIdle.String(), "-steady="+steady.String(), "-settle="+settle.String())
 	c, err := startChild(gogcEnv(gogc), args...)
 	if err != nil {
 		return settled, memory, err
 	}
-	if settled, err = c.next(settleDeadline + time.Minute); err != nil {
+	if settled, err = c.next(settle + time.Minute); err != nil {
 		return settled, memory, err
 	}
 	if memory, err = c.next(steady + time.Minute); err != nil {
@@ -263,6 +309,13 @@ func (b *bench) addMemorySlopes() {
 			t.add(fmt.Sprintf("fleet-manager RSS per member ÷ the objects (%s)", format(objectsPerMember, "MiB")), "×", fleetRSS/objectsPerMember, nil)
 			t.add("fleet-manager goroutines per member", "goroutines", slopeOf(goroutines, "fleet-manager"), atMost(13, ""))
 			t.add("bare clusters goroutines per member", "goroutines", slopeOf(goroutines, "bare controller-runtime"), nil)
+			if m.mcr {
+				mcrRSS := slopeOf(c, "multicluster-runtime RSS")
+				t.add("multicluster-runtime RSS per member", "MiB", mcrRSS, nil)
+				t.add("multicluster-runtime heap per member", "MiB", slopeOf(c, "multicluster-runtime heap"), nil)
+				t.add("multicluster-runtime goroutines per member", "goroutines", slopeOf(goroutines, "multicluster-runtime"), nil)
+				t.add("fleet-manager ÷ multicluster-runtime, RSS per member, GOGC=100", "×", fleetRSS/mcrRSS, m.mcrRatio)
+			}
 			b.addSteadySlopes(t, m, c, run)
 		}
 	}
