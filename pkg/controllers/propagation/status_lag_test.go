@@ -20,11 +20,11 @@ import (
 // statusWrite is one status write of the Propagation controller, as the
 // hub answered it, and when.
 type statusWrite struct {
-	at                                time.Time
-	generation                        int64
-	selected, applied                 int32
-	ready                             bool
-	readyObserved, observedGeneration int64
+	at                 time.Time
+	generation         int64
+	selected, applied  int32
+	ready              bool
+	observedGeneration int64
 }
 
 // statusWrites returns, for the Propagation controller of mgr, a hub
@@ -47,7 +47,7 @@ func statusWrites(team, name string) (func(mgr *fleet.Manager) (client.Client, e
 				}
 				w := statusWrite{at: time.Now(), generation: p.Generation, selected: p.Status.Selected, applied: p.Status.Applied, observedGeneration: p.Status.ObservedGeneration}
 				if c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady); c != nil && c.Status == "True" {
-					w.ready, w.readyObserved = true, c.ObservedGeneration
+					w.ready = true
 				}
 				mu.Lock()
 				writes = append(writes, w)
