@@ -1,0 +1,132 @@
+package propagation_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
+)
+
+// statusWrite is one status write of the Propagation controller, as the
+// hub answered it, and when.
+type statusWrite struct {
+	at                 time.Time
+	generation         int64
+	selected, applied  int32
+	ready              bool
+	observedGeneration int64
+}
+
+// statusWrites returns, for the Propagation controller of mgr, a hub
+// client that records every status write of Propagation name in
+// namespace team that the hub took, and the record.
+func statusWrites(team, name string) (func(mgr *fleet.Manager) (client.Client, error), func() []statusWrite) {
+	var mu sync.Mutex
+	var writes []statusWrite
+	build := func(mgr *fleet.Manager) (client.Client, error) {
+		cached, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(cached, interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				err := cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				p, ok := obj.(*fleetv1alpha1.Propagation)
+				if err != nil || !ok || sub != "status" || p.Namespace != team || p.Name != name {
+					return err
+				}
+				w := statusWrite{at: time.Now(), generation: p.Generation, selected: p.Status.Selected, applied: p.Status.Applied, observedGeneration: p.Status.ObservedGeneration}
+				if c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady); c != nil && c.Status == "True" {
+					w.ready = true
+				}
+				mu.Lock()
+				writes = append(writes, w)
+				mu.Unlock()
+				return nil
+			},
+		}), nil
+	}
+	return build, func() []statusWrite {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]statusWrite(nil), writes...)
+	}
+}
+
+// TestReadyFollowsTheLastMemberWrite times, as an order of events, the
+// status of a Propagation (strategy All) to every member: the write that
+// first counts every member applied is the one that says Ready (no
+// second round of sums), no write says Ready before, and it lands within
+// the status interval, and some slack for a loaded machine, after the
+// last write the manager made in a member for it (the members' audit
+// logs): a status request woken by the last member result, not one that
+// waits a fixed delay or a back-off (issue 41's status lag).
+func TestReadyFollowsTheLastMemberWrite(t *testing.T) {
+	suite.Need(t)
+	t.Parallel()
+	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
+	build, recorded := statusWrites(f.team, "web")
+	f.client = build
+	f.start(nil)
+	for i := range memberCount {
+		f.register(i, fmt.Sprintf("m%d", i), map[string]string{"env": "prod"})
+	}
+	for i := range 5 {
+		f.configMap(fmt.Sprintf("web-%d", i), map[string]string{"v": "1"}, map[string]string{"app": "web"})
+	}
+	created := time.Now()
+	f.propagation("web", nil)
+	var ready statusWrite
+	poll.Until(t, "a status write that says Ready", func() bool {
+		for _, w := range recorded() {
+			if w.ready {
+				ready = w
+				return true
+			}
+		}
+		return false
+	})
+	for _, w := range recorded() {
+		if w.at.After(ready.at) {
+			break
+		}
+		if complete := w.observedGeneration == w.generation && w.selected == memberCount && w.applied == memberCount; complete != w.ready {
+			t.Errorf("a status write counts %d of %d members applied (generation %d of %d) and says Ready %v: Ready is written by the sum that first counts every member, and only then",
+				w.applied, w.selected, w.observedGeneration, w.generation, w.ready)
+		}
+	}
+	var last time.Time
+	writes := 0
+	for i := range memberCount {
+		for _, w := range memberWrites(t, i, created) {
+			if w.Namespace != f.team {
+				continue
+			}
+			writes++
+			if w.Time.After(last) {
+				last = w.Time
+			}
+		}
+	}
+	if last.IsZero() {
+		t.Fatal("no member write of the manager in the audit logs: the test measures nothing")
+	}
+	// The sum that sees the last member result comes at most one interval
+	// after the one before; the slack is for a loaded machine, not for a
+	// sum that waits for anything else.
+	const slack = 1500 * time.Millisecond
+	if lag := ready.at.Sub(last); lag > propagation.StatusInterval+slack {
+		t.Errorf("Ready was written %s after the last member write, over the status interval (%s) and %s of slack", lag.Round(time.Millisecond), propagation.StatusInterval, slack)
+	}
+	t.Logf("Ready written %s after the last of %d member writes", ready.at.Sub(last).Round(time.Millisecond), writes)
+}
