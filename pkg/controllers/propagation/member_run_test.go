@@ -1,10 +1,10 @@
 package propagation_test
 
-// An outside review of the cheaper member run (a copy keeps its revision
-// label, copies no override changes are shared, the drift memo, copies
-// listed without deep copies, own writes asking for no run): each test
-// attacks one of the promises docs/rollouts.md and docs/design.md make
-// of it, against real API servers.
+// The cheaper member run (a copy keeps its revision label, copies no
+// override changes are shared, the drift memo, copies listed without deep
+// copies, own writes asking for no run), attacked by an outside review:
+// each test holds one of the promises docs/rollouts.md and docs/design.md
+// make of it, against real API servers.
 
 import (
 	"bufio"
@@ -94,10 +94,10 @@ func (f *testFleet) teamWrites(i int, since time.Time) []string {
 	return writes
 }
 
-// TestReviewDriftByAnotherFieldManagerIsCorrected: a copy checked clean
+// TestDriftByAnotherFieldManagerIsCorrectedEachTime: a copy checked clean
 // (its version memoised) and then changed by another field manager's
 // update is compared again and corrected, again and again.
-func TestReviewDriftByAnotherFieldManagerIsCorrected(t *testing.T) {
+func TestDriftByAnotherFieldManagerIsCorrectedEachTime(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -112,10 +112,10 @@ func TestReviewDriftByAnotherFieldManagerIsCorrected(t *testing.T) {
 	}
 }
 
-// TestReviewDriftWhileStoppedIsCorrectedAfterRestart: drift made while
+// TestDriftWhileStoppedIsCorrectedAfterRestart: drift made while
 // the manager is stopped (an edit, a deletion) is found by the restarted
 // manager, whose memo is empty.
-func TestReviewDriftWhileStoppedIsCorrectedAfterRestart(t *testing.T) {
+func TestDriftWhileStoppedIsCorrectedAfterRestart(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -137,11 +137,11 @@ func TestReviewDriftWhileStoppedIsCorrectedAfterRestart(t *testing.T) {
 	f.waitCopy(0, "web-b", "created again after the restart", labelledRevision("1", "1"))
 }
 
-// TestReviewCopyChangedRightAfterOwnWrite: a copy edited, or deleted, at
+// TestCopyChangedRightAfterOwnWriteIsCorrected: a copy edited, or deleted, at
 // once after the manager's own write of it (before or after its watch
 // event came) is corrected or created again: the own-write filter
 // swallows neither.
-func TestReviewCopyChangedRightAfterOwnWrite(t *testing.T) {
+func TestCopyChangedRightAfterOwnWriteIsCorrected(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -178,11 +178,11 @@ func TestReviewCopyChangedRightAfterOwnWrite(t *testing.T) {
 	}
 }
 
-// TestReviewOverrideOfAMemberLabelNeverLeaks: a rule selecting members by
+// TestOverrideOfAMemberLabelNeverLeaks: a rule selecting members by
 // a label, substituting another: a member that starts or stops matching,
 // or whose label changes, gets its own values, and a copy no rule
 // changes (shared) carries none of them, in either member.
-func TestReviewOverrideOfAMemberLabelNeverLeaks(t *testing.T) {
+func TestOverrideOfAMemberLabelNeverLeaks(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod", "region": "eu", "tier": "gold"})
@@ -307,11 +307,11 @@ func TestAdoptLeavesAnotherPropagationsCopy(t *testing.T) {
 	})
 }
 
-// TestReviewWritePathsLeaveTheCopyCacheAlone runs the write paths that
+// TestWritePathsLeaveTheCopyCacheAlone runs the write paths that
 // start from a listed (not deep-copied) copy: an adoption mark, a label
 // patch of a drifted copy under Report, an orphaning, while the copies
 // change under the informers. Run it with -race.
-func TestReviewWritePathsLeaveTheCopyCacheAlone(t *testing.T) {
+func TestWritePathsLeaveTheCopyCacheAlone(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -377,11 +377,11 @@ func TestReviewWritePathsLeaveTheCopyCacheAlone(t *testing.T) {
 	wg.Wait()
 }
 
-// TestReviewRevisionLabelUnderProgressiveAndAPin: under Progressive, a
+// TestCopyKeepsTheRevisionThatChangedItUnderAPin: under Progressive, a
 // copy carries the revision that gave it its content; pinned back to
 // revision 1 (rollout undo), a copy put back to revision 1's content
 // says revision 1, and unpinned, the newest.
-func TestReviewRevisionLabelUnderProgressiveAndAPin(t *testing.T) {
+func TestCopyKeepsTheRevisionThatChangedItUnderAPin(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -427,11 +427,11 @@ func TestReviewRevisionLabelUnderProgressiveAndAPin(t *testing.T) {
 	}
 }
 
-// TestReviewRestartMakesNoWritesUnderProgressiveWithOverrides: the
+// TestRestartMakesNoWritesUnderProgressiveWithOverrides: the
 // restart promise (no write with unchanged content) where copies carry
 // different revisions, some are overridden per member and the strategy
 // is Progressive.
-func TestReviewRestartMakesNoWritesUnderProgressiveWithOverrides(t *testing.T) {
+func TestRestartMakesNoWritesUnderProgressiveWithOverrides(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod", "region": "eu"})
