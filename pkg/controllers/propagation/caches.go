@@ -80,8 +80,9 @@ type memberCopies struct {
 	copyMu sync.Mutex
 	// checked is, per copy, what its last drift check that found none
 	// compared: a copy that is the same object version, wanted with the
-	// same content, is not compared again (see unchanged).
+	// same content, is not compared again for recheck (see unchanged).
 	checked map[copyID]cleanCheck
+	recheck time.Duration
 	// written is, per copy, the resourceVersion the manager's last write
 	// of it answered: the watch event of that version asks for no run
 	// (see echo).
@@ -95,30 +96,46 @@ type copyID struct {
 	copyKey
 }
 
-// cleanCheck is a drift check that found none: of the member's copy at
-// resourceVersion, against the desired copy of content hash contentHash.
+// idOf is the copyID of obj.
+func idOf(obj client.Object) copyID {
+	return copyID{namespace: obj.GetNamespace(), copyKey: copyKey{gvk: obj.GetObjectKind().GroupVersionKind(), name: obj.GetName()}}
+}
+
+// cleanCheck is a drift check that found none, at: of the member's copy
+// at resourceVersion, against the desired copy of content hash
+// contentHash.
 type cleanCheck struct {
 	resourceVersion, contentHash string
+	at                           time.Time
 }
 
 // unchanged reports whether a drift check of live against a desired copy
-// of hash found none, and the copy has not changed since: every change
-// of an object changes its resourceVersion.
-func (mc *memberCopies) unchanged(id copyID, live *unstructured.Unstructured, hash string) bool {
+// of hash found none, less than recheck ago, and the copy has not
+// changed since: every change of an object changes its resourceVersion,
+// as Kubernetes defines it. A member that gives a version again to other
+// content (an etcd backup restored) has the copy compared again at the
+// latest recheck after its last check: left is how long the check is
+// still trusted.
+func (mc *memberCopies) unchanged(id copyID, live *unstructured.Unstructured, hash string) (ok bool, left time.Duration) {
 	mc.copyMu.Lock()
 	defer mc.copyMu.Unlock()
-	return mc.checked[id] == cleanCheck{resourceVersion: live.GetResourceVersion(), contentHash: hash} && hash != ""
+	c, found := mc.checked[id]
+	if !found || hash == "" || c.resourceVersion != live.GetResourceVersion() || c.contentHash != hash {
+		return false, 0
+	}
+	left = mc.recheck - time.Since(c.at)
+	return left > 0, left
 }
 
 // checkedClean records that a drift check of live against a desired copy
-// of hash found none.
+// of hash found none, now.
 func (mc *memberCopies) checkedClean(id copyID, live *unstructured.Unstructured, hash string) {
 	mc.copyMu.Lock()
 	defer mc.copyMu.Unlock()
 	if mc.checked == nil {
 		mc.checked = map[copyID]cleanCheck{}
 	}
-	mc.checked[id] = cleanCheck{resourceVersion: live.GetResourceVersion(), contentHash: hash}
+	mc.checked[id] = cleanCheck{resourceVersion: live.GetResourceVersion(), contentHash: hash, at: time.Now()}
 }
 
 // forget forgets copy id, which the manager removed or let go.
@@ -140,12 +157,14 @@ func (mc *memberCopies) wrote(id copyID, obj *unstructured.Unstructured) {
 }
 
 // echo reports whether obj, as a create or update event of the member's
-// copy cache shows it, is the version the manager's last write of it
-// answered: the run that wrote it saw it already. It forgets that write
-// at the copy's first event after it.
-func (mc *memberCopies) echo(obj client.Object) bool {
-	gvk := obj.GetObjectKind().GroupVersionKind()
-	id := copyID{namespace: obj.GetNamespace(), copyKey: copyKey{gvk: gvk, name: obj.GetName()}}
+// copy cache shows it (old before it, nil for a create), is the version
+// the manager's last write of it answered: the run that wrote it saw it
+// already. It forgets that write at the copy's first event after it. An
+// event that moves the copy to another Propagation (its
+// PropagationLabel changed) is never an echo: the Propagation it left
+// must learn it.
+func (mc *memberCopies) echo(old, obj client.Object) bool {
+	id := idOf(obj)
 	mc.copyMu.Lock()
 	defer mc.copyMu.Unlock()
 	rv, ok := mc.written[id]
@@ -153,7 +172,36 @@ func (mc *memberCopies) echo(obj client.Object) bool {
 		return false
 	}
 	delete(mc.written, id)
-	return rv != "" && rv == obj.GetResourceVersion()
+	return rv != "" && rv == obj.GetResourceVersion() && !ownerChanged(old, obj)
+}
+
+// ownerChanged reports whether an event of a copy moved it from one
+// Propagation to another.
+func ownerChanged(old, obj client.Object) bool {
+	return old != nil && old.GetLabels()[fleetv1alpha1.PropagationLabel] != obj.GetLabels()[fleetv1alpha1.PropagationLabel]
+}
+
+// copyEvent is told of each event of a copy that is not an echo (see
+// echo): an update that shows the version the cache held already (a
+// relist, after a watch failed, or a resync) makes the copy's next run
+// compare it again, for a member whose versions went back (an etcd
+// backup restored) may give that version to other content; enqueue is
+// given the Propagations the copy belongs to before and after.
+func (mc *memberCopies) copyEvent(old, obj client.Object, enqueue func(namespace, propagation string)) {
+	if old != nil && old.GetResourceVersion() == obj.GetResourceVersion() {
+		mc.copyMu.Lock()
+		delete(mc.checked, idOf(obj))
+		mc.copyMu.Unlock()
+	}
+	now := obj.GetLabels()[fleetv1alpha1.PropagationLabel]
+	if now != "" {
+		enqueue(obj.GetNamespace(), now)
+	}
+	if old != nil {
+		if before := old.GetLabels()[fleetv1alpha1.PropagationLabel]; before != "" && before != now {
+			enqueue(old.GetNamespace(), before)
+		}
+	}
 }
 
 // namespaceCopies is the copy cache of one namespace of a member.
@@ -293,6 +341,9 @@ type copyCaches struct {
 	// sweep is how often a member's watches are looked at (see
 	// sweepWatches).
 	sweep time.Duration
+	// driftRecheck is how long a drift check that found none is trusted
+	// (see memberCopies.unchanged).
+	driftRecheck time.Duration
 
 	mu      sync.Mutex
 	members map[string]*memberCopies
@@ -345,6 +396,7 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl cluster.C
 	}
 	mc := &memberCopies{
 		name: clusterName, client: writer, reader: writer, discovery: disc, metadata: metadataClient, ctx: ctx, namespaces: map[string]*namespaceCopies{},
+		recheck:      c.driftRecheck,
 		watches:      func(n int) { c.watches(clusterName, n) },
 		watchStarted: func() { c.watchStarted(clusterName) },
 	}
@@ -361,10 +413,10 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl cluster.C
 		w := &watchedKinds{
 			cluster: "member " + clusterName, grantHint: grantHint(clusterName), cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector, namespace: namespace,
 			running: make(chan struct{}), echo: mc.echo,
-			onEvent: func(_, obj client.Object) {
-				if name := obj.GetLabels()[fleetv1alpha1.PropagationLabel]; name != "" {
-					q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})
-				}
+			onEvent: func(old, obj client.Object) {
+				mc.copyEvent(old, obj, func(namespace, name string) {
+					q.Add(fleet.Request{ClusterName: clusterName, NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}})
+				})
 			},
 			onInformers: mc.informersChanged,
 		}
@@ -449,6 +501,11 @@ func (r *reconciler) copiesFound(ctx context.Context, mc *memberCopies, w *watch
 		r.log.Error(err, "Recording the copies found in a member in the journal", "cluster", mc.name)
 	}
 }
+
+// DefaultDriftRecheck is how long a drift check that found none is
+// trusted (Options.DriftRecheck): a copy whose resourceVersion stays is
+// compared again at its first run after it, once.
+const DefaultDriftRecheck = 5 * time.Minute
 
 // DefaultWatchSweep is how often a member's copy watches are looked at
 // (Options.WatchSweep).

@@ -41,11 +41,14 @@ func (k copyKey) String() string { return k.gvk.Kind + " " + k.name }
 type owner int
 
 const (
-	// notACopy: no fleet's copy, or a copy of another Propagation of this
-	// fleet; adopt may take it.
+	// notACopy: no fleet's copy (the member's own object, or a namespace
+	// this fleet made for copies); adopt may take it.
 	notACopy owner = iota
 	// ours: this fleet's copy of the run's Propagation.
 	ours
+	// otherPropagation: this fleet's copy of another Propagation, which
+	// is left to it; adopt does not take it.
+	otherPropagation
 	// otherFleet: another fleet's copy, which is never applied over,
 	// deleted or orphaned.
 	otherFleet
@@ -68,8 +71,10 @@ func ownerOf(obj metav1.Object, fleet, fleetID, propagation string, proven func(
 		return otherFleet
 	case stamped && name == propagation:
 		return ours
-	case stamped, !isCopy:
+	case !isCopy:
 		return notACopy
+	case stamped:
+		return otherPropagation
 	case l[fleetv1alpha1.FleetLabel] != fleet:
 		return otherFleet
 	case !proven():
@@ -77,7 +82,7 @@ func ownerOf(obj metav1.Object, fleet, fleetID, propagation string, proven func(
 	case name == propagation:
 		return ours
 	}
-	return notACopy
+	return otherPropagation
 }
 
 // ownerOf says whose member object obj is; hub is the hub object the run
@@ -108,6 +113,16 @@ func (run *memberRun) proven(obj, hub *unstructured.Unstructured) bool {
 		run.journaled[c.Propagation] = copies
 	}
 	return slices.ContainsFunc(copies, func(j journal.Copy) bool { return j.Object == c.Object && j.Hash == c.Hash })
+}
+
+// propagationOf names the Propagation whose copy obj is: a
+// ClusterPropagation's, for a cluster-scoped object.
+func propagationOf(obj *unstructured.Unstructured) string {
+	kind := "Propagation"
+	if obj.GetNamespace() == "" {
+		kind = "ClusterPropagation"
+	}
+	return kind + " " + obj.GetLabels()[fleetv1alpha1.PropagationLabel]
 }
 
 // apply makes the member's copy what desired, a copy of hub, says, with no
@@ -149,10 +164,13 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 			case unproven:
 				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member as a copy without a fleet identity that is not provably this fleet's: it is left alone (adopt does not take it)", k)})
 				return nil, nil
+			case otherPropagation:
+				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is %s's copy: it is left alone (adopt does not take another Propagation's copy)", k, propagationOf(found))})
+				return nil, nil
 			case notACopy:
 				switch {
 				case !p.Spec.Adopt && found.GetLabels()[fleetv1alpha1.FleetIDLabel] == run.id:
-					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member, made by this fleet for other copies (a Propagation's namespace, or another Propagation's copy); set adopt to take it over", k)})
+					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member, made by this fleet for other copies (a Propagation's namespace); set adopt to take it over", k)})
 					return nil, nil
 				case !p.Spec.Adopt:
 					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is not a copy (managers: %s); set adopt to take it over", k, managersOf(found))})
@@ -173,12 +191,12 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 		if sameHub {
 			keepRevision(desired, live)
 			// A copy unchanged since a check found no drift is not
-			// compared again: a change of it, by anyone, changes its
-			// resourceVersion.
-			if !run.member.unchanged(id, live, hash) {
-				if changedFields = apply.Drift(desired, live); len(changedFields) == 0 {
-					run.member.checkedClean(id, live, hash)
-				}
+			// compared again, until the check is DriftRecheck old: then
+			// the run is asked again.
+			if trusted, left := run.member.unchanged(id, live, hash); trusted {
+				run.recheckIn(left)
+			} else if changedFields = apply.Drift(desired, live); len(changedFields) == 0 {
+				run.member.checkedClean(id, live, hash)
 			}
 		}
 		revision := desired.GetLabels()[fleetv1alpha1.RevisionLabel]

@@ -23,15 +23,18 @@ func TestOwnerOfTrustsOnlyTheFleetsIdentity(t *testing.T) {
 		want   owner
 	}{
 		"stamped with this fleet's identity": {map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.FleetIDLabel: "id-a", fleetv1alpha1.PropagationLabel: "web"}, false, ours},
-		"stamped, of another Propagation":    {map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.FleetIDLabel: "id-a", fleetv1alpha1.PropagationLabel: "api"}, false, notACopy},
+		"stamped, of another Propagation":    {map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.FleetIDLabel: "id-a", fleetv1alpha1.PropagationLabel: "api"}, false, otherPropagation},
 		"another fleet's, same namespace":    {map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.FleetIDLabel: "id-b", fleetv1alpha1.PropagationLabel: "web"}, true, otherFleet},
 		"old, of another namespace's fleet":  {map[string]string{fleetv1alpha1.FleetLabel: "fleet-b", fleetv1alpha1.PropagationLabel: "web"}, true, otherFleet},
 		"old, proven":                        {map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.PropagationLabel: "web"}, true, ours},
 		"old, proven, of another Propagation": {
-			map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.PropagationLabel: "api"}, true, notACopy,
+			map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.PropagationLabel: "api"}, true, otherPropagation,
 		},
 		"old, not proven": {map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.PropagationLabel: "web"}, false, unproven},
 		"no copy":         {map[string]string{"app": "web"}, false, notACopy},
+		"a namespace this fleet made": {
+			map[string]string{fleetv1alpha1.FleetLabel: "fleet-a", fleetv1alpha1.FleetIDLabel: "id-a"}, false, notACopy,
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,11 +44,13 @@ func TestUnchangedCopyIsNotComparedAgain(t *testing.T) {
 	}
 	live := desired.DeepCopy()
 	live.SetResourceVersion("5")
-	member := &memberCopies{name: "east"}
+	const recheck = time.Hour
+	member := &memberCopies{name: "east", recheck: recheck}
 	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
+	var run *memberRun
 	drifted := func() []string {
 		t.Helper()
-		run := &memberRun{r: r, member: member, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
+		run = &memberRun{r: r, member: member, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
 		got, err := run.apply(t.Context(), k, desired, live, hub)
 		if err != nil || got != live {
 			t.Fatalf("apply of an unchanged copy returned %v, %v; want the member's copy as it is", got, err)
@@ -62,9 +65,123 @@ func TestUnchangedCopyIsNotComparedAgain(t *testing.T) {
 	if d := drifted(); len(d) != 0 {
 		t.Errorf("a copy whose version was checked clean was compared again (drift %v): want a lookup", d)
 	}
+	if run.recheck <= 0 || run.recheck > recheck {
+		t.Errorf("a run that trusted a check asks to run again in %s, want within the recheck, %s", run.recheck, recheck)
+	}
 	live.SetResourceVersion("6")
 	if d := drifted(); len(d) != 1 {
 		t.Errorf("a changed copy's drift: %v, want .data.v", d)
+	}
+}
+
+// TestCleanCheckIsTrustedForTheRecheckAlone: a member that gives a
+// resourceVersion checked clean again to other content (an etcd backup
+// restored) has the copy compared again once the check is
+// Options.DriftRecheck old, and its drift found.
+func TestCleanCheckIsTrustedForTheRecheckAlone(t *testing.T) {
+	t.Parallel()
+	metrics, err := newMetrics(prometheus.NewRegistry(), func(string) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reconciler{fleet: "fleet", metrics: metrics, results: newResults(), recorder: events.NewFakeRecorder(10)}
+	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}, Spec: fleetv1alpha1.PropagationSpec{Drift: fleetv1alpha1.DriftReport}}
+	hub := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "web", "namespace": "team", "uid": "u1"},
+		"data":     map[string]any{"v": "1"},
+	}}
+	desired, err := apply.DesiredCopy(hub, p, nil, "fleet", "id", apply.Member{Name: "east"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := desired.DeepCopy()
+	live.SetResourceVersion("4242")
+	member := &memberCopies{name: "east", recheck: time.Minute}
+	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
+	run := func() *memberRun {
+		t.Helper()
+		run := &memberRun{r: r, member: member, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
+		if _, err := run.apply(t.Context(), k, desired, live, hub); err != nil {
+			t.Fatal(err)
+		}
+		return run
+	}
+	if d := run().drifted; len(d) != 0 {
+		t.Fatalf("an unchanged copy drifted: %v", d)
+	}
+	_ = unstructured.SetNestedField(live.Object, "restored", "data", "v")
+	if got := run(); len(got.drifted) != 0 || got.recheck <= 0 {
+		t.Fatalf("within the recheck: drift %v, asked again in %s; want the check trusted, and a run asked for when it expires", got.drifted, got.recheck)
+	}
+	id := copyID{namespace: "team", copyKey: k}
+	c := member.checked[id]
+	c.at = c.at.Add(-time.Minute)
+	member.checked[id] = c
+	if d := run().drifted; len(d) != 1 {
+		t.Errorf("a check a recheck old, of a version the member gave again to other content: drift %v, want .data.v", d)
+	}
+}
+
+// TestRelistMakesTheCopyComparedAgain: an event of a copy showing the
+// version the cache held (a relist after a watch failed, as a member
+// restored from an etcd backup makes it; a resync) drops its clean
+// check; an event of a new version leaves the check to the version.
+func TestRelistMakesTheCopyComparedAgain(t *testing.T) {
+	t.Parallel()
+	gvk := schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+	version := func(rv string) *unstructured.Unstructured {
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(gvk)
+		obj.SetNamespace("team")
+		obj.SetName("web")
+		obj.SetResourceVersion(rv)
+		obj.SetLabels(map[string]string{fleetv1alpha1.PropagationLabel: "web"})
+		return obj
+	}
+	mc := &memberCopies{name: "east", recheck: time.Hour}
+	id := idOf(version("5"))
+	enqueue := func(string, string) {}
+	mc.checkedClean(id, version("5"), "h")
+	mc.copyEvent(version("4"), version("5"), enqueue)
+	if ok, _ := mc.unchanged(id, version("5"), "h"); !ok {
+		t.Error("an event of a new version dropped the clean check of it")
+	}
+	mc.copyEvent(version("5"), version("5"), enqueue)
+	if ok, _ := mc.unchanged(id, version("5"), "h"); ok {
+		t.Error("an event showing the version the cache held (a relist) left its clean check trusted")
+	}
+}
+
+// TestOwnershipChangeTellsBothPropagations: an event that moves a copy
+// from one Propagation to another asks for a run of both, even when it
+// shows the version the manager's own write answered.
+func TestOwnershipChangeTellsBothPropagations(t *testing.T) {
+	t.Parallel()
+	gvk := schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+	copyOf := func(propagation, rv string) *unstructured.Unstructured {
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(gvk)
+		obj.SetNamespace("team")
+		obj.SetName("web")
+		obj.SetResourceVersion(rv)
+		obj.SetLabels(map[string]string{fleetv1alpha1.PropagationLabel: propagation})
+		return obj
+	}
+	mc := &memberCopies{name: "east"}
+	var told []string
+	w := &watchedKinds{ctx: t.Context(), echo: mc.echo, onEvent: func(old, obj client.Object) {
+		mc.copyEvent(old, obj, func(namespace, name string) { told = append(told, namespace+"/"+name) })
+	}}
+	informer := &controllertest.FakeInformer{}
+	if _, _, err := w.register(gvk, informer, 0); err != nil {
+		t.Fatal(err)
+	}
+	mc.wrote(idOf(copyOf("other", "8")), copyOf("other", "8"))
+	informer.Update(copyOf("web", "7"), copyOf("other", "8"))
+	informer.Update(copyOf("other", "8"), copyOf("other", "9"))
+	if want := []string{"team/other", "team/web", "team/other"}; !slices.Equal(told, want) {
+		t.Errorf("runs asked for %v, want %v: the Propagation a copy left is told, also of the manager's own write", told, want)
 	}
 }
 

@@ -74,6 +74,8 @@ type testFleet struct {
 	client func(m *fleet.Manager) (client.Client, error)
 	// watchSweep, if set, is how often members' copy watches are looked at.
 	watchSweep time.Duration
+	// driftRecheck, if set, is how long a clean drift check is trusted.
+	driftRecheck time.Duration
 	// tenancy is the controller's Options.Tenancy; "" is Off, so that a
 	// test that does not speak of tenancy needs no TenancyPolicy.
 	tenancy string
@@ -167,7 +169,7 @@ func (f *testFleet) start(health *member.HealthOptions) {
 			}
 		},
 		Setup: func(m *fleet.Manager) error {
-			opts := propagation.Options{Journal: j, ForgetAfter: f.forgetAfter, OwedRemovals: f.owedRemovals, WatchSweep: f.watchSweep,
+			opts := propagation.Options{Journal: j, ForgetAfter: f.forgetAfter, OwedRemovals: f.owedRemovals, WatchSweep: f.watchSweep, DriftRecheck: f.driftRecheck,
 				Tenancy: cmp.Or(f.tenancy, fleetv1alpha1.TenancyOff)}
 			if f.client != nil {
 				c, err := f.client(m)

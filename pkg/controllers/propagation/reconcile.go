@@ -121,6 +121,9 @@ type memberRun struct {
 	// deleting names the copies whose deletion the member accepted but
 	// which are still there (see gone).
 	deleting []string
+	// recheck is when the first drift check the run trusted expires (see
+	// recheckIn).
+	recheck time.Duration
 	// skipRemoval holds kinds whose hub objects could not be read: none of
 	// their copies can be proven unwanted.
 	skipRemoval map[schema.GroupVersionKind]bool
@@ -545,6 +548,14 @@ func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructur
 
 func (run *memberRun) fail(f failure) { run.failures = append(run.failures, f) }
 
+// recheckIn asks for the run again in left, when a drift check it trusted
+// expires (see memberCopies.unchanged), unless it is asked sooner.
+func (run *memberRun) recheckIn(left time.Duration) {
+	if run.recheck == 0 || left < run.recheck {
+		run.recheck = left
+	}
+}
+
 // hold counts a copy of kind gvk that the member holds after the run.
 func (run *memberRun) hold(gvk schema.GroupVersionKind) {
 	run.copies++
@@ -649,6 +660,9 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	}
 	if len(run.deleting) > 0 {
 		after = append(after, deletingRetry)
+	}
+	if run.recheck > 0 {
+		after = append(after, run.recheck)
 	}
 	if len(after) == 0 {
 		return reconcile.Result{}, nil

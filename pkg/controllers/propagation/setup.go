@@ -84,6 +84,12 @@ type Options struct {
 	// neither the Propagations of its namespace nor what the journal holds
 	// of the member there need, is stopped. Default: DefaultWatchSweep.
 	WatchSweep time.Duration
+	// DriftRecheck is how long a member's copy checked free of drift is
+	// not compared again while its resourceVersion and desired content
+	// stay. A member that gives a resourceVersion again to other content
+	// (one restored from an etcd backup) has that drift found within it.
+	// Default: DefaultDriftRecheck.
+	DriftRecheck time.Duration
 	// Tenancy is whether the TenancyPolicies of the hub decide which
 	// members each namespace's Propagations may reach, and with which
 	// kinds (see package tenancy): Enforce, Off (""), or Auto, which
@@ -175,6 +181,9 @@ func Add(m *fleet.Manager, opts Options) error {
 	if opts.WatchSweep <= 0 {
 		opts.WatchSweep = DefaultWatchSweep
 	}
+	if opts.DriftRecheck <= 0 {
+		opts.DriftRecheck = DefaultDriftRecheck
+	}
 	if opts.Config == nil {
 		opts.Config = rest.CopyConfig(m.GetConfig())
 		opts.Config.UserAgent = "fleet-manager/" + ControllerName
@@ -228,7 +237,7 @@ func Add(m *fleet.Manager, opts Options) error {
 	r.revisions = &revisions.Store{Hub: opts.Client, Live: apiReader, Fleet: m.Namespace()}
 	r.copies = &copyCaches{
 		fleet: m.Namespace(), userAgent: opts.Config.UserAgent, scheme: m.GetScheme(), log: log,
-		propagations: r.memberPropagations, engaged: r.memberEngaged, found: r.copiesFound, sweep: opts.WatchSweep,
+		propagations: r.memberPropagations, engaged: r.memberEngaged, found: r.copiesFound, sweep: opts.WatchSweep, driftRecheck: opts.DriftRecheck,
 		watches:      func(member string, n int) { pm.memberWatches.WithLabelValues(member).Set(float64(n)) },
 		watchStarted: func(member string) { pm.memberWatchStarts.WithLabelValues(member).Inc() },
 		members:      map[string]*memberCopies{},

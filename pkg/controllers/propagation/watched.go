@@ -73,9 +73,9 @@ type watchedKinds struct {
 	// (nil for a create) and after (the last known state for a delete).
 	onEvent func(old, obj client.Object)
 	// echo, if set, says whether an object a create or update event
-	// shows is what the manager's own write made: such an event is not
-	// told. A delete always is.
-	echo func(obj client.Object) bool
+	// shows (old before it, nil for a create) is what the manager's own
+	// write made: such an event is not told. A delete always is.
+	echo func(old, obj client.Object) bool
 	// onSynced, if set, is told of each informer started once it has
 	// synced, under a context that ends when the informer stops.
 	onSynced func(ctx context.Context, gvk schema.GroupVersionKind)
@@ -319,7 +319,8 @@ func (w *watchedKinds) watched() []schema.GroupVersionKind {
 // notifyUnlessEcho notifies of a create or update event, unless it
 // shows what the manager's own write made (see echo).
 func (w *watchedKinds) notifyUnlessEcho(old, obj any) {
-	if o, ok := obj.(client.Object); ok && w.echo != nil && w.echo(o) {
+	before, _ := old.(client.Object)
+	if o, ok := obj.(client.Object); ok && w.echo != nil && w.echo(before, o) {
 		return
 	}
 	w.notify(old, obj)
