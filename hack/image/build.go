@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -32,6 +33,11 @@ type buildOptions struct {
 	CACerts   string        // the CA bundle put in the image
 	Log       io.Writer     // progress; may be nil
 	Platforms []v1.Platform // the platforms to build for; nil means platforms, every one
+	// Race builds the host's binary with the race detector, as go test
+	// -race builds, for a test: it then links the packages its own build
+	// compiled rather than compiling every one again static (make test
+	// would compile the Kubernetes libraries twice). Never for an image.
+	Race bool
 }
 
 // build cross-compiles fleet-manager for each platform and returns the
@@ -65,7 +71,7 @@ func build(ctx context.Context, opts buildOptions) (v1.ImageIndex, error) {
 	for _, p := range targets {
 		logf("building fleet-manager %s for %s", version, p)
 		path := filepath.Join(tmp, p.OS+"-"+p.Architecture, "fleet-manager")
-		if err := compile(ctx, opts.Root, version, p, path); err != nil {
+		if err := compileCommand(ctx, opts.Root, version, p, path, opts.Race).run(); err != nil {
 			return nil, err
 		}
 		b, err := readBinary(p, path)
@@ -90,17 +96,35 @@ func readVersion(root string) (string, error) {
 	return version, nil
 }
 
-// compile builds root's fleet-manager for p into out: static, without the
-// builder's paths, stamped with version and with the commit.
-func compile(ctx context.Context, root, version string, p v1.Platform, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=true",
-		"-ldflags", "-s -w -X main.version="+version, "-o", out, "./cmd/fleet-manager")
+// compileCommand is the build of root's fleet-manager for p into out:
+// static, without the builder's paths, stamped with version and with the
+// commit; with race, the race detector's build for a test instead (cgo,
+// the builder's paths).
+func compileCommand(ctx context.Context, root, version string, p v1.Platform, out string, race bool) compilation {
+	args := []string{"build", "-trimpath", "-buildvcs=true", "-ldflags", "-s -w -X main.version=" + version, "-o", out, "./cmd/fleet-manager"}
+	env := []string{"CGO_ENABLED=0", "GOOS=" + p.OS, "GOARCH=" + p.Architecture}
+	if race {
+		args = slices.Replace(args, 1, 2, "-race")
+		env = env[1:]
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
+	cmd.Env = append(os.Environ(), env...)
+	return compilation{cmd: cmd, platform: p}
+}
+
+// compilation is one go build of fleet-manager.
+type compilation struct {
+	cmd      *exec.Cmd
+	platform v1.Platform
+}
+
+// run runs the build, its output in the error if it fails.
+func (c compilation) run() error {
 	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build for %s: %w\n%s", p, err, output.Bytes())
+	c.cmd.Stdout, c.cmd.Stderr = &output, &output
+	if err := c.cmd.Run(); err != nil {
+		return fmt.Errorf("go build for %s: %w\n%s", c.platform, err, output.Bytes())
 	}
 	return nil
 }

@@ -14,6 +14,10 @@
 // image push pushes the index in that layout to a registry, with the
 // credentials of the default keychain (docker login, credential helpers).
 //
+// Its test builds the host's image around a race build of the binary, as
+// make test compiles everything with -race, and checks the static build's
+// settings as a command (TestCompileCommand); make image compiles it.
+//
 // It is a module of its own, so that go-containerregistry stays out of the
 // fleet-manager module.
 package main

@@ -42,7 +42,11 @@ func TestImage(t *testing.T) {
 	}
 	// Others may commit while the binary builds: either HEAD is right.
 	heads := []string{gitHead(t)}
-	idx, err := build(ctx, buildOptions{Root: repoRoot, CACerts: defaultCACerts, Log: t.Output(), Platforms: []v1.Platform{host}})
+	// Built as the test is (with -race under make test), so the build
+	// links packages go test compiled; TestCompileCommand checks the
+	// image's static build, and make image runs it.
+	race := raceEnabled && host.Architecture == runtime.GOARCH && runtime.GOOS == "linux"
+	idx, err := build(ctx, buildOptions{Root: repoRoot, CACerts: defaultCACerts, Log: t.Output(), Platforms: []v1.Platform{host}, Race: race})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +110,28 @@ func TestImage(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "version: "+version+"\n") || !strings.Contains(string(out), "commit: "+revision+"\n") {
 		t.Errorf("fleet-manager version printed:\n%s\nwant version %s and commit %s", out, version, revision)
+	}
+}
+
+// TestCompileCommand checks the build of the image's binary: static
+// (CGO_ENABLED=0), without the builder's paths, stamped with the version
+// and the commit, for the platform asked; and that a test's race build
+// differs from it only in the race detector, cgo and the paths.
+func TestCompileCommand(t *testing.T) {
+	p := v1.Platform{OS: "linux", Architecture: "arm64"}
+	image := compileCommand(t.Context(), "/repo", "v1.2.3", p, "/out/fleet-manager", false).cmd
+	want := []string{"go", "build", "-trimpath", "-buildvcs=true", "-ldflags", "-s -w -X main.version=v1.2.3", "-o", "/out/fleet-manager", "./cmd/fleet-manager"}
+	if !slices.Equal(image.Args, want) || image.Dir != "/repo" {
+		t.Errorf("image build: %q in %s, want %q in /repo", image.Args, image.Dir, want)
+	}
+	env := image.Env[len(image.Env)-3:]
+	if wantEnv := []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm64"}; !slices.Equal(env, wantEnv) {
+		t.Errorf("image build's environment ends %q, want %q", env, wantEnv)
+	}
+	race := compileCommand(t.Context(), "/repo", "v1.2.3", p, "/out/fleet-manager", true).cmd
+	want[2] = "-race"
+	if !slices.Equal(race.Args, want) || slices.Contains(race.Env, "CGO_ENABLED=0") {
+		t.Errorf("race build: %q, CGO_ENABLED=0 %t; want %q with cgo", race.Args, slices.Contains(race.Env, "CGO_ENABLED=0"), want)
 	}
 }
 

@@ -76,6 +76,22 @@ func buildShared() (string, error) {
 	return binary, nil
 }
 
+// BuildProgram builds the main package pkg (an import path, or a
+// directory relative to the caller's) into out, as the calling tests are
+// built (-race when they are): it then links packages their build already
+// compiled, where a build of its own configuration would compile every
+// dependency again (the Kubernetes libraries, some 600 CPU seconds cold).
+func BuildProgram(out, pkg string) error {
+	args := []string{"build", "-o", out}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	if output, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("building %s: %v\n%s", pkg, err, output)
+	}
+	return nil
+}
+
 // copyFile copies the executable from to a new file to.
 func copyFile(from, to string) error {
 	src, err := os.Open(from)

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/fleetbinary"
 	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/clusterprofile"
@@ -25,11 +27,37 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// staticBuild is the command that builds pkg into out as the image is
-// built (static, -trimpath: hack/image), not with -race: a plugin runs on
-// every request of a member, and a race build is five times slower to
-// start. A cold make test then compiles the plugins' dependencies once for
-// both, rather than once more in a configuration of their own.
+// secretReader is the module's reference secretreader plugin, built once
+// per test binary into a directory TestMain removes, as the test binary
+// is built (fleetbinary.BuildProgram): a build of its own configuration
+// would compile the Kubernetes libraries once more.
+var secretReader = struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}{}
+
+// buildSecretReader builds the secretreader plugin, once, and returns it.
+func buildSecretReader(t *testing.T) string {
+	t.Helper()
+	secretReader.once.Do(func() {
+		if secretReader.dir, secretReader.err = os.MkdirTemp("", "fleet-plugins-"); secretReader.err != nil {
+			return
+		}
+		secretReader.path = filepath.Join(secretReader.dir, "secretreader-plugin")
+		secretReader.err = fleetbinary.BuildProgram(secretReader.path, "sigs.k8s.io/cluster-inventory-api/plugins/secretreader/cmd/plugin")
+	})
+	if secretReader.err != nil {
+		t.Fatalf("building the secretreader plugin: %v", secretReader.err)
+	}
+	return secretReader.path
+}
+
+// staticBuild is the command that builds pkg into out static, without
+// -race: the expiring plugin runs at every request of its member, and a
+// race build starts too slowly for the member's probes (they fail, and the
+// member never turns Ready). Its few dependencies are compiled static once
+// more; the secretreader plugin's many are not (buildSecretReader).
 func staticBuild(out, pkg string) *exec.Cmd {
 	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -43,10 +71,7 @@ func staticBuild(out, pkg string) *exec.Cmd {
 func secretReaderPlugin(t *testing.T, namespace string) (plugin, hubKubeconfig string) {
 	t.Helper()
 	dir := t.TempDir()
-	plugin = filepath.Join(dir, "secretreader-plugin")
-	if out, err := staticBuild(plugin, "sigs.k8s.io/cluster-inventory-api/plugins/secretreader/cmd/plugin").CombinedOutput(); err != nil {
-		t.Fatalf("building the secretreader plugin: %v\n%s", err, out)
-	}
+	plugin = buildSecretReader(t)
 	kc := suite.AdminKubeconfig(t, suite.Hub, "secretreader")
 	cfg, err := clientcmd.Load(kc)
 	if err != nil {

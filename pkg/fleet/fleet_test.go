@@ -35,7 +35,13 @@ import (
 // its own.
 var suite = &fleettest.Suite{MemberCount: 2, Parallel: 4}
 
-func TestMain(m *testing.M) { os.Exit(suite.Run(m)) }
+func TestMain(m *testing.M) {
+	code := suite.Run(m)
+	if secretReader.dir != "" {
+		_ = os.RemoveAll(secretReader.dir)
+	}
+	os.Exit(code)
+}
 
 // memberClusters adds the MemberCluster controller, as the binary runs
 // it: the package's fleets run it, and several tests read MemberClusters.
