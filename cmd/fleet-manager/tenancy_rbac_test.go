@@ -62,7 +62,8 @@ func (d *deployment) checkTenants(t *testing.T) {
 		// The tenant's rights are real: the hub authorizes with RBAC and
 		// lets it write Propagations in its namespace.
 		p := &fleetv1alpha1.Propagation{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "by-" + user},
+			// Labelled with a fleet no manager runs, which none claims.
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "by-" + user, Labels: map[string]string{fleetv1alpha1.FleetLabel: "no-manager"}},
 			Spec:       fleetv1alpha1.PropagationSpec{Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "settings"}}},
 		}
 		if err := c.Create(ctx, p); err != nil {

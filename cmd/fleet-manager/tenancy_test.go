@@ -210,7 +210,12 @@ func TestTenancyDryRun(t *testing.T) {
 		f.teamA: {{APIVersion: "v1", Kind: "ConfigMap", Name: "settings"}, {APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role", Name: "reader"}},
 		f.teamB: {{APIVersion: "v1", Kind: "ConfigMap", Name: "settings"}},
 	} {
-		p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}, Spec: fleetv1alpha1.PropagationSpec{Resources: resources, Members: mine}}
+		// Labelled with the fleet: an unclaimed Propagation would be claimed
+		// by the manager another test runs on the shared hub.
+		p := &fleetv1alpha1.Propagation{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Labels: map[string]string{fleetv1alpha1.FleetLabel: f.ns}},
+			Spec:       fleetv1alpha1.PropagationSpec{Resources: resources, Members: mine},
+		}
 		if err := f.c.Create(t.Context(), p); err != nil {
 			t.Fatal(err)
 		}
