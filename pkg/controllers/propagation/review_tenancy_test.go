@@ -1,6 +1,7 @@
 package propagation_test
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -258,7 +260,9 @@ func TestReviewProgressiveRolloutSkipsExcludedMember(t *testing.T) {
 	}
 	f.waitCopy(0, "web", "east green", dataIs("color", "green"))
 	f.waitCopy(1, "web", "west green", dataIs("color", "green"))
-	p = f.waitStatus("web", "Ready at revision 2", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 2 && p.Status.Revision >= 2 })
+	p = f.waitStatus("web", "Ready at revision 2", func(p *fleetv1alpha1.Propagation) bool {
+		return ready(p) && p.Status.Applied == 2 && p.Status.Revision >= 2
+	})
 	noNorth(p)
 	if f.copyIn(2, "web") != nil || f.memberHasNamespace(2) {
 		t.Error("north holds a copy or the namespace")
@@ -278,7 +282,9 @@ func TestReviewProgressiveRolloutSkipsExcludedMember(t *testing.T) {
 	}
 	f.waitCopy(1, "web", "west's copy removed", gone)
 	f.waitCopy(0, "web", "east red", dataIs("color", "red"))
-	p = f.waitStatus("web", "Ready in east alone", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 1 && p.Status.Excluded == 2 })
+	p = f.waitStatus("web", "Ready in east alone", func(p *fleetv1alpha1.Propagation) bool {
+		return ready(p) && p.Status.Applied == 1 && p.Status.Excluded == 2
+	})
 	for _, g := range p.Status.Rollout.Members {
 		if slices.Contains(g.Names, "west") || slices.Contains(g.Names, "north") {
 			t.Errorf("an excluded member keeps revision %d: %v", g.Revision, g.Names)
@@ -303,12 +309,20 @@ func TestReviewUnreadablePoliciesHoldAcrossARestart(t *testing.T) {
 	before := f.copyIn(0, "web")
 	f.stop()
 
+	scheme := runtime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	crds, err := client.New(f.hub.Env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
 	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "tenancypolicies.fleet.fleetkube.io"}}
-	if err := f.hub.Client.Delete(t.Context(), crd); err != nil {
+	if err := crds.Delete(t.Context(), crd); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, "the TenancyPolicy CRD gone", func() bool {
-		return apierrors.IsNotFound(f.hub.Client.Get(t.Context(), client.ObjectKeyFromObject(crd), &apiextensionsv1.CustomResourceDefinition{}))
+		return apierrors.IsNotFound(crds.Get(t.Context(), client.ObjectKeyFromObject(crd), &apiextensionsv1.CustomResourceDefinition{}))
 	})
 	f.tenancy = fleetv1alpha1.TenancyEnforce
 	f.start(nil)
@@ -335,6 +349,12 @@ func TestReviewUnreadablePoliciesHoldAcrossARestart(t *testing.T) {
 			},
 		})
 		return err == nil
+	})
+	t.Cleanup(func() {
+		last := &fleetv1alpha1.Propagation{}
+		if err := f.hub.Client.Get(context.Background(), types.NamespacedName{Namespace: f.team, Name: "web"}, last); err == nil {
+			t.Logf("last Ready: %+v", meta.FindStatusCondition(last.Status.Conditions, fleetv1alpha1.PropagationReady))
+		}
 	})
 	f.waitStatus("web", "Ready once the policies are read", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Applied == 1 })
 	if now := f.copyIn(0, "web"); now == nil {
