@@ -2,13 +2,14 @@ package rollouttest
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
@@ -20,15 +21,14 @@ import (
 // uncordon do.
 func (f *testFleet) maintain(member string, mode fleetv1alpha1.MaintenanceMode) {
 	f.t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		mc := &fleetv1alpha1.MemberCluster{}
-		if err := suite.HubClient.Get(f.t.Context(), client.ObjectKey{Name: member}, mc); err != nil {
-			return err
-		}
-		mc.Spec.Maintenance = mode
-		return suite.HubClient.Update(f.t.Context(), mc)
-	})
-	if err != nil {
+	// A merge patch of the spec alone: the member's status, written at each
+	// probe, never makes it conflict, as an Update of a read copy can.
+	mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: member}}
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"maintenance":%q}}`, mode))
+	if mode == "" {
+		patch = client.RawPatch(types.MergePatchType, []byte(`{"spec":{"maintenance":null}}`))
+	}
+	if err := suite.HubClient.Patch(f.t.Context(), mc, patch); err != nil {
 		f.t.Fatal(err)
 	}
 }
