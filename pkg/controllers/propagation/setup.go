@@ -206,6 +206,10 @@ func Add(m *fleet.Manager, opts Options) error {
 	if rec := opts.Journal.Recovered(); rec != nil && rec.MovedTo != "" {
 		pm.journalLost.SetToCurrentTime()
 	}
+	view, err := tenancyViewOf(m, opts)
+	if err != nil {
+		return err
+	}
 	log := m.GetLogger().WithValues("controller", ControllerName)
 	r := &reconciler{
 		m: m, fleet: m.Namespace(), hub: opts.Client, live: apiReader, log: log, journal: opts.Journal,
@@ -221,7 +225,7 @@ func Add(m *fleet.Manager, opts Options) error {
 		readiness:  map[propagationKey]string{},
 
 		clusterPropagations: clusterPropagations,
-		tenancy:             &tenancyView{flag: opts.Tenancy, fleet: m.Namespace(), live: apiReader, cache: m.GetCache()},
+		tenancy:             view,
 	}
 	r.objects = &hubObjects{fleet: m.Namespace(), config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
 	r.content = content.NewCache(&content.Builder{Fleet: m.Namespace(), Mapper: m.GetRESTMapper(), List: r.objects.list})

@@ -12,7 +12,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -20,6 +22,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 	"github.com/fleetkube/fleet-manager/pkg/tenancy"
 )
@@ -29,26 +32,55 @@ import (
 // first time: nothing is decided before, and nothing is reported either.
 const tenancyWait = 200 * time.Millisecond
 
+// tenancyPoll is how often a replica that shares the fleet reads again
+// the tenancy modes its peers publish on their Leases.
+const tenancyPoll = 250 * time.Millisecond
+
+// tenancyPeers is this replica's part in a fleet shared by replicas
+// (shard.Replica): where it publishes its tenancy mode, and reads what
+// the others published.
+type tenancyPeers interface {
+	SetTenancy(mode string)
+	Tenancies() map[string]string
+}
+
 // tenancyView is what the controller knows of tenancy (see package
 // tenancy): the mode, and, where it is enforced, the hub's
-// TenancyPolicies and Namespaces, from the manager's cache, whose events
-// ask again every Propagation whose reach they may change.
+// TenancyPolicies and Namespaces, from caches whose events ask again
+// every Propagation whose reach they may change.
+//
+// Replicas that share the fleet agree on the mode (tenancy.Agreed): each
+// publishes its own on its Lease, and enforces while any live replica
+// does; while one has not said, the fleet's mode is in doubt.
 //
 // Until the mode is known, and, enforced, until both informers have
 // synced, the view is pending: namespaced Propagations wait, quietly. A
 // read that fails (the manager may not read the identity ConfigMap,
-// TenancyPolicies or Namespaces) puts every namespace in doubt, with that
-// error, until one succeeds: its Propagations are held.
+// TenancyPolicies or Namespaces; their CRD is not installed) puts every
+// namespace in doubt, with that error, until one succeeds: its
+// Propagations are held.
 type tenancyView struct {
 	flag  string
 	fleet string
-	live  client.Reader
-	cache cache.Cache
+	// live reads the hub, through tenancyMapper.
+	live client.Reader
+	// namespaces is the manager's cache, for Namespaces.
+	namespaces cache.Cache
+	// newPolicies makes the cache of TenancyPolicies, through
+	// tenancyMapper; one per run.
+	newPolicies func() (cache.Cache, error)
+	// peers is nil when this replica works alone.
+	peers tenancyPeers
 
 	mu sync.Mutex
-	// mode is Enforce or Off once known, "" before.
-	mode string
-	// synced is set once the policies and Namespaces are in the cache.
+	// mode is this replica's mode, Enforce or Off once known, "" before;
+	// agreed is the fleet's (mode when alone), "" while not known, and
+	// disagreed why it is in doubt.
+	mode, agreed string
+	disagreed    error
+	// policyCache holds the TenancyPolicies once their informer runs.
+	policyCache cache.Cache
+	// synced is set once the policies and Namespaces are in the caches.
 	synced bool
 	// readErr is why the last read failed, nil if none did since the
 	// last success.
@@ -59,12 +91,50 @@ type tenancyView struct {
 	events uint64
 }
 
-// state returns the view's mode, whether its reads are done, and why the
-// last one failed.
+// tenancyViewOf is the tenancy view of m's Propagation controller.
+func tenancyViewOf(m *fleet.Manager, opts Options) (*tenancyView, error) {
+	mapper := tenancyMapper(m.GetRESTMapper())
+	live, err := client.New(opts.Config, client.Options{Scheme: m.GetScheme(), Mapper: mapper})
+	if err != nil {
+		return nil, err
+	}
+	v := &tenancyView{
+		flag: opts.Tenancy, fleet: m.Namespace(), live: live, namespaces: m.GetCache(),
+		newPolicies: func() (cache.Cache, error) {
+			return cache.New(opts.Config, cache.Options{Scheme: m.GetScheme(), Mapper: mapper})
+		},
+	}
+	if r := m.Replica(); r != nil {
+		v.peers = r
+	}
+	return v, nil
+}
+
+// tenancyMapper maps TenancyPolicy itself, its resource and scope being
+// fixed, before it asks base. controller-runtime's lazy mapper, once it
+// has read fleet.fleetkube.io/v1alpha1 (served by the other CRDs) while
+// the TenancyPolicy CRD was missing, never reads that version again: it
+// would not map TenancyPolicy until the manager restarted, and a fleet
+// that enforces would hold its Propagations until then.
+func tenancyMapper(base meta.RESTMapper) meta.RESTMapper {
+	own := meta.NewDefaultRESTMapper([]schema.GroupVersion{fleetv1alpha1.GroupVersion})
+	own.AddSpecific(fleetv1alpha1.GroupVersion.WithKind("TenancyPolicy"),
+		fleetv1alpha1.GroupVersion.WithResource("tenancypolicies"), fleetv1alpha1.GroupVersion.WithResource("tenancypolicy"), meta.RESTScopeRoot)
+	return meta.FirstHitRESTMapper{MultiRESTMapper: meta.MultiRESTMapper{own, base}}
+}
+
+// state returns the fleet's mode, whether what it needs is read, and why
+// it is in doubt.
 func (v *tenancyView) state() (string, bool, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.mode, v.mode == fleetv1alpha1.TenancyOff || v.synced, v.readErr
+	switch {
+	case v.agreed == fleetv1alpha1.TenancyOff:
+		return v.agreed, true, nil
+	case v.disagreed != nil:
+		return v.agreed, false, v.disagreed
+	}
+	return v.agreed, v.agreed != "" && v.synced, v.readErr
 }
 
 // pending reports whether the Propagations of namespace wait for the
@@ -98,7 +168,7 @@ func (v *tenancyView) reachOf(ctx context.Context, namespace string) tenancy.Nam
 		return tenancy.Unknown(fmt.Errorf("reading the TenancyPolicies: %w", err)).For(tenancy.Namespace{Name: namespace})
 	}
 	ns := &corev1.Namespace{}
-	if err := v.cache.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil && !apierrors.IsNotFound(err) {
+	if err := v.namespaces.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil && !apierrors.IsNotFound(err) {
 		return tenancy.Unknown(fmt.Errorf("reading namespace %s: %w", namespace, err)).For(tenancy.Namespace{Name: namespace})
 	}
 	return reach.For(tenancy.Namespace{Name: namespace, Labels: ns.Labels})
@@ -108,13 +178,13 @@ func (v *tenancyView) reachOf(ctx context.Context, namespace string) tenancy.Nam
 // only after a policy event.
 func (v *tenancyView) policies(ctx context.Context) (*tenancy.Reach, error) {
 	v.mu.Lock()
-	reach, events := v.reach, v.events
+	reach, events, policies := v.reach, v.events, v.policyCache
 	v.mu.Unlock()
 	if reach != nil {
 		return reach, nil
 	}
 	var list fleetv1alpha1.TenancyPolicyList
-	if err := v.cache.List(ctx, &list); err != nil {
+	if err := policies.List(ctx, &list); err != nil {
 		return nil, err
 	}
 	reach = tenancy.New(list.Items)
@@ -127,12 +197,14 @@ func (v *tenancyView) policies(ctx context.Context) (*tenancy.Reach, error) {
 	return reach, nil
 }
 
-// run resolves the mode and, where tenancy is enforced, starts reading
-// the policies and Namespaces, retrying each read that fails; once done,
-// it asks every namespaced Propagation again, and from then on, those of
+// run resolves the mode (and, with peers, publishes it and follows
+// theirs) and, where tenancy may be enforced, starts reading the
+// policies and Namespaces, retrying each read that fails; once done, it
+// asks every namespaced Propagation again, and from then on, those of
 // each namespace whose reach a change of a policy or of a Namespace's
-// labels may change (changed). It returns once ctx ends, its handlers
-// removed.
+// labels may change (changed), and all of them when the fleet's mode
+// changes. It returns once ctx ends, its handlers removed and its cache
+// stopped.
 func (v *tenancyView) run(ctx context.Context, fleetID func(context.Context) (string, error), changed func(namespaces []string, all bool)) {
 	backoff := func() wait.Backoff {
 		return wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 10, Cap: 10 * time.Second}
@@ -175,13 +247,26 @@ func (v *tenancyView) run(ctx context.Context, fleetID func(context.Context) (st
 	}
 	v.mu.Lock()
 	v.mode, v.readErr = mode, nil
+	v.policyCache, v.synced, v.reach = nil, false, nil // a cache of an earlier run is stopped
+	if v.peers == nil {
+		v.agreed = mode
+	}
 	v.mu.Unlock()
-	if mode == fleetv1alpha1.TenancyOff {
+	var following sync.WaitGroup
+	defer following.Wait()
+	if v.peers != nil {
+		v.peers.SetTenancy(mode)
+		following.Add(1)
+		go func() {
+			defer following.Done()
+			v.follow(ctx, changed)
+		}()
+	} else if mode == fleetv1alpha1.TenancyOff {
 		changed(nil, true)
 		return
 	}
-	// The manager may not read them: say so, rather than wait forever
-	// for an informer that cannot list.
+	// The manager may not read them, or their CRD is not installed: say
+	// so, rather than wait forever for an informer that cannot list.
 	b := backoff()
 	for {
 		err := v.live.List(ctx, &fleetv1alpha1.TenancyPolicyList{}, client.Limit(1))
@@ -195,12 +280,22 @@ func (v *tenancyView) run(ctx context.Context, fleetID func(context.Context) (st
 			return
 		}
 	}
-	policies, err := v.cache.GetInformer(ctx, &fleetv1alpha1.TenancyPolicy{}, cache.BlockUntilSynced(false))
+	policyCache, err := v.newPolicies()
 	if err != nil {
 		v.fail(err)
 		return
 	}
-	namespaces, err := v.cache.GetInformer(ctx, &corev1.Namespace{}, cache.BlockUntilSynced(false))
+	following.Add(1)
+	go func() {
+		defer following.Done()
+		_ = policyCache.Start(ctx)
+	}()
+	policies, err := policyCache.GetInformer(ctx, &fleetv1alpha1.TenancyPolicy{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		v.fail(err)
+		return
+	}
+	namespaces, err := v.namespaces.GetInformer(ctx, &corev1.Namespace{}, cache.BlockUntilSynced(false))
 	if err != nil {
 		v.fail(err)
 		return
@@ -233,10 +328,38 @@ func (v *tenancyView) run(ctx context.Context, fleetID func(context.Context) (st
 		return
 	}
 	v.mu.Lock()
-	v.synced = true
+	v.policyCache, v.synced, v.readErr = policyCache, true, nil
 	v.mu.Unlock()
 	changed(nil, true)
 	<-ctx.Done()
+}
+
+// follow reads, every tenancyPoll until ctx ends, the modes the fleet's
+// replicas publish, and asks every namespaced Propagation again when the
+// fleet's mode, or the doubt about it, changes.
+func (v *tenancyView) follow(ctx context.Context, changed func([]string, bool)) {
+	ticker := time.NewTicker(tenancyPoll)
+	defer ticker.Stop()
+	for {
+		replicas := v.peers.Tenancies()
+		v.mu.Lock()
+		before, doubtBefore := v.agreed, v.disagreed
+		if replicas == nil {
+			v.agreed, v.disagreed = "", nil // fenced, or not yet in: pending
+		} else {
+			v.agreed, v.disagreed = tenancy.Agreed(v.mode, replicas)
+		}
+		now, doubt := v.agreed, v.disagreed
+		v.mu.Unlock()
+		if now != before || (doubt == nil) != (doubtBefore == nil) {
+			changed(nil, true)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
 }
 
 // fail puts every namespace in doubt for err, which no retry cures.
@@ -290,7 +413,7 @@ func (v *tenancyView) namespacesOf(ctx context.Context, p *fleetv1alpha1.Tenancy
 		return nil, true
 	}
 	var list corev1.NamespaceList
-	if err := v.cache.List(ctx, &list, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := v.namespaces.List(ctx, &list, client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, true
 	}
 	for _, ns := range list.Items {
