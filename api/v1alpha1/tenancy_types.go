@@ -108,16 +108,24 @@ type KindRules struct {
 }
 
 // KindRule matches the kinds of one API group: "" is the core group, "*"
-// every group; Kind "*" (or empty) every kind of the group.
+// every group; Kind "*" (or empty) every kind of the group. Both match
+// exactly, case included, as a manifest's apiVersion and kind say them:
+// the API server refuses what could match nothing, such as the group
+// "core" or the kind "secrets".
 type KindRule struct {
-	// Group is an API group, "" for the core group, or "*" for any.
+	// Group is an API group (a DNS subdomain, such as apps), "" for the
+	// core group (not "core"), or "*" for any.
 	//
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$`
+	// +kubebuilder:validation:XValidation:rule="self != 'core'",message="the core group is \"\" (empty), not core"
 	// +optional
 	Group string `json:"group"`
-	// Kind is a kind, or "*" (or empty) for every kind of the group.
+	// Kind is a kind as manifests spell it (ConfigMap, not configmaps),
+	// or "*" (or empty) for every kind of the group.
 	//
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^(\*|[A-Z][A-Za-z0-9]*)?$`
 	// +optional
 	Kind string `json:"kind,omitempty"`
 }

@@ -348,3 +348,49 @@ func (f *testFleet) installTenancyPolicyCRD(edit func(*apiextensionsv1.JSONSchem
 		f.t.Error(err)
 	}
 }
+
+// TestKindRulesThatMatchNothingAreRefused: kind rules match exactly and
+// case-sensitively, so the API server refuses a rule that could match
+// nothing (the group "core", a resource's name for a kind), and takes
+// those that match as manifests say them.
+func TestKindRulesThatMatchNothingAreRefused(t *testing.T) {
+	t.Parallel()
+	hub := suite.OwnHubs(t, 1)[0]
+	create := func(rule fleetv1alpha1.KindRule) error {
+		return hub.Client.Create(t.Context(), &fleetv1alpha1.TenancyPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: suite.Name("tenancy")},
+			Spec: fleetv1alpha1.TenancyPolicySpec{
+				Namespaces: fleetv1alpha1.NamespaceSelector{Names: []string{"team-a"}},
+				Members:    fleetv1alpha1.ReachableMembers{Selector: &fleetv1alpha1.LabelSelector{}},
+				Kinds:      fleetv1alpha1.KindRules{Deny: []fleetv1alpha1.KindRule{rule}},
+			},
+		}, client.DryRunAll)
+	}
+	// A test before on this hub may have put back deploy/crd's CRD: wait
+	// for its schema.
+	poll.Until(t, "the hub validating kind rules", func() bool {
+		return apierrors.IsInvalid(create(fleetv1alpha1.KindRule{Group: "core"}))
+	})
+	for _, c := range []struct {
+		rule fleetv1alpha1.KindRule
+		says string
+	}{
+		{fleetv1alpha1.KindRule{Group: "core", Kind: "Secret"}, `the core group is "" (empty), not core`},
+		{fleetv1alpha1.KindRule{Group: "", Kind: "secrets"}, "spec.kinds.deny[0].kind"},
+		{fleetv1alpha1.KindRule{Group: "Apps", Kind: "Deployment"}, "spec.kinds.deny[0].group"},
+		{fleetv1alpha1.KindRule{Group: "apps/v1", Kind: "Deployment"}, "spec.kinds.deny[0].group"},
+		{fleetv1alpha1.KindRule{Group: "", Kind: "Secret.v1"}, "spec.kinds.deny[0].kind"},
+	} {
+		err := create(c.rule)
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%+v: %v, want refused, saying %q", c.rule, err, c.says)
+		}
+	}
+	for _, rule := range []fleetv1alpha1.KindRule{
+		{Group: "", Kind: "Secret"}, {Group: "*", Kind: "*"}, {Group: "apps"}, {Group: "rbac.authorization.k8s.io", Kind: "Role"}, {Kind: "ConfigMap"},
+	} {
+		if err := create(rule); err != nil {
+			t.Errorf("%+v refused: %v", rule, err)
+		}
+	}
+}
