@@ -77,14 +77,17 @@ type ReachableMembers struct {
 	// Selector matches MemberCluster labels.
 	// +optional
 	Selector *LabelSelector `json:"selector,omitempty"`
-	// Sources are the hub namespaces whose registration Secrets the
-	// members must come from (spec.secretRef.namespace of their
-	// MemberClusters): the fleet namespace, a Cluster API namespace, the
-	// Argo CD namespace. Labels chosen by Cluster API or Argo CD then reach
-	// only what those sources register. Empty: any source.
+	// Sources are where the members must be registered from: the hub
+	// namespace of their registration Secret, whatever its format (the
+	// fleet namespace, a Cluster API namespace, the Argo CD namespace), or
+	// "clusterprofile/<namespace>" for a member a ClusterProfile of that
+	// namespace registers (a ClusterProfile in the fleet namespace does not
+	// match the fleet namespace). Labels chosen by Cluster API, Argo CD or
+	// a ClusterProfile's writer then reach only what those sources
+	// register. Empty: any source.
 	//
 	// +kubebuilder:validation:MaxItems=64
-	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:MaxLength=78
 	// +listType=set
 	// +optional
 	Sources []string `json:"sources,omitempty"`

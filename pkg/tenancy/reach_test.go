@@ -112,3 +112,34 @@ func TestUnparsablePolicyPutsItsNamespacesInDoubt(t *testing.T) {
 		t.Error("Everything refuses")
 	}
 }
+
+// A member a ClusterProfile registers in the fleet namespace is not from
+// the fleet namespace's Secrets: sources [fleet-system] does not reach
+// it, sources [clusterprofile/fleet-system] does; the controller and the
+// CLI read its source through SourceOf alike.
+func TestClusterProfileInTheFleetNamespaceIsNotItsSecrets(t *testing.T) {
+	profile := MemberOf(&fleetv1alpha1.MemberCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "profiled", Labels: map[string]string{"env": "dev"}},
+		Spec:       fleetv1alpha1.MemberClusterSpec{SecretRef: fleetv1alpha1.SecretReference{Namespace: "fleet-system", Name: "profiled", Format: fleetv1alpha1.FormatClusterProfile}},
+	})
+	capi := MemberOf(&fleetv1alpha1.MemberCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "capi-dev"},
+		Spec:       fleetv1alpha1.MemberClusterSpec{SecretRef: fleetv1alpha1.SecretReference{Namespace: "capi", Name: "capi-dev-kubeconfig", Format: fleetv1alpha1.FormatClusterAPI}},
+	})
+	if profile.Source != "clusterprofile/fleet-system" || capi.Source != "capi" {
+		t.Errorf("sources %q, %q: want clusterprofile/fleet-system, capi", profile.Source, capi.Source)
+	}
+	reach := func(sources ...string) bool {
+		ok, _ := New([]fleetv1alpha1.TenancyPolicy{policyOf("p", fleetv1alpha1.TenancyPolicySpec{
+			Namespaces: fleetv1alpha1.NamespaceSelector{Names: []string{"team-a"}},
+			Members:    fleetv1alpha1.ReachableMembers{Selector: &fleetv1alpha1.LabelSelector{}, Sources: sources},
+		})}).For(teamA).Reaches(profile)
+		return ok
+	}
+	if reach("fleet-system") {
+		t.Error("sources [fleet-system] reaches a member a ClusterProfile in fleet-system registers")
+	}
+	if !reach("clusterprofile/fleet-system") {
+		t.Error("sources [clusterprofile/fleet-system] does not reach it")
+	}
+}

@@ -447,7 +447,8 @@ func (r *reconciler) tenancyChanged(namespaces []string, all bool) {
 
 // tenancyMember is c as a TenancyPolicy selects it: by its name, its
 // MemberCluster's labels (its registration's and the fleet's), and the
-// namespace of its accepted registration.
+// source of its accepted registration, as the CLI reads them from the
+// MemberCluster (tenancy.MemberOf).
 func tenancyMember(c *registry.Cluster, fleet string) tenancy.Member {
 	l := maps.Clone(c.Labels)
 	if l == nil {
@@ -456,7 +457,9 @@ func tenancyMember(c *registry.Cluster, fleet string) tenancy.Member {
 	l[fleetv1alpha1.FleetLabel] = fleet
 	m := tenancy.Member{Name: c.Name, Labels: l}
 	if len(c.Claims) > 0 {
-		m.Source = c.Claims[0].Source.Namespace
+		// As the MemberCluster's spec.secretRef says it.
+		src := c.Claims[0].Source
+		m.Source = tenancy.SourceOf(fleetv1alpha1.SecretReference{Namespace: src.Namespace, Name: src.Name, Format: fleetv1alpha1.RegistrationFormat(src.Format)})
 	}
 	return m
 }
