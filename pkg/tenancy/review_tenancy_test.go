@@ -9,11 +9,11 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
 
-// TestReviewEmptyMembersSelectorWithForeignSources: the worst members
+// TestEveryMemberFromAForeignSourceReachesOnlyItsMembers: the worst members
 // spec, selector {} (every member) with sources naming another
 // namespace, reaches only what that source registered: not the fleet's
 // own members, whatever their labels.
-func TestReviewEmptyMembersSelectorWithForeignSources(t *testing.T) {
+func TestEveryMemberFromAForeignSourceReachesOnlyItsMembers(t *testing.T) {
 	r := New([]fleetv1alpha1.TenancyPolicy{policyOf("everything-from-capi", fleetv1alpha1.TenancyPolicySpec{
 		Namespaces: fleetv1alpha1.NamespaceSelector{Names: []string{"team-a"}},
 		Members:    fleetv1alpha1.ReachableMembers{Selector: &fleetv1alpha1.LabelSelector{}, Sources: []string{"capi"}},
@@ -40,11 +40,11 @@ func TestReviewEmptyMembersSelectorWithForeignSources(t *testing.T) {
 	}
 }
 
-// TestReviewKindRuleGroups: "" is the core group only, "*" every group,
+// TestKindRuleGroupsMatchExactlyAndPoliciesAddUp: "" is the core group only, "*" every group,
 // "apps" only apps; a kind one policy denies is allowed where another
 // policy that reaches the member allows it (policies add up), and not
 // where that other policy does not reach the member.
-func TestReviewKindRuleGroups(t *testing.T) {
+func TestKindRuleGroupsMatchExactlyAndPoliciesAddUp(t *testing.T) {
 	secret := schema.GroupKind{Kind: "Secret"}
 	appsSecret := schema.GroupKind{Group: "apps", Kind: "Secret"} // a made-up kind named Secret in apps
 	cases := []struct {

@@ -29,9 +29,9 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/shard"
 )
 
-// reviewSecretIn reads Secret name of the team namespace in member i, nil
+// secretIn reads Secret name of the team namespace in member i, nil
 // when there is none.
-func (f *testFleet) reviewSecretIn(i int, name string) *corev1.Secret {
+func (f *testFleet) secretIn(i int, name string) *corev1.Secret {
 	f.t.Helper()
 	s := &corev1.Secret{}
 	err := suite.MemberClients[i].Get(f.t.Context(), types.NamespacedName{Namespace: f.team, Name: name}, s)
@@ -43,9 +43,9 @@ func (f *testFleet) reviewSecretIn(i int, name string) *corev1.Secret {
 	return s
 }
 
-// reviewWarned reports whether a Warning Event of reason on Propagation
+// warnedOf reports whether a Warning Event of reason on Propagation
 // name mentions every one of words.
-func (f *testFleet) reviewWarned(name, reason string, words ...string) bool {
+func (f *testFleet) warnedOf(name, reason string, words ...string) bool {
 	f.t.Helper()
 	events := &eventsv1.EventList{}
 	if err := f.hub.Client.List(f.t.Context(), events, client.InNamespace(f.team)); err != nil {
@@ -64,10 +64,10 @@ func (f *testFleet) reviewWarned(name, reason string, words ...string) bool {
 	})
 }
 
-// TestReviewEnvelopeOfADeniedKind: an Envelope holding a Secret and a
+// TestEnvelopeManifestOfADeniedKindIsNotApplied: an Envelope holding a Secret and a
 // ConfigMap, the policy denying Secrets: the ConfigMap is applied, the
 // Secret is not, and the member fails KindNotAllowed naming it.
-func TestReviewEnvelopeOfADeniedKind(t *testing.T) {
+func TestEnvelopeManifestOfADeniedKindIsNotApplied(t *testing.T) {
 	t.Parallel()
 	f := newTenancyFleet(t, fleetv1alpha1.TenancyEnforce, nil)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -87,7 +87,7 @@ func TestReviewEnvelopeOfADeniedKind(t *testing.T) {
 	if ready(p) {
 		t.Error("Ready with a manifest refused")
 	}
-	if f.reviewSecretIn(0, "token") != nil {
+	if f.secretIn(0, "token") != nil {
 		t.Error("the Envelope's Secret, a kind the policy denies, is in east")
 	}
 	b, _ := json.Marshal(p.Status)
@@ -96,9 +96,9 @@ func TestReviewEnvelopeOfADeniedKind(t *testing.T) {
 	}
 }
 
-// TestReviewOverridePatchingKind: an override that turns an allowed
+// TestOverrideCannotTurnAnAllowedKindIntoADeniedOne: an override that turns an allowed
 // ConfigMap into a denied Secret gives the member no Secret.
-func TestReviewOverridePatchingKind(t *testing.T) {
+func TestOverrideCannotTurnAnAllowedKindIntoADeniedOne(t *testing.T) {
 	t.Parallel()
 	f := newTenancyFleet(t, fleetv1alpha1.TenancyEnforce, nil)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -117,7 +117,7 @@ func TestReviewOverridePatchingKind(t *testing.T) {
 	})
 	e, _ := entry(p, "east")
 	t.Logf("east: %s %q", e.Reason, e.Message)
-	if f.reviewSecretIn(0, "web") != nil {
+	if f.secretIn(0, "web") != nil {
 		t.Error("a Secret web, made by an override from an allowed ConfigMap, is in east")
 	}
 	if ready(p) {
@@ -125,11 +125,11 @@ func TestReviewOverridePatchingKind(t *testing.T) {
 	}
 }
 
-// TestReviewNamespaceRelabelledOutOfPolicy: a policy that selects the
+// TestNamespaceRelabelledOutOfPolicyLosesItsCopies: a policy that selects the
 // namespace by label; the namespace relabelled out of it: its copies go,
 // nothing is created again, a Warning Event MembersExcluded is told,
 // status names the member excluded; relabelled back, the copy returns.
-func TestReviewNamespaceRelabelledOutOfPolicy(t *testing.T) {
+func TestNamespaceRelabelledOutOfPolicyLosesItsCopies(t *testing.T) {
 	t.Parallel()
 	f := newTenancyFleet(t, fleetv1alpha1.TenancyEnforce, nil)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -178,15 +178,15 @@ func TestReviewNamespaceRelabelledOutOfPolicy(t *testing.T) {
 	if got := excludedNames(p); !slices.Equal(got, []string{"east"}) || !strings.Contains(p.Status.ExcludedMembers[0].Message, f.team) {
 		t.Errorf("excludedMembers %+v, want east, naming the namespace", p.Status.ExcludedMembers)
 	}
-	poll.Until(t, "a Warning Event MembersExcluded naming east", func() bool { return f.reviewWarned("web", fleetv1alpha1.ReasonMembersExcluded, "east") })
+	poll.Until(t, "a Warning Event MembersExcluded naming east", func() bool { return f.warnedOf("web", fleetv1alpha1.ReasonMembersExcluded, "east") })
 	label("gold")
 	f.waitCopy(0, "web", "copied again once relabelled back", exists)
 }
 
-// TestReviewDeletedPolicyNeverWidens: two policies reach east, one west;
+// TestDeletedPolicyNeverWidens: two policies reach east, one west;
 // deleting the one that reaches west removes west's copy only: east's
 // copy is untouched; deleting the last leaves nothing reached.
-func TestReviewDeletedPolicyNeverWidens(t *testing.T) {
+func TestDeletedPolicyNeverWidens(t *testing.T) {
 	t.Parallel()
 	f := newTenancyFleet(t, fleetv1alpha1.TenancyEnforce, nil)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -217,11 +217,11 @@ func TestReviewDeletedPolicyNeverWidens(t *testing.T) {
 	}
 }
 
-// TestReviewProgressiveRolloutSkipsExcludedMember: Progressive, one member
+// TestProgressiveRolloutSkipsExcludedMembers: Progressive, one member
 // at a time; north, which no policy reaches, is given no revision, holds
 // no slot: a new revision rolls out to east and west. Narrowed mid-way,
 // west loses its revision and its copy, and east is left as it is.
-func TestReviewProgressiveRolloutSkipsExcludedMember(t *testing.T) {
+func TestProgressiveRolloutSkipsExcludedMembers(t *testing.T) {
 	t.Parallel()
 	f := newTenancyFleet(t, fleetv1alpha1.TenancyEnforce, nil)
 	f.register(0, "east", map[string]string{"env": "prod"})
@@ -292,12 +292,12 @@ func TestReviewProgressiveRolloutSkipsExcludedMember(t *testing.T) {
 	}
 }
 
-// TestReviewUnreadablePoliciesHoldAcrossARestart: a fleet that ran with
+// TestUnreadablePoliciesHoldThenRecover: a fleet that ran with
 // tenancy Off restarts Enforce on a hub where the TenancyPolicies cannot
 // be listed (their CRD is gone): east keeps its copy, nothing is owed or
 // excluded, Ready is False TenancyUnknown; once they can be read and one
 // reaches east, it is Ready again and its copy never went.
-func TestReviewUnreadablePoliciesHoldAcrossARestart(t *testing.T) {
+func TestUnreadablePoliciesHoldThenRecover(t *testing.T) {
 	t.Parallel()
 	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
 	f.tenancy = fleetv1alpha1.TenancyOff
@@ -362,11 +362,11 @@ func TestReviewUnreadablePoliciesHoldAcrossARestart(t *testing.T) {
 	}
 }
 
-// TestReviewSecondReplicaWithTenancyOff: two replicas share a fleet, one
-// run --tenancy=Enforce, the other --tenancy=Off (a botched rollout of
-// the flag). The namespace has no policy: under enforcement it reaches no
-// member; no member may receive a copy, whichever replica owns it.
-func TestReviewSecondReplicaWithTenancyOff(t *testing.T) {
+// TestReplicaWithTenancyOffFollowsAPeerThatEnforces: two replicas share
+// a fleet, one run --tenancy=Enforce, the other --tenancy=Off (a botched
+// rollout of the flag). The strictest mode wins: the namespace has no
+// policy, so no member receives a copy, whichever replica owns it.
+func TestReplicaWithTenancyOffFollowsAPeerThatEnforces(t *testing.T) {
 	t.Parallel()
 	hub := suite.OwnHubs(t, 1)[0]
 	f := prepareFleet(t, hub, suite.Name("fleet"), suite.Name("team"))
