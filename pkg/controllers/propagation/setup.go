@@ -206,10 +206,6 @@ func Add(m *fleet.Manager, opts Options) error {
 	if rec := opts.Journal.Recovered(); rec != nil && rec.MovedTo != "" {
 		pm.journalLost.SetToCurrentTime()
 	}
-	view, err := tenancyViewOf(m, opts)
-	if err != nil {
-		return err
-	}
 	log := m.GetLogger().WithValues("controller", ControllerName)
 	r := &reconciler{
 		m: m, fleet: m.Namespace(), hub: opts.Client, live: apiReader, log: log, journal: opts.Journal,
@@ -225,7 +221,7 @@ func Add(m *fleet.Manager, opts Options) error {
 		readiness:  map[propagationKey]string{},
 
 		clusterPropagations: clusterPropagations,
-		tenancy:             view,
+		tenancy:             tenancyViewOf(m, opts, apiReader),
 	}
 	r.objects = &hubObjects{fleet: m.Namespace(), config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
 	r.content = content.NewCache(&content.Builder{Fleet: m.Namespace(), Mapper: m.GetRESTMapper(), List: r.objects.list})

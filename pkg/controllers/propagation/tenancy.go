@@ -12,9 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -46,8 +44,8 @@ type tenancyPeers interface {
 
 // tenancyView is what the controller knows of tenancy (see package
 // tenancy): the mode, and, where it is enforced, the hub's
-// TenancyPolicies and Namespaces, from caches whose events ask again
-// every Propagation whose reach they may change.
+// TenancyPolicies and Namespaces, from the manager's cache, whose events
+// ask again every Propagation whose reach they may change.
 //
 // Replicas that share the fleet agree on the mode (tenancy.Agreed): each
 // publishes its own on its Lease, and enforces while any live replica
@@ -62,13 +60,8 @@ type tenancyPeers interface {
 type tenancyView struct {
 	flag  string
 	fleet string
-	// live reads the hub, through tenancyMapper.
-	live client.Reader
-	// namespaces is the manager's cache, for Namespaces.
-	namespaces cache.Cache
-	// newPolicies makes the cache of TenancyPolicies, through
-	// tenancyMapper; one per run.
-	newPolicies func() (cache.Cache, error)
+	live  client.Reader
+	cache cache.Cache
 	// peers is nil when this replica works alone.
 	peers tenancyPeers
 
@@ -78,9 +71,7 @@ type tenancyView struct {
 	// disagreed why it is in doubt.
 	mode, agreed string
 	disagreed    error
-	// policyCache holds the TenancyPolicies once their informer runs.
-	policyCache cache.Cache
-	// synced is set once the policies and Namespaces are in the caches.
+	// synced is set once the policies and Namespaces are in the cache.
 	synced bool
 	// readErr is why the last read failed, nil if none did since the
 	// last success.
@@ -91,36 +82,14 @@ type tenancyView struct {
 	events uint64
 }
 
-// tenancyViewOf is the tenancy view of m's Propagation controller.
-func tenancyViewOf(m *fleet.Manager, opts Options) (*tenancyView, error) {
-	mapper := tenancyMapper(m.GetRESTMapper())
-	live, err := client.New(opts.Config, client.Options{Scheme: m.GetScheme(), Mapper: mapper})
-	if err != nil {
-		return nil, err
-	}
-	v := &tenancyView{
-		flag: opts.Tenancy, fleet: m.Namespace(), live: live, namespaces: m.GetCache(),
-		newPolicies: func() (cache.Cache, error) {
-			return cache.New(opts.Config, cache.Options{Scheme: m.GetScheme(), Mapper: mapper})
-		},
-	}
+// tenancyViewOf is the tenancy view of m's Propagation controller, which
+// reads the hub with live.
+func tenancyViewOf(m *fleet.Manager, opts Options, live client.Reader) *tenancyView {
+	v := &tenancyView{flag: opts.Tenancy, fleet: m.Namespace(), live: live, cache: m.GetCache()}
 	if r := m.Replica(); r != nil {
 		v.peers = r
 	}
-	return v, nil
-}
-
-// tenancyMapper maps TenancyPolicy itself, its resource and scope being
-// fixed, before it asks base. controller-runtime's lazy mapper, once it
-// has read fleet.fleetkube.io/v1alpha1 (served by the other CRDs) while
-// the TenancyPolicy CRD was missing, never reads that version again: it
-// would not map TenancyPolicy until the manager restarted, and a fleet
-// that enforces would hold its Propagations until then.
-func tenancyMapper(base meta.RESTMapper) meta.RESTMapper {
-	own := meta.NewDefaultRESTMapper([]schema.GroupVersion{fleetv1alpha1.GroupVersion})
-	own.AddSpecific(fleetv1alpha1.GroupVersion.WithKind("TenancyPolicy"),
-		fleetv1alpha1.GroupVersion.WithResource("tenancypolicies"), fleetv1alpha1.GroupVersion.WithResource("tenancypolicy"), meta.RESTScopeRoot)
-	return meta.FirstHitRESTMapper{MultiRESTMapper: meta.MultiRESTMapper{own, base}}
+	return v
 }
 
 // state returns the fleet's mode, whether what it needs is read, and why
@@ -168,7 +137,7 @@ func (v *tenancyView) reachOf(ctx context.Context, namespace string) tenancy.Nam
 		return tenancy.Unknown(fmt.Errorf("reading the TenancyPolicies: %w", err)).For(tenancy.Namespace{Name: namespace})
 	}
 	ns := &corev1.Namespace{}
-	if err := v.namespaces.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil && !apierrors.IsNotFound(err) {
+	if err := v.cache.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil && !apierrors.IsNotFound(err) {
 		return tenancy.Unknown(fmt.Errorf("reading namespace %s: %w", namespace, err)).For(tenancy.Namespace{Name: namespace})
 	}
 	return reach.For(tenancy.Namespace{Name: namespace, Labels: ns.Labels})
@@ -178,13 +147,13 @@ func (v *tenancyView) reachOf(ctx context.Context, namespace string) tenancy.Nam
 // only after a policy event.
 func (v *tenancyView) policies(ctx context.Context) (*tenancy.Reach, error) {
 	v.mu.Lock()
-	reach, events, policies := v.reach, v.events, v.policyCache
+	reach, events := v.reach, v.events
 	v.mu.Unlock()
 	if reach != nil {
 		return reach, nil
 	}
 	var list fleetv1alpha1.TenancyPolicyList
-	if err := policies.List(ctx, &list); err != nil {
+	if err := v.cache.List(ctx, &list); err != nil {
 		return nil, err
 	}
 	reach = tenancy.New(list.Items)
@@ -203,8 +172,7 @@ func (v *tenancyView) policies(ctx context.Context) (*tenancy.Reach, error) {
 // asks every namespaced Propagation again, and from then on, those of
 // each namespace whose reach a change of a policy or of a Namespace's
 // labels may change (changed), and all of them when the fleet's mode
-// changes. It returns once ctx ends, its handlers removed and its cache
-// stopped.
+// changes. It returns once ctx ends, its handlers removed.
 func (v *tenancyView) run(ctx context.Context, fleetID func(context.Context) (string, error), changed func(namespaces []string, all bool)) {
 	backoff := func() wait.Backoff {
 		return wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 10, Cap: 10 * time.Second}
@@ -247,7 +215,7 @@ func (v *tenancyView) run(ctx context.Context, fleetID func(context.Context) (st
 	}
 	v.mu.Lock()
 	v.mode, v.readErr = mode, nil
-	v.policyCache, v.synced, v.reach = nil, false, nil // a cache of an earlier run is stopped
+	v.synced = false // an earlier run's handlers are removed
 	if v.peers == nil {
 		v.agreed = mode
 	}
@@ -280,22 +248,12 @@ func (v *tenancyView) run(ctx context.Context, fleetID func(context.Context) (st
 			return
 		}
 	}
-	policyCache, err := v.newPolicies()
+	policies, err := v.cache.GetInformer(ctx, &fleetv1alpha1.TenancyPolicy{}, cache.BlockUntilSynced(false))
 	if err != nil {
 		v.fail(err)
 		return
 	}
-	following.Add(1)
-	go func() {
-		defer following.Done()
-		_ = policyCache.Start(ctx)
-	}()
-	policies, err := policyCache.GetInformer(ctx, &fleetv1alpha1.TenancyPolicy{}, cache.BlockUntilSynced(false))
-	if err != nil {
-		v.fail(err)
-		return
-	}
-	namespaces, err := v.namespaces.GetInformer(ctx, &corev1.Namespace{}, cache.BlockUntilSynced(false))
+	namespaces, err := v.cache.GetInformer(ctx, &corev1.Namespace{}, cache.BlockUntilSynced(false))
 	if err != nil {
 		v.fail(err)
 		return
@@ -328,7 +286,7 @@ func (v *tenancyView) run(ctx context.Context, fleetID func(context.Context) (st
 		return
 	}
 	v.mu.Lock()
-	v.policyCache, v.synced, v.readErr = policyCache, true, nil
+	v.synced, v.readErr = true, nil // what failed before now reads
 	v.mu.Unlock()
 	changed(nil, true)
 	<-ctx.Done()
@@ -413,7 +371,7 @@ func (v *tenancyView) namespacesOf(ctx context.Context, p *fleetv1alpha1.Tenancy
 		return nil, true
 	}
 	var list corev1.NamespaceList
-	if err := v.namespaces.List(ctx, &list, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := v.cache.List(ctx, &list, client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, true
 	}
 	for _, ns := range list.Items {
