@@ -77,14 +77,17 @@ type ReachableMembers struct {
 	// Selector matches MemberCluster labels.
 	// +optional
 	Selector *LabelSelector `json:"selector,omitempty"`
-	// Sources are the hub namespaces whose registration Secrets the
-	// members must come from (spec.secretRef.namespace of their
-	// MemberClusters): the fleet namespace, a Cluster API namespace, the
-	// Argo CD namespace. Labels chosen by Cluster API or Argo CD then reach
-	// only what those sources register. Empty: any source.
+	// Sources are where the members must be registered from: the hub
+	// namespace of their registration Secret, whatever its format (the
+	// fleet namespace, a Cluster API namespace, the Argo CD namespace), or
+	// "clusterprofile/<namespace>" for a member a ClusterProfile of that
+	// namespace registers (a ClusterProfile in the fleet namespace does not
+	// match the fleet namespace). Labels chosen by Cluster API, Argo CD or
+	// a ClusterProfile's writer then reach only what those sources
+	// register. Empty: any source.
 	//
 	// +kubebuilder:validation:MaxItems=64
-	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:MaxLength=78
 	// +listType=set
 	// +optional
 	Sources []string `json:"sources,omitempty"`
@@ -108,16 +111,24 @@ type KindRules struct {
 }
 
 // KindRule matches the kinds of one API group: "" is the core group, "*"
-// every group; Kind "*" (or empty) every kind of the group.
+// every group; Kind "*" (or empty) every kind of the group. Both match
+// exactly, case included, as a manifest's apiVersion and kind say them:
+// the API server refuses what could match nothing, such as the group
+// "core" or the kind "secrets".
 type KindRule struct {
-	// Group is an API group, "" for the core group, or "*" for any.
+	// Group is an API group (a DNS subdomain, such as apps), "" for the
+	// core group (not "core"), or "*" for any.
 	//
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$`
+	// +kubebuilder:validation:XValidation:rule="self != 'core'",message="the core group is \"\" (empty), not core"
 	// +optional
 	Group string `json:"group"`
-	// Kind is a kind, or "*" (or empty) for every kind of the group.
+	// Kind is a kind as manifests spell it (ConfigMap, not configmaps),
+	// or "*" (or empty) for every kind of the group.
 	//
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^(\*|[A-Z][A-Za-z0-9]*)?$`
 	// +optional
 	Kind string `json:"kind,omitempty"`
 }

@@ -109,7 +109,7 @@ var reachColumns = []metav1.TableColumnDefinition{
 	{Name: "Reached", Type: "string", Description: "Whether the namespace's Propagations may reach the member: Yes, No, or Unknown while a policy for it does not parse"},
 	{Name: "Kinds", Type: "string", Description: "The kinds they may carry there, per policy"},
 	{Name: "Policies", Type: "string", Description: "The TenancyPolicies that let the namespace reach the member"},
-	{Name: "Source", Type: "string", Priority: 1, Description: "The namespace of the member's registration Secret"},
+	{Name: "Source", Type: "string", Priority: 1, Description: "Where the member is registered from, as TenancyPolicy sources name it: its registration Secret's namespace, or clusterprofile/<namespace>"},
 	{Name: "Reason", Type: "string", Priority: 1, Description: "Why the member is not reached"},
 }
 

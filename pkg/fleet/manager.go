@@ -357,6 +357,10 @@ func (m *Manager) Replicas() []string {
 	return m.replica.Replicas()
 }
 
+// Replica is this replica's part in a fleet shared by replicas; nil when
+// it works alone.
+func (m *Manager) Replica() *shard.Replica { return m.replica }
+
 // ReplicaName names this replica when replicas share the fleet; "" when
 // it works alone.
 func (m *Manager) ReplicaName() string {

@@ -83,6 +83,13 @@
 // while they still run (at most HandoffTimeout), then deletes its Lease.
 // A replica that crashed is dropped from the view once its Lease expires.
 //
+// # Published facts
+//
+// A replica also says on its Lease what its peers must agree with: the
+// tenancy mode it resolved ([Replica.SetTenancy], TenancyAnnotation),
+// which the others read, for every live replica, with
+// [Replica.Tenancies].
+//
 // # Lifecycle
 //
 // [New] builds a [Replica] from Options; fleet.New does it for

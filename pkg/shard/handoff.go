@@ -109,8 +109,13 @@ func (r *Replica) pass(ctx context.Context, leaving bool) (done, busy bool, wake
 		r.log.Info("Replicas changed", "replicas", view, "view", id)
 		r.metrics.replicas.Set(float64(len(view)))
 	}
+	tenancies := map[string]string{r.opts.Name: asked.tenancy}
+	for name, m := range others {
+		tenancies[name] = m.tenancy
+	}
 	r.mu.Lock()
 	r.working, r.validUntil, r.provedUntil = nil, deadline, deadline
+	r.tenancies = tenancies
 	if fenced {
 		// Before the members lose their ownership below: a renewal
 		// that landed after a pause must not let them act meanwhile.

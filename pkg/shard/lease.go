@@ -29,12 +29,17 @@ const (
 	// ReleasedAnnotation names the last view for which the replica has
 	// stopped every member it does not own.
 	ReleasedAnnotation = "fleet.fleetkube.io/released"
+	// TenancyAnnotation is the tenancy mode the replica resolved
+	// (Enforce or Off), so that the replicas of a fleet agree on it.
+	TenancyAnnotation = "fleet.fleetkube.io/tenancy"
 )
 
 // marks are what a replica says of itself on its Lease.
 type marks struct {
 	leaving            bool
 	prepared, released string
+	// tenancy is set by the replica's owner (SetTenancy), not its loop.
+	tenancy string
 }
 
 func marksOf(l *coordinationv1.Lease) marks {
@@ -42,6 +47,7 @@ func marksOf(l *coordinationv1.Lease) marks {
 		leaving:  l.Annotations[LeavingAnnotation] == "true",
 		prepared: l.Annotations[PreparedAnnotation],
 		released: l.Annotations[ReleasedAnnotation],
+		tenancy:  l.Annotations[TenancyAnnotation],
 	}
 }
 
@@ -86,11 +92,27 @@ type ownLease struct {
 	confirmed time.Time // when the latest write the cache has shown was sent
 }
 
-// mark asks for m on the Lease; the writer writes it at once.
+// mark asks for m on the Lease, but for its tenancy (see setTenancy);
+// the writer writes it at once.
 func (o *ownLease) mark(m marks) {
+	o.edit(func(want *marks) {
+		m.tenancy = want.tenancy
+		*want = m
+	})
+}
+
+// setTenancy asks for the tenancy mode on the Lease; the writer writes
+// it at once.
+func (o *ownLease) setTenancy(mode string) {
+	o.edit(func(want *marks) { want.tenancy = mode })
+}
+
+// edit changes the marks wanted, and kicks the writer if they changed.
+func (o *ownLease) edit(change func(*marks)) {
 	o.mu.Lock()
-	changed := o.want != m
-	o.want = m
+	before := o.want
+	change(&o.want)
+	changed := o.want != before
 	o.mu.Unlock()
 	if changed {
 		select {
@@ -163,6 +185,7 @@ func (o *ownLease) fill(l *coordinationv1.Lease, m marks, now time.Time) {
 	set(LeavingAnnotation, map[bool]string{true: "true"}[m.leaving])
 	set(PreparedAnnotation, m.prepared)
 	set(ReleasedAnnotation, m.released)
+	set(TenancyAnnotation, m.tenancy)
 	if ptr.Deref(l.Spec.HolderIdentity, "") != o.holder {
 		l.Spec.AcquireTime = &metav1.MicroTime{Time: now}
 		l.Spec.HolderIdentity = ptr.To(o.holder)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -164,6 +165,9 @@ type Replica struct {
 	working     []string
 	validUntil  time.Time
 	provedUntil time.Time
+	// tenancies is what each live replica said of its tenancy mode, as
+	// the last pass saw their Leases; nil before the first pass.
+	tenancies map[string]string
 }
 
 var _ manager.LeaderElectionRunnable = (*Replica)(nil)
@@ -249,6 +253,25 @@ func (r *Replica) Replicas() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.working)
+}
+
+// SetTenancy publishes on this replica's Lease (TenancyAnnotation) the
+// tenancy mode it resolved, for the others to read with Tenancies.
+func (r *Replica) SetTenancy(mode string) { r.lease.setTenancy(mode) }
+
+// Tenancies returns, for every live replica as this one's last pass saw
+// the Leases (leaving ones included: they still act on the members they
+// hand over), the tenancy mode it published, "" for one that has not
+// (it is starting, or runs a version that does not publish it). This
+// replica is included, with what it asked for. Nil before the first pass
+// and while this replica is fenced: it acts on no member then.
+func (r *Replica) Tenancies() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.opts.Clock.Now().Before(r.provedUntil) {
+		return nil
+	}
+	return maps.Clone(r.tenancies)
 }
 
 // Name returns the replica's name.

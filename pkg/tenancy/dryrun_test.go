@@ -139,3 +139,30 @@ func TestGrantsAndDescribeKinds(t *testing.T) {
 		t.Errorf("DescribeKinds: %q", got)
 	}
 }
+
+// Replicas that share a fleet apply the strictest mode: one that
+// enforces wins, Off needs every replica Off, and one that has not said
+// is a doubt for a replica that would not enforce anyway.
+func TestReplicasAgreeOnTheStrictestMode(t *testing.T) {
+	const on, off = fleetv1alpha1.TenancyEnforce, fleetv1alpha1.TenancyOff
+	for _, c := range []struct {
+		own      string
+		replicas map[string]string
+		want     string
+		doubt    bool
+	}{
+		{off, map[string]string{"a": off, "b": on}, on, false},
+		{off, map[string]string{"a": off, "b": off}, off, false},
+		{off, map[string]string{"a": off, "b": ""}, "", true},
+		{off, map[string]string{"a": off, "b": "", "c": on}, on, false},
+		{on, map[string]string{"a": on, "b": ""}, on, false},
+		{on, map[string]string{"a": on, "b": off}, on, false},
+	} {
+		got, err := Agreed(c.own, c.replicas)
+		if got != c.want || (err != nil) != c.doubt {
+			t.Errorf("Agreed(%s, %v) = %q, %v; want %q, doubt %v", c.own, c.replicas, got, err, c.want, c.doubt)
+		} else if c.doubt && !strings.Contains(err.Error(), "b") {
+			t.Errorf("the doubt %q does not name replica b", err)
+		}
+	}
+}

@@ -19,7 +19,7 @@ type Namespace struct {
 }
 
 // Member is a member as a policy selects it: its name, its MemberCluster's
-// labels, and the namespace of its registration Secret.
+// labels, and its source (SourceOf its registration).
 type Member struct {
 	Name   string
 	Labels map[string]string
@@ -28,7 +28,25 @@ type Member struct {
 
 // MemberOf is the member a MemberCluster describes.
 func MemberOf(mc *fleetv1alpha1.MemberCluster) Member {
-	return Member{Name: mc.Name, Labels: mc.Labels, Source: mc.Spec.SecretRef.Namespace}
+	return Member{Name: mc.Name, Labels: mc.Labels, Source: SourceOf(mc.Spec.SecretRef)}
+}
+
+// ClusterProfileSource prefixes the source of a member a ClusterProfile
+// registers.
+const ClusterProfileSource = "clusterprofile/"
+
+// SourceOf is what a policy's sources match for the member the
+// registration ref names: the namespace of its registration Secret,
+// whatever the Secret's format (native, multicluster-runtime, Cluster
+// API, Argo CD); for a ClusterProfile, "clusterprofile/" and its
+// namespace, so that a ClusterProfile written in the fleet namespace, by
+// whoever may write ClusterProfiles there, never passes for a Secret of
+// the fleet's.
+func SourceOf(ref fleetv1alpha1.SecretReference) string {
+	if ref.Format == fleetv1alpha1.FormatClusterProfile {
+		return ClusterProfileSource + ref.Namespace
+	}
+	return ref.Namespace
 }
 
 // Reach is what a set of policies lets each namespace reach. The zero

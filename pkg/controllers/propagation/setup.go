@@ -230,7 +230,7 @@ func Add(m *fleet.Manager, opts Options) error {
 		readiness:  map[propagationKey]string{},
 
 		clusterPropagations: clusterPropagations,
-		tenancy:             &tenancyView{flag: opts.Tenancy, fleet: m.Namespace(), live: apiReader, cache: m.GetCache()},
+		tenancy:             tenancyViewOf(m, opts, apiReader),
 	}
 	r.objects = &hubObjects{fleet: m.Namespace(), config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
 	r.content = content.NewCache(&content.Builder{Fleet: m.Namespace(), Mapper: m.GetRESTMapper(), List: r.objects.list})

@@ -20,6 +20,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 	"github.com/fleetkube/fleet-manager/pkg/tenancy"
 )
@@ -29,25 +30,47 @@ import (
 // first time: nothing is decided before, and nothing is reported either.
 const tenancyWait = 200 * time.Millisecond
 
+// tenancyPoll is how often a replica that shares the fleet reads again
+// the tenancy modes its peers publish on their Leases.
+const tenancyPoll = 250 * time.Millisecond
+
+// tenancyPeers is this replica's part in a fleet shared by replicas
+// (shard.Replica): where it publishes its tenancy mode, and reads what
+// the others published.
+type tenancyPeers interface {
+	SetTenancy(mode string)
+	Tenancies() map[string]string
+}
+
 // tenancyView is what the controller knows of tenancy (see package
 // tenancy): the mode, and, where it is enforced, the hub's
 // TenancyPolicies and Namespaces, from the manager's cache, whose events
 // ask again every Propagation whose reach they may change.
 //
+// Replicas that share the fleet agree on the mode (tenancy.Agreed): each
+// publishes its own on its Lease, and enforces while any live replica
+// does; while one has not said, the fleet's mode is in doubt.
+//
 // Until the mode is known, and, enforced, until both informers have
 // synced, the view is pending: namespaced Propagations wait, quietly. A
 // read that fails (the manager may not read the identity ConfigMap,
-// TenancyPolicies or Namespaces) puts every namespace in doubt, with that
-// error, until one succeeds: its Propagations are held.
+// TenancyPolicies or Namespaces; their CRD is not installed) puts every
+// namespace in doubt, with that error, until one succeeds: its
+// Propagations are held.
 type tenancyView struct {
 	flag  string
 	fleet string
 	live  client.Reader
 	cache cache.Cache
+	// peers is nil when this replica works alone.
+	peers tenancyPeers
 
 	mu sync.Mutex
-	// mode is Enforce or Off once known, "" before.
-	mode string
+	// mode is this replica's mode, Enforce or Off once known, "" before;
+	// agreed is the fleet's (mode when alone), "" while not known, and
+	// disagreed why it is in doubt.
+	mode, agreed string
+	disagreed    error
 	// synced is set once the policies and Namespaces are in the cache.
 	synced bool
 	// readErr is why the last read failed, nil if none did since the
@@ -59,12 +82,28 @@ type tenancyView struct {
 	events uint64
 }
 
-// state returns the view's mode, whether its reads are done, and why the
-// last one failed.
+// tenancyViewOf is the tenancy view of m's Propagation controller, which
+// reads the hub with live.
+func tenancyViewOf(m *fleet.Manager, opts Options, live client.Reader) *tenancyView {
+	v := &tenancyView{flag: opts.Tenancy, fleet: m.Namespace(), live: live, cache: m.GetCache()}
+	if r := m.Replica(); r != nil {
+		v.peers = r
+	}
+	return v
+}
+
+// state returns the fleet's mode, whether what it needs is read, and why
+// it is in doubt.
 func (v *tenancyView) state() (string, bool, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.mode, v.mode == fleetv1alpha1.TenancyOff || v.synced, v.readErr
+	switch {
+	case v.agreed == fleetv1alpha1.TenancyOff:
+		return v.agreed, true, nil
+	case v.disagreed != nil:
+		return v.agreed, false, v.disagreed
+	}
+	return v.agreed, v.agreed != "" && v.synced, v.readErr
 }
 
 // pending reports whether the Propagations of namespace wait for the
@@ -127,12 +166,13 @@ func (v *tenancyView) policies(ctx context.Context) (*tenancy.Reach, error) {
 	return reach, nil
 }
 
-// run resolves the mode and, where tenancy is enforced, starts reading
-// the policies and Namespaces, retrying each read that fails; once done,
-// it asks every namespaced Propagation again, and from then on, those of
+// run resolves the mode (and, with peers, publishes it and follows
+// theirs) and, where tenancy may be enforced, starts reading the
+// policies and Namespaces, retrying each read that fails; once done, it
+// asks every namespaced Propagation again, and from then on, those of
 // each namespace whose reach a change of a policy or of a Namespace's
-// labels may change (changed). It returns once ctx ends, its handlers
-// removed.
+// labels may change (changed), and all of them when the fleet's mode
+// changes. It returns once ctx ends, its handlers removed.
 func (v *tenancyView) run(ctx context.Context, fleetID func(context.Context) (string, error), changed func(namespaces []string, all bool)) {
 	backoff := func() wait.Backoff {
 		return wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 10, Cap: 10 * time.Second}
@@ -175,13 +215,26 @@ func (v *tenancyView) run(ctx context.Context, fleetID func(context.Context) (st
 	}
 	v.mu.Lock()
 	v.mode, v.readErr = mode, nil
+	v.synced = false // an earlier run's handlers are removed
+	if v.peers == nil {
+		v.agreed = mode
+	}
 	v.mu.Unlock()
-	if mode == fleetv1alpha1.TenancyOff {
+	var following sync.WaitGroup
+	defer following.Wait()
+	if v.peers != nil {
+		v.peers.SetTenancy(mode)
+		following.Add(1)
+		go func() {
+			defer following.Done()
+			v.follow(ctx, changed)
+		}()
+	} else if mode == fleetv1alpha1.TenancyOff {
 		changed(nil, true)
 		return
 	}
-	// The manager may not read them: say so, rather than wait forever
-	// for an informer that cannot list.
+	// The manager may not read them, or their CRD is not installed: say
+	// so, rather than wait forever for an informer that cannot list.
 	b := backoff()
 	for {
 		err := v.live.List(ctx, &fleetv1alpha1.TenancyPolicyList{}, client.Limit(1))
@@ -233,10 +286,38 @@ func (v *tenancyView) run(ctx context.Context, fleetID func(context.Context) (st
 		return
 	}
 	v.mu.Lock()
-	v.synced = true
+	v.synced, v.readErr = true, nil // what failed before now reads
 	v.mu.Unlock()
 	changed(nil, true)
 	<-ctx.Done()
+}
+
+// follow reads, every tenancyPoll until ctx ends, the modes the fleet's
+// replicas publish, and asks every namespaced Propagation again when the
+// fleet's mode, or the doubt about it, changes.
+func (v *tenancyView) follow(ctx context.Context, changed func([]string, bool)) {
+	ticker := time.NewTicker(tenancyPoll)
+	defer ticker.Stop()
+	for {
+		replicas := v.peers.Tenancies()
+		v.mu.Lock()
+		before, doubtBefore := v.agreed, v.disagreed
+		if replicas == nil {
+			v.agreed, v.disagreed = "", nil // fenced, or not yet in: pending
+		} else {
+			v.agreed, v.disagreed = tenancy.Agreed(v.mode, replicas)
+		}
+		now, doubt := v.agreed, v.disagreed
+		v.mu.Unlock()
+		if now != before || (doubt == nil) != (doubtBefore == nil) {
+			changed(nil, true)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
 }
 
 // fail puts every namespace in doubt for err, which no retry cures.
@@ -324,7 +405,8 @@ func (r *reconciler) tenancyChanged(namespaces []string, all bool) {
 
 // tenancyMember is c as a TenancyPolicy selects it: by its name, its
 // MemberCluster's labels (its registration's and the fleet's), and the
-// namespace of its accepted registration.
+// source of its accepted registration, as the CLI reads them from the
+// MemberCluster (tenancy.MemberOf).
 func tenancyMember(c *registry.Cluster, fleet string) tenancy.Member {
 	l := maps.Clone(c.Labels)
 	if l == nil {
@@ -333,7 +415,9 @@ func tenancyMember(c *registry.Cluster, fleet string) tenancy.Member {
 	l[fleetv1alpha1.FleetLabel] = fleet
 	m := tenancy.Member{Name: c.Name, Labels: l}
 	if len(c.Claims) > 0 {
-		m.Source = c.Claims[0].Source.Namespace
+		// As the MemberCluster's spec.secretRef says it.
+		src := c.Claims[0].Source
+		m.Source = tenancy.SourceOf(fleetv1alpha1.SecretReference{Namespace: src.Namespace, Name: src.Name, Format: fleetv1alpha1.RegistrationFormat(src.Format)})
 	}
 	return m
 }
