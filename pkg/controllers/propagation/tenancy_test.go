@@ -701,11 +701,15 @@ func TestUnreadablePoliciesHoldThenRecover(t *testing.T) {
 	})
 	f.tenancy = fleetv1alpha1.TenancyEnforce
 	f.start(nil)
-	p := f.waitStatus("web", "Ready=False TenancyUnknown", func(p *fleetv1alpha1.Propagation) bool {
+	// East's result, Failed TenancyUnknown, is its member run's: the run
+	// that would have removed the copy has happened.
+	p := f.waitStatus("web", "Ready=False TenancyUnknown, east's run held", func(p *fleetv1alpha1.Propagation) bool {
 		c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady)
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == fleetv1alpha1.ReasonTenancyUnknown
+		held := slices.ContainsFunc(p.Status.Members, func(m fleetv1alpha1.MemberPropagationStatus) bool {
+			return m.Result == fleetv1alpha1.ResultFailed && m.Reason == fleetv1alpha1.ReasonTenancyUnknown
+		})
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == fleetv1alpha1.ReasonTenancyUnknown && held
 	})
-	time.Sleep(3 * time.Second) // the member runs had time to remove
 	if now := f.copyIn(0, "web"); now == nil || now.ResourceVersion != before.ResourceVersion {
 		t.Errorf("east's copy removed or touched while the policies cannot be read: %v", now)
 	}
@@ -785,16 +789,25 @@ func TestReplicaWithTenancyOffFollowsAPeerThatEnforces(t *testing.T) {
 	}
 	f.configMap("web", map[string]string{"color": "blue"}, map[string]string{"app": "web"})
 	f.propagation("web", nil)
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		for i, m := range names {
-			if f.copyIn(i, "web") != nil {
-				p := &fleetv1alpha1.Propagation{}
-				_ = hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, p)
-				t.Fatalf("member %s (owned by replica %s) holds a copy of a namespace no policy reaches; status: selected %d applied %d excluded %d, Ready %v",
-					m, owner(m), p.Status.Selected, p.Status.Applied, p.Status.Excluded, meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady))
+	// Evidence that each replica decided for its members: its shard of
+	// the status, at the Propagation's generation, selects none of them
+	// (a replica that applied its own Off would select them all).
+	poll.Until(t, "each replica's shard selecting none of its members", func() bool {
+		p := &fleetv1alpha1.Propagation{}
+		if err := hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, p); err != nil {
+			return false
+		}
+		for _, m := range names {
+			i := slices.IndexFunc(p.Status.Shards, func(s fleetv1alpha1.PropagationShard) bool { return s.Replica == owner(m) })
+			if i < 0 || p.Status.Shards[i].ObservedGeneration != p.Generation || p.Status.Shards[i].Selected != 0 {
+				return false
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		return true
+	})
+	for i, m := range names {
+		if f.copyIn(i, "web") != nil {
+			t.Errorf("member %s (owned by replica %s) holds a copy of a namespace no policy reaches", m, owner(m))
+		}
 	}
 }
