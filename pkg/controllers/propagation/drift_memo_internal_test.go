@@ -21,27 +21,34 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 )
 
+// memoFixture is a reconciler with its metrics, a Propagation that
+// reports drift, a hub ConfigMap, and the copy it wants in member east.
+func memoFixture(t *testing.T) (r *reconciler, p *fleetv1alpha1.Propagation, hub, desired *unstructured.Unstructured) {
+	t.Helper()
+	metrics, err := newMetrics(prometheus.NewRegistry(), func(string) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = &reconciler{fleet: "fleet", metrics: metrics, results: newResults(), recorder: events.NewFakeRecorder(10)}
+	p = &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}, Spec: fleetv1alpha1.PropagationSpec{Drift: fleetv1alpha1.DriftReport}}
+	hub = &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "web", "namespace": "team", "uid": "u1"},
+		"data":     map[string]any{"v": "1"},
+	}}
+	if desired, err = apply.DesiredCopy(hub, p, nil, "fleet", "id", apply.Member{Name: "east"}); err != nil {
+		t.Fatal(err)
+	}
+	return r, p, hub, desired
+}
+
 // TestUnchangedCopyIsNotComparedAgain: a member's copy found without
 // drift is not compared again while its resourceVersion and the desired
 // content hash stay; a new resourceVersion is compared, and its drift
 // reported.
 func TestUnchangedCopyIsNotComparedAgain(t *testing.T) {
 	t.Parallel()
-	metrics, err := newMetrics(prometheus.NewRegistry(), func(string) bool { return true })
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &reconciler{fleet: "fleet", metrics: metrics, results: newResults(), recorder: events.NewFakeRecorder(10)}
-	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}, Spec: fleetv1alpha1.PropagationSpec{Drift: fleetv1alpha1.DriftReport}}
-	hub := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": "web", "namespace": "team", "uid": "u1"},
-		"data":     map[string]any{"v": "1"},
-	}}
-	desired, err := apply.DesiredCopy(hub, p, nil, "fleet", "id", apply.Member{Name: "east"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, p, hub, desired := memoFixture(t)
 	live := desired.DeepCopy()
 	live.SetResourceVersion("5")
 	const recheck = time.Hour
@@ -80,21 +87,7 @@ func TestUnchangedCopyIsNotComparedAgain(t *testing.T) {
 // Options.DriftRecheck old, and its drift found.
 func TestCleanCheckIsTrustedForTheRecheckAlone(t *testing.T) {
 	t.Parallel()
-	metrics, err := newMetrics(prometheus.NewRegistry(), func(string) bool { return true })
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &reconciler{fleet: "fleet", metrics: metrics, results: newResults(), recorder: events.NewFakeRecorder(10)}
-	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}, Spec: fleetv1alpha1.PropagationSpec{Drift: fleetv1alpha1.DriftReport}}
-	hub := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": "web", "namespace": "team", "uid": "u1"},
-		"data":     map[string]any{"v": "1"},
-	}}
-	desired, err := apply.DesiredCopy(hub, p, nil, "fleet", "id", apply.Member{Name: "east"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, p, hub, desired := memoFixture(t)
 	live := desired.DeepCopy()
 	live.SetResourceVersion("4242")
 	member := &memberCopies{name: "east", recheck: time.Minute}
