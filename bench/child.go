@@ -48,9 +48,14 @@ type childReport struct {
 	RSSBytes             int64  `json:"rssBytes,omitempty"`
 	SteadyRSSBytes       int64  `json:"steadyRSSBytes,omitempty"`
 	HeapBytes            uint64 `json:"heapBytes,omitempty"`
-	Goroutines           int    `json:"goroutines,omitempty"`
-	StackBytes           uint64 `json:"stackBytes,omitempty"`
-	Sockets              int    `json:"sockets,omitempty"`
+	// PeakHeapBytes is the highest live heap a collection found, and
+	// PeakRSSBytes the highest RSS, from the start until the memory
+	// readings ("memory").
+	PeakHeapBytes uint64 `json:"peakHeapBytes,omitempty"`
+	PeakRSSBytes  int64  `json:"peakRSSBytes,omitempty"`
+	Goroutines    int    `json:"goroutines,omitempty"`
+	StackBytes    uint64 `json:"stackBytes,omitempty"`
+	Sockets       int    `json:"sockets,omitempty"`
 	// CPUFraction is the CPU time over a window, as a fraction of one
 	// core ("idle").
 	CPUFraction float64 `json:"cpuFraction,omitempty"`
@@ -79,14 +84,15 @@ func runChild(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	readings := memoryReadings{idle: *idle, steady: *steady, peak: followPeakHeap(ctx)}
 	var err error
 	switch *mode {
 	case "fleet":
-		err = childFleet(ctx, *hub, *namespace, *watch, *members, *objects, memoryReadings{*idle, *steady}, *settle, *idleCPU, *removal)
+		err = childFleet(ctx, *hub, *namespace, *watch, *members, *objects, readings, *settle, *idleCPU, *removal)
 	case "mcr":
-		err = childMCR(ctx, *hub, *namespace, *watch, *members, *objects, memoryReadings{*idle, *steady}, *settle)
+		err = childMCR(ctx, *hub, *namespace, *watch, *members, *objects, readings, *settle)
 	case "bare":
-		err = childBare(ctx, strings.Split(*kubeconfigs, ","), *watch, *members, memoryReadings{*idle, *steady})
+		err = childBare(ctx, strings.Split(*kubeconfigs, ","), *watch, *members, readings)
 	default:
 		err = fmt.Errorf("unknown mode %q", *mode)
 	}
@@ -263,10 +269,12 @@ func cpuSeconds() float64 {
 
 // memoryReadings are when a child reads its memory, from the moment it
 // settled: its RSS and goroutines after idle, its RSS again after steady
-// (unless 0), then its live heap after two collections, which must come
-// last: a forced collection returns memory the readings are meant to see.
+// (unless 0), its peak live heap (if peak is set) and RSS since it started,
+// then its live heap after two collections, which must come last: a forced
+// collection returns memory the readings are meant to see.
 type memoryReadings struct {
 	idle, steady time.Duration
+	peak         *peakHeap
 }
 
 // report takes the readings and reports them.
@@ -287,7 +295,14 @@ func (r memoryReadings) report(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	mem := childReport{Event: "memory", RSSBytes: rss << 10, Goroutines: runtime.NumGoroutine(), Sockets: openSockets()}
+	peakRSS, err := procStatusKiB("/proc/self/status", "VmHWM")
+	if err != nil {
+		return err
+	}
+	mem := childReport{Event: "memory", RSSBytes: rss << 10, PeakRSSBytes: peakRSS << 10, PeakHeapBytes: r.peak.peak(), Goroutines: runtime.NumGoroutine(), Sockets: openSockets()}
+	if err := r.peak.writeProfile(); err != nil {
+		return err
+	}
 	if err := writeProfile("goroutine", 1, "settled"); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -58,8 +59,21 @@ func gogcLabel(gogc string) string {
 }
 
 // memorySettings are GOGC unset, as a library user's process and the
-// Deployment run, then GOGC=100 set, Go's default collector for both.
+// Deployment run, then GOGC=100 set, Go's default collector for both; only
+// the one of $BENCH_MEMORY_GOGC if set ("unset" or "100"), a developer's
+// shortcut to one table.
 func (b *bench) memorySettings() []memorySetting {
+	settings := b.allMemorySettings()
+	only, ok := os.LookupEnv("BENCH_MEMORY_GOGC")
+	if !ok {
+		return settings
+	}
+	return slices.DeleteFunc(settings, func(m memorySetting) bool {
+		return m.gogc != strings.TrimPrefix(only, "unset")
+	})
+}
+
+func (b *bench) allMemorySettings() []memorySetting {
 	return []memorySetting{{
 		table: memoryTable,
 		note: fmt.Sprintf("A fleet-manager process (ConfigMap controller, 2 workers) whose members each cache %d ConfigMaps of %d KiB, selected by a field selector on their namespace in a cache of every namespace, as a controller of every namespace caches them, read %s after settling: RSS and goroutines; then, at the smallest and the largest N, RSS again %s after settling, whose slope between the two is the steady RSS per member; then the live heap after two collections. No collection is forced before the RSS readings. Baseline: a process of bare controller-runtime clusters, started all at once, caching the same objects, built as a plain library user or multicluster-runtime builds them: cluster.New with its defaults from the member server's kubeconfig, and only the cache's selection of the objects; so no transform (the objects keep their managedFields, which the fleet's members strip), and, through client-go's transport cache, one transport and connection per member server (%d servers) shared by its clusters, where each member has a connection of its own. Both run with no GOGC in their environment, as a library user's process and the Deployment do: the bare process collects at Go's default, 100; the fleet manager at %d, which fleet.New sets when GOGC is unset (fleet.DefaultGCPercent). A member has settled once each of its ConfigMaps was reconciled; the figures of a fleet-manager process whose members did not all settle within %s fail in that run. Slopes are least-squares fits over N, run by run. The objects ratio divides the RSS per member by %s, issue 16's estimate of what the objects themselves take.",
@@ -71,7 +85,7 @@ func (b *bench) memorySettings() []memorySetting {
 	}, {
 		gogc:     "100",
 		table:    gogc100MemoryTable,
-		note:     "The processes of the Memory table, in the same run, with GOGC=100 in their environment: Go's default collector for both, since the fleet manager leaves a GOGC its operator set alone. This compares the two at the same collector settings. Beside them, in the same run and at the same GOGC, a multicluster-runtime (MCR v0.24.1) process as a controller author runs it, as the " + outsideMCR + " did: MCR's kubeconfig provider reading MCR-format Secrets of the same members, and a ConfigMap controller built with mcbuilder (2 workers), its members' caches selecting the same objects; it runs at GOGC=100 only, which is also its default. The outside benchmark found fleet-manager 3.52 MiB per member against MCR's 3.25 (1.08×) at GOGC=100 for both. For reference, not measured in this run: issue 28's outside measurement (reported 2026-11; members of 500 ConfigMaps, GOGC=100 for both, 25 to 100 members, 2 runs) found an RSS slope of 3.80 MiB per member [3.41..4.19] for fleet-manager, against multicluster-runtime's 3.19 [3.10..3.28] in the same session; the ratio's target is issue 28's.",
+		note:     "The processes of the Memory table, in the same run, with GOGC=100 in their environment: Go's default collector for both, since the fleet manager leaves a GOGC its operator set alone. This compares the two at the same collector settings. Beside them, in the same run and at the same GOGC, a multicluster-runtime (MCR v0.24.1) process as a controller author runs it, as the " + outsideMCR + " did: MCR's kubeconfig provider reading MCR-format Secrets of the same members, and a ConfigMap controller built with mcbuilder (2 workers), its members' caches selecting the same objects; it runs at GOGC=100 only, which is also its default. The outside benchmark found fleet-manager 3.52 MiB per member against MCR's 3.25 (1.08×) at GOGC=100 for both. For reference, not measured in this run: issue 28's outside measurement (reported 2026-11; members of 500 ConfigMaps, GOGC=100 for both, 25 to 100 members, 2 runs) found an RSS slope of 3.80 MiB per member [3.41..4.19] for fleet-manager, against multicluster-runtime's 3.19 [3.10..3.28] in the same session; the ratio's target is issue 28's. Peak heap: the highest live heap a collection of the process found before the readings; peak RSS: the most the process was resident (VmHWM); at GOGC=100 a process's RSS is about its heap's high-water mark, the live heap at its last collection while its members settled plus what it allocated after.",
 		plot:     "memory-gogc-100",
 		ratio:    atMost(0.9, ""),
 		mcr:      true,
@@ -113,7 +127,11 @@ func (b *bench) benchMemory(ctx context.Context, n int) error {
 		return err
 	}
 	var fleetSettled, bareSettled childReport
-	for i, m := range b.memorySettings() {
+	settings := b.memorySettings()
+	if len(settings) == 0 {
+		return fmt.Errorf("BENCH_MEMORY_GOGC=%s: not unset or 100", os.Getenv("BENCH_MEMORY_GOGC"))
+	}
+	for i, m := range settings {
 		fleetRun, bareRun, err := b.memory(ctx, ns, mcrNamespace, n, m)
 		if err != nil {
 			return fmt.Errorf("GOGC=%s: %w", m.gogc, err)
@@ -121,6 +139,9 @@ func (b *bench) benchMemory(ctx context.Context, n int) error {
 		if i == 0 {
 			fleetSettled, bareSettled = fleetRun, bareRun
 		}
+	}
+	if settings[0].gogc != "" {
+		return nil // the throughput is that of GOGC unset
 	}
 	tp := b.res.table(throughputTable, fmt.Sprintf("Reconciles per second over the initial lists of all members (%d ConfigMaps each), from the first reconcile to the last, 2 workers doing no work; the time from the manager's start until every member had settled; and the CPU time that took, beside the bare clusters' CPU time to sync their caches (GOGC unset). The settle time's target is 1.5× the median of the full run of 2026-11-23 (commit d084897, GOGC=25 set, this machine's kind), which issue 16 asks to keep.", loadObjects))
 	settled := fleetFigures(tp, fleetSettled, n)
@@ -175,12 +196,16 @@ func (b *bench) memory(ctx context.Context, ns, mcrNamespace string, n int, m me
 		b.res.plot(m.plot, title, "MiB", "multicluster-runtime RSS", n, mcrFigure(fmt.Sprintf("multicluster-runtime RSS, N=%d", n), "MiB", float64(mcrMem.RSSBytes)/mib))
 		b.res.plot(m.plot, title, "MiB", "multicluster-runtime heap", n, mcrFigure(fmt.Sprintf("multicluster-runtime heap, N=%d", n), "MiB", float64(mcrMem.HeapBytes)/mib))
 		b.res.plot(m.plot+"-goroutines", goroutinesTitle, "goroutines", "multicluster-runtime", n, mcrFigure(fmt.Sprintf("multicluster-runtime goroutines, N=%d", n), "goroutines", float64(mcrMem.Goroutines)))
+		b.res.plot(m.plot, title, "MiB", "multicluster-runtime peak heap", n, mcrFigure(fmt.Sprintf("multicluster-runtime peak heap, N=%d", n), "MiB", float64(mcrMem.PeakHeapBytes)/mib))
+		b.res.plot(m.plot, title, "MiB", "multicluster-runtime peak RSS", n, mcrFigure(fmt.Sprintf("multicluster-runtime peak RSS, N=%d", n), "MiB", float64(mcrMem.PeakRSSBytes)/mib))
 	}
 	settled := fleetFigures(t, fleetSettled, n)
 	fleetRSS := settled(fmt.Sprintf("fleet-manager RSS, N=%d", n), "MiB", float64(fleetMem.RSSBytes)/mib)
 	fleetHeap := settled(fmt.Sprintf("fleet-manager heap, N=%d", n), "MiB", float64(fleetMem.HeapBytes)/mib)
 	fleetGoroutines := settled(fmt.Sprintf("fleet-manager goroutines, N=%d", n), "goroutines", float64(fleetMem.Goroutines))
 	fleetStacks := settled(fmt.Sprintf("fleet-manager goroutine stacks, N=%d", n), "MiB", float64(fleetMem.StackBytes)/mib)
+	b.res.plot(m.plot, title, "MiB", "fleet-manager peak heap", n, settled(fmt.Sprintf("fleet-manager peak heap, N=%d", n), "MiB", float64(fleetMem.PeakHeapBytes)/mib))
+	b.res.plot(m.plot, title, "MiB", "fleet-manager peak RSS", n, settled(fmt.Sprintf("fleet-manager peak RSS, N=%d", n), "MiB", float64(fleetMem.PeakRSSBytes)/mib))
 	t.add(fmt.Sprintf("bare clusters RSS, N=%d", n), "MiB", float64(bareMem.RSSBytes)/mib, nil)
 	t.add(fmt.Sprintf("bare clusters heap, N=%d", n), "MiB", float64(bareMem.HeapBytes)/mib, nil)
 	t.add(fmt.Sprintf("bare clusters goroutines, N=%d", n), "goroutines", float64(bareMem.Goroutines), nil)
@@ -315,6 +340,10 @@ func (b *bench) addMemorySlopes() {
 				t.add("multicluster-runtime heap per member", "MiB", slopeOf(c, "multicluster-runtime heap"), nil)
 				t.add("multicluster-runtime goroutines per member", "goroutines", slopeOf(goroutines, "multicluster-runtime"), nil)
 				t.add("fleet-manager ÷ multicluster-runtime, RSS per member, GOGC=100", "×", fleetRSS/mcrRSS, m.mcrRatio)
+				t.add("fleet-manager peak heap per member", "MiB", slopeOf(c, "fleet-manager peak heap"), nil)
+				t.add("multicluster-runtime peak heap per member", "MiB", slopeOf(c, "multicluster-runtime peak heap"), nil)
+				t.add("fleet-manager peak RSS per member", "MiB", slopeOf(c, "fleet-manager peak RSS"), nil)
+				t.add("multicluster-runtime peak RSS per member", "MiB", slopeOf(c, "multicluster-runtime peak RSS"), nil)
 			}
 			b.addSteadySlopes(t, m, c, run)
 		}

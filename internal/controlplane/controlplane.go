@@ -27,6 +27,18 @@ import (
 // started are stopped again.
 func Start(n int) ([]*envtest.Environment, error) { return start(n, nil) }
 
+// StartWithAPIServerFlags starts n control planes whose API servers run
+// with flags set, such as feature gates a test turns off.
+func StartWithAPIServerFlags(n int, flags map[string]string) ([]*envtest.Environment, error) {
+	return start(n, func(_ int, env *envtest.Environment) error {
+		args := env.ControlPlane.GetAPIServer().Configure()
+		for name, value := range flags {
+			args.Set(name, value)
+		}
+		return nil
+	})
+}
+
 // start starts n control planes in parallel, each configured first by
 // configure when it is set.
 func start(n int, configure func(i int, env *envtest.Environment) error) ([]*envtest.Environment, error) {
