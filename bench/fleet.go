@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -154,7 +156,7 @@ func fleetLogger() logr.Logger {
 	sink := &transitionCounter{}
 	if os.Getenv("BENCH_LOG") != "" {
 		sink.next = funcr.New(func(prefix, args string) {
-			fmt.Fprintln(os.Stderr, time.Now().Format("15:04:05.000"), prefix, args)
+			fmt.Fprintln(os.Stderr, time.Now().Format(logTime), prefix, args)
 		}, funcr.Options{}).GetSink()
 	}
 	return logr.New(sink)
@@ -349,18 +351,35 @@ func (f *benchFleet) awaitReconciled(req fleet.Request, timeout time.Duration) (
 	return t, err
 }
 
+// logTime stamps the bench's log lines to the microsecond: an
+// engagement's steps are a millisecond or two apart.
+const logTime = "15:04:05.000000"
+
 // loggedRequests logs each request of a member's cluster to stderr, with
-// its start and duration, with $BENCH_LOG_REQUESTS set: to see where an
-// engagement's time goes.
+// its start and duration, and when its connection was asked for and got
+// (after a dial and TLS handshake of its own, or another request's), it
+// was written and its first byte came back, with $BENCH_LOG_REQUESTS set:
+// to see where an engagement's time goes.
 type loggedRequests struct{ next http.RoundTripper }
 
 func (l loggedRequests) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
+	step := func(what string) {
+		fmt.Fprintln(os.Stderr, time.Now().Format(logTime), "request", req.Method, req.URL.Path, what)
+	}
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GetConn:              func(string) { step("asks for a connection") },
+		GotConn:              func(i httptrace.GotConnInfo) { step(fmt.Sprintf("got a connection, reused=%t", i.Reused)) },
+		TLSHandshakeStart:    func() { step("TLS handshake starts") },
+		TLSHandshakeDone:     func(tls.ConnectionState, error) { step("TLS handshake done") },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { step("written") },
+		GotFirstResponseByte: func() { step("first byte") },
+	}))
 	resp, err := l.next.RoundTrip(req)
 	status := 0
 	if resp != nil {
 		status = resp.StatusCode
 	}
-	fmt.Fprintln(os.Stderr, start.Format("15:04:05.000"), "request", req.Method, req.URL.RequestURI(), status, err, "headers after", time.Since(start))
+	fmt.Fprintln(os.Stderr, start.Format(logTime), "request", req.Method, req.URL.RequestURI(), status, err, "headers after", time.Since(start))
 	return resp, err
 }
