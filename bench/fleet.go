@@ -49,6 +49,9 @@ type fleetConfig struct {
 	options func(*fleet.ControllerOptions)
 	// health overrides the member health options.
 	health member.HealthOptions
+	// refuseDuplicates turns the identity check on: no two names may
+	// reach one member server at once.
+	refuseDuplicates bool
 	// trackRequests makes the recorder remember each request's first
 	// reconcile; without it, it counts reconciles per cluster, so that a
 	// memory measurement carries no map of every object.
@@ -102,6 +105,7 @@ func managerOptions(ns string) fleet.Options {
 func startFleet(hub *rest.Config, cfg fleetConfig) (*benchFleet, error) {
 	mgrOpts := managerOptions(cfg.namespace)
 	mgrOpts.MemberHealth = cfg.health
+	mgrOpts.AllowDuplicateClusters = !cfg.refuseDuplicates
 	mgrOpts.ConfigureMember = func(_ string, o *cluster.Options) {
 		cacheOnly(&o.Cache, cfg.watch, cfg.clusterWide)
 		if os.Getenv("BENCH_LOG_REQUESTS") != "" && o.HTTPClient != nil {
