@@ -130,3 +130,57 @@ func TestReadyFollowsTheLastMemberWrite(t *testing.T) {
 	}
 	t.Logf("Ready written %s after the last of %d member writes", ready.at.Sub(last).Round(time.Millisecond), writes)
 }
+
+// TestReadyIsWrittenAsTheLastMemberResultComesIn changes a Propagation
+// that every member applied, and times the status write that says Ready
+// for the new generation from the one that said it for the old: the sum
+// that completes the picture (the last member result of the generation
+// is in) is written at once, not after the status interval from the sum
+// before (issue 41's status lag). A change that writes nothing in the
+// members (spec.drift) keeps the members' runs short, so that a sum
+// held to the interval is told from one that is not.
+func TestReadyIsWrittenAsTheLastMemberResultComesIn(t *testing.T) {
+	suite.Need(t)
+	t.Parallel()
+	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
+	build, recorded := statusWrites(f.team, "web")
+	f.client = build
+	f.start(nil)
+	for i := range memberCount {
+		f.register(i, fmt.Sprintf("m%d", i), map[string]string{"env": "prod"})
+	}
+	f.configMap("web", map[string]string{"v": "1"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	readyAt := func(generation int64) func() (statusWrite, bool) {
+		return func() (statusWrite, bool) {
+			for _, w := range recorded() {
+				if w.ready && w.generation == generation && w.observedGeneration == generation {
+					return w, true
+				}
+			}
+			return statusWrite{}, false
+		}
+	}
+	var first statusWrite
+	poll.Until(t, "a status write that says Ready for generation 1", func() bool {
+		var ok bool
+		first, ok = readyAt(1)()
+		return ok
+	})
+	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Drift = fleetv1alpha1.DriftReport })
+	var second statusWrite
+	poll.Until(t, "a status write that says Ready for generation 2", func() bool {
+		var ok bool
+		second, ok = readyAt(2)()
+		return ok
+	})
+	// A sum held to the interval comes at least StatusInterval after the
+	// one that wrote Ready for generation 1; the margin is for a loaded
+	// machine, where three short runs and a sum take longer.
+	const margin = 150 * time.Millisecond
+	if gap := second.at.Sub(first.at); gap >= propagation.StatusInterval-margin {
+		t.Errorf("Ready for generation 2 was written %s after Ready for generation 1: the sum that completes the picture waited for the status interval (%s)", gap.Round(time.Millisecond), propagation.StatusInterval)
+	} else {
+		t.Logf("Ready for generation 2 written %s after Ready for generation 1", gap.Round(time.Millisecond))
+	}
+}
