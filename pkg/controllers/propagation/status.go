@@ -332,6 +332,11 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 			entry.Result, entry.Reason, entry.Message = fleetv1alpha1.ResultPending, fleetv1alpha1.ReasonMemberUnhealthy, fmt.Sprintf("the member is %s: its copies are not known", c.State)
 		case selected && (!has || res.generation != p.Generation || res.removing):
 			entry.Result, entry.Reason, entry.Message = fleetv1alpha1.ResultPending, "Applying", "not applied yet"
+		case selected && res.relabelOwed(p, revs) > 0:
+			// Not counted applied before its copies carry the revision:
+			// Ready never comes before a write the member still owes.
+			entry.Result, entry.Reason = fleetv1alpha1.ResultPending, "Applying"
+			entry.Message = fmt.Sprintf("applied; labelling its copies with revision %d", entry.Revision)
 		case selected:
 			entry.Result, entry.Reason, entry.Message, entry.DriftedFields = res.result, res.reason, res.message, res.drifted
 			entry.ObservedGeneration, entry.LastTransitionTime, entry.Available = res.generation, res.since, res.available
@@ -471,7 +476,8 @@ type picture int
 const (
 	// pictureOutstanding: a member selected has no result of the
 	// generation yet, or one still on its way (applying, waiting, held,
-	// not available yet), or the member is not Ready.
+	// not available yet, its copies not labelled with a revision yet
+	// under strategy All), or the member is not Ready.
 	pictureOutstanding picture = iota
 	// pictureConverged: every member selected applied the generation and
 	// is available.
@@ -554,6 +560,10 @@ type memberResult struct {
 	revision string
 	held     bool
 	draining bool
+	// labelled is the number of the revision the copies were labelled
+	// with, 0 when the run applied before a revision held its content
+	// (strategy All): its next run labels them (see relabelOwed).
+	labelled int64
 	// unloaded is the revision the member was given, when the run could
 	// not load it: the run failed with it.
 	unloaded int64
@@ -575,13 +585,36 @@ func (a memberResult) revisionNumber(revs []fleetv1alpha1.PropagationRevision, a
 func (a memberResult) same(b memberResult) bool {
 	return a.result == b.result && a.reason == b.reason && a.message == b.message && a.generation == b.generation &&
 		a.copies == b.copies && a.removing == b.removing && a.available == b.available && slices.Equal(a.drifted, b.drifted) &&
-		a.revision == b.revision && a.unloaded == b.unloaded && a.draining == b.draining &&
+		a.revision == b.revision && a.labelled == b.labelled && a.unloaded == b.unloaded && a.draining == b.draining &&
 		a.excluded == b.excluded && a.excludedCopies == b.excludedCopies
 }
 
 // converged reports whether every copy is applied and Available.
 func (a memberResult) converged() bool {
 	return (a.result == fleetv1alpha1.ResultApplied || a.result == fleetv1alpha1.ResultDrifted) && a.available == metav1.ConditionTrue
+}
+
+// relabelOwed returns, for a member that converged under strategy All
+// with copies no revision's number labels (see unlabelled), the number of
+// p's newest revision when that revision holds the content the member
+// applied: the member's next run writes the number into its copies, so
+// it still owes a write and is not counted converged. 0 if it owes none:
+// a revision the hub refused is written into no copy.
+func (a memberResult) relabelOwed(p *fleetv1alpha1.Propagation, revs []fleetv1alpha1.PropagationRevision) int64 {
+	if !a.converged() || !a.unlabelled(p) || len(revs) == 0 {
+		return 0
+	}
+	if newest := revs[len(revs)-1]; newest.Labels[fleetv1alpha1.RevisionHashLabel] == a.revision {
+		return newest.Revision
+	}
+	return 0
+}
+
+// unlabelled reports whether a member's run under strategy All applied
+// before a revision held its content: its copies carry no revision
+// number until a later run labels them (see relabelOwed).
+func (a memberResult) unlabelled(p *fleetv1alpha1.Propagation) bool {
+	return allAtOnce(&p.Spec) && a.revision != "" && a.labelled == 0
 }
 
 // results holds every member result of every Propagation, in memory: a
@@ -686,7 +719,7 @@ func (rs *results) picture(key propagationKey, p *fleetv1alpha1.Propagation, mem
 			return pictureOutstanding
 		case res.result == fleetv1alpha1.ResultFailed:
 			failed = true
-		case !res.converged():
+		case !res.converged() || res.unlabelled(p):
 			return pictureOutstanding
 		}
 		counted = true
