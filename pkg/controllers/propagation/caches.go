@@ -248,6 +248,10 @@ func (mc *memberCopies) watch(ctx context.Context, namespace string, gvk schema.
 	if err != nil {
 		return err
 	}
+	// A cache dropped meanwhile never syncs: do not wait for it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(nc.ctx, cancel)()
 	return nc.watch(ctx, gvk)
 }
 
@@ -298,8 +302,9 @@ func (mc *memberCopies) warmUp() {
 
 // warmCopyCaches starts, once per generation of p, in the copy cache of
 // p's namespace in each engaged member that p selects and may reach, the
-// informers of the kinds p copies (see memberCopies.warm): the kinds the
-// members' runs of p read first. A member in doubt is not warmed; its
+// informers of the kinds p's spec copies (see specKinds, and
+// memberCopies.warm): the kinds the members' runs of p read first, and
+// no kind an older status names. A member in doubt is not warmed; its
 // run starts what it reads, as always.
 func (r *reconciler) warmCopyCaches(ctx context.Context, p *fleetv1alpha1.Propagation) {
 	if p.Spec.Suspend {
@@ -313,7 +318,7 @@ func (r *reconciler) warmCopyCaches(ctx context.Context, p *fleetv1alpha1.Propag
 	if done {
 		return
 	}
-	kinds := kindsOf(p)
+	kinds := specKinds(p)
 	selected := r.memberSelects(ctx, p)
 	for _, c := range r.ownedMembers() {
 		if c.State != fleetv1alpha1.MemberStateReady || !selected(c) {
