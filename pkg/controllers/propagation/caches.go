@@ -76,13 +76,6 @@ type memberCopies struct {
 	replayMu sync.Mutex
 	replayed bool
 
-	// warmMu guards toWarm, the kinds of namespaces whose informers are
-	// to be started ahead of the runs that read them (see warm), and
-	// warming, set while a goroutine starts them.
-	warmMu  sync.Mutex
-	toWarm  []warmKind
-	warming bool
-
 	// copyMu guards checked and written, by copy (see copyID).
 	copyMu sync.Mutex
 	// checked is, per copy, what its last drift check that found none
@@ -248,86 +241,7 @@ func (mc *memberCopies) watch(ctx context.Context, namespace string, gvk schema.
 	if err != nil {
 		return err
 	}
-	// A cache dropped meanwhile never syncs: do not wait for it.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(nc.ctx, cancel)()
 	return nc.watch(ctx, gvk)
-}
-
-// warmKind is a kind of a namespace whose informer is to be started.
-type warmKind struct {
-	namespace string
-	gvk       schema.GroupVersionKind
-}
-
-// warm starts, in the background, the informers of kinds in the copy
-// cache of namespace, one at a time, each once the one before synced: the
-// runs of a Propagation just created or changed then find the copies they
-// confirm listed, rather than each waiting for its member's informer to
-// list them. Nothing is read from a cache before its informer synced (see
-// watchedKinds.watch); a kind that fails is refused as a run would find
-// it, and the run that reads it says why.
-func (mc *memberCopies) warm(namespace string, kinds []schema.GroupVersionKind) {
-	mc.warmMu.Lock()
-	defer mc.warmMu.Unlock()
-	for _, gvk := range kinds {
-		if k := (warmKind{namespace: namespace, gvk: gvk}); !slices.Contains(mc.toWarm, k) {
-			mc.toWarm = append(mc.toWarm, k)
-		}
-	}
-	if mc.warming || len(mc.toWarm) == 0 {
-		return
-	}
-	mc.warming = true
-	go mc.warmUp()
-}
-
-// warmUp starts the informers of toWarm, one at a time, until none is
-// left or the member's engagement ends.
-func (mc *memberCopies) warmUp() {
-	for {
-		mc.warmMu.Lock()
-		if len(mc.toWarm) == 0 || mc.ctx.Err() != nil {
-			mc.toWarm, mc.warming = nil, false
-			mc.warmMu.Unlock()
-			return
-		}
-		k := mc.toWarm[0]
-		mc.toWarm = mc.toWarm[1:]
-		mc.warmMu.Unlock()
-		_ = mc.watch(mc.ctx, k.namespace, k.gvk) // the run that reads the kind meets the error again
-	}
-}
-
-// warmCopyCaches starts, once per generation of p, in the copy cache of
-// p's namespace in each engaged member that p selects and may reach, the
-// informers of the kinds p's spec copies (see specKinds, and
-// memberCopies.warm): the kinds the members' runs of p read first, and
-// no kind an older status names. A member in doubt is not warmed; its
-// run starts what it reads, as always.
-func (r *reconciler) warmCopyCaches(ctx context.Context, p *fleetv1alpha1.Propagation) {
-	if p.Spec.Suspend {
-		return // its runs read nothing
-	}
-	key := client.ObjectKeyFromObject(p)
-	r.mu.Lock()
-	done := r.warmed[key] == p.Generation
-	r.warmed[key] = p.Generation
-	r.mu.Unlock()
-	if done {
-		return
-	}
-	kinds := specKinds(p)
-	selected := r.memberSelects(ctx, p)
-	for _, c := range r.ownedMembers() {
-		if c.State != fleetv1alpha1.MemberStateReady || !selected(c) {
-			continue
-		}
-		if mc := r.copies.get(c.Name); mc != nil {
-			mc.warm(key.Namespace, kinds)
-		}
-	}
 }
 
 // list lists the copies of gvk in namespace that match selector: the

@@ -125,32 +125,23 @@ func (r *reconciler) memberPropagations(ctx context.Context, member string) []pr
 // kindsOf lists the kinds p copies now and those it copied before, or
 // copies from Envelopes (status.kinds).
 func kindsOf(p *fleetv1alpha1.Propagation) []schema.GroupVersionKind {
-	kinds := specKinds(p)
-	for _, k := range p.Status.Kinds {
-		gv, err := schema.ParseGroupVersion(k.APIVersion)
+	var kinds []schema.GroupVersionKind
+	add := func(apiVersion, kind string) {
+		gv, err := schema.ParseGroupVersion(apiVersion)
 		if err != nil {
-			continue
+			return
 		}
-		if gvk := gv.WithKind(k.Kind); !slices.Contains(kinds, gvk) {
+		if gvk := gv.WithKind(kind); !slices.Contains(kinds, gvk) {
 			kinds = append(kinds, gvk)
 		}
 	}
-	return kinds
-}
-
-// specKinds lists the kinds p's resources copy now, as its spec names
-// them: an Envelope is never copied, and no kind of an older status is
-// among them.
-func specKinds(p *fleetv1alpha1.Propagation) []schema.GroupVersionKind {
-	var kinds []schema.GroupVersionKind
 	for _, res := range p.Spec.Resources {
-		gv, err := schema.ParseGroupVersion(res.APIVersion)
-		if err != nil {
-			continue
-		}
-		if gvk := gv.WithKind(res.Kind); !content.IsEnvelope(gvk) && !slices.Contains(kinds, gvk) {
-			kinds = append(kinds, gvk)
-		}
+		add(res.APIVersion, res.Kind)
+	}
+	// An Envelope is never copied: status.kinds has its manifests' kinds.
+	kinds = slices.DeleteFunc(kinds, content.IsEnvelope)
+	for _, k := range p.Status.Kinds {
+		add(k.APIVersion, k.Kind)
 	}
 	return kinds
 }

@@ -144,13 +144,11 @@ type reconciler struct {
 	unreachable unreachableLog
 
 	// mu guards lastStatus, what each Propagation's last status sum saw
-	// and when, readiness, each Propagation's Ready status, for
-	// fleet_propagations, and warmed, the generation of each Propagation
-	// whose members' copy caches were warmed (see warmCopyCaches).
+	// and when, and readiness, each Propagation's Ready status, for
+	// fleet_propagations.
 	mu         sync.Mutex
 	lastStatus map[propagationKey]statusSum
 	readiness  map[propagationKey]string
-	warmed     map[propagationKey]int64
 	// recoveryTold holds the members told that the journal was lost.
 	recoveryTold sync.Map
 	// mirrorCut holds, by mirror ConfigMap, how many owed removals it
@@ -233,7 +231,6 @@ func Add(m *fleet.Manager, opts Options) error {
 
 		lastStatus: map[propagationKey]statusSum{},
 		readiness:  map[propagationKey]string{},
-		warmed:     map[propagationKey]int64{},
 
 		clusterPropagations: clusterPropagations,
 		tenancy:             tenancyViewOf(m, opts, apiReader),

@@ -33,9 +33,8 @@ import (
 // completes the picture (see statusSum.earlySum), keeps its finalizer,
 // and releases it once a deleted Propagation's copies are removed or
 // owed. The status is summed up as often: each member's report asks for
-// it, and it reads every member's result. It warms the members' copy
-// caches of a new generation (see warmCopyCaches). Once a namespace's
-// last Propagation is gone, its hub cache is dropped.
+// it, and it reads every member's result. Once a namespace's last
+// Propagation is gone, its hub cache is dropped.
 func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (reconcile.Result, error) {
 	p, err := r.getPropagation(ctx, key)
 	if apierrors.IsNotFound(err) {
@@ -76,7 +75,6 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	// Whether a sum is due is decided first, from the interval and the
 	// members' results alone: the content and the revisions are read only
 	// for a sum.
-	r.warmCopyCaches(ctx, p)
 	picture := r.results.picture(key, p, r.ownedMembers(), r.memberSelects(ctx, p))
 	if wait := r.statusWait(key, p.Generation, picture); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
@@ -510,7 +508,6 @@ func (r *reconciler) setReadiness(key propagationKey, ready string) {
 	if ready == "" {
 		delete(r.readiness, key)
 		delete(r.lastStatus, key)
-		delete(r.warmed, key)
 	} else {
 		r.readiness[key] = ready
 	}

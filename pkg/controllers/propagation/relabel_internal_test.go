@@ -1,37 +1,13 @@
 package propagation
 
 import (
-	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
-
-// TestWarmedKindsAreTheSpecs: the kinds warmed ahead of the runs are
-// those the spec names, not an Envelope (never copied), and not a kind an
-// older status lists (the runs read it to remove its copies, and start
-// its informer themselves).
-func TestWarmedKindsAreTheSpecs(t *testing.T) {
-	p := &fleetv1alpha1.Propagation{
-		Spec: fleetv1alpha1.PropagationSpec{Resources: []fleetv1alpha1.ResourceSelector{
-			{APIVersion: "v1", Kind: "ConfigMap"},
-			{APIVersion: fleetv1alpha1.GroupVersion.String(), Kind: "Envelope"},
-			{APIVersion: "v1", Kind: "ConfigMap", Name: "web"},
-		}},
-		Status: fleetv1alpha1.PropagationStatus{Kinds: []fleetv1alpha1.KindReference{{APIVersion: "v1", Kind: "Secret"}}},
-	}
-	configMap := schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
-	if got := specKinds(p); !slices.Equal(got, []schema.GroupVersionKind{configMap}) {
-		t.Errorf("specKinds = %v, want only the ConfigMap", got)
-	}
-	if got := kindsOf(p); !slices.Contains(got, configMap.GroupVersion().WithKind("Secret")) {
-		t.Errorf("kindsOf = %v, want the Secret of the older status too (a run removes its copies)", got)
-	}
-}
 
 // TestRelabelOwed: under strategy All, a member that converged before
 // the revision of its content existed owes the label of that revision;
