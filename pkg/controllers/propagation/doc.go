@@ -10,7 +10,8 @@
 // deletion: Orphan, stripped of what made it a copy). A hub request,
 // {"", Propagation}, sums up and writes the Propagation's status from the
 // members' results, at most once per [StatusInterval] however many
-// members report, and owns its finalizer; a write that conflicts with a
+// members report (the sum that completes the picture, at once), and owns
+// its finalizer; a write that conflicts with a
 // newer version of the Propagation is retried.
 //
 // # Which fleet

@@ -403,8 +403,10 @@ func TestPropagatesHubObjectsToSelectedMembers(t *testing.T) {
 	// Over the span of the writes themselves: the creation timestamp is
 	// cut to the second.
 	if n := len(statusWrites); n > 0 {
-		if span := statusWrites[n-1].Time.Sub(statusWrites[0].Time); float64(n) > span.Seconds()+2 {
-			t.Errorf("%d writes of the Propagation in %s, want at most one a second (and the finalizer's): %v", n, span, statusWrites)
+		// Two more: the sums that complete the picture of a generation
+		// (every member converged, one failed) are written at once.
+		if span := statusWrites[n-1].Time.Sub(statusWrites[0].Time); float64(n) > span.Seconds()+4 {
+			t.Errorf("%d writes of the Propagation in %s, want at most one a second (and the finalizer's, and two completing the generation's picture): %v", n, span, statusWrites)
 		}
 	}
 	if !slices.Contains(p.Finalizers, fleetv1alpha1.PropagationFinalizer) {

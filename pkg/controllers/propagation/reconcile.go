@@ -578,7 +578,7 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	res := memberResult{
 		result: fleetv1alpha1.ResultApplied, reason: fleetv1alpha1.ReasonApplied, available: metav1.ConditionTrue,
 		generation: gen, since: now, confirmed: now, intent: intent, copies: run.copies, kinds: run.kinds, removing: removing,
-		revision: run.revision, unloaded: run.unloaded, draining: run.draining,
+		revision: run.revision, labelled: run.number, unloaded: run.unloaded, draining: run.draining,
 		excluded: run.excluded, excludedCopies: run.excludedCopies,
 	}
 	switch {

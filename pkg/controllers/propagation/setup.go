@@ -46,7 +46,10 @@ const DefaultWorkers = 16
 func workersPerMember(workers int) int { return max(1, workers/4) }
 
 // StatusInterval is the least time between two summings up, and so
-// writes, of one Propagation's status, however many members report.
+// writes, of one Propagation's status, however many members report; but
+// the sum that completes the picture (the last member result of a
+// generation is in: every selected member converged, or one failed) is
+// written at once, and so at most one more per interval.
 const StatusInterval = time.Second
 
 // DefaultForgetAfter is how long a member may be gone from the fleet (its
@@ -140,11 +143,11 @@ type reconciler struct {
 	// unreachable holds the members whose runs could not reach them.
 	unreachable unreachableLog
 
-	// mu guards lastStatus, when each Propagation's status was last
-	// summed up, and readiness, each Propagation's Ready status, for
+	// mu guards lastStatus, what each Propagation's last status sum saw
+	// and when, and readiness, each Propagation's Ready status, for
 	// fleet_propagations.
 	mu         sync.Mutex
-	lastStatus map[propagationKey]time.Time
+	lastStatus map[propagationKey]statusSum
 	readiness  map[propagationKey]string
 	// recoveryTold holds the members told that the journal was lost.
 	recoveryTold sync.Map
@@ -226,7 +229,7 @@ func Add(m *fleet.Manager, opts Options) error {
 		owedRemovals: opts.OwedRemovals,
 		drains:       opts.Drains,
 
-		lastStatus: map[propagationKey]time.Time{},
+		lastStatus: map[propagationKey]statusSum{},
 		readiness:  map[propagationKey]string{},
 
 		clusterPropagations: clusterPropagations,
@@ -351,7 +354,8 @@ func (cq *controllerQueue) addAfter(req fleet.Request, d time.Duration) {
 // the last member result it sums up, for one request of every member
 // with work queued, each Propagation's. Its cost is bounded: the hub,
 // like a member, holds at most workersPerMember workers at once, and a
-// Propagation's status is summed up at most once per StatusInterval.
+// Propagation's status is summed up at most once per StatusInterval,
+// and at most twice more per generation (see statusSum.earlySum).
 const statusPriority = 1
 
 // notStatusOnly drops the update events of a Propagation's own status

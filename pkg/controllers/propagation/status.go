@@ -29,11 +29,12 @@ import (
 )
 
 // reconcileStatus writes a Propagation's status from its members'
-// results, at most once per StatusInterval, keeps its finalizer, and
-// releases it once a deleted Propagation's copies are removed or owed.
-// The status is summed up at most once per StatusInterval too: each
-// member's report asks for it, and it reads every member's result. Once
-// a namespace's last Propagation is gone, its hub cache is dropped.
+// results, at most once per StatusInterval, or at once when the sum
+// completes the picture (see statusSum.earlySum), keeps its finalizer,
+// and releases it once a deleted Propagation's copies are removed or
+// owed. The status is summed up as often: each member's report asks for
+// it, and it reads every member's result. Once a namespace's last
+// Propagation is gone, its hub cache is dropped.
 func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (reconcile.Result, error) {
 	p, err := r.getPropagation(ctx, key)
 	if apierrors.IsNotFound(err) {
@@ -71,9 +72,11 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	if r.tenancy.pending(key.Namespace) {
 		return reconcile.Result{RequeueAfter: tenancyWait}, nil
 	}
-	// Whether a sum is due is decided first, from the interval alone:
-	// the content and the revisions are read only for a sum.
-	if wait := r.statusWait(key); wait > 0 {
+	// Whether a sum is due is decided first, from the interval and the
+	// members' results alone: the content and the revisions are read only
+	// for a sum.
+	picture := r.results.picture(key, p, r.ownedMembers(), r.memberSelects(ctx, p))
+	if wait := r.statusWait(key, p.Generation, picture); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	rv, err := r.revise(ctx, p)
@@ -104,7 +107,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 			return reconcile.Result{}, err
 		}
 	}
-	r.statusSummed(key)
+	r.statusSummed(key, p.Generation, picture)
 	r.setReadiness(key, string(status.ConditionStatus(st.Conditions, fleetv1alpha1.PropagationReady)))
 	if equality.Semantic.DeepEqual(p.Status, st) {
 		return reconcile.Result{RequeueAfter: after}, nil
@@ -327,6 +330,11 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 			entry.Result, entry.Reason, entry.Message = fleetv1alpha1.ResultPending, fleetv1alpha1.ReasonMemberUnhealthy, fmt.Sprintf("the member is %s: its copies are not known", c.State)
 		case selected && (!has || res.generation != p.Generation || res.removing):
 			entry.Result, entry.Reason, entry.Message = fleetv1alpha1.ResultPending, "Applying", "not applied yet"
+		case selected && res.relabelOwed(p, revs) > 0:
+			// Not counted applied before its copies carry the revision:
+			// Ready never comes before a write the member still owes.
+			entry.Result, entry.Reason = fleetv1alpha1.ResultPending, "Applying"
+			entry.Message = fmt.Sprintf("applied; labelling its copies with revision %d", entry.Revision)
 		case selected:
 			entry.Result, entry.Reason, entry.Message, entry.DriftedFields = res.result, res.reason, res.message, res.drifted
 			entry.ObservedGeneration, entry.LastTransitionTime, entry.Available = res.generation, res.since, res.available
@@ -398,18 +406,98 @@ func (r *reconciler) copiedKindsStatus(ctx context.Context, p *fleetv1alpha1.Pro
 	return status.BoundKinds(p.Status.Kinds, current)
 }
 
-// statusWait is how long key's status must wait before it is summed up
-// again.
-func (r *reconciler) statusWait(key propagationKey) time.Duration {
+// statusWait is how long key's status, at generation, must wait before
+// it is summed up again: until StatusInterval after the last sum, unless
+// this sum completes the picture (see earlySum).
+func (r *reconciler) statusWait(key propagationKey, generation int64, now picture) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return time.Until(r.lastStatus[key].Add(StatusInterval))
+	last := r.lastStatus[key]
+	wait := time.Until(last.at.Add(StatusInterval))
+	if wait > 0 && last.earlySum(generation, now) {
+		return 0
+	}
+	return wait
 }
 
-func (r *reconciler) statusSummed(key propagationKey) {
+// statusSummed records that key's status was summed up now, at
+// generation, from results that showed picture.
+func (r *reconciler) statusSummed(key propagationKey, generation int64, picture picture) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lastStatus[key] = time.Now()
+	last := r.lastStatus[key]
+	now := time.Now()
+	if generation != last.generation {
+		last.early = [pictures]bool{}
+	}
+	if now.Before(last.at.Add(StatusInterval)) {
+		last.early[picture] = true
+	}
+	last.at, last.generation, last.picture = now, generation, picture
+	r.lastStatus[key] = last
+}
+
+// statusSum is what the last sum of a Propagation's status saw, and when.
+type statusSum struct {
+	// at is when it was summed up, of generation, from members' results
+	// that showed picture.
+	at         time.Time
+	generation int64
+	picture    picture
+	// early holds the pictures summed up before the interval was out, at
+	// generation (see earlySum).
+	early [pictures]bool
+}
+
+// earlySum reports whether a sum of generation whose members' results
+// show now is due before the interval is out: the one that completes the
+// picture (the last outstanding member result is in: every selected
+// member converged, or one failed), when the last sum saw another
+// picture or generation. Each complete picture comes early at most once
+// per generation: a Propagation's status is summed up, and written, at
+// most once per StatusInterval, and at most twice more per generation,
+// however its members' results come and go.
+func (last statusSum) earlySum(generation int64, now picture) bool {
+	switch {
+	case now == pictureOutstanding:
+		return false
+	case generation != last.generation:
+		return true
+	}
+	return now != last.picture && !last.early[now]
+}
+
+// picture is what the members' results of a Propagation say, as far as
+// a status write is due early.
+type picture int
+
+const (
+	// pictureOutstanding: a member selected has no result of the
+	// generation yet, or one still on its way (applying, waiting, held,
+	// not available yet, its copies not labelled with a revision yet
+	// under strategy All), or the member is not Ready.
+	pictureOutstanding picture = iota
+	// pictureConverged: every member selected applied the generation and
+	// is available.
+	pictureConverged
+	// pictureFailed: every member selected has its result of the
+	// generation, converged or failed, and one failed.
+	pictureFailed
+	pictures // how many there are
+)
+
+// memberSelects returns whether p selects a member and may reach it,
+// false while either is in doubt.
+func (r *reconciler) memberSelects(ctx context.Context, p *fleetv1alpha1.Propagation) func(*registry.Cluster) bool {
+	reach := r.tenancy.reachOf(ctx, p.Namespace)
+	return func(c *registry.Cluster) bool {
+		selected, err := selects(p, c.Name, c.Labels)
+		if err != nil || !selected || reach.Doubt() != nil {
+			return false
+		}
+		reaches, _ := reach.Reaches(tenancyMember(c, r.fleet))
+		return reaches
+	}
 }
 
 // setReadiness records key's Ready status ("" once it is gone) and sets
@@ -469,6 +557,10 @@ type memberResult struct {
 	revision string
 	held     bool
 	draining bool
+	// labelled is the number of the revision the copies were labelled
+	// with, 0 when the run applied before a revision held its content
+	// (strategy All): its next run labels them (see relabelOwed).
+	labelled int64
 	// unloaded is the revision the member was given, when the run could
 	// not load it: the run failed with it.
 	unloaded int64
@@ -490,13 +582,36 @@ func (a memberResult) revisionNumber(revs []fleetv1alpha1.PropagationRevision, a
 func (a memberResult) same(b memberResult) bool {
 	return a.result == b.result && a.reason == b.reason && a.message == b.message && a.generation == b.generation &&
 		a.copies == b.copies && a.removing == b.removing && a.available == b.available && slices.Equal(a.drifted, b.drifted) &&
-		a.revision == b.revision && a.unloaded == b.unloaded && a.draining == b.draining &&
+		a.revision == b.revision && a.labelled == b.labelled && a.unloaded == b.unloaded && a.draining == b.draining &&
 		a.excluded == b.excluded && a.excludedCopies == b.excludedCopies
 }
 
 // converged reports whether every copy is applied and Available.
 func (a memberResult) converged() bool {
 	return (a.result == fleetv1alpha1.ResultApplied || a.result == fleetv1alpha1.ResultDrifted) && a.available == metav1.ConditionTrue
+}
+
+// relabelOwed returns, for a member that converged under strategy All
+// with copies no revision's number labels (see unlabelled), the number of
+// p's newest revision when that revision holds the content the member
+// applied: the member's next run writes the number into its copies, so
+// it still owes a write and is not counted converged. 0 if it owes none:
+// a revision the hub refused is written into no copy.
+func (a memberResult) relabelOwed(p *fleetv1alpha1.Propagation, revs []fleetv1alpha1.PropagationRevision) int64 {
+	if !a.converged() || !a.unlabelled(p) || len(revs) == 0 {
+		return 0
+	}
+	if newest := revs[len(revs)-1]; newest.Labels[fleetv1alpha1.RevisionHashLabel] == a.revision {
+		return newest.Revision
+	}
+	return 0
+}
+
+// unlabelled reports whether a member's run under strategy All applied
+// before a revision held its content: its copies carry no revision
+// number until a later run labels them (see relabelOwed).
+func (a memberResult) unlabelled(p *fleetv1alpha1.Propagation) bool {
+	return allAtOnce(&p.Spec) && a.revision != "" && a.labelled == 0
 }
 
 // results holds every member result of every Propagation, in memory: a
@@ -575,6 +690,45 @@ func (rs *results) ofMember(member string) map[propagationKey]memberResult {
 		}
 	}
 	return out
+}
+
+// picture is what the results of key say of p's generation in members,
+// those of them that selected reports p selects (see picture): cheap, it
+// reads no content, and it stops at the first member outstanding. A
+// member whose run of the generation found it not wanted (not selected,
+// excluded, drained) is not waited for.
+func (rs *results) picture(key propagationKey, p *fleetv1alpha1.Propagation, members []*registry.Cluster, selected func(*registry.Cluster) bool) picture {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	m := rs.byProp[key]
+	failed, counted := false, false
+	for _, c := range members {
+		res, has := m[c.Name]
+		switch {
+		case has && res.generation == p.Generation && res.removing:
+			continue
+		case !has || res.generation != p.Generation:
+			if selected(c) {
+				return pictureOutstanding
+			}
+			continue
+		case c.State != fleetv1alpha1.MemberStateReady:
+			return pictureOutstanding
+		case res.result == fleetv1alpha1.ResultFailed:
+			failed = true
+		case !res.converged() || res.unlabelled(p):
+			return pictureOutstanding
+		}
+		counted = true
+	}
+	switch {
+	case !counted:
+		// Nothing happened: no member to say Ready or failed early.
+		return pictureOutstanding
+	case failed:
+		return pictureFailed
+	}
+	return pictureConverged
 }
 
 func (rs *results) get(key propagationKey, member string) (memberResult, bool) {

@@ -3,11 +3,14 @@ package propagation_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -129,4 +132,170 @@ func TestReadyFollowsTheLastMemberWrite(t *testing.T) {
 		t.Errorf("Ready was written %s after the last member write, over the status interval (%s) and %s of slack", lag.Round(time.Millisecond), propagation.StatusInterval, slack)
 	}
 	t.Logf("Ready written %s after the last of %d member writes", ready.at.Sub(last).Round(time.Millisecond), writes)
+}
+
+// TestReadyIsWrittenAsTheLastMemberResultComesIn changes a Propagation
+// that every member applied, and times the status write that says Ready
+// for the new generation from the one that said it for the old: the sum
+// that completes the picture (the last member result of the generation
+// is in) is written at once, not after the status interval from the sum
+// before (issue 41's status lag). A change that writes nothing in the
+// members (spec.drift) keeps the members' runs short, so that a sum
+// held to the interval is told from one that is not.
+func TestReadyIsWrittenAsTheLastMemberResultComesIn(t *testing.T) {
+	suite.Need(t)
+	t.Parallel()
+	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
+	build, recorded := statusWrites(f.team, "web")
+	f.client = build
+	f.start(nil)
+	for i := range memberCount {
+		f.register(i, fmt.Sprintf("m%d", i), map[string]string{"env": "prod"})
+	}
+	f.configMap("web", map[string]string{"v": "1"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	readyAt := func(generation int64) func() (statusWrite, bool) {
+		return func() (statusWrite, bool) {
+			for _, w := range recorded() {
+				if w.ready && w.generation == generation && w.observedGeneration == generation {
+					return w, true
+				}
+			}
+			return statusWrite{}, false
+		}
+	}
+	var first statusWrite
+	poll.Until(t, "a status write that says Ready for generation 1", func() bool {
+		var ok bool
+		first, ok = readyAt(1)()
+		return ok
+	})
+	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Drift = fleetv1alpha1.DriftReport })
+	var second statusWrite
+	poll.Until(t, "a status write that says Ready for generation 2", func() bool {
+		var ok bool
+		second, ok = readyAt(2)()
+		return ok
+	})
+	// A sum held to the interval comes at least StatusInterval after the
+	// one that wrote Ready for generation 1; the margin is for a loaded
+	// machine, where three short runs and a sum take longer.
+	const margin = 150 * time.Millisecond
+	if gap := second.at.Sub(first.at); gap >= propagation.StatusInterval-margin {
+		t.Errorf("Ready for generation 2 was written %s after Ready for generation 1: the sum that completes the picture waited for the status interval (%s)", gap.Round(time.Millisecond), propagation.StatusInterval)
+	} else {
+		t.Logf("Ready for generation 2 written %s after Ready for generation 1", gap.Round(time.Millisecond))
+	}
+}
+
+// TestReadyWaitsForTheRevisionLabel holds the hub's creation of the first
+// revision of a Propagation (strategy All) until every member applied its
+// copy, so that each member owes one more write, the revision's number on
+// its copy, and then holds every read of the revisions (the members' runs
+// read them to label their copies) until the status was written once
+// more. Ready is written only after the members' last write: no member
+// write of the manager comes after the status write that says Ready.
+func TestReadyWaitsForTheRevisionLabel(t *testing.T) {
+	suite.Need(t)
+	t.Parallel()
+	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
+	build, recorded := statusWrites(f.team, "web")
+	hold := &revisionHold{
+		applied: func(ctx context.Context) bool {
+			for i := range memberCount {
+				if err := suite.MemberClients[i].Get(ctx, types.NamespacedName{Namespace: f.team, Name: "web"}, &corev1.ConfigMap{}); err != nil {
+					return false
+				}
+			}
+			return true
+		},
+		summed: func(since time.Time) bool {
+			return slices.ContainsFunc(recorded(), func(w statusWrite) bool { return w.at.After(since) })
+		},
+	}
+	f.client = func(mgr *fleet.Manager) (client.Client, error) {
+		cl, err := build(mgr)
+		hold.Client = cl
+		return hold, err
+	}
+	f.start(nil)
+	for i := range memberCount {
+		f.register(i, fmt.Sprintf("m%d", i), map[string]string{"env": "prod"})
+	}
+	f.configMap("web", map[string]string{"v": "1"}, map[string]string{"app": "web"})
+	created := time.Now()
+	f.propagation("web", nil)
+	var ready statusWrite
+	poll.Until(t, "a status write that says Ready", func() bool {
+		for _, w := range recorded() {
+			if w.ready {
+				ready = w
+				return true
+			}
+		}
+		return false
+	})
+	for i := range memberCount {
+		f.waitCopy(i, "web", "labelled with its revision", func(cm *corev1.ConfigMap) bool {
+			return cm != nil && cm.Labels[fleetv1alpha1.RevisionLabel] != ""
+		})
+	}
+	if hold.createdAt().IsZero() {
+		t.Fatal("no revision was made: the test holds nothing")
+	}
+	for i := range memberCount {
+		for _, w := range memberWrites(t, i, created) {
+			if w.Namespace == f.team && w.Time.After(ready.at) {
+				t.Errorf("member m%d: %s of %s %s at %s, after the status write that said Ready (%s)",
+					i, w.Verb, w.Resource, w.Name, w.Time.Format(time.StampMicro), ready.at.Format(time.StampMicro))
+			}
+		}
+	}
+}
+
+// revisionHold is a hub client that makes a PropagationRevision only
+// once applied reports true, and then lists PropagationRevisions only
+// once summed reports a status write since it was made; each for at most
+// holdTimeout.
+type revisionHold struct {
+	client.Client
+	applied func(ctx context.Context) bool
+	summed  func(since time.Time) bool
+
+	mu      sync.Mutex
+	created time.Time
+}
+
+const holdTimeout = 10 * time.Second
+
+func (c *revisionHold) createdAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.created
+}
+
+func (c *revisionHold) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if _, ok := obj.(*fleetv1alpha1.PropagationRevision); !ok {
+		return c.Client.Create(ctx, obj, opts...)
+	}
+	// Evidence, not a delay: the members applied first.
+	for deadline := time.Now().Add(holdTimeout); !c.applied(ctx) && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	}
+	err := c.Client.Create(ctx, obj, opts...)
+	c.mu.Lock()
+	if err == nil && c.created.IsZero() {
+		c.created = time.Now()
+	}
+	c.mu.Unlock()
+	return err
+}
+
+func (c *revisionHold) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*fleetv1alpha1.PropagationRevisionList); ok {
+		if created := c.createdAt(); !created.IsZero() {
+			for deadline := created.Add(holdTimeout); !c.summed(created) && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			}
+		}
+	}
+	return c.Client.List(ctx, list, opts...)
 }

@@ -19,5 +19,6 @@
 // same status, so a status written is not written again. It reads no
 // cluster and imports no other stage; the controller package reads the
 // members' results and the hub, calls these functions, and decides when a
-// status write is due (at most once per StatusInterval per Propagation).
+// status write is due (at most once per StatusInterval per Propagation,
+// and at once for the sum that completes the picture).
 package status
