@@ -2,7 +2,9 @@ package propagation_test
 
 import (
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,8 +18,10 @@ import (
 // change of one of 30 selected ConfigMaps of 10 KiB: the process's CPU
 // and allocations per member reconcile (the API servers run in processes
 // of their own). It runs only with FLEET_RUN_COST set to the number of
-// changes, a developer's aid: with -cpuprofile or -memprofile it shows
-// where a member run's time goes.
+// changes, a developer's aid: with FLEET_RUN_COST_PROFILE set to a
+// directory it writes there the CPU profile of the changes alone
+// (cpu.out) and the allocation profiles before and after them
+// (allocs-before.out, allocs-after.out: `go tool pprof -base`).
 func TestMemberRunCost(t *testing.T) {
 	changes, _ := strconv.Atoi(os.Getenv("FLEET_RUN_COST"))
 	if changes <= 0 {
@@ -47,6 +51,7 @@ func TestMemberRunCost(t *testing.T) {
 	}
 	quiet()
 	runs := memberReconciles(t, members...)
+	stopProfiles := profileChanges(t, os.Getenv("FLEET_RUN_COST_PROFILE"))
 	cpu, mem := cpuTime(t), memStats()
 	for i := range changes {
 		v := strconv.Itoa(i + 1)
@@ -62,8 +67,44 @@ func TestMemberRunCost(t *testing.T) {
 	}
 	runs = memberReconciles(t, members...) - runs
 	cpu, after := cpuTime(t)-cpu, memStats()
+	stopProfiles()
 	t.Logf("%d changes, %.0f member runs: %.2f ms CPU, %.2f MiB and %.0f allocations per member run (the test's own polling included)",
 		changes, runs, float64(cpu.Microseconds())/1000/runs, float64(after.TotalAlloc-mem.TotalAlloc)/(1<<20)/runs, float64(after.Mallocs-mem.Mallocs)/runs)
+}
+
+// profileChanges starts the CPU profile into dir, and writes the
+// allocation profile there, if dir is set; the function it returns stops
+// the CPU profile and writes the allocation profile again.
+func profileChanges(t *testing.T, dir string) func() {
+	if dir == "" {
+		return func() {}
+	}
+	writeAllocs := func(name string) {
+		runtime.GC() // the profile shows allocations as of the last GC
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeAllocs("allocs-before.out")
+	cpu, err := os.Create(filepath.Join(dir, "cpu.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := cpu.Close(); err != nil {
+			t.Fatal(err)
+		}
+		writeAllocs("allocs-after.out")
+	}
 }
 
 func cpuTime(t *testing.T) time.Duration {
