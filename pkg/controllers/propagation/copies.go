@@ -213,7 +213,9 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 				return live, run.labelRevision(ctx, k, live, revision)
 			}
 			return live, nil
-		case sameHub:
+		case sameHub && len(changedFields) > 0:
+			// (A copy that lacks only its label is applied whole too, so
+			// that the label stays the applies' own: no drift.)
 			run.r.metrics.driftDetected.WithLabelValues(name).Inc()
 			defer func() { run.r.metrics.driftCorrected.WithLabelValues(name).Inc() }()
 			logf.FromContext(ctx).Info("Correcting drift", "kind", k.gvk.Kind, "object", k.name, "fields", changedFields)
