@@ -399,6 +399,31 @@ func (j *Journal) CopiesOf(member, namespace, propagation string) ([]Copy, error
 	return j.copies(member, copyPrefix(namespace, propagation))
 }
 
+// KindsOf returns the kinds of the copies of one Propagation recorded in
+// member, each once: CopiesOf's kinds, without decoding each entry.
+func (j *Journal) KindsOf(member, namespace, propagation string) ([]schema.GroupVersionKind, error) {
+	var kinds []schema.GroupVersionKind
+	err := j.view(func(tx *bolt.Tx) error {
+		b, _ := memberBucket(tx, copiesBucket, member, false)
+		if b == nil {
+			return nil
+		}
+		prefix := copyPrefix(namespace, propagation)
+		c := b.Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			cp, ok := decodeCopyKey(k)
+			if !ok {
+				return fmt.Errorf("invalid copy %q", k)
+			}
+			if !slices.Contains(kinds, cp.GVK) {
+				kinds = append(kinds, cp.GVK)
+			}
+		}
+		return nil
+	})
+	return kinds, err
+}
+
 func (j *Journal) copies(member string, prefix []byte) ([]Copy, error) {
 	var copies []Copy
 	err := j.view(func(tx *bolt.Tx) error {
