@@ -47,18 +47,37 @@ type copyValue struct {
 }
 
 func decodeCopy(k, v []byte) (Copy, error) {
-	parts := strings.Split(string(k), "/")
+	c, ok := decodeCopyKey(k)
 	var cv copyValue
-	if len(parts) != 6 || parts[1] == "" || parts[3] == "" || parts[4] == "" || parts[5] == "" || json.Unmarshal(v, &cv) != nil {
+	if !ok || json.Unmarshal(v, &cv) != nil {
 		return Copy{}, fmt.Errorf("invalid copy %q", k)
+	}
+	c.Hash, c.Applied = cv.Hash, cv.Applied
+	return c, nil
+}
+
+// decodeCopyKey reads the copy a key names, and whether it names one.
+func decodeCopyKey(k []byte) (Copy, bool) {
+	parts := strings.Split(string(k), "/")
+	if len(parts) != 6 || parts[1] == "" || parts[3] == "" || parts[4] == "" || parts[5] == "" {
+		return Copy{}, false
 	}
 	return Copy{
 		Object: Object{
 			GVK:       schema.GroupVersionKind{Group: parts[2], Version: parts[3], Kind: parts[4]},
 			Namespace: parts[0], Name: parts[5],
 		},
-		Propagation: parts[1], Hash: cv.Hash, Applied: cv.Applied,
-	}, nil
+		Propagation: parts[1],
+	}, true
+}
+
+// storedHash is the hash a copy's value v holds, and whether v reads.
+func storedHash(v []byte) (string, bool) {
+	var cv copyValue
+	if json.Unmarshal(v, &cv) != nil {
+		return "", false
+	}
+	return cv.Hash, true
 }
 
 // Owed is a removal a member owes: the copies of a Propagation.
@@ -99,23 +118,23 @@ func (j *Journal) Record(member string, copies []Copy) error {
 	if err := validMember(member); err != nil {
 		return err
 	}
-	for _, c := range copies {
-		if _, err := decodeCopy(c.key(), []byte("{}")); err != nil {
-			return err // a key that would not read back
+	keys := make([][]byte, len(copies))
+	for i, c := range copies {
+		keys[i] = c.key()
+		if _, ok := decodeCopyKey(keys[i]); !ok {
+			return fmt.Errorf("invalid copy %q", keys[i]) // a key that would not read back
 		}
 	}
-	var changed []Copy
+	var changed []int
 	if err := j.view(func(tx *bolt.Tx) error {
 		b, _ := memberBucket(tx, copiesBucket, member, false)
-		for _, c := range copies {
+		for i, c := range copies {
 			if b != nil {
-				if v := b.Get(c.key()); v != nil {
-					if old, err := decodeCopy(c.key(), v); err == nil && old.Hash == c.Hash {
-						continue
-					}
+				if hash, ok := storedHash(b.Get(keys[i])); ok && hash == c.Hash {
+					continue
 				}
 			}
-			changed = append(changed, c)
+			changed = append(changed, i)
 		}
 		return nil
 	}); err != nil || len(changed) == 0 {
@@ -127,12 +146,12 @@ func (j *Journal) Record(member string, copies []Copy) error {
 		if err != nil {
 			return err
 		}
-		for _, c := range changed {
-			v, err := json.Marshal(copyValue{Hash: c.Hash, Applied: now})
+		for _, i := range changed {
+			v, err := json.Marshal(copyValue{Hash: copies[i].Hash, Applied: now})
 			if err != nil {
 				return err
 			}
-			if err := b.Put(c.key(), v); err != nil {
+			if err := b.Put(keys[i], v); err != nil {
 				return err
 			}
 		}
@@ -378,6 +397,31 @@ func (j *Journal) Copies(member string) ([]Copy, error) { return j.copies(member
 // CopiesOf returns the copies of one Propagation recorded in member.
 func (j *Journal) CopiesOf(member, namespace, propagation string) ([]Copy, error) {
 	return j.copies(member, copyPrefix(namespace, propagation))
+}
+
+// KindsOf returns the kinds of the copies of one Propagation recorded in
+// member, each once: CopiesOf's kinds, without decoding each entry.
+func (j *Journal) KindsOf(member, namespace, propagation string) ([]schema.GroupVersionKind, error) {
+	var kinds []schema.GroupVersionKind
+	err := j.view(func(tx *bolt.Tx) error {
+		b, _ := memberBucket(tx, copiesBucket, member, false)
+		if b == nil {
+			return nil
+		}
+		prefix := copyPrefix(namespace, propagation)
+		c := b.Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			cp, ok := decodeCopyKey(k)
+			if !ok {
+				return fmt.Errorf("invalid copy %q", k)
+			}
+			if !slices.Contains(kinds, cp.GVK) {
+				kinds = append(kinds, cp.GVK)
+			}
+		}
+		return nil
+	})
+	return kinds, err
 }
 
 func (j *Journal) copies(member string, prefix []byte) ([]Copy, error) {

@@ -104,6 +104,27 @@ func TestCopiesSurviveAReopen(t *testing.T) {
 	}
 }
 
+// TestKindsOf: the kinds of one Propagation's copies, each once, and no
+// other Propagation's.
+func TestKindsOf(t *testing.T) {
+	j := open(t, t.TempDir())
+	secret := journal.Copy{Object: journal.Object{GVK: schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, Namespace: "team", Name: "s"}, Propagation: "web", Hash: "h1"}
+	other := journal.Copy{Object: journal.Object{GVK: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, Namespace: "team", Name: "d"}, Propagation: "webs", Hash: "h1"}
+	if err := j.Record("east", []journal.Copy{copyOf("web", "a", "h1"), copyOf("web", "b", "h1"), secret, other}); err != nil {
+		t.Fatal(err)
+	}
+	kinds, err := j.KindsOf("east", "team", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []schema.GroupVersionKind{configMaps, secret.GVK}; !slices.Equal(kinds, want) {
+		t.Errorf("kinds = %v, want %v", kinds, want)
+	}
+	if kinds, err := j.KindsOf("west", "team", "web"); err != nil || len(kinds) != 0 {
+		t.Errorf("a member without copies: kinds %v, error %v; want none", kinds, err)
+	}
+}
+
 func TestACopyThatWouldNotReadBackIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	j := open(t, dir)

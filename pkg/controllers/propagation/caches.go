@@ -626,7 +626,8 @@ func (h *hubObjects) drop(namespace string) {
 	}
 }
 
-// list returns the hub objects of namespace that sel selects.
+// list returns the hub objects of namespace that sel selects: the
+// cache's own, which no caller may change.
 func (h *hubObjects) list(ctx context.Context, namespace string, sel fleetv1alpha1.ResourceSelector) ([]unstructured.Unstructured, error) {
 	gvk, err := content.ResourceKind(sel)
 	if err != nil {
@@ -649,7 +650,9 @@ func (h *hubObjects) list(ctx context.Context, namespace string, sel fleetv1alph
 			return nil, err
 		}
 	}
-	objs, err := c.list(ctx, gvk, namespace, selector)
+	// The cache's own objects, not copies: content reads them and copies
+	// what it keeps (see content.Authored).
+	objs, err := c.list(ctx, gvk, namespace, selector, client.UnsafeDisableDeepCopy)
 	if err != nil || sel.Name == "" {
 		return objs, err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -26,6 +25,7 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/objmeta"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
 
@@ -63,9 +63,8 @@ const (
 // is the fleet's when it carries its identity. A copy stamped without one
 // is the fleet's when proven says so (see memberRun.proven).
 func ownerOf(obj metav1.Object, fleet, fleetID, propagation string, proven func() bool) owner {
-	l := obj.GetLabels()
-	name, isCopy := l[fleetv1alpha1.PropagationLabel]
-	id, stamped := l[fleetv1alpha1.FleetIDLabel]
+	name, isCopy := objmeta.Label(obj, fleetv1alpha1.PropagationLabel)
+	id, stamped := objmeta.Label(obj, fleetv1alpha1.FleetIDLabel)
 	switch {
 	case stamped && id != fleetID:
 		return otherFleet
@@ -75,7 +74,7 @@ func ownerOf(obj metav1.Object, fleet, fleetID, propagation string, proven func(
 		return notACopy
 	case stamped:
 		return otherPropagation
-	case l[fleetv1alpha1.FleetLabel] != fleet:
+	case objmeta.LabelValue(obj, fleetv1alpha1.FleetLabel) != fleet:
 		return otherFleet
 	case !proven():
 		return unproven
@@ -96,8 +95,7 @@ func (run *memberRun) ownerOf(obj, hub *unstructured.Unstructured) owner {
 // object the run applies in its place, or the journal holds it with its
 // content hash, which covers the UID of the object it copies.
 func (run *memberRun) proven(obj, hub *unstructured.Unstructured) bool {
-	a := obj.GetAnnotations()
-	if uid := a[fleetv1alpha1.SourceUIDAnnotation]; hub != nil && uid != "" && uid == string(hub.GetUID()) {
+	if uid := objmeta.AnnotationValue(obj, fleetv1alpha1.SourceUIDAnnotation); hub != nil && uid != "" && uid == string(hub.GetUID()) {
 		return true
 	}
 	c := journalCopy(obj)
@@ -122,7 +120,7 @@ func propagationOf(obj *unstructured.Unstructured) string {
 	if obj.GetNamespace() == "" {
 		kind = "ClusterPropagation"
 	}
-	return kind + " " + obj.GetLabels()[fleetv1alpha1.PropagationLabel]
+	return kind + " " + objmeta.LabelValue(obj, fleetv1alpha1.PropagationLabel)
 }
 
 // apply makes the member's copy what desired, a copy of hub, says, with no
@@ -169,7 +167,7 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 				return nil, nil
 			case notACopy:
 				switch {
-				case !p.Spec.Adopt && found.GetLabels()[fleetv1alpha1.FleetIDLabel] == run.id:
+				case !p.Spec.Adopt && objmeta.LabelValue(found, fleetv1alpha1.FleetIDLabel) == run.id:
 					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member, made by this fleet for other copies (a Propagation's namespace); set adopt to take it over", k)})
 					return nil, nil
 				case !p.Spec.Adopt:
@@ -184,12 +182,13 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 		}
 	}
 	id := copyID{namespace: run.key.Namespace, copyKey: k}
+	revision := run.revisionOf(desired, nil)
 	if live != nil && !adopted {
-		hash := desired.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation]
-		sameHub := live.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation] == hash
+		hash := objmeta.AnnotationValue(desired, fleetv1alpha1.ContentHashAnnotation)
+		sameHub := objmeta.AnnotationValue(live, fleetv1alpha1.ContentHashAnnotation) == hash
 		var changedFields []string
 		if sameHub {
-			keepRevision(desired, live)
+			revision = run.revisionOf(desired, live)
 			// A copy unchanged since a check found no drift is not
 			// compared again, until the check is DriftRecheck old: then
 			// the run is asked again.
@@ -199,8 +198,7 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 				run.member.checkedClean(id, live, hash)
 			}
 		}
-		revision := desired.GetLabels()[fleetv1alpha1.RevisionLabel]
-		relabel := revision != "" && live.GetLabels()[fleetv1alpha1.RevisionLabel] != revision
+		relabel := revision != "" && objmeta.LabelValue(live, fleetv1alpha1.RevisionLabel) != revision
 		switch {
 		case sameHub && len(changedFields) == 0 && !relabel:
 			run.hold(k.gvk)
@@ -213,13 +211,20 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 				return live, run.labelRevision(ctx, k, live, revision)
 			}
 			return live, nil
-		case sameHub:
+		case sameHub && len(changedFields) > 0:
+			// (A copy that lacks only its label is applied whole too, so
+			// that the label stays the applies' own: no drift.)
 			run.r.metrics.driftDetected.WithLabelValues(name).Inc()
 			defer func() { run.r.metrics.driftCorrected.WithLabelValues(name).Inc() }()
 			logf.FromContext(ctx).Info("Correcting drift", "kind", k.gvk.Kind, "object", k.name, "fields", changedFields)
 		}
 	}
 	desired = desired.DeepCopy() // it may be shared, and the apply's response replaces it
+	if revision != objmeta.LabelValue(desired, fleetv1alpha1.RevisionLabel) {
+		labels := desired.GetLabels()
+		labels[fleetv1alpha1.RevisionLabel] = revision
+		desired.SetLabels(labels)
+	}
 	if live != nil {
 		apply.WithoutClaims(desired, apply.ClaimedByOthers(live))
 	}
@@ -236,19 +241,24 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	return desired, nil // the apply's response: the copy as the member holds it now
 }
 
-// keepRevision labels desired, whose content live already holds, with
-// the revision live carries, if any: a copy keeps the revision that gave
-// it its content, and an unchanged copy is not written again when its
-// member takes a revision. A copy without one (applied before its
-// revision was made) is labelled with the run's.
-func keepRevision(desired, live *unstructured.Unstructured) {
-	revision, ok := live.GetLabels()[fleetv1alpha1.RevisionLabel]
-	if !ok {
-		return
+// revisionOf is the revision (RevisionLabel) the member's copy of desired
+// carries: the one live carries, if it holds desired's content already (nil
+// otherwise): a copy keeps the revision that gave it its content, and an
+// unchanged copy is not written again when its member takes a revision. A
+// copy without one (applied before its revision was made), or of other
+// content, carries the run's revision number, if it has one yet, else the
+// label desired carries. Desired copies are shared, and carry no run's
+// number: apply labels the copy it writes.
+func (run *memberRun) revisionOf(desired, live *unstructured.Unstructured) string {
+	if live != nil {
+		if revision, ok := objmeta.Label(live, fleetv1alpha1.RevisionLabel); ok {
+			return revision
+		}
 	}
-	labels := desired.GetLabels()
-	labels[fleetv1alpha1.RevisionLabel] = revision
-	desired.SetLabels(labels)
+	if run.number > 0 {
+		return strconv.FormatInt(run.number, 10)
+	}
+	return objmeta.LabelValue(desired, fleetv1alpha1.RevisionLabel)
 }
 
 // labelRevision sets RevisionLabel of live, copy k, to revision, and
@@ -270,7 +280,7 @@ func (run *memberRun) labelRevision(ctx context.Context, k copyKey, live *unstru
 // its own, which the copy's applies leave alone. It reports whether obj
 // may be taken over: marked, or made by this fleet.
 func (run *memberRun) markAdopted(ctx context.Context, k copyKey, obj *unstructured.Unstructured) (bool, error) {
-	if obj.GetLabels()[fleetv1alpha1.FleetIDLabel] == run.id || obj.GetAnnotations()[fleetv1alpha1.AdoptedAnnotation] == "true" {
+	if objmeta.LabelValue(obj, fleetv1alpha1.FleetIDLabel) == run.id || objmeta.AnnotationValue(obj, fleetv1alpha1.AdoptedAnnotation) == "true" {
 		return true, nil
 	}
 	raw, err := json.Marshal(map[string]any{"metadata": map[string]any{
@@ -347,7 +357,7 @@ func (run *memberRun) ensureNamespace(ctx context.Context) error {
 // from the member, or when it is a container (see isContainer) that
 // holds anything but the Propagation's own copies: run.orphaned says so.
 func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructured) error {
-	policy := fleetv1alpha1.DeletionPolicy(live.GetAnnotations()[fleetv1alpha1.DeletionAnnotation])
+	policy := fleetv1alpha1.DeletionPolicy(objmeta.AnnotationValue(live, fleetv1alpha1.DeletionAnnotation))
 	if run.p != nil {
 		policy = apply.DeletionPolicy(run.p)
 	}
@@ -357,7 +367,7 @@ func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructure
 	}
 	reason, why := "", ""
 	switch {
-	case live.GetAnnotations()[fleetv1alpha1.AdoptedAnnotation] == "true":
+	case objmeta.AnnotationValue(live, fleetv1alpha1.AdoptedAnnotation) == "true":
 		reason, why = fleetv1alpha1.ReasonAdoptedOrphaned, "adopt took it over from the member, which made it"
 	case isContainer(k.gvk.GroupKind()):
 		what, err := run.otherContent(ctx, live)
@@ -511,7 +521,7 @@ const sharedContents = 2
 // sharedCopies keeps, per Propagation, the desired copies no override
 // changes, of the contents its members were last given, by copy: built
 // by the first member run, and read by every other. The zero value is
-// ready; its copies are read-only (see withOwnMetadata).
+// ready; its copies are read-only (see memberRun.desiredCopies).
 type sharedCopies struct {
 	mu     sync.Mutex
 	copies map[propagationKey][]*sharedContent // newest first
@@ -559,21 +569,4 @@ func (s *sharedCopies) forget(key propagationKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.copies, key)
-}
-
-// withOwnMetadata returns d with metadata, labels and annotations of its
-// own, its other fields shared: a run labels its copies without changing
-// a shared one.
-func withOwnMetadata(d *unstructured.Unstructured) *unstructured.Unstructured {
-	obj := maps.Clone(d.Object)
-	if m, ok := obj["metadata"].(map[string]any); ok {
-		m = maps.Clone(m)
-		for _, field := range []string{"labels", "annotations"} {
-			if v, ok := m[field].(map[string]any); ok {
-				m[field] = maps.Clone(v)
-			}
-		}
-		obj["metadata"] = m
-	}
-	return &unstructured.Unstructured{Object: obj}
 }

@@ -7,14 +7,18 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
@@ -248,5 +252,42 @@ func TestOwnWriteAsksForNoRun(t *testing.T) {
 	informer.Delete(version("10"))
 	if want := []string{"8", "10"}; !slices.Equal(told, want) {
 		t.Errorf("events told of versions %v, want %v: not the manager's own writes 7 and 9", told, want)
+	}
+}
+
+// TestCopyWithoutItsRevisionLabelIsNoDrift: a copy whose content the
+// member holds, applied before its revision was made (no revision
+// label), is applied again with the label once it is, and that counts
+// as no drift, under drift Correct.
+func TestCopyWithoutItsRevisionLabelIsNoDrift(t *testing.T) {
+	t.Parallel()
+	r, p, hub, desired := memoFixture(t)
+	p = p.DeepCopy()
+	p.Spec.Drift = fleetv1alpha1.DriftCorrect
+	live := desired.DeepCopy()
+	live.SetResourceVersion("7")
+	labelled := desired.DeepCopy()
+	l := labelled.GetLabels()
+	l[fleetv1alpha1.RevisionLabel] = "3"
+	labelled.SetLabels(l)
+	applies := 0
+	member := &memberCopies{name: "east", recheck: time.Hour, client: interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
+		Apply: func(context.Context, client.WithWatch, runtime.ApplyConfiguration, ...client.ApplyOption) error {
+			applies++
+			return nil
+		},
+	})}
+	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
+	run := &memberRun{r: r, member: member, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
+	if _, err := run.apply(t.Context(), k, labelled, live, hub); err != nil {
+		t.Fatal(err)
+	}
+	if applies != 1 {
+		t.Errorf("a copy without its revision label: %d applies, want 1", applies)
+	}
+	for name, c := range map[string]prometheus.Counter{"detected": r.metrics.driftDetected.WithLabelValues("east"), "corrected": r.metrics.driftCorrected.WithLabelValues("east")} {
+		if n := testutil.ToFloat64(c); n != 0 {
+			t.Errorf("drift %s counted %v times for a label the copy lacked, want 0", name, n)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/objmeta"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
@@ -33,8 +34,8 @@ const releaseTimeout = 30 * time.Second
 func journalCopy(obj *unstructured.Unstructured) journal.Copy {
 	return journal.Copy{
 		Object:      journal.Object{GVK: obj.GroupVersionKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()},
-		Propagation: obj.GetLabels()[fleetv1alpha1.PropagationLabel],
-		Hash:        obj.GetAnnotations()[fleetv1alpha1.ContentHashAnnotation],
+		Propagation: objmeta.LabelValue(obj, fleetv1alpha1.PropagationLabel),
+		Hash:        objmeta.AnnotationValue(obj, fleetv1alpha1.ContentHashAnnotation),
 	}
 }
 

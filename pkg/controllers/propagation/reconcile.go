@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/objmeta"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
@@ -420,23 +420,23 @@ func (run *memberRun) want(want map[copyKey]*unstructured.Unstructured, obj *uns
 	switch {
 	case !ok:
 		want[k], run.selectedBy[k] = obj, sel
-	case first.GetUID() != obj.GetUID() || first.GetLabels()[fleetv1alpha1.EnvelopeLabel] != obj.GetLabels()[fleetv1alpha1.EnvelopeLabel]:
+	case first.GetUID() != obj.GetUID() || objmeta.LabelValue(first, fleetv1alpha1.EnvelopeLabel) != objmeta.LabelValue(obj, fleetv1alpha1.EnvelopeLabel):
 		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("%s is selected twice, from different sources: the first is applied", k)})
 	}
 }
 
 // desiredCopies returns the copy the member should hold of each hub
-// object wanted, labelled with the number of the revision it comes from
-// (RevisionLabel), which its content hash leaves out; a copy whose
-// content the member holds keeps its label (see keepRevision). A hub object an
+// object wanted, but for the number of the revision it comes from
+// (RevisionLabel), which its content hash leaves out: apply labels the
+// copy it writes (see revisionOf). A hub object an
 // override fails to patch gets none: the run fails, naming the rule, and
 // its copy stays as it is. A copy, as overrides make it, of a kind
 // tenancy does not allow there gets none either, and is taken out of
 // want: the run fails, KindNotAllowed, and a copy made before is removed.
 //
 // A copy no override changes is the same in every member: it is built
-// once per content and shared (see sharedCopies), and each run gets it
-// with metadata of its own; apply copies it whole before it writes.
+// once per content and shared (see sharedCopies), read-only: apply copies
+// it whole before it writes.
 func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured) map[copyKey]*unstructured.Unstructured {
 	desired := make(map[copyKey]*unstructured.Unstructured, len(want))
 	if len(want) == 0 {
@@ -460,15 +460,9 @@ func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured)
 				run.r.shared.put(run.key, run.content, inputs, k, d)
 			}
 		}
-		d = withOwnMetadata(d)
 		if !run.kindAllowed(d) {
 			delete(want, k) // a copy made before is no longer wanted
 			continue
-		}
-		if run.number > 0 {
-			labels := d.GetLabels()
-			labels[fleetv1alpha1.RevisionLabel] = strconv.FormatInt(run.number, 10)
-			d.SetLabels(labels)
 		}
 		desired[k] = d
 	}

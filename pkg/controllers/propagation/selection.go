@@ -13,7 +13,6 @@ import (
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
-	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
 
 // ours reports whether p is this fleet's: labelled FleetLabel with the
@@ -83,12 +82,14 @@ func (r *reconciler) journalKinds(member string, key *propagationKey) []schema.G
 			}
 		}
 	}
-	var copies []journal.Copy
-	if key == nil {
-		copies, _ = r.journal.Copies(member)
-	} else {
-		copies, _ = r.journal.CopiesOf(member, key.Namespace, key.Name)
+	if key != nil {
+		copied, _ := r.journal.KindsOf(member, key.Namespace, key.Name)
+		for _, gvk := range copied {
+			add(gvk)
+		}
+		return kinds
 	}
+	copies, _ := r.journal.Copies(member)
 	for _, c := range copies {
 		add(c.GVK)
 	}

@@ -16,8 +16,9 @@ import (
 
 // TestCopiesNoOverrideChangesAreBuiltOnce: the member runs of one content
 // share the desired copy no override changes, built by the first (its
-// 10 KiB of data not built again nor copied), each with labels of its
-// own; a copy an override changes in a member is that member's own.
+// 10 KiB of data not built again nor copied, nor its metadata), whatever
+// revision each member's copy is to carry; a copy an override changes in
+// a member is that member's own.
 func TestCopiesNoOverrideChangesAreBuiltOnce(t *testing.T) {
 	t.Parallel()
 	hub := map[string]any{
@@ -38,28 +39,41 @@ func TestCopiesNoOverrideChangesAreBuiltOnce(t *testing.T) {
 	r := &reconciler{fleet: "fleet"}
 	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}}
 	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
-	run := func(member string, number int64) *unstructured.Unstructured {
-		run := &memberRun{r: r, member: &memberCopies{name: member}, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id",
+	newRun := func(member string, number int64) *memberRun {
+		return &memberRun{r: r, member: &memberCopies{name: member}, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id",
 			content: c, overrides: c.Overrides, number: number}
+	}
+	desired := func(run *memberRun) *unstructured.Unstructured {
 		return run.desiredCopies(map[copyKey]*unstructured.Unstructured{k: {Object: hub}})[k]
 	}
-	east, north, west := run("east", 1), run("north", 2), run("west", 2)
-	data := func(u *unstructured.Unstructured) uintptr { return reflect.ValueOf(u.Object["data"]).Pointer() }
-	if data(east) != data(north) {
-		t.Error("east's and north's copies were each built: want one copy, shared")
+	eastRun, northRun := newRun("east", 1), newRun("north", 2)
+	east, north, west := desired(eastRun), desired(northRun), desired(newRun("west", 2))
+	if east != north {
+		t.Error("east's and north's copies were each built or copied: want one copy, shared")
 	}
+	data := func(u *unstructured.Unstructured) uintptr { return reflect.ValueOf(u.Object["data"]).Pointer() }
 	if data(west) == data(east) {
 		t.Error("west's copy, which an override changes, is shared")
 	}
-	if got := east.GetLabels()[fleetv1alpha1.RevisionLabel]; got != "1" {
-		t.Errorf("east's copy labelled revision %q, want 1", got)
-	}
-	if got := north.GetLabels()[fleetv1alpha1.RevisionLabel]; got != "2" {
-		t.Errorf("north's copy labelled revision %q, want 2", got)
-	}
-	if shared := r.shared.get(propagationKey{Namespace: "team", Name: "web"}, c, sharedInputs{propagation: "web", deletion: fleetv1alpha1.DeletionDelete, fleetID: "id"}, k); shared == nil {
-		t.Error("no copy kept for the next member")
-	} else if _, labelled := shared.GetLabels()[fleetv1alpha1.RevisionLabel]; labelled {
+	if _, labelled := east.GetLabels()[fleetv1alpha1.RevisionLabel]; labelled {
 		t.Error("a run's revision label reached the shared copy")
+	}
+	if got := eastRun.revisionOf(east, nil); got != "1" {
+		t.Errorf("east's copy to carry revision %q, want 1", got)
+	}
+	if got := northRun.revisionOf(north, nil); got != "2" {
+		t.Errorf("north's copy to carry revision %q, want 2", got)
+	}
+	live := func(labels map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"labels": labels}}}
+	}
+	if got := northRun.revisionOf(north, live(map[string]any{fleetv1alpha1.RevisionLabel: "1"})); got != "1" {
+		t.Errorf("north's copy holding the content already, of revision 1, to carry revision %q: want it kept", got)
+	}
+	if got := northRun.revisionOf(north, live(map[string]any{"app": "web"})); got != "2" {
+		t.Errorf("north's copy holding the content already, without a revision, to carry revision %q, want 2", got)
+	}
+	if shared := r.shared.get(propagationKey{Namespace: "team", Name: "web"}, c, sharedInputs{propagation: "web", deletion: fleetv1alpha1.DeletionDelete, fleetID: "id"}, k); shared != east {
+		t.Error("the copy kept for the next member is not the one east's run was given")
 	}
 }

@@ -27,7 +27,8 @@ type Builder struct {
 	Mapper meta.RESTMapper
 	// List lists the hub objects of namespace that sel selects. A
 	// ReasonedError fails that entry only (it is a Problem of the
-	// content); any other error fails the build.
+	// content); any other error fails the build. The objects it
+	// returns may be a cache's own: the Builder never changes them.
 	List func(ctx context.Context, namespace string, sel fleetv1alpha1.ResourceSelector) ([]unstructured.Unstructured, error)
 }
 

@@ -66,7 +66,8 @@ func revisionOf(p *fleetv1alpha1.Propagation) string {
 
 // List lists the revisions this fleet made of p, oldest first: a
 // Propagation moved from another fleet keeps that fleet's, which this
-// fleet neither gives nor prunes.
+// fleet neither gives nor prunes. They are the cache's own, not copies
+// (a revision holds the whole content): no caller may change them.
 func (s *Store) List(ctx context.Context, p *fleetv1alpha1.Propagation) ([]fleetv1alpha1.PropagationRevision, error) {
 	revs, err := s.all(ctx, p)
 	return slices.DeleteFunc(revs, func(rev fleetv1alpha1.PropagationRevision) bool {
@@ -74,12 +75,13 @@ func (s *Store) List(ctx context.Context, p *fleetv1alpha1.Propagation) ([]fleet
 	}), err
 }
 
-// all lists p's revisions, of every fleet, oldest first.
+// all lists p's revisions, of every fleet, oldest first: the cache's
+// own (see List).
 func (s *Store) all(ctx context.Context, p *fleetv1alpha1.Propagation) ([]fleetv1alpha1.PropagationRevision, error) {
 	var list fleetv1alpha1.PropagationRevisionList
 	if err := s.Hub.List(ctx, &list, client.InNamespace(s.namespace(p)), client.MatchingLabels{
 		fleetv1alpha1.PropagationLabel: p.Name, fleetv1alpha1.RevisionOfLabel: revisionOf(p),
-	}); err != nil {
+	}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	revs := slices.DeleteFunc(list.Items, func(rev fleetv1alpha1.PropagationRevision) bool {
@@ -150,7 +152,7 @@ func (s *Store) Forget(uid types.UID) {
 	s.verified.forget(uid)
 }
 
-// Ensure returns p's revisions with, as the newest, one of
+// Ensure returns p's revisions (the cache's own: see List) with, as the newest, one of
 // content c, whose hash is hash: it makes one, numbered one more than the
 // newest of any fleet, unless this fleet's newest is of c. Two managers
 // that make the same number race on its name, and the loser reads again.
