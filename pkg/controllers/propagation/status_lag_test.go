@@ -30,6 +30,23 @@ type statusWrite struct {
 	observedGeneration int64
 }
 
+// firstReadyWrite waits for the first recorded status write that says
+// Ready and returns it.
+func firstReadyWrite(t *testing.T, recorded func() []statusWrite) statusWrite {
+	t.Helper()
+	var ready statusWrite
+	poll.Until(t, "a status write that says Ready", func() bool {
+		for _, w := range recorded() {
+			if w.ready {
+				ready = w
+				return true
+			}
+		}
+		return false
+	})
+	return ready
+}
+
 // statusWrites returns, for the Propagation controller of mgr, a hub
 // client that records every status write of Propagation name in
 // namespace team that the hub took, and the record.
@@ -89,16 +106,7 @@ func TestReadyFollowsTheLastMemberWrite(t *testing.T) {
 	}
 	created := time.Now()
 	f.propagation("web", nil)
-	var ready statusWrite
-	poll.Until(t, "a status write that says Ready", func() bool {
-		for _, w := range recorded() {
-			if w.ready {
-				ready = w
-				return true
-			}
-		}
-		return false
-	})
+	ready := firstReadyWrite(t, recorded)
 	for _, w := range recorded() {
 		if w.at.After(ready.at) {
 			break
@@ -225,16 +233,7 @@ func TestReadyWaitsForTheRevisionLabel(t *testing.T) {
 	f.configMap("web", map[string]string{"v": "1"}, map[string]string{"app": "web"})
 	created := time.Now()
 	f.propagation("web", nil)
-	var ready statusWrite
-	poll.Until(t, "a status write that says Ready", func() bool {
-		for _, w := range recorded() {
-			if w.ready {
-				ready = w
-				return true
-			}
-		}
-		return false
-	})
+	ready := firstReadyWrite(t, recorded)
 	for i := range memberCount {
 		f.waitCopy(i, "web", "labelled with its revision", func(cm *corev1.ConfigMap) bool {
 			return cm != nil && cm.Labels[fleetv1alpha1.RevisionLabel] != ""
