@@ -97,4 +97,3 @@ func TestReviewRecordRefusesAKeyThatWouldNotReadBackWhole(t *testing.T) {
 		t.Errorf("copies %v, want %v (nothing of the refused call)", names(got), want)
 	}
 }
-
