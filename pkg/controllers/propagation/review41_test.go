@@ -1,0 +1,164 @@
+package propagation_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+)
+
+// readyWithMembers is a condition on a Propagation: Ready, with a
+// revision, count members listed.
+func readyWithMembers(count int) func(p *fleetv1alpha1.Propagation) bool {
+	return func(p *fleetv1alpha1.Propagation) bool {
+		return ready(p) && len(p.Status.Members) == count && p.Status.Revision > 0
+	}
+}
+
+// atNewestRevision reports the members of a Ready p not listed applied
+// at its newest revision.
+func atNewestRevision(t *testing.T, stage string, p *fleetv1alpha1.Propagation) {
+	t.Helper()
+	for _, m := range p.Status.Members {
+		if m.Result != fleetv1alpha1.ResultApplied || m.Revision != p.Status.Revision {
+			t.Errorf("%s: Ready at revision %d, and member %s listed %s (%s) at revision %d", stage, p.Status.Revision, m.Name, m.Result, m.Reason, m.Revision)
+		}
+	}
+}
+
+// TestReviewSharedCopiesStayReadOnlyAcrossMembers: three members take the
+// same ConfigMaps and an Envelope's ConfigMap, one member with a data
+// override, another with a label override, the third plain (so two
+// members share the desired copies, read-only). Each member's copies
+// hold only its own overrides, every copy the revision label that gave
+// it its content, and a change of one hub object makes exactly one more
+// revision and relabels only its copies. Run under -race: a run writing
+// into a shared desired copy, a hub-cache object or a revision while
+// another member's run reads it is a race.
+func TestReviewSharedCopiesStayReadOnlyAcrossMembers(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod", "region": "eu", "tier": "gold"})
+	f.register(1, "west", map[string]string{"env": "prod", "region": "us", "tier": "silver"})
+	f.register(2, "north", map[string]string{"env": "prod", "region": "ap"})
+	for _, name := range []string{"web", "plain", "third"} {
+		f.configMap(name, map[string]string{"v": "1"}, map[string]string{"app": "web"})
+	}
+	settings := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "settings", "labels": map[string]any{"from": "envelope"}}, "data": map[string]any{"color": "blue"}}
+	f.envelope("app", settings)
+	f.propagation("web", func(p *fleetv1alpha1.Propagation) {
+		p.Spec.Resources = append(p.Spec.Resources, fleetv1alpha1.ResourceSelector{APIVersion: "fleet.fleetkube.io/v1alpha1", Kind: "Envelope", Name: "app"})
+		p.Spec.Overrides = []fleetv1alpha1.Override{{
+			Name:       "gold-data",
+			Members:    fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"tier": "gold"})},
+			Target:     fleetv1alpha1.OverrideTarget{APIVersion: "v1", Kind: "ConfigMap", Name: "web"},
+			MergePatch: &apiextensionsv1.JSON{Raw: []byte(`{"data":{"region":"${MEMBER_LABEL:region}"}}`)},
+		}, {
+			Name:       "silver-label",
+			Members:    fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"tier": "silver"})},
+			Target:     fleetv1alpha1.OverrideTarget{APIVersion: "v1", Kind: "ConfigMap", Name: "settings"},
+			MergePatch: &apiextensionsv1.JSON{Raw: []byte(`{"metadata":{"labels":{"silver":"yes"}},"data":{"color":"silver"}}`)},
+		}}
+	})
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		p := &fleetv1alpha1.Propagation{}
+		if err := f.hub.Client.Get(context.Background(), types.NamespacedName{Namespace: f.team, Name: "web"}, p); err == nil {
+			t.Logf("the Propagation's status at the end: %+v", p.Status)
+		}
+	})
+	first := f.waitStatus("web", "Ready", readyWithMembers(3))
+	atNewestRevision(t, "first revision", first)
+	r1 := strconv.FormatInt(first.Status.Revision, 10)
+
+	check := func(stage string, revisionOf map[string]string) {
+		t.Helper()
+		for i, member := range []string{"east", "west", "north"} {
+			for _, name := range []string{"web", "plain", "third", "settings"} {
+				cm := f.copyIn(i, name)
+				if cm == nil {
+					t.Errorf("%s: %s has no copy of %s", stage, member, name)
+					continue
+				}
+				if got := cm.Labels[fleetv1alpha1.RevisionLabel]; got != revisionOf[name] {
+					t.Errorf("%s: %s's copy of %s carries revision %q, want %q", stage, member, name, got, revisionOf[name])
+				}
+				if got := cm.Labels[fleetv1alpha1.PropagationLabel]; got != "web" {
+					t.Errorf("%s: %s's copy of %s labelled Propagation %q", stage, member, name, got)
+				}
+				_, region := cm.Data["region"]
+				if want := member == "east" && name == "web"; region != want {
+					t.Errorf("%s: %s's copy of %s has the gold override's region: %v, want %v (data %v)", stage, member, name, region, want, cm.Data)
+				}
+				silver := cm.Labels["silver"] == "yes" || cm.Data["color"] == "silver"
+				if want := member == "west" && name == "settings"; silver != want {
+					t.Errorf("%s: %s's copy of %s has the silver override: %v, want %v (labels %v, data %v)", stage, member, name, silver, want, cm.Labels, cm.Data)
+				}
+				if name == "settings" && (cm.Labels[fleetv1alpha1.EnvelopeLabel] != "app" || cm.Labels["from"] != "envelope") {
+					t.Errorf("%s: %s's copy of settings labels %v, want the Envelope's and its own", stage, member, cm.Labels)
+				}
+			}
+		}
+	}
+	check("first revision", map[string]string{"web": r1, "plain": r1, "third": r1, "settings": r1})
+
+	// One hub object changes: one more revision, only its copies relabelled.
+	cm := &corev1.ConfigMap{}
+	if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "plain"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["v"] = "2"
+	if err := f.hub.Client.Update(t.Context(), cm); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		f.waitCopy(i, "plain", "at v 2", dataIs("v", "2"))
+	}
+	second := f.waitStatus("web", "Ready at the second revision", func(p *fleetv1alpha1.Propagation) bool {
+		return p.Status.Revision > first.Status.Revision && readyWithMembers(3)(p)
+	})
+	atNewestRevision(t, "second revision", second)
+	if second.Status.Revision != first.Status.Revision+1 {
+		t.Errorf("revision %d after one change to revision %d: a revision whose content no hub change made", second.Status.Revision, first.Status.Revision)
+	}
+	r2 := strconv.FormatInt(second.Status.Revision, 10)
+	check("second revision", map[string]string{"web": r1, "plain": r2, "third": r1, "settings": r1})
+
+	var revs fleetv1alpha1.PropagationRevisionList
+	if err := f.hub.Client.List(t.Context(), &revs, client.InNamespace(f.team), client.MatchingLabels{fleetv1alpha1.PropagationLabel: "web"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(revs.Items) != 2 {
+		var numbers []string
+		for _, r := range revs.Items {
+			numbers = append(numbers, fmt.Sprint(r.Revision))
+		}
+		t.Errorf("revisions %v, want 2", numbers)
+	}
+
+	// Drift in the shared plain copy of one member is corrected there
+	// alone, and the overridden member keeps its override.
+	drifted := f.copyIn(2, "third")
+	drifted.Data["v"] = "hand"
+	if err := suiteMemberUpdate(t, 2, drifted); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCopy(2, "third", "corrected to v 1", dataIs("v", "1"))
+	f.reconciledAgain("web")
+	atNewestRevision(t, "after drift", f.waitStatus("web", "Ready again", readyWithMembers(3)))
+	check("after drift", map[string]string{"web": r1, "plain": r2, "third": r1, "settings": r1})
+}
+
+func suiteMemberUpdate(t *testing.T, i int, obj client.Object) error {
+	t.Helper()
+	return suite.MemberClients[i].Update(t.Context(), obj)
+}
