@@ -15,10 +15,10 @@ import (
 )
 
 // readyWithMembers is a condition on a Propagation: Ready, with a
-// revision, count members listed.
+// revision, count members selected and applied.
 func readyWithMembers(count int) func(p *fleetv1alpha1.Propagation) bool {
 	return func(p *fleetv1alpha1.Propagation) bool {
-		return ready(p) && len(p.Status.Members) == count && p.Status.Revision > 0
+		return ready(p) && p.Status.Selected == int32(count) && p.Status.Applied == int32(count) && p.Status.Revision > 0
 	}
 }
 
