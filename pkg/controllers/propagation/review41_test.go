@@ -3,15 +3,20 @@ package propagation_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
 
 // readyWithMembers is a condition on a Propagation: Ready, with a
@@ -161,4 +166,100 @@ func TestReviewSharedCopiesStayReadOnlyAcrossMembers(t *testing.T) {
 func suiteMemberUpdate(t *testing.T, i int, obj client.Object) error {
 	t.Helper()
 	return suite.MemberClients[i].Update(t.Context(), obj)
+}
+
+// revisionWrite is one status write of a Propagation: when the hub took
+// it, its revision, and whether it said Ready.
+type revisionWrite struct {
+	at       time.Time
+	revision int64
+	ready    bool
+}
+
+// revisionWrites is statusWrites, recording each write's revision.
+func revisionWrites(team, name string) (func(mgr *fleet.Manager) (client.Client, error), func() []revisionWrite) {
+	var mu sync.Mutex
+	var writes []revisionWrite
+	build := func(mgr *fleet.Manager) (client.Client, error) {
+		cached, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(cached, interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				err := cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				p, ok := obj.(*fleetv1alpha1.Propagation)
+				if err != nil || !ok || sub != "status" || p.Namespace != team || p.Name != name {
+					return err
+				}
+				mu.Lock()
+				writes = append(writes, revisionWrite{at: time.Now(), revision: p.Status.Revision, ready: ready(p)})
+				mu.Unlock()
+				return nil
+			},
+		}), nil
+	}
+	return build, func() []revisionWrite {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(writes)
+	}
+}
+
+// TestReviewReadyOfNewContentFollowsTheMembersWrites changes the hub
+// objects a Ready Propagation (strategy All) copies, which changes its
+// content and revision but not its generation, and checks that no status
+// write says Ready at the new revision before the last write the manager
+// made in a member for it (the members' audit logs): the members' results
+// of the generation are of the old content until they apply the new.
+func TestReviewReadyOfNewContentFollowsTheMembersWrites(t *testing.T) {
+	suite.Need(t)
+	t.Parallel()
+	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
+	build, recorded := revisionWrites(f.team, "web")
+	f.client = build
+	f.start(nil)
+	for i := range memberCount {
+		f.register(i, fmt.Sprintf("m%d", i), map[string]string{"env": "prod"})
+	}
+	for i := range 5 {
+		f.configMap(fmt.Sprintf("web-%d", i), map[string]string{"v": "1"}, map[string]string{"app": "web"})
+	}
+	f.propagation("web", nil)
+	first := f.waitStatus("web", "Ready", readyWithMembers(memberCount))
+	changed := time.Now()
+	for i := range 5 {
+		cm := &corev1.ConfigMap{}
+		if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: fmt.Sprintf("web-%d", i)}, cm); err != nil {
+			t.Fatal(err)
+		}
+		cm.Data["v"] = "2"
+		if err := f.hub.Client.Update(t.Context(), cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range memberCount {
+		for j := range 5 {
+			f.waitCopy(i, fmt.Sprintf("web-%d", j), "at v 2", dataIs("v", "2"))
+		}
+	}
+	second := f.waitStatus("web", "Ready at a newer revision", func(p *fleetv1alpha1.Propagation) bool {
+		return p.Status.Revision > first.Status.Revision && readyWithMembers(memberCount)(p)
+	})
+	var last time.Time
+	for i := range memberCount {
+		for _, w := range memberWrites(t, i, changed) {
+			if w.Namespace == f.team && w.Time.After(last) {
+				last = w.Time
+			}
+		}
+	}
+	if last.IsZero() {
+		t.Fatal("no member write of the manager in the audit logs: the test measures nothing")
+	}
+	for _, w := range recorded() {
+		if w.ready && w.revision >= second.Status.Revision && w.at.Before(last) {
+			t.Errorf("a status write said Ready at revision %d %s before the last member write for it", w.revision, last.Sub(w.at).Round(time.Millisecond))
+		}
+	}
 }
