@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -260,6 +261,82 @@ func TestReviewReadyOfNewContentFollowsTheMembersWrites(t *testing.T) {
 	for _, w := range recorded() {
 		if w.ready && w.revision >= second.Status.Revision && w.at.Before(last) {
 			t.Errorf("a status write said Ready at revision %d %s before the last member write for it", w.revision, last.Sub(w.at).Round(time.Millisecond))
+		}
+	}
+}
+
+// TestReviewRestartBeforeTheRevisionLabelConverges: under strategy All,
+// the hub refuses every revision the first manager makes (a hub error, as
+// a stalled or broken hub gives), so the members apply copies no revision
+// labels; the manager stops there and a second one starts against a
+// working hub. The copies get their revision's label, the status becomes
+// Ready at that revision, and no status write says Ready before the
+// second manager's last write in a member.
+func TestReviewRestartBeforeTheRevisionLabelConverges(t *testing.T) {
+	suite.Need(t)
+	t.Parallel()
+	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
+	f.client = func(mgr *fleet.Manager) (client.Client, error) {
+		cl, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(cl, interceptor.Funcs{
+			Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if _, ok := obj.(*fleetv1alpha1.PropagationRevision); ok {
+					return apierrors.NewServiceUnavailable("the hub is stalled (test)")
+				}
+				return cl.Create(ctx, obj, opts...)
+			},
+		}), nil
+	}
+	f.start(nil)
+	for i := range memberCount {
+		f.register(i, fmt.Sprintf("m%d", i), map[string]string{"env": "prod"})
+	}
+	f.configMap("web", map[string]string{"v": "1"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	for i := range memberCount {
+		f.waitCopy(i, "web", "applied before any revision", exists)
+	}
+	for i := range memberCount {
+		if cm := f.copyIn(i, "web"); cm.Labels[fleetv1alpha1.RevisionLabel] != "" {
+			t.Skipf("m%d's copy carries revision %s: the hub refusal did not hold the revision back", i, cm.Labels[fleetv1alpha1.RevisionLabel])
+		}
+	}
+	p := &fleetv1alpha1.Propagation{}
+	if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, p); err != nil {
+		t.Fatal(err)
+	}
+	if ready(p) {
+		t.Errorf("Ready with no revision made: %+v", p.Status.Conditions)
+	}
+	f.stop()
+
+	build, recorded := revisionWrites(f.team, "web")
+	f.client = build
+	restarted := time.Now()
+	f.start(nil)
+	done := f.waitStatus("web", "Ready after the restart", readyWithMembers(memberCount))
+	for i := range memberCount {
+		f.waitCopy(i, "web", "labelled with the revision", func(cm *corev1.ConfigMap) bool {
+			return cm != nil && cm.Labels[fleetv1alpha1.RevisionLabel] == strconv.FormatInt(done.Status.Revision, 10)
+		})
+	}
+	var last time.Time
+	for i := range memberCount {
+		for _, w := range memberWrites(t, i, restarted) {
+			if w.Namespace == f.team && w.Time.After(last) {
+				last = w.Time
+			}
+		}
+	}
+	if last.IsZero() {
+		t.Fatal("the restarted manager wrote nothing in the members: the copies were never labelled")
+	}
+	for _, w := range recorded() {
+		if w.ready && w.at.Before(last) {
+			t.Errorf("a status write said Ready at revision %d, %s before the last member write (the label)", w.revision, last.Sub(w.at).Round(time.Millisecond))
 		}
 	}
 }
