@@ -340,3 +340,64 @@ func TestReviewRestartBeforeTheRevisionLabelConverges(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewConcurrentRunsOverSharedCopiesConverge changes, in quick
+// succession, every hub object three members copy and the spec (each
+// change starting every member's run again over the same shared desired
+// copies, while the runs of the change before may still go on), one
+// member with an override. Under -race: no run writes into what another
+// reads; at the end each member holds the last content, only east its
+// override, every copy labelled with the revision the status says.
+func TestReviewConcurrentRunsOverSharedCopiesConverge(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod", "tier": "gold", "region": "eu"})
+	f.register(1, "west", map[string]string{"env": "prod"})
+	f.register(2, "north", map[string]string{"env": "prod"})
+	const objects = 8
+	for i := range objects {
+		f.configMap(fmt.Sprintf("web-%d", i), map[string]string{"v": "0"}, map[string]string{"app": "web"})
+	}
+	f.propagation("web", func(p *fleetv1alpha1.Propagation) {
+		p.Spec.Overrides = []fleetv1alpha1.Override{{
+			Name:       "gold",
+			Members:    fleetv1alpha1.MemberSelector{Selector: fleetv1alpha1.SetAsLabelSelector(map[string]string{"tier": "gold"})},
+			Target:     fleetv1alpha1.OverrideTarget{APIVersion: "v1", Kind: "ConfigMap", Name: "web-0"},
+			MergePatch: &apiextensionsv1.JSON{Raw: []byte(`{"data":{"region":"${MEMBER_LABEL:region}"}}`)},
+		}}
+	})
+	f.waitStatus("web", "Ready", readyWithMembers(3))
+	const rounds = 4
+	for round := 1; round <= rounds; round++ {
+		for i := range objects {
+			cm := &corev1.ConfigMap{}
+			if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: fmt.Sprintf("web-%d", i)}, cm); err != nil {
+				t.Fatal(err)
+			}
+			cm.Data["v"] = strconv.Itoa(round)
+			if err := f.hub.Client.Update(t.Context(), cm); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Adopt = !p.Spec.Adopt })
+	}
+	final := strconv.Itoa(rounds)
+	for m := range 3 {
+		for i := range objects {
+			f.waitCopy(m, fmt.Sprintf("web-%d", i), "at the last content", dataIs("v", final))
+		}
+	}
+	p := f.waitStatus("web", "Ready at the last content", readyWithMembers(3))
+	for m, member := range []string{"east", "west", "north"} {
+		for i := range objects {
+			cm := f.copyIn(m, fmt.Sprintf("web-%d", i))
+			if got, want := cm.Labels[fleetv1alpha1.RevisionLabel], strconv.FormatInt(p.Status.Revision, 10); got != want {
+				t.Errorf("%s's copy of web-%d carries revision %q, the status says %s", member, i, got, want)
+			}
+			_, region := cm.Data["region"]
+			if want := member == "east" && i == 0; region != want {
+				t.Errorf("%s's copy of web-%d has the override's region: %v, want %v", member, i, region, want)
+			}
+		}
+	}
+}
