@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
 
@@ -399,5 +401,95 @@ func TestReviewConcurrentRunsOverSharedCopiesConverge(t *testing.T) {
 				t.Errorf("%s's copy of web-%d has the override's region: %v, want %v", member, i, region, want)
 			}
 		}
+	}
+}
+
+// TestReviewRevisionLabelOfAReportedDriftIsNotLeftStale: under strategy
+// All and drift Report, a member whose copy drifted gets its revision's
+// label by a merge patch (labelRevision), while the applies set it
+// otherwise; docs/rollouts.md says a merge patch would make the label
+// another operation's field, which a later apply without a label leaves
+// stale. Here: a copy relabelled so (revision N) then takes new content
+// before its revision is made (the hub refusing revisions meanwhile), and
+// once that revision (N+1) is made the copy must carry N+1, not N.
+func TestReviewRevisionLabelOfAReportedDriftIsNotLeftStale(t *testing.T) {
+	suite.Need(t)
+	t.Parallel()
+	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
+	var refuse atomic.Bool
+	f.client = func(mgr *fleet.Manager) (client.Client, error) {
+		cl, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(cl, interceptor.Funcs{
+			Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if _, ok := obj.(*fleetv1alpha1.PropagationRevision); ok && refuse.Load() {
+					return apierrors.NewServiceUnavailable("the hub is stalled (test)")
+				}
+				return cl.Create(ctx, obj, opts...)
+			},
+		}), nil
+	}
+	f.start(nil)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"v": "1"}, map[string]string{"app": "web"})
+	f.propagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Drift = fleetv1alpha1.DriftReport })
+	f.waitStatus("web", "Ready", readyWithMembers(1))
+	setHub := func(v string) {
+		t.Helper()
+		cm := &corev1.ConfigMap{}
+		if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, cm); err != nil {
+			t.Fatal(err)
+		}
+		cm.Data["v"] = v
+		if err := f.hub.Client.Update(t.Context(), cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	label := func(want string) func(cm *corev1.ConfigMap) bool {
+		return func(cm *corev1.ConfigMap) bool { return cm != nil && cm.Labels[fleetv1alpha1.RevisionLabel] == want }
+	}
+	revision := func() int64 {
+		p := &fleetv1alpha1.Propagation{}
+		if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Status.Revision
+	}
+
+	// New content, applied before its revision: the copy loses its label.
+	refuse.Store(true)
+	setHub("2")
+	f.waitCopy(0, "web", "at v 2, without a revision label", func(cm *corev1.ConfigMap) bool {
+		return dataIs("v", "2")(cm) && label("")(cm)
+	})
+	// Drift in the member, reported, not corrected.
+	drifted := f.copyIn(0, "web")
+	drifted.Data["v"] = "hand"
+	if err := suite.MemberClients[0].Update(t.Context(), drifted); err != nil {
+		t.Fatal(err)
+	}
+	// The revision is made: the drifted copy is labelled by a merge patch.
+	refuse.Store(false)
+	p := f.waitStatus("web", "a second revision", func(p *fleetv1alpha1.Propagation) bool { return p.Status.Revision >= 2 })
+	n := strconv.FormatInt(p.Status.Revision, 10)
+	f.waitCopy(0, "web", "labelled "+n+" while drifted", func(cm *corev1.ConfigMap) bool { return label(n)(cm) && cm.Data["v"] == "hand" })
+	t.Logf("east's copy, labelled while drifted: managers %v", managersOf(f.copyIn(0, "web")))
+
+	// Newer content, applied before its revision, then the revision.
+	refuse.Store(true)
+	setHub("3")
+	f.waitCopy(0, "web", "at v 3", dataIs("v", "3"))
+	t.Logf("east's copy at v 3 before its revision: label %q", f.copyIn(0, "web").Labels[fleetv1alpha1.RevisionLabel])
+	refuse.Store(false)
+	poll.Until(t, "a third revision", func() bool { return revision() > p.Status.Revision })
+	final := f.waitStatus("web", "Ready at the newest revision", func(p *fleetv1alpha1.Propagation) bool {
+		return p.Status.Revision > 2 && readyWithMembers(1)(p)
+	})
+	f.reconciledAgain("web")
+	want := strconv.FormatInt(final.Status.Revision, 10)
+	if cm := f.copyIn(0, "web"); cm.Labels[fleetv1alpha1.RevisionLabel] != want {
+		t.Errorf("east's copy holds the content of revision %s (v %s) and carries revision label %q, Ready says %s: the label is stale", want, cm.Data["v"], cm.Labels[fleetv1alpha1.RevisionLabel], want)
 	}
 }
