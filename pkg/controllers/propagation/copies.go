@@ -208,7 +208,8 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 			run.reportDrift(k, changedFields)
 			if relabel {
 				// Only the label: applying the copy would correct the drift.
-				return live, run.labelRevision(ctx, k, live, revision)
+				_, err := run.labelRevision(ctx, k, live, revision)
+				return live, err
 			}
 			return live, nil
 		case sameHub && len(changedFields) > 0:
@@ -238,6 +239,12 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	run.r.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
 	run.member.wrote(id, desired)
 	run.hold(k.gvk)
+	if _, stale := objmeta.Label(desired, fleetv1alpha1.RevisionLabel); stale && revision == "" {
+		// The label labelRevision patched under drift Report is no field of
+		// the applies, so an apply without it leaves it: removed, so that a
+		// copy never names a revision whose content it does not hold.
+		return run.labelRevision(ctx, k, desired, "")
+	}
 	return desired, nil // the apply's response: the copy as the member holds it now
 }
 
@@ -261,16 +268,21 @@ func (run *memberRun) revisionOf(desired, live *unstructured.Unstructured) strin
 	return objmeta.LabelValue(desired, fleetv1alpha1.RevisionLabel)
 }
 
-// labelRevision sets RevisionLabel of live, copy k, to revision, and
-// nothing else.
-func (run *memberRun) labelRevision(ctx context.Context, k copyKey, live *unstructured.Unstructured, revision string) error {
-	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, fleetv1alpha1.RevisionLabel, revision)
+// labelRevision sets RevisionLabel of live, copy k, to revision, or
+// removes it if revision is "", and nothing else. It returns the copy as
+// the member holds it then.
+func (run *memberRun) labelRevision(ctx context.Context, k copyKey, live *unstructured.Unstructured, revision string) (*unstructured.Unstructured, error) {
+	value := "null"
+	if revision != "" {
+		value = strconv.Quote(revision)
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%s}}}`, fleetv1alpha1.RevisionLabel, value)
 	patched := nameOf(live)
 	if err := run.member.client.Patch(ctx, patched, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
-		return run.failed(err, "patch", k)
+		return nil, run.failed(err, "patch", k)
 	}
 	run.member.wrote(copyID{namespace: run.key.Namespace, copyKey: k}, patched)
-	return nil
+	return patched, nil
 }
 
 // markAdopted marks obj, which adopt takes over as copy k, with
