@@ -10,13 +10,13 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
 
-// TestReviewKindsOfMatchesCopiesOfWithOddKeys records copies whose names
+// TestKindsOfMatchesCopiesOfWithOddKeys records copies whose names
 // Kubernetes allows but that look like separators (dots, colons, a name
 // that is another Propagation's prefix, cluster-scoped copies, groups
 // with dots and an empty group) and checks that KindsOf gives exactly
 // the kinds of CopiesOf, per Propagation, and that Record keeps every
 // copy apart.
-func TestReviewKindsOfMatchesCopiesOfWithOddKeys(t *testing.T) {
+func TestKindsOfMatchesCopiesOfWithOddKeys(t *testing.T) {
 	j := open(t, t.TempDir())
 	crd := schema.GroupVersionKind{Group: "apps.example.co.uk", Version: "v1beta1", Kind: "Widget"}
 	role := schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}
@@ -75,10 +75,10 @@ func TestReviewKindsOfMatchesCopiesOfWithOddKeys(t *testing.T) {
 	}
 }
 
-// TestReviewRecordRefusesAKeyThatWouldNotReadBackWhole: a name with a
+// TestRecordRefusesAKeyThatWouldNotReadBackWhole: a name with a
 // slash, whose key would not read back, is refused without recording
 // the good copies of the same call half-way.
-func TestReviewRecordRefusesAKeyThatWouldNotReadBackWhole(t *testing.T) {
+func TestRecordRefusesAKeyThatWouldNotReadBackWhole(t *testing.T) {
 	dir := t.TempDir()
 	j := open(t, dir)
 	good := copyOf("web", "a", "h1")

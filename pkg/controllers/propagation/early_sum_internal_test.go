@@ -10,12 +10,12 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// TestReviewFlappingMemberKeepsStatusSumsBounded: a member whose results
+// TestFlappingMemberKeepsStatusSumsBounded: a member whose results
 // alternate converged and failed within one generation, as fast as the
 // status requests come, gets at most one paced sum per StatusInterval and
 // two early ones (one per complete picture) per generation, however
 // often it flaps.
-func TestReviewFlappingMemberKeepsStatusSumsBounded(t *testing.T) {
+func TestFlappingMemberKeepsStatusSumsBounded(t *testing.T) {
 	r := &reconciler{lastStatus: map[propagationKey]statusSum{}}
 	key := propagationKey{Namespace: "team", Name: "web"}
 	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web", Generation: 3}}
@@ -47,11 +47,11 @@ func TestReviewFlappingMemberKeepsStatusSumsBounded(t *testing.T) {
 	t.Logf("%d sums of 2000 flaps in %s", sums, time.Since(start).Round(time.Millisecond))
 }
 
-// TestReviewPictureNeverCompleteWithoutAResult: a picture is never
+// TestPictureNeverCompleteWithoutAResult: a picture is never
 // complete (no early Ready or failed sum) while a selected member has no
 // result of the generation, while every member is deselected, or when a
 // member converged only at an older generation.
-func TestReviewPictureNeverCompleteWithoutAResult(t *testing.T) {
+func TestPictureNeverCompleteWithoutAResult(t *testing.T) {
 	key := propagationKey{Namespace: "team", Name: "web"}
 	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web", Generation: 2}}
 	members := []*registry.Cluster{{Name: "east", State: fleetv1alpha1.MemberStateReady}, {Name: "west", State: fleetv1alpha1.MemberStateReady}}

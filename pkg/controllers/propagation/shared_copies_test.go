@@ -41,7 +41,7 @@ func atNewestRevision(t *testing.T, stage string, p *fleetv1alpha1.Propagation) 
 	}
 }
 
-// TestReviewSharedCopiesStayReadOnlyAcrossMembers: three members take the
+// TestSharedCopiesStayReadOnlyAcrossMembers: three members take the
 // same ConfigMaps and an Envelope's ConfigMap, one member with a data
 // override, another with a label override, the third plain (so two
 // members share the desired copies, read-only). Each member's copies
@@ -50,7 +50,7 @@ func atNewestRevision(t *testing.T, stage string, p *fleetv1alpha1.Propagation) 
 // revision and relabels only its copies. Run under -race: a run writing
 // into a shared desired copy, a hub-cache object or a revision while
 // another member's run reads it is a race.
-func TestReviewSharedCopiesStayReadOnlyAcrossMembers(t *testing.T) {
+func TestSharedCopiesStayReadOnlyAcrossMembers(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod", "region": "eu", "tier": "gold"})
@@ -209,13 +209,13 @@ func revisionWrites(team, name string) (func(mgr *fleet.Manager) (client.Client,
 	}
 }
 
-// TestReviewReadyOfNewContentFollowsTheMembersWrites changes the hub
+// TestReadyOfNewContentFollowsTheMembersWrites changes the hub
 // objects a Ready Propagation (strategy All) copies, which changes its
 // content and revision but not its generation, and checks that no status
 // write says Ready at the new revision before the last write the manager
 // made in a member for it (the members' audit logs): the members' results
 // of the generation are of the old content until they apply the new.
-func TestReviewReadyOfNewContentFollowsTheMembersWrites(t *testing.T) {
+func TestReadyOfNewContentFollowsTheMembersWrites(t *testing.T) {
 	suite.Need(t)
 	t.Parallel()
 	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
@@ -267,14 +267,14 @@ func TestReviewReadyOfNewContentFollowsTheMembersWrites(t *testing.T) {
 	}
 }
 
-// TestReviewRestartBeforeTheRevisionLabelConverges: under strategy All,
+// TestRestartBeforeTheRevisionLabelConverges: under strategy All,
 // the hub refuses every revision the first manager makes (a hub error, as
 // a stalled or broken hub gives), so the members apply copies no revision
 // labels; the manager stops there and a second one starts against a
 // working hub. The copies get their revision's label, the status becomes
 // Ready at that revision, and no status write says Ready before the
 // second manager's last write in a member.
-func TestReviewRestartBeforeTheRevisionLabelConverges(t *testing.T) {
+func TestRestartBeforeTheRevisionLabelConverges(t *testing.T) {
 	suite.Need(t)
 	t.Parallel()
 	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
@@ -343,14 +343,14 @@ func TestReviewRestartBeforeTheRevisionLabelConverges(t *testing.T) {
 	}
 }
 
-// TestReviewConcurrentRunsOverSharedCopiesConverge changes, in quick
+// TestConcurrentRunsOverSharedCopiesConverge changes, in quick
 // succession, every hub object three members copy and the spec (each
 // change starting every member's run again over the same shared desired
 // copies, while the runs of the change before may still go on), one
 // member with an override. Under -race: no run writes into what another
 // reads; at the end each member holds the last content, only east its
 // override, every copy labelled with the revision the status says.
-func TestReviewConcurrentRunsOverSharedCopiesConverge(t *testing.T) {
+func TestConcurrentRunsOverSharedCopiesConverge(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.register(0, "east", map[string]string{"env": "prod", "tier": "gold", "region": "eu"})
@@ -404,7 +404,7 @@ func TestReviewConcurrentRunsOverSharedCopiesConverge(t *testing.T) {
 	}
 }
 
-// TestReviewRevisionLabelOfAReportedDriftIsNotLeftStale: under strategy
+// TestRevisionLabelOfAReportedDriftIsNotLeftStale: under strategy
 // All and drift Report, a member whose copy drifted gets its revision's
 // label by a merge patch (labelRevision), while the applies set it
 // otherwise; docs/rollouts.md says a merge patch would make the label
@@ -412,7 +412,7 @@ func TestReviewConcurrentRunsOverSharedCopiesConverge(t *testing.T) {
 // stale. Here: a copy relabelled so (revision N) then takes new content
 // before its revision is made (the hub refusing revisions meanwhile), and
 // once that revision (N+1) is made the copy must carry N+1, not N.
-func TestReviewRevisionLabelOfAReportedDriftIsNotLeftStale(t *testing.T) {
+func TestRevisionLabelOfAReportedDriftIsNotLeftStale(t *testing.T) {
 	suite.Need(t)
 	t.Parallel()
 	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
