@@ -49,7 +49,8 @@ func workersPerMember(workers int) int { return max(1, workers/4) }
 // writes, of one Propagation's status, however many members report; but
 // the sum that completes the picture (the last member result of a
 // generation is in: every selected member converged, or one failed) is
-// written at once, and so at most one more per interval.
+// written at once, each such picture once per generation: at most one
+// write per interval plus two per generation.
 const StatusInterval = time.Second
 
 // DefaultForgetAfter is how long a member may be gone from the fleet (its
