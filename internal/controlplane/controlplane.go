@@ -39,6 +39,16 @@ func StartWithAPIServerFlags(n int, flags map[string]string) ([]*envtest.Environ
 	})
 }
 
+// startTimeout is how long a control plane may take to start: a minute,
+// unless KUBEBUILDER_CONTROLPLANE_START_TIMEOUT says otherwise (zero lets
+// envtest read it).
+func startTimeout() time.Duration {
+	if os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") != "" {
+		return 0
+	}
+	return time.Minute
+}
+
 // start starts n control planes in parallel, each configured first by
 // configure when it is set.
 func start(n int, configure func(i int, env *envtest.Environment) error) ([]*envtest.Environment, error) {
@@ -49,7 +59,7 @@ func start(n int, configure func(i int, env *envtest.Environment) error) ([]*env
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range envs {
-		envs[i] = &envtest.Environment{ControlPlaneStartTimeout: time.Minute}
+		envs[i] = &envtest.Environment{ControlPlaneStartTimeout: startTimeout()}
 		if configure != nil {
 			if err := configure(i, envs[i]); err != nil {
 				return nil, err
