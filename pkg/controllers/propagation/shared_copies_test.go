@@ -3,9 +3,7 @@ package propagation_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -171,44 +169,6 @@ func suiteMemberUpdate(t *testing.T, i int, obj client.Object) error {
 	return suite.MemberClients[i].Update(t.Context(), obj)
 }
 
-// revisionWrite is one status write of a Propagation: when the hub took
-// it, its revision, and whether it said Ready.
-type revisionWrite struct {
-	at       time.Time
-	revision int64
-	ready    bool
-}
-
-// revisionWrites is statusWrites, recording each write's revision.
-func revisionWrites(team, name string) (func(mgr *fleet.Manager) (client.Client, error), func() []revisionWrite) {
-	var mu sync.Mutex
-	var writes []revisionWrite
-	build := func(mgr *fleet.Manager) (client.Client, error) {
-		cached, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
-		if err != nil {
-			return nil, err
-		}
-		return interceptor.NewClient(cached, interceptor.Funcs{
-			SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-				err := cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
-				p, ok := obj.(*fleetv1alpha1.Propagation)
-				if err != nil || !ok || sub != "status" || p.Namespace != team || p.Name != name {
-					return err
-				}
-				mu.Lock()
-				writes = append(writes, revisionWrite{at: time.Now(), revision: p.Status.Revision, ready: ready(p)})
-				mu.Unlock()
-				return nil
-			},
-		}), nil
-	}
-	return build, func() []revisionWrite {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(writes)
-	}
-}
-
 // TestReadyOfNewContentFollowsTheMembersWrites changes the hub
 // objects a Ready Propagation (strategy All) copies, which changes its
 // content and revision but not its generation, and checks that no status
@@ -219,7 +179,7 @@ func TestReadyOfNewContentFollowsTheMembersWrites(t *testing.T) {
 	suite.Need(t)
 	t.Parallel()
 	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
-	build, recorded := revisionWrites(f.team, "web")
+	build, recorded := statusWrites(f.team, "web")
 	f.client = build
 	f.start(nil)
 	for i := range memberCount {
@@ -249,17 +209,7 @@ func TestReadyOfNewContentFollowsTheMembersWrites(t *testing.T) {
 	second := f.waitStatus("web", "Ready at a newer revision", func(p *fleetv1alpha1.Propagation) bool {
 		return p.Status.Revision > first.Status.Revision && readyWithMembers(memberCount)(p)
 	})
-	var last time.Time
-	for i := range memberCount {
-		for _, w := range memberWrites(t, i, changed) {
-			if w.Namespace == f.team && w.Time.After(last) {
-				last = w.Time
-			}
-		}
-	}
-	if last.IsZero() {
-		t.Fatal("no member write of the manager in the audit logs: the test measures nothing")
-	}
+	last := lastMemberWrite(t, f.team, changed)
 	for _, w := range recorded() {
 		if w.ready && w.revision >= second.Status.Revision && w.at.Before(last) {
 			t.Errorf("a status write said Ready at revision %d %s before the last member write for it", w.revision, last.Sub(w.at).Round(time.Millisecond))
@@ -315,7 +265,7 @@ func TestRestartBeforeTheRevisionLabelConverges(t *testing.T) {
 	}
 	f.stop()
 
-	build, recorded := revisionWrites(f.team, "web")
+	build, recorded := statusWrites(f.team, "web")
 	f.client = build
 	restarted := time.Now()
 	f.start(nil)
@@ -325,17 +275,7 @@ func TestRestartBeforeTheRevisionLabelConverges(t *testing.T) {
 			return cm != nil && cm.Labels[fleetv1alpha1.RevisionLabel] == strconv.FormatInt(done.Status.Revision, 10)
 		})
 	}
-	var last time.Time
-	for i := range memberCount {
-		for _, w := range memberWrites(t, i, restarted) {
-			if w.Namespace == f.team && w.Time.After(last) {
-				last = w.Time
-			}
-		}
-	}
-	if last.IsZero() {
-		t.Fatal("the restarted manager wrote nothing in the members: the copies were never labelled")
-	}
+	last := lastMemberWrite(t, f.team, restarted) // the labels, at least
 	for _, w := range recorded() {
 		if w.ready && w.at.Before(last) {
 			t.Errorf("a status write said Ready at revision %d, %s before the last member write (the label)", w.revision, last.Sub(w.at).Round(time.Millisecond))

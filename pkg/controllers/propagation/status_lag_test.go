@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -28,6 +27,25 @@ type statusWrite struct {
 	selected, applied  int32
 	ready              bool
 	observedGeneration int64
+	revision           int64
+}
+
+// lastMemberWrite is the time of the manager's last write, since since,
+// in the team namespace of any member; it fails t if there is none.
+func lastMemberWrite(t *testing.T, team string, since time.Time) time.Time {
+	t.Helper()
+	var last time.Time
+	for i := range memberCount {
+		for _, w := range memberWrites(t, i, since) {
+			if w.Namespace == team && w.Time.After(last) {
+				last = w.Time
+			}
+		}
+	}
+	if last.IsZero() {
+		t.Fatal("no member write of the manager in the audit logs: the test measures nothing")
+	}
+	return last
 }
 
 // firstReadyWrite waits for the first recorded status write that says
@@ -65,10 +83,8 @@ func statusWrites(team, name string) (func(mgr *fleet.Manager) (client.Client, e
 				if err != nil || !ok || sub != "status" || p.Namespace != team || p.Name != name {
 					return err
 				}
-				w := statusWrite{at: time.Now(), generation: p.Generation, selected: p.Status.Selected, applied: p.Status.Applied, observedGeneration: p.Status.ObservedGeneration}
-				if c := meta.FindStatusCondition(p.Status.Conditions, fleetv1alpha1.PropagationReady); c != nil && c.Status == "True" {
-					w.ready = true
-				}
+				w := statusWrite{at: time.Now(), generation: p.Generation, selected: p.Status.Selected, applied: p.Status.Applied,
+					ready: ready(p), observedGeneration: p.Status.ObservedGeneration, revision: p.Status.Revision}
 				mu.Lock()
 				writes = append(writes, w)
 				mu.Unlock()
