@@ -218,7 +218,7 @@ func (c *conflicts) count() int {
 // conflictingClient returns, for the Propagation controller of mgr, a
 // hub client whose writes of Propagations conflict every other time.
 func conflictingClient(c *conflicts, mgr *fleet.Manager) (client.Client, error) {
-	cached, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+	cached, err := cachedHubClient(mgr)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ import (
 // client whose cache does not show a revision at its first read, as a
 // cache behind the revision the plan just made.
 func laggingRevisions(mgr *fleet.Manager) (client.Client, error) {
-	cached, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+	cached, err := cachedHubClient(mgr)
 	if err != nil {
 		return nil, err
 	}

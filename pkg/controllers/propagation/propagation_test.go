@@ -149,6 +149,28 @@ func (f *testFleet) removePropagations() {
 	}
 }
 
+// cachedHubClient is the hub client the Propagation controller of mgr
+// gets by default: reads from mgr's cache, writes to the hub. Tests wrap
+// it to record or refuse requests.
+func cachedHubClient(mgr *fleet.Manager) (client.WithWatch, error) {
+	return client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+}
+
+// recordedFleet is a started fleet on a hub of its own, whose
+// Propagation controller records every status write of Propagation
+// "web", with memberCount members m0, m1, … labelled env=prod.
+func recordedFleet(t *testing.T) (*testFleet, func() []statusWrite) {
+	t.Helper()
+	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
+	build, recorded := statusWrites(f.team, "web")
+	f.client = build
+	f.start(nil)
+	for i := range memberCount {
+		f.register(i, fmt.Sprintf("m%d", i), map[string]string{"env": "prod"})
+	}
+	return f, recorded
+}
+
 // start starts the fleet's manager on its journal; health, if set, sets
 // how members are probed.
 func (f *testFleet) start(health *member.HealthOptions) {

@@ -178,13 +178,7 @@ func suiteMemberUpdate(t *testing.T, i int, obj client.Object) error {
 func TestReadyOfNewContentFollowsTheMembersWrites(t *testing.T) {
 	suite.Need(t)
 	t.Parallel()
-	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
-	build, recorded := statusWrites(f.team, "web")
-	f.client = build
-	f.start(nil)
-	for i := range memberCount {
-		f.register(i, fmt.Sprintf("m%d", i), map[string]string{"env": "prod"})
-	}
+	f, recorded := recordedFleet(t)
 	for i := range 5 {
 		f.configMap(fmt.Sprintf("web-%d", i), map[string]string{"v": "1"}, map[string]string{"app": "web"})
 	}
@@ -229,7 +223,7 @@ func TestRestartBeforeTheRevisionLabelConverges(t *testing.T) {
 	t.Parallel()
 	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
 	f.client = func(mgr *fleet.Manager) (client.Client, error) {
-		cl, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+		cl, err := cachedHubClient(mgr)
 		if err != nil {
 			return nil, err
 		}
@@ -358,7 +352,7 @@ func TestRevisionLabelOfAReportedDriftIsNotLeftStale(t *testing.T) {
 	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
 	var refuse atomic.Bool
 	f.client = func(mgr *fleet.Manager) (client.Client, error) {
-		cl, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+		cl, err := cachedHubClient(mgr)
 		if err != nil {
 			return nil, err
 		}

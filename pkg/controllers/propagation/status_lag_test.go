@@ -72,7 +72,7 @@ func statusWrites(team, name string) (func(mgr *fleet.Manager) (client.Client, e
 	var mu sync.Mutex
 	var writes []statusWrite
 	build := func(mgr *fleet.Manager) (client.Client, error) {
-		cached, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+		cached, err := cachedHubClient(mgr)
 		if err != nil {
 			return nil, err
 		}
@@ -110,13 +110,7 @@ func statusWrites(team, name string) (func(mgr *fleet.Manager) (client.Client, e
 func TestReadyFollowsTheLastMemberWrite(t *testing.T) {
 	suite.Need(t)
 	t.Parallel()
-	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
-	build, recorded := statusWrites(f.team, "web")
-	f.client = build
-	f.start(nil)
-	for i := range memberCount {
-		f.register(i, fmt.Sprintf("m%d", i), map[string]string{"env": "prod"})
-	}
+	f, recorded := recordedFleet(t)
 	for i := range 5 {
 		f.configMap(fmt.Sprintf("web-%d", i), map[string]string{"v": "1"}, map[string]string{"app": "web"})
 	}
@@ -169,13 +163,7 @@ func TestReadyFollowsTheLastMemberWrite(t *testing.T) {
 func TestReadyIsWrittenAsTheLastMemberResultComesIn(t *testing.T) {
 	suite.Need(t)
 	t.Parallel()
-	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
-	build, recorded := statusWrites(f.team, "web")
-	f.client = build
-	f.start(nil)
-	for i := range memberCount {
-		f.register(i, fmt.Sprintf("m%d", i), map[string]string{"env": "prod"})
-	}
+	f, recorded := recordedFleet(t)
 	f.configMap("web", map[string]string{"v": "1"}, map[string]string{"app": "web"})
 	f.propagation("web", nil)
 	readyAt := func(generation int64) func() (statusWrite, bool) {
