@@ -211,6 +211,26 @@ func TestReadyOfNewContentFollowsTheMembersWrites(t *testing.T) {
 	}
 }
 
+// revisionsRefusedWhile returns, for the Propagation controller of mgr,
+// a hub client that refuses to make PropagationRevisions while refused
+// reports true, as a stalled hub.
+func revisionsRefusedWhile(refused func() bool) func(mgr *fleet.Manager) (client.Client, error) {
+	return func(mgr *fleet.Manager) (client.Client, error) {
+		cl, err := cachedHubClient(mgr)
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(cl, interceptor.Funcs{
+			Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if _, ok := obj.(*fleetv1alpha1.PropagationRevision); ok && refused() {
+					return apierrors.NewServiceUnavailable("the hub is stalled (test)")
+				}
+				return cl.Create(ctx, obj, opts...)
+			},
+		}), nil
+	}
+}
+
 // TestRestartBeforeTheRevisionLabelConverges: under strategy All,
 // the hub refuses every revision the first manager makes (a hub error, as
 // a stalled or broken hub gives), so the members apply copies no revision
@@ -222,20 +242,7 @@ func TestRestartBeforeTheRevisionLabelConverges(t *testing.T) {
 	suite.Need(t)
 	t.Parallel()
 	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
-	f.client = func(mgr *fleet.Manager) (client.Client, error) {
-		cl, err := cachedHubClient(mgr)
-		if err != nil {
-			return nil, err
-		}
-		return interceptor.NewClient(cl, interceptor.Funcs{
-			Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-				if _, ok := obj.(*fleetv1alpha1.PropagationRevision); ok {
-					return apierrors.NewServiceUnavailable("the hub is stalled (test)")
-				}
-				return cl.Create(ctx, obj, opts...)
-			},
-		}), nil
-	}
+	f.client = revisionsRefusedWhile(func() bool { return true })
 	f.start(nil)
 	for i := range memberCount {
 		f.register(i, fmt.Sprintf("m%d", i), map[string]string{"env": "prod"})
@@ -351,20 +358,7 @@ func TestRevisionLabelOfAReportedDriftIsNotLeftStale(t *testing.T) {
 	t.Parallel()
 	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
 	var refuse atomic.Bool
-	f.client = func(mgr *fleet.Manager) (client.Client, error) {
-		cl, err := cachedHubClient(mgr)
-		if err != nil {
-			return nil, err
-		}
-		return interceptor.NewClient(cl, interceptor.Funcs{
-			Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-				if _, ok := obj.(*fleetv1alpha1.PropagationRevision); ok && refuse.Load() {
-					return apierrors.NewServiceUnavailable("the hub is stalled (test)")
-				}
-				return cl.Create(ctx, obj, opts...)
-			},
-		}), nil
-	}
+	f.client = revisionsRefusedWhile(refuse.Load)
 	f.start(nil)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	f.configMap("web", map[string]string{"v": "1"}, map[string]string{"app": "web"})
