@@ -163,6 +163,8 @@ type index struct {
 type Pool struct {
 	opts    Options
 	metrics *poolMetrics
+	// initialSyncs bounds how many of the members' informers fill at once.
+	initialSyncs *initialSyncs
 
 	// mu guards everything below.
 	mu      sync.Mutex
@@ -190,7 +192,8 @@ func NewPool(opts Options) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pool{opts: opts, metrics: metrics, members: map[string]*member{}, stopping: map[string]int{},
+	return &Pool{opts: opts, metrics: metrics, initialSyncs: newInitialSyncs(initialSyncSlots, initialSyncHold),
+		members: map[string]*member{}, stopping: map[string]int{},
 		leaving: map[*member]struct{}{}, left: make(chan struct{})}, nil
 }
 

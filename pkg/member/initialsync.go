@@ -1,0 +1,151 @@
+package member
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// initialSyncs bounds how many of a pool's informers fill their caches at
+// once: when every member lists together, as the manager starts, each
+// list's objects, their events and first reconciles all come at once,
+// after the last collection, and the heap peaks far above what the
+// members keep. A slot is held from an informer's first list or watch
+// until it has synced, its request failed, it stopped, or slotHold
+// passed, so a frozen or slow member holds one for slotHold at most.
+type initialSyncs struct {
+	slots    chan struct{}
+	slotHold time.Duration
+}
+
+// initialSyncSlots is how many informers fill at once; initialSyncHold
+// is the longest one holds its slot.
+const (
+	initialSyncSlots = 4
+	initialSyncHold  = time.Second
+)
+
+func newInitialSyncs(slots int, hold time.Duration) *initialSyncs {
+	return &initialSyncs{slots: make(chan struct{}, slots), slotHold: hold}
+}
+
+// newInformer is a cache.Options.NewInformer: client-go's informer, whose
+// list and watch wait for a slot until it has synced.
+func (s *initialSyncs) newInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+	g := &gatedListerWatcher{lw: toolscache.ToListerWatcherWithContext(lw), inner: lw, syncs: s}
+	informer := toolscache.NewSharedIndexInformer(g, obj, resync, indexers)
+	g.synced = informer.HasSyncedChecker().Done()
+	return informer
+}
+
+// gatedListerWatcher is an informer's ListerWatcher that takes a slot of
+// syncs for its initial list or watch.
+type gatedListerWatcher struct {
+	lw     toolscache.ListerWatcherWithContext
+	inner  toolscache.ListerWatcher
+	syncs  *initialSyncs
+	synced <-chan struct{}
+
+	mu      sync.Mutex
+	holding bool
+}
+
+var _ toolscache.ListerWatcherWithContext = (*gatedListerWatcher)(nil)
+
+// acquire waits for a slot, unless the informer has synced or already
+// holds one; release gives it back (it does nothing if none was taken).
+func (g *gatedListerWatcher) acquire(ctx context.Context) (release func(), err error) {
+	noop := func() {}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.holding {
+		return noop, nil
+	}
+	select {
+	case <-g.synced:
+		return noop, nil
+	default:
+	}
+	select {
+	case g.syncs.slots <- struct{}{}:
+	case <-g.synced:
+		return noop, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	g.holding = true
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			g.holding = false
+			g.mu.Unlock()
+			<-g.syncs.slots
+		})
+	}, nil
+}
+
+func (g *gatedListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	release, err := g.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	listed := make(chan struct{})
+	defer close(listed)
+	go g.holdAtMost(ctx, listed, release)
+	return g.lw.ListWithContext(ctx, opts)
+}
+
+// WatchWithContext starts the watch once it holds a slot, which it gives
+// back once the informer has synced (the watch streamed its initial
+// objects), or the watch failed, or the bound passed, or ctx ended.
+func (g *gatedListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	release, err := g.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The bound runs from now: a member that never answers the request
+	// holds the slot no longer than one that answers slowly.
+	failed := make(chan struct{})
+	go g.holdAtMost(ctx, failed, release)
+	w, err := g.lw.WatchWithContext(ctx, opts)
+	if err != nil {
+		close(failed)
+		return nil, err
+	}
+	return w, nil
+}
+
+// holdAtMost releases a slot once the informer has synced, done closed,
+// the bound passed or ctx ended.
+func (g *gatedListerWatcher) holdAtMost(ctx context.Context, done <-chan struct{}, release func()) {
+	defer release()
+	t := time.NewTimer(g.syncs.slotHold)
+	defer t.Stop()
+	select {
+	case <-g.synced:
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func (g *gatedListerWatcher) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return g.ListWithContext(context.Background(), opts)
+}
+
+func (g *gatedListerWatcher) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return g.WatchWithContext(context.Background(), opts)
+}
+
+// IsWatchListSemanticsUnSupported passes on what the wrapped
+// ListerWatcher says of its watch-lists (client-go asks).
+func (g *gatedListerWatcher) IsWatchListSemanticsUnSupported() bool {
+	u, ok := g.inner.(interface{ IsWatchListSemanticsUnSupported() bool })
+	return ok && u.IsWatchListSemanticsUnSupported()
+}
