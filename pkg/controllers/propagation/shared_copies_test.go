@@ -2,6 +2,7 @@ package propagation_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -11,12 +12,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
 
@@ -290,7 +293,10 @@ func TestRestartBeforeTheRevisionLabelConverges(t *testing.T) {
 // copies, while the runs of the change before may still go on), one
 // member with an override. Under -race: no run writes into what another
 // reads; at the end each member holds the last content, only east its
-// override, every copy labelled with the revision the status says.
+// override, every copy labelled with a revision, no newer than the one
+// the status says, that holds the copy's content (a member run makes the
+// revision of each content it is the first to see, and a copy keeps the
+// revision that gave it its content).
 func TestConcurrentRunsOverSharedCopiesConverge(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
@@ -334,8 +340,11 @@ func TestConcurrentRunsOverSharedCopiesConverge(t *testing.T) {
 	for m, member := range []string{"east", "west", "north"} {
 		for i := range objects {
 			cm := f.copyIn(m, fmt.Sprintf("web-%d", i))
-			if got, want := cm.Labels[fleetv1alpha1.RevisionLabel], strconv.FormatInt(p.Status.Revision, 10); got != want {
-				t.Errorf("%s's copy of web-%d carries revision %q, the status says %s", member, i, got, want)
+			label := cm.Labels[fleetv1alpha1.RevisionLabel]
+			if n, err := strconv.ParseInt(label, 10, 64); err != nil || n > p.Status.Revision {
+				t.Errorf("%s's copy of web-%d carries revision %q, the status says %d", member, i, label, p.Status.Revision)
+			} else if v := revisionData(t, f, "web-"+label, fmt.Sprintf("web-%d", i), "v"); v != final {
+				t.Errorf("%s's copy of web-%d carries revision %s, which holds v %q, not the copy's %q", member, i, label, v, final)
 			}
 			_, region := cm.Data["region"]
 			if want := member == "east" && i == 0; region != want {
@@ -343,6 +352,28 @@ func TestConcurrentRunsOverSharedCopiesConverge(t *testing.T) {
 			}
 		}
 	}
+}
+
+// revisionData returns the value of key in the data of ConfigMap name
+// as revision rev of the team's Propagation holds it.
+func revisionData(t *testing.T, f *testFleet, rev, name, key string) string {
+	t.Helper()
+	r := &fleetv1alpha1.PropagationRevision{}
+	if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: rev}, r); err != nil {
+		t.Fatal(err)
+	}
+	var c content.Content
+	if err := json.Unmarshal(r.Content.Raw, &c); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range c.Objects {
+		obj := unstructured.Unstructured{Object: o.Object}
+		if obj.GetName() == name {
+			v, _, _ := unstructured.NestedString(obj.Object, "data", key)
+			return v
+		}
+	}
+	return ""
 }
 
 // TestRevisionLabelOfAReportedDriftIsNotLeftStale: under strategy
