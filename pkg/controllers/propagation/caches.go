@@ -76,7 +76,7 @@ type memberCopies struct {
 	replayMu sync.Mutex
 	replayed bool
 
-	// copyMu guards checked and written, by copy (see copyID).
+	// copyMu guards checked, written and writing, by copy (see copyID).
 	copyMu sync.Mutex
 	// checked is, per copy, what its last drift check that found none
 	// compared: a copy that is the same object version, wanted with the
@@ -87,6 +87,23 @@ type memberCopies struct {
 	// of it answered: the watch event of that version asks for no run
 	// (see echo).
 	written map[copyID]string
+	// writing is, per copy the manager writes now, the events of it that
+	// came before the write answered: the watch may show a write before
+	// its answer comes, and only the answer tells whether it is the
+	// write's (see echo).
+	writing map[copyID]*heldEvents
+}
+
+// heldEvents are the events of a copy held while the manager writes it
+// (writes of it in flight), each with what tells of it.
+type heldEvents struct {
+	writes int
+	events []heldEvent
+}
+
+type heldEvent struct {
+	resourceVersion string
+	deliver         func()
 }
 
 // copyID names a copy in a member: its namespace ("" if cluster-scoped),
@@ -146,27 +163,79 @@ func (mc *memberCopies) forget(id copyID) {
 	delete(mc.written, id)
 }
 
-// wrote records that the manager's write of copy id answered obj.
-func (mc *memberCopies) wrote(id copyID, obj *unstructured.Unstructured) {
+// write records that the manager writes copy id now; wrote, which must
+// follow, that the write answered.
+func (mc *memberCopies) write(id copyID) {
 	mc.copyMu.Lock()
 	defer mc.copyMu.Unlock()
-	if mc.written == nil {
-		mc.written = map[copyID]string{}
+	if mc.writing == nil {
+		mc.writing = map[copyID]*heldEvents{}
 	}
-	mc.written[id] = obj.GetResourceVersion()
+	h := mc.writing[id]
+	if h == nil {
+		h = &heldEvents{}
+		mc.writing[id] = h
+	}
+	h.writes++
+}
+
+// wrote records that the manager's write of copy id answered obj, nil
+// if it failed. An event held while it was in flight (see echo) that
+// shows obj is its echo, dropped; the others are told once no write of
+// the copy is in flight.
+func (mc *memberCopies) wrote(id copyID, obj *unstructured.Unstructured) {
+	rv := ""
+	if obj != nil {
+		rv = obj.GetResourceVersion()
+	}
+	mc.copyMu.Lock()
+	echoed := false
+	var deliver []func()
+	if h := mc.writing[id]; h != nil {
+		h.writes--
+		h.events = slices.DeleteFunc(h.events, func(e heldEvent) bool {
+			if rv != "" && e.resourceVersion == rv && !echoed {
+				echoed = true
+				return true
+			}
+			return false
+		})
+		if h.writes <= 0 {
+			delete(mc.writing, id)
+			for _, e := range h.events {
+				deliver = append(deliver, e.deliver)
+			}
+		}
+	}
+	if !echoed && rv != "" {
+		if mc.written == nil {
+			mc.written = map[copyID]string{}
+		}
+		mc.written[id] = rv
+	}
+	mc.copyMu.Unlock()
+	for _, d := range deliver {
+		d()
+	}
 }
 
 // echo reports whether obj, as a create or update event of the member's
 // copy cache shows it (old before it, nil for a create), is the version
 // the manager's last write of it answered: the run that wrote it saw it
 // already. It forgets that write at the copy's first event after it. An
-// event that moves the copy to another Propagation (its
-// PropagationLabel changed) is never an echo: the Propagation it left
-// must learn it.
-func (mc *memberCopies) echo(old, obj client.Object) bool {
+// event that comes while the manager writes the copy is held, and echo
+// reports true: wrote tells it with deliver, unless it shows the
+// version the write answered. An event that moves the copy to another
+// Propagation (its PropagationLabel changed) is never an echo: the
+// Propagation it left must learn it.
+func (mc *memberCopies) echo(old, obj client.Object, deliver func()) bool {
 	id := idOf(obj)
 	mc.copyMu.Lock()
 	defer mc.copyMu.Unlock()
+	if h := mc.writing[id]; h != nil && !ownerChanged(old, obj) {
+		h.events = append(h.events, heldEvent{resourceVersion: obj.GetResourceVersion(), deliver: deliver})
+		return true
+	}
 	rv, ok := mc.written[id]
 	if !ok {
 		return false

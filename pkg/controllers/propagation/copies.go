@@ -230,9 +230,11 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 		apply.WithoutClaims(desired, apply.ClaimedByOthers(live))
 	}
 	start := time.Now()
+	run.member.write(id)
 	err := run.member.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(fleetv1alpha1.FieldManager), client.ForceOwnership)
 	run.r.metrics.applyDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	if err != nil {
+		run.member.wrote(id, nil)
 		run.r.metrics.applies.WithLabelValues(name, applyFailed).Inc()
 		return nil, run.failed(err, "patch", k)
 	}
@@ -278,10 +280,13 @@ func (run *memberRun) labelRevision(ctx context.Context, k copyKey, live *unstru
 	}
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%s}}}`, fleetv1alpha1.RevisionLabel, value)
 	patched := nameOf(live)
+	id := copyID{namespace: run.key.Namespace, copyKey: k}
+	run.member.write(id)
 	if err := run.member.client.Patch(ctx, patched, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
+		run.member.wrote(id, nil)
 		return nil, run.failed(err, "patch", k)
 	}
-	run.member.wrote(copyID{namespace: run.key.Namespace, copyKey: k}, patched)
+	run.member.wrote(id, patched)
 	return patched, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -270,6 +271,35 @@ func TestWriteConflictIsRetriedNotAnError(t *testing.T) {
 	}
 	if errs := reconcileCount(t, "fleet_reconcile_errors_total", registry.HubName) - errorsBefore; errs != 0 {
 		t.Errorf("%d of %d conflicting writes were reconcile errors, want none", int(errs), c.count())
+	}
+}
+
+// TestChangeUnderAllWritesTheCopyOnce: under strategy All, the member
+// run that first sees a change makes its revision, so the member writes
+// the changed copy once, labelled with it, not once unlabelled and again
+// to label it (the members' audit logs).
+func TestChangeUnderAllWritesTheCopyOnce(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	f.register(0, "east", map[string]string{"env": "prod"})
+	f.configMap("web", map[string]string{"v": "1"}, map[string]string{"app": "web"})
+	f.propagation("web", nil)
+	f.waitStatus("web", "Ready at revision 1", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Revision == 1 })
+	changed := time.Now()
+	f.setData("web", "2")
+	f.waitCopy(0, "web", "holds revision 2", func(cm *corev1.ConfigMap) bool {
+		return cm != nil && cm.Data["v"] == "2" && cm.Labels[fleetv1alpha1.RevisionLabel] == "2"
+	})
+	// Ready never comes before the member's last write for the revision.
+	f.waitStatus("web", "Ready at revision 2", func(p *fleetv1alpha1.Propagation) bool { return ready(p) && p.Status.Revision == 2 })
+	var writes []string
+	for _, w := range memberWrites(t, 0, changed) {
+		if w.Namespace == f.team && w.Resource == "configmaps" && w.Name == "web" {
+			writes = append(writes, w.String())
+		}
+	}
+	if len(writes) != 1 {
+		t.Errorf("the changed copy was written %d times, want once: %v", len(writes), writes)
 	}
 }
 

@@ -255,6 +255,49 @@ func TestOwnWriteAsksForNoRun(t *testing.T) {
 	}
 }
 
+// TestOwnWriteSeenBeforeItsAnswerAsksForNoRun: the watch may show a
+// write before its answer comes; an event that comes while the manager
+// writes the copy waits for the answer: the write's own version is not
+// told, any other is, once the write answered, and all are when it
+// failed.
+func TestOwnWriteSeenBeforeItsAnswerAsksForNoRun(t *testing.T) {
+	t.Parallel()
+	mc := &memberCopies{name: "east"}
+	var told []string
+	w := &watchedKinds{ctx: t.Context(), echo: mc.echo, onEvent: func(_, obj client.Object) { told = append(told, obj.GetResourceVersion()) }}
+	gvk := schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+	informer := &controllertest.FakeInformer{}
+	if _, _, err := w.register(gvk, informer, 0); err != nil {
+		t.Fatal(err)
+	}
+	version := func(rv string) *unstructured.Unstructured {
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(gvk)
+		obj.SetNamespace("team")
+		obj.SetName("web")
+		obj.SetResourceVersion(rv)
+		return obj
+	}
+	id := copyID{namespace: "team", copyKey: copyKey{gvk: gvk, name: "web"}}
+	mc.write(id)
+	informer.Update(version("7"), version("8")) // another manager's
+	informer.Update(version("8"), version("9")) // the write's, before its answer
+	if len(told) != 0 {
+		t.Fatalf("events told of versions %v while the write was in flight", told)
+	}
+	mc.wrote(id, version("9"))
+	if want := []string{"8"}; !slices.Equal(told, want) {
+		t.Fatalf("events told of versions %v once the write answered 9, want %v", told, want)
+	}
+	informer.Update(version("9"), version("10")) // the write's echo was dropped: this is news
+	mc.write(id)
+	informer.Update(version("10"), version("11"))
+	mc.wrote(id, nil) // failed
+	if want := []string{"8", "10", "11"}; !slices.Equal(told, want) {
+		t.Errorf("events told of versions %v, want %v: a failed write holds back no event", told, want)
+	}
+}
+
 // TestCopyWithoutItsRevisionLabelIsNoDrift: a copy whose content the
 // member holds, applied before its revision was made (no revision
 // label), is applied again with the label once it is, and that counts

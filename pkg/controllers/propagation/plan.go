@@ -2,6 +2,7 @@ package propagation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -76,17 +77,58 @@ func (r *reconciler) revise(ctx context.Context, p *fleetv1alpha1.Propagation) (
 		return rv, err
 	}
 	rv.revs, err = r.revisions.Ensure(ctx, p, c, hash)
-	if revisions.RefusedByHub(err) {
-		raw, _, _ := c.Encode()
-		rv.refused = fmt.Sprintf("the hub refused a new revision (%d bytes): %s", len(raw), describeStatus(err))
-		if r.refusedRevisions.refused(p.UID, hash, rv.refused, time.Now()) {
-			logf.FromContext(ctx).Error(err, "The hub refused a new revision: members keep the revisions they have", "bytes", len(raw), "hash", hash)
-		}
+	if rv.refused = r.revisionRefused(ctx, p, c, hash, err); rv.refused != "" {
 		rv.revs, err = r.revisions.List(ctx, p)
-	} else if err == nil {
-		r.refusedRevisions.forget(p.UID)
 	}
 	return rv, err
+}
+
+// revisionRefused returns, when err is the hub's refusal of p's
+// revision of content c, whose hash is hash, why, remembered for
+// refusedRevisionRetry and logged if it is news; "" otherwise, and
+// forgets an earlier refusal when err is nil.
+func (r *reconciler) revisionRefused(ctx context.Context, p *fleetv1alpha1.Propagation, c *content.Content, hash string, err error) string {
+	if err == nil {
+		r.refusedRevisions.forget(p.UID)
+	}
+	if !revisions.RefusedByHub(err) {
+		return ""
+	}
+	raw, _, _ := c.Encode()
+	refused := fmt.Sprintf("the hub refused a new revision (%d bytes): %s", len(raw), describeStatus(err))
+	if r.refusedRevisions.refused(p.UID, hash, refused, time.Now()) {
+		logf.FromContext(ctx).Error(err, "The hub refused a new revision: members keep the revisions they have", "bytes", len(raw), "hash", hash)
+	}
+	return refused
+}
+
+// revisionNumber returns the number of p's revision of content c, whose
+// hash is hash, for a member run that applies it at once (see
+// allAtOnce): the replica that makes p's revisions (see sumsUp) makes
+// it now if it is not made yet, so that the member writes each copy
+// once, labelled with it (see revisions.Store.EnsureNumber). It returns
+// 0 if there is none and it may not be made now: this replica does not
+// make p's revisions, the hub refused it (recently), a revision the
+// cache does not show yet is in the way, or the hub failed. The member
+// applies then without a number, as before, and its next run after the
+// revision is made labels its copies (see revisionMade); the hub request
+// makes the revision and tells what failed.
+func (r *reconciler) revisionNumber(ctx context.Context, p *fleetv1alpha1.Propagation, c *content.Content, hash string) (int64, error) {
+	if !r.sumsUp(p) {
+		return r.revisions.NewestOf(ctx, p, hash)
+	}
+	if _, refused := r.refusedRevisions.recent(p.UID, hash, time.Now()); refused {
+		return r.revisions.NewestOf(ctx, p, hash)
+	}
+	n, err := r.revisions.EnsureNumber(ctx, p, c, hash)
+	if r.revisionRefused(ctx, p, c, hash, err) != "" || errors.Is(err, revisions.ErrPending) {
+		return 0, nil
+	}
+	if err != nil && ctx.Err() == nil {
+		logf.FromContext(ctx).V(1).Info("Applying without a revision number: making the revision failed", "error", err.Error())
+		return 0, nil
+	}
+	return n, err
 }
 
 // refusedRevisionRetry is how long the content of a revision the hub

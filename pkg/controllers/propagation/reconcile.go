@@ -364,7 +364,7 @@ func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.Maint
 			return nil, err
 		}
 		run.revision = hash
-		run.number, err = run.r.revisions.NewestOf(ctx, p, run.revision)
+		run.number, err = run.r.revisionNumber(ctx, p, c, hash)
 		return c, err
 	}
 	n := assignedRevision(p, run.member.name)
@@ -627,6 +627,7 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 		}
 	}
 	old, recorded := run.r.results.set(run.key, run.member.name, res)
+	run.r.relabelLater(ctx, run.key, run.p, run.member.name, recorded)
 	if !old.same(recorded) {
 		run.r.countOwed(run.member.name)
 		run.r.queue.add(fleet.Request{NamespacedName: run.key})

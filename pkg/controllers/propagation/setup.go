@@ -397,8 +397,12 @@ func (r *reconciler) everyCluster(_ context.Context, _ string, obj client.Object
 
 // revisionMade maps a revision this fleet made of a Propagation whose
 // members apply the hub's content at once (see allAtOnce) to a request
-// for each engaged member: they applied that content before the
-// revision was made, and now label their copies with its number.
+// for each engaged member whose last run applied the revision's content
+// without its number (see memberResult.unlabelled): it applied before
+// the revision was made, and now labels its copies with its number. A
+// member whose run made the revision, or found it made, labelled them
+// already (see revisionNumber); one whose run is under way records its
+// result after this, and asks itself again (see relabelLater).
 func (r *reconciler) revisionMade(ctx context.Context, _ string, obj client.Object) []fleet.Request {
 	l := obj.GetLabels()
 	if l[fleetv1alpha1.FleetLabel] != r.fleet {
@@ -414,7 +418,24 @@ func (r *reconciler) revisionMade(ctx context.Context, _ string, obj client.Obje
 	if err != nil || !r.ours(p) || !allAtOnce(&p.Spec) {
 		return nil
 	}
-	return slices.DeleteFunc(r.everyCluster(ctx, "", p), func(req fleet.Request) bool { return req.ClusterName == registry.HubName })
+	hash := l[fleetv1alpha1.RevisionHashLabel]
+	return slices.DeleteFunc(r.everyCluster(ctx, "", p), func(req fleet.Request) bool {
+		res, _ := r.results.get(key, req.ClusterName)
+		return req.ClusterName == registry.HubName || !res.unlabelled(p) || res.revision != hash
+	})
+}
+
+// relabelLater asks member again about Propagation p, of key, when its result
+// res, just recorded, applied p's content without a revision number,
+// and the revision of that content is made already: revisionMade may
+// have seen the member's result before this one.
+func (r *reconciler) relabelLater(ctx context.Context, key propagationKey, p *fleetv1alpha1.Propagation, member string, res memberResult) {
+	if p == nil || !res.unlabelled(p) {
+		return
+	}
+	if n, err := r.revisions.NewestOf(ctx, p, res.revision); err == nil && n > 0 {
+		r.queue.add(fleet.Request{ClusterName: member, NamespacedName: key})
+	}
 }
 
 // createdOnly passes only create events.

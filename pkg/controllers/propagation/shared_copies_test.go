@@ -2,6 +2,7 @@ package propagation_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -11,12 +12,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
 
@@ -172,9 +175,10 @@ func suiteMemberUpdate(t *testing.T, i int, obj client.Object) error {
 // TestReadyOfNewContentFollowsTheMembersWrites changes the hub
 // objects a Ready Propagation (strategy All) copies, which changes its
 // content and revision but not its generation, and checks that no status
-// write says Ready at the new revision before the last write the manager
-// made in a member for it (the members' audit logs): the members' results
-// of the generation are of the old content until they apply the new.
+// write says Ready at the last content's revision before the last write
+// the manager made in a member for it (the members' audit logs): the
+// members' results of the generation are of the old content until they
+// apply the new.
 func TestReadyOfNewContentFollowsTheMembersWrites(t *testing.T) {
 	suite.Need(t)
 	t.Parallel()
@@ -200,12 +204,20 @@ func TestReadyOfNewContentFollowsTheMembersWrites(t *testing.T) {
 			f.waitCopy(i, fmt.Sprintf("web-%d", j), "at v 2", dataIs("v", "2"))
 		}
 	}
-	second := f.waitStatus("web", "Ready at a newer revision", func(p *fleetv1alpha1.Propagation) bool {
-		return p.Status.Revision > first.Status.Revision && readyWithMembers(memberCount)(p)
+	// Member runs make a revision of each content they see: the objects
+	// changed one after another may make several. The last changed copy
+	// carries the revision of the last content.
+	var final int64
+	f.waitCopy(0, "web-4", "labelled with its revision", func(cm *corev1.ConfigMap) bool {
+		final, _ = strconv.ParseInt(cm.Labels[fleetv1alpha1.RevisionLabel], 10, 64)
+		return final > first.Status.Revision
+	})
+	f.waitStatus("web", "Ready at the last content's revision", func(p *fleetv1alpha1.Propagation) bool {
+		return p.Status.Revision >= final && readyWithMembers(memberCount)(p)
 	})
 	last := lastMemberWrite(t, f.team, changed)
 	for _, w := range recorded() {
-		if w.ready && w.revision >= second.Status.Revision && w.at.Before(last) {
+		if w.ready && w.revision >= final && w.at.Before(last) {
 			t.Errorf("a status write said Ready at revision %d %s before the last member write for it", w.revision, last.Sub(w.at).Round(time.Millisecond))
 		}
 	}
@@ -290,7 +302,10 @@ func TestRestartBeforeTheRevisionLabelConverges(t *testing.T) {
 // copies, while the runs of the change before may still go on), one
 // member with an override. Under -race: no run writes into what another
 // reads; at the end each member holds the last content, only east its
-// override, every copy labelled with the revision the status says.
+// override, every copy labelled with a revision, no newer than the one
+// the status says, that holds the copy's content (a member run makes the
+// revision of each content it is the first to see, and a copy keeps the
+// revision that gave it its content).
 func TestConcurrentRunsOverSharedCopiesConverge(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
@@ -334,8 +349,11 @@ func TestConcurrentRunsOverSharedCopiesConverge(t *testing.T) {
 	for m, member := range []string{"east", "west", "north"} {
 		for i := range objects {
 			cm := f.copyIn(m, fmt.Sprintf("web-%d", i))
-			if got, want := cm.Labels[fleetv1alpha1.RevisionLabel], strconv.FormatInt(p.Status.Revision, 10); got != want {
-				t.Errorf("%s's copy of web-%d carries revision %q, the status says %s", member, i, got, want)
+			label := cm.Labels[fleetv1alpha1.RevisionLabel]
+			if n, err := strconv.ParseInt(label, 10, 64); err != nil || n > p.Status.Revision {
+				t.Errorf("%s's copy of web-%d carries revision %q, the status says %d", member, i, label, p.Status.Revision)
+			} else if v := revisionData(t, f, "web-"+label, fmt.Sprintf("web-%d", i), "v"); v != final {
+				t.Errorf("%s's copy of web-%d carries revision %s, which holds v %q, not the copy's %q", member, i, label, v, final)
 			}
 			_, region := cm.Data["region"]
 			if want := member == "east" && i == 0; region != want {
@@ -343,6 +361,28 @@ func TestConcurrentRunsOverSharedCopiesConverge(t *testing.T) {
 			}
 		}
 	}
+}
+
+// revisionData returns the value of key in the data of ConfigMap name
+// as revision rev of the team's Propagation holds it.
+func revisionData(t *testing.T, f *testFleet, rev, name, key string) string {
+	t.Helper()
+	r := &fleetv1alpha1.PropagationRevision{}
+	if err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: rev}, r); err != nil {
+		t.Fatal(err)
+	}
+	var c content.Content
+	if err := json.Unmarshal(r.Content.Raw, &c); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range c.Objects {
+		obj := unstructured.Unstructured{Object: o.Object}
+		if obj.GetName() == name {
+			v, _, _ := unstructured.NestedString(obj.Object, "data", key)
+			return v
+		}
+	}
+	return ""
 }
 
 // TestRevisionLabelOfAReportedDriftIsNotLeftStale: under strategy

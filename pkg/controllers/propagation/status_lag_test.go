@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -200,9 +201,10 @@ func TestReadyIsWrittenAsTheLastMemberResultComesIn(t *testing.T) {
 	}
 }
 
-// TestReadyWaitsForTheRevisionLabel holds the hub's creation of the first
+// TestReadyWaitsForTheRevisionLabel has the hub refuse to make the first
 // revision of a Propagation (strategy All) until every member applied its
-// copy, so that each member owes one more write, the revision's number on
+// copy (a member run that first sees the content makes its revision
+// too), so that each member owes one more write, the revision's number on
 // its copy, and then holds every read of the revisions (the members' runs
 // read them to label their copies) until the status was written once
 // more. Ready is written only after the members' last write: no member
@@ -257,7 +259,7 @@ func TestReadyWaitsForTheRevisionLabel(t *testing.T) {
 }
 
 // revisionHold is a hub client that makes a PropagationRevision only
-// once applied reports true, and then lists PropagationRevisions only
+// once applied reports true (before, it answers as a stalled hub), and then lists PropagationRevisions only
 // once summed reports a status write since it was made; each for at most
 // holdTimeout.
 type revisionHold struct {
@@ -282,7 +284,8 @@ func (c *revisionHold) Create(ctx context.Context, obj client.Object, opts ...cl
 		return c.Client.Create(ctx, obj, opts...)
 	}
 	// Evidence, not a delay: the members applied first.
-	for deadline := time.Now().Add(holdTimeout); !c.applied(ctx) && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	if !c.applied(ctx) {
+		return apierrors.NewServiceUnavailable("the hub is stalled (test)")
 	}
 	err := c.Client.Create(ctx, obj, opts...)
 	c.mu.Lock()

@@ -74,8 +74,10 @@ type watchedKinds struct {
 	onEvent func(old, obj client.Object)
 	// echo, if set, says whether an object a create or update event
 	// shows (old before it, nil for a create) is what the manager's own
-	// write made: such an event is not told. A delete always is.
-	echo func(old, obj client.Object) bool
+	// write made, or is held until a write answers: such an event is not
+	// told, but by deliver, if it is held and proves no echo. A delete
+	// always is.
+	echo func(old, obj client.Object, deliver func()) bool
 	// onSynced, if set, is told of each informer started once it has
 	// synced, under a context that ends when the informer stops.
 	onSynced func(ctx context.Context, gvk schema.GroupVersionKind)
@@ -320,7 +322,7 @@ func (w *watchedKinds) watched() []schema.GroupVersionKind {
 // shows what the manager's own write made (see echo).
 func (w *watchedKinds) notifyUnlessEcho(old, obj any) {
 	before, _ := old.(client.Object)
-	if o, ok := obj.(client.Object); ok && w.echo != nil && w.echo(before, o) {
+	if o, ok := obj.(client.Object); ok && w.echo != nil && w.echo(before, o, func() { w.notify(old, obj) }) {
 		return
 	}
 	w.notify(old, obj)

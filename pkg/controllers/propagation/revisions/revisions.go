@@ -35,6 +35,9 @@ type Store struct {
 
 	// book remembers the revisions this manager made.
 	book book
+	// lanes serializes the making of each Propagation's revisions: the
+	// member runs that find a change at once make one revision.
+	lanes lanes
 	// verified remembers what Load made of each revision it read.
 	verified verifiedBook
 }
@@ -94,9 +97,8 @@ func (s *Store) all(ctx context.Context, p *fleetv1alpha1.Propagation) ([]fleetv
 
 // NewestOf returns the number of this fleet's newest revision of
 // p when its content has hash, 0 if there is none or it is of other
-// content: under strategy All a member applies the hub's content before
-// the hub request makes its revision. It reads the cache without copying
-// the revisions' content.
+// content. It reads the cache without copying the revisions' content;
+// a revision this manager made that the cache does not show yet counts.
 func (s *Store) NewestOf(ctx context.Context, p *fleetv1alpha1.Propagation, hash string) (int64, error) {
 	var list fleetv1alpha1.PropagationRevisionList
 	if err := s.Hub.List(ctx, &list, client.InNamespace(s.namespace(p)), client.MatchingLabels{
@@ -111,39 +113,124 @@ func (s *Store) NewestOf(ctx context.Context, p *fleetv1alpha1.Propagation, hash
 			newest = rev
 		}
 	}
-	if newest == nil || newest.Labels[fleetv1alpha1.RevisionHashLabel] != hash {
+	var n int64
+	var newestHash string
+	if newest != nil {
+		n, newestHash = newest.Revision, newest.Labels[fleetv1alpha1.RevisionHashLabel]
+	}
+	if made, madeHash := s.book.newest(p.UID); made > n {
+		n, newestHash = made, madeHash
+	}
+	if newestHash != hash {
 		return 0, nil
 	}
-	return newest.Revision, nil
+	return n, nil
+}
+
+// EnsureNumber returns the number of this fleet's newest revision of p when
+// its content is c, whose hash is hash, making it first if the newest
+// is of other content (see Ensure): under strategy All a member run
+// makes the revision of a change it is the first to see, so that every
+// member writes each copy once, labelled with its number. The calls of
+// one Propagation are made one at a time: the first makes the revision,
+// the others find it, or, if it failed, are given its error without
+// asking the hub again. It returns ErrPending when a revision was made
+// that the cache does not show yet, not by this manager.
+func (s *Store) EnsureNumber(ctx context.Context, p *fleetv1alpha1.Propagation, c *content.Content, hash string) (int64, error) {
+	ln, unlock := s.lanes.lock(p.UID)
+	defer unlock()
+	if ln.failedHash == hash {
+		return 0, ln.failed
+	}
+	if n, err := s.NewestOf(ctx, p, hash); err != nil || n > 0 {
+		return n, err
+	}
+	revs, err := s.ensure(ctx, p, c, hash)
+	if err != nil {
+		ln.failedHash, ln.failed = hash, err
+		return 0, err
+	}
+	return revs[len(revs)-1].Revision, nil
+}
+
+// lanes holds a lock per Propagation UID, while someone holds or waits
+// for it.
+type lanes struct {
+	mu    sync.Mutex
+	lanes map[types.UID]*lane
+}
+
+// lane is a Propagation's lock, and the error of the last attempt to
+// make a revision, and of which content, that failed while others waited.
+type lane struct {
+	sync.Mutex
+	holders    int
+	failedHash string
+	failed     error
+}
+
+// lock locks the lane of uid, and returns it and its unlock.
+func (l *lanes) lock(uid types.UID) (*lane, func()) {
+	l.mu.Lock()
+	if l.lanes == nil {
+		l.lanes = map[types.UID]*lane{}
+	}
+	ln := l.lanes[uid]
+	if ln == nil {
+		ln = &lane{}
+		l.lanes[uid] = ln
+	}
+	ln.holders++
+	l.mu.Unlock()
+	ln.Lock()
+	return ln, func() {
+		ln.Unlock()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if ln.holders--; ln.holders == 0 {
+			delete(l.lanes, uid)
+		}
+	}
 }
 
 // book remembers the newest revision this manager made of each
-// Propagation, by UID: the cache may not show it yet when the next is
-// made.
+// Propagation, by UID, and the hash of its content: the cache may not
+// show it yet when the next is made, or when a member run asks for its
+// number.
 type book struct {
-	mu     sync.Mutex
-	newest map[types.UID]int64
+	mu   sync.Mutex
+	made map[types.UID]madeRevision
 }
 
-func (b *book) made(uid types.UID, n int64) {
+type madeRevision struct {
+	number int64
+	hash   string
+}
+
+func (b *book) add(uid types.UID, n int64, hash string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.newest == nil {
-		b.newest = map[types.UID]int64{}
+	if b.made == nil {
+		b.made = map[types.UID]madeRevision{}
 	}
-	b.newest[uid] = max(b.newest[uid], n)
+	if n > b.made[uid].number {
+		b.made[uid] = madeRevision{number: n, hash: hash}
+	}
 }
 
-func (b *book) get(uid types.UID) int64 {
+// newest returns the number and content hash of the newest revision
+// made of uid, 0 if none.
+func (b *book) newest(uid types.UID) (int64, string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.newest[uid]
+	m := b.made[uid]
+	return m.number, m.hash
 }
 
 func (b *book) forget(uid types.UID) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.newest, uid)
+	delete(b.made, uid)
 }
 
 // Forget drops what s remembers of the Propagation of uid, which is gone.
@@ -157,6 +244,13 @@ func (s *Store) Forget(uid types.UID) {
 // newest of any fleet, unless this fleet's newest is of c. Two managers
 // that make the same number race on its name, and the loser reads again.
 func (s *Store) Ensure(ctx context.Context, p *fleetv1alpha1.Propagation, c *content.Content, hash string) ([]fleetv1alpha1.PropagationRevision, error) {
+	_, unlock := s.lanes.lock(p.UID)
+	defer unlock()
+	return s.ensure(ctx, p, c, hash)
+}
+
+// ensure is Ensure, its caller holding p's lane.
+func (s *Store) ensure(ctx context.Context, p *fleetv1alpha1.Propagation, c *content.Content, hash string) ([]fleetv1alpha1.PropagationRevision, error) {
 	all, err := s.all(ctx, p)
 	if err != nil {
 		return nil, err
@@ -168,7 +262,8 @@ func (s *Store) Ensure(ctx context.Context, p *fleetv1alpha1.Propagation, c *con
 	revs := slices.DeleteFunc(all, func(rev fleetv1alpha1.PropagationRevision) bool {
 		return rev.Labels[fleetv1alpha1.FleetLabel] != s.Fleet
 	})
-	if known := max(s.book.get(p.UID), highestGiven(p)); known > newest {
+	made, _ := s.book.newest(p.UID)
+	if known := max(made, highestGiven(p)); known > newest {
 		// A newer revision was made than the cache shows: it is not there
 		// yet, or it was deleted (by hand, as docs/trust.md tells for one
 		// that holds a leaked Secret). The hub itself says which.
@@ -216,7 +311,7 @@ func (s *Store) Ensure(ctx context.Context, p *fleetv1alpha1.Propagation, c *con
 	} else if err != nil {
 		return nil, fmt.Errorf("making revision %d: %w", rev.Revision, err)
 	}
-	s.book.made(p.UID, rev.Revision)
+	s.book.add(p.UID, rev.Revision, hash)
 	return append(revs, *rev), nil
 }
 

@@ -1,12 +1,17 @@
 package revisions
 
 import (
+	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
@@ -70,4 +75,66 @@ func TestRevisionIsVerifiedOncePerResourceVersion(t *testing.T) {
 
 func objectKey(rev *fleetv1alpha1.PropagationRevision) types.NamespacedName {
 	return types.NamespacedName{Namespace: rev.Namespace, Name: rev.Name}
+}
+
+// TestRunsThatSeeAChangeAtOnceMakeOneRevision: member runs that ask at
+// once for the number of the revision of a content none holds make one
+// revision, and all take its number, though the cache does not show it
+// yet; a later content, once the cache shows the first, gets the next
+// number.
+func TestRunsThatSeeAChangeAtOnceMakeOneRevision(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := fleetv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web", UID: "p-uid"}}
+	contentOf := func(v string) (*content.Content, string) {
+		c := &content.Content{
+			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap"}},
+			Objects:   []content.Object{{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"namespace": "team", "name": "a"}, "data": map[string]any{"v": v}}}},
+		}
+		_, hash, err := c.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, hash
+	}
+	hub := fake.NewClientBuilder().WithScheme(scheme).Build()
+	var creates atomic.Int32
+	var shown atomic.Bool
+	lagging := interceptor.NewClient(hub, interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			creates.Add(1)
+			return cl.Create(ctx, obj, opts...)
+		},
+		// A cache that shows no revision until shown.
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if !shown.Load() {
+				return nil
+			}
+			return cl.List(ctx, list, opts...)
+		},
+	})
+	s := &Store{Hub: lagging, Live: hub, Fleet: "fleet-system"}
+	c, hash := contentOf("1")
+	numbers := make([]int64, 8)
+	errs := make([]error, len(numbers))
+	var wg sync.WaitGroup
+	for i := range numbers {
+		wg.Go(func() { numbers[i], errs[i] = s.EnsureNumber(t.Context(), p, c, hash) })
+	}
+	wg.Wait()
+	for i := range numbers {
+		if numbers[i] != 1 || errs[i] != nil {
+			t.Errorf("run %d: number %d, %v; want 1", i, numbers[i], errs[i])
+		}
+	}
+	if n := creates.Load(); n != 1 {
+		t.Errorf("%d revisions made, want 1", n)
+	}
+	shown.Store(true)
+	c2, hash2 := contentOf("2")
+	if n, err := s.EnsureNumber(t.Context(), p, c2, hash2); n != 2 || err != nil {
+		t.Errorf("the next content: number %d, %v; want 2", n, err)
+	}
 }
