@@ -252,8 +252,9 @@
 //
 // The hub request makes a PropagationRevision of what a Propagation
 // applies whenever that changes (revise; under strategy All the member
-// run that first sees the change makes it, so that every member labels
-// a copy in the write that changes it: revisionNumber): its resources and overrides,
+// run that first sees the change makes it, at most one per
+// StatusInterval, so that every member labels a copy in the write that
+// changes it: revisionNumber): its resources and overrides,
 // the hub objects they select as authored (Envelopes unpacked), and the
 // problems met reading them, numbered one more than the newest, labelled
 // with the hash of that content, owned by the Propagation, in its

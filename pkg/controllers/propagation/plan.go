@@ -108,8 +108,10 @@ func (r *reconciler) revisionRefused(ctx context.Context, p *fleetv1alpha1.Propa
 // it now if it is not made yet, so that the member writes each copy
 // once, labelled with it (see revisions.Store.EnsureNumber). It returns
 // 0 if there is none and it may not be made now: this replica does not
-// make p's revisions, the hub refused it (recently), a revision the
-// cache does not show yet is in the way, or the hub failed. The member
+// make p's revisions, it made one less than StatusInterval ago (a burst
+// of changes is then revised by the status sums, at their pace), the hub
+// refused it (recently), a revision the cache does not show yet is in
+// the way, or the hub failed. The member
 // applies then without a number, as before, and its next run after the
 // revision is made labels its copies (see revisionMade); the hub request
 // makes the revision and tells what failed.
@@ -120,7 +122,7 @@ func (r *reconciler) revisionNumber(ctx context.Context, p *fleetv1alpha1.Propag
 	if _, refused := r.refusedRevisions.recent(p.UID, hash, time.Now()); refused {
 		return r.revisions.NewestOf(ctx, p, hash)
 	}
-	n, err := r.revisions.EnsureNumber(ctx, p, c, hash)
+	n, err := r.revisions.EnsureNumber(ctx, p, c, hash, StatusInterval)
 	if r.revisionRefused(ctx, p, c, hash, err) != "" || errors.Is(err, revisions.ErrPending) {
 		return 0, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -135,8 +136,11 @@ func (s *Store) NewestOf(ctx context.Context, p *fleetv1alpha1.Propagation, hash
 // one Propagation are made one at a time: the first makes the revision,
 // the others find it, or, if it failed, are given its error without
 // asking the hub again. It returns ErrPending when a revision was made
-// that the cache does not show yet, not by this manager.
-func (s *Store) EnsureNumber(ctx context.Context, p *fleetv1alpha1.Propagation, c *content.Content, hash string) (int64, error) {
+// that the cache does not show yet, not by this manager. It makes none,
+// and returns 0, if this manager made one of p less than pace ago: a
+// burst of changes takes at most one revision per pace here, and the
+// rest of the burst is made by the caller's paced sums (Ensure).
+func (s *Store) EnsureNumber(ctx context.Context, p *fleetv1alpha1.Propagation, c *content.Content, hash string, pace time.Duration) (int64, error) {
 	ln, unlock := s.lanes.lock(p.UID)
 	defer unlock()
 	if ln.failedHash == hash {
@@ -144,6 +148,9 @@ func (s *Store) EnsureNumber(ctx context.Context, p *fleetv1alpha1.Propagation, 
 	}
 	if n, err := s.NewestOf(ctx, p, hash); err != nil || n > 0 {
 		return n, err
+	}
+	if at := s.book.madeAt(p.UID); !at.IsZero() && time.Since(at) < pace {
+		return 0, nil
 	}
 	revs, err := s.ensure(ctx, p, c, hash)
 	if err != nil {
@@ -196,7 +203,7 @@ func (l *lanes) lock(uid types.UID) (*lane, func()) {
 // book remembers the newest revision this manager made of each
 // Propagation, by UID, and the hash of its content: the cache may not
 // show it yet when the next is made, or when a member run asks for its
-// number.
+// number; and when it made it.
 type book struct {
 	mu   sync.Mutex
 	made map[types.UID]madeRevision
@@ -205,6 +212,7 @@ type book struct {
 type madeRevision struct {
 	number int64
 	hash   string
+	at     time.Time
 }
 
 func (b *book) add(uid types.UID, n int64, hash string) {
@@ -214,8 +222,16 @@ func (b *book) add(uid types.UID, n int64, hash string) {
 		b.made = map[types.UID]madeRevision{}
 	}
 	if n > b.made[uid].number {
-		b.made[uid] = madeRevision{number: n, hash: hash}
+		b.made[uid] = madeRevision{number: n, hash: hash, at: time.Now()}
 	}
+}
+
+// madeAt returns when the newest revision of uid was made here, zero if
+// none.
+func (b *book) madeAt(uid types.UID) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.made[uid].at
 }
 
 // newest returns the number and content hash of the newest revision

@@ -2,9 +2,11 @@ package revisions
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -121,7 +123,7 @@ func TestRunsThatSeeAChangeAtOnceMakeOneRevision(t *testing.T) {
 	errs := make([]error, len(numbers))
 	var wg sync.WaitGroup
 	for i := range numbers {
-		wg.Go(func() { numbers[i], errs[i] = s.EnsureNumber(t.Context(), p, c, hash) })
+		wg.Go(func() { numbers[i], errs[i] = s.EnsureNumber(t.Context(), p, c, hash, 0) })
 	}
 	wg.Wait()
 	for i := range numbers {
@@ -134,7 +136,51 @@ func TestRunsThatSeeAChangeAtOnceMakeOneRevision(t *testing.T) {
 	}
 	shown.Store(true)
 	c2, hash2 := contentOf("2")
-	if n, err := s.EnsureNumber(t.Context(), p, c2, hash2); n != 2 || err != nil {
+	if n, err := s.EnsureNumber(t.Context(), p, c2, hash2, 0); n != 2 || err != nil {
 		t.Errorf("the next content: number %d, %v; want 2", n, err)
+	}
+}
+
+// TestRunsMakeAtMostOneRevisionPerPace: a burst of changes seen by member
+// runs makes one revision per pace; the others are left to the paced
+// sums, and the runs apply them without a number.
+func TestRunsMakeAtMostOneRevisionPerPace(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := fleetv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web", UID: "p-uid"}}
+	hub := fake.NewClientBuilder().WithScheme(scheme).Build()
+	var creates atomic.Int32
+	counted := interceptor.NewClient(hub, interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			creates.Add(1)
+			return cl.Create(ctx, obj, opts...)
+		},
+	})
+	s := &Store{Hub: counted, Live: hub, Fleet: "fleet-system"}
+	for i := range 5 {
+		c := &content.Content{
+			Resources: []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap"}},
+			Objects:   []content.Object{{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"namespace": "team", "name": "a"}, "data": map[string]any{"v": strconv.Itoa(i)}}}},
+		}
+		_, hash, err := c.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := s.EnsureNumber(t.Context(), p, c, hash, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := int64(0) // none within the pace
+		if i == 0 {
+			want = 1
+		}
+		if n != want {
+			t.Errorf("change %d: number %d, want %d", i, n, want)
+		}
+	}
+	if n := creates.Load(); n != 1 {
+		t.Errorf("%d revisions made in a burst within one pace, want 1", n)
 	}
 }
