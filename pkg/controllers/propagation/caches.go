@@ -278,38 +278,49 @@ type namespaceCopies struct {
 	*watchedKinds
 	ctx  context.Context
 	stop context.CancelFunc
-	// used is when a request last asked for it.
-	used time.Time
+	// used is when a request last asked for it or let it go, and holders
+	// how many requests use it now (under memberCopies.mu): drop keeps
+	// it while one does, however long its kind's check takes.
+	used    time.Time
+	holders int
 }
 
-// inNamespace returns the copy cache of namespace, started if need be.
-func (mc *memberCopies) inNamespace(namespace string) (*namespaceCopies, error) {
+// inNamespace returns the copy cache of namespace, started if need be,
+// and what lets it go, which the caller calls when done with it.
+func (mc *memberCopies) inNamespace(namespace string) (*namespaceCopies, func(), error) {
 	mc.mu.Lock()
 	defer mc.mu.Unlock()
-	if nc, ok := mc.namespaces[namespace]; ok {
+	nc, ok := mc.namespaces[namespace]
+	if !ok {
+		if mc.ctx.Err() != nil {
+			return nil, nil, mc.ctx.Err()
+		}
+		w, err := mc.newCache(namespace)
+		if err != nil {
+			return nil, nil, fmt.Errorf("building the copy cache of namespace %s in member %s: %w", namespace, mc.name, err)
+		}
+		ctx, stop := context.WithCancel(mc.ctx)
+		w.run(ctx)
+		nc = &namespaceCopies{watchedKinds: w, ctx: ctx, stop: stop}
+		mc.namespaces[namespace] = nc
+	}
+	nc.used = time.Now()
+	nc.holders++
+	return nc, func() {
+		mc.mu.Lock()
+		defer mc.mu.Unlock()
 		nc.used = time.Now()
-		return nc, nil
-	}
-	if mc.ctx.Err() != nil {
-		return nil, mc.ctx.Err()
-	}
-	w, err := mc.newCache(namespace)
-	if err != nil {
-		return nil, fmt.Errorf("building the copy cache of namespace %s in member %s: %w", namespace, mc.name, err)
-	}
-	ctx, stop := context.WithCancel(mc.ctx)
-	w.run(ctx)
-	nc := &namespaceCopies{watchedKinds: w, ctx: ctx, stop: stop, used: time.Now()}
-	mc.namespaces[namespace] = nc
-	return nc, nil
+		nc.holders--
+	}, nil
 }
 
 // watch makes sure the copy cache of namespace holds gvk.
 func (mc *memberCopies) watch(ctx context.Context, namespace string, gvk schema.GroupVersionKind) error {
-	nc, err := mc.inNamespace(namespace)
+	nc, done, err := mc.inNamespace(namespace)
 	if err != nil {
 		return err
 	}
+	defer done()
 	return nc.watch(ctx, gvk)
 }
 
@@ -318,11 +329,12 @@ func (mc *memberCopies) watch(ctx context.Context, namespace string, gvk schema.
 // copy 300 KiB). Whoever writes into one, or hands it to a client call
 // that writes its answer into it, copies it first (see nameOf).
 func (mc *memberCopies) list(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error) {
-	nc, err := mc.inNamespace(namespace)
+	nc, done, err := mc.inNamespace(namespace)
 	if err != nil {
 		return nil, err
 	}
-	// A cache dropped meanwhile never syncs: do not wait for it.
+	defer done()
+	// A cache stopped meanwhile never syncs: do not wait for it.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(nc.ctx, cancel)()
@@ -374,12 +386,13 @@ func (mc *memberCopies) caches() map[string]*namespaceCopies {
 	return maps.Clone(mc.namespaces)
 }
 
-// drop stops the copy cache of namespace if it runs no informer and no
-// request asked for it since: a later request builds it again.
+// drop stops the copy cache of namespace if it runs no informer, no
+// request uses it and none asked for it since: a later request builds it
+// again.
 func (mc *memberCopies) drop(namespace string, since time.Time) {
 	mc.mu.Lock()
 	defer mc.mu.Unlock()
-	if nc, ok := mc.namespaces[namespace]; ok && nc.used.Before(since) && len(nc.started()) == 0 {
+	if nc, ok := mc.namespaces[namespace]; ok && nc.holders == 0 && nc.used.Before(since) && len(nc.started()) == 0 {
 		nc.stop()
 		delete(mc.namespaces, namespace)
 	}

@@ -110,25 +110,37 @@ func TestUnneededWatchIsStoppedUnlessReadSince(t *testing.T) {
 
 // TestIdleCopyCacheIsDroppedUnlessReadSince drops a member's copy cache
 // that runs no informer and that no request asked for since the sweep
-// began, and keeps one a request asked for meanwhile, and one that still
+// began, and keeps one a request asked for meanwhile, one a request that
+// began before the sweep still uses (its kind's check may outlast a
+// sweep: its informer would start in a stopped cache), and one that still
 // runs an informer.
 func TestIdleCopyCacheIsDroppedUnlessReadSince(t *testing.T) {
 	t.Parallel()
 	mc := &memberCopies{name: "east", ctx: t.Context(), namespaces: map[string]*namespaceCopies{}}
-	sweep := time.Now()
 	add := func(namespace string) *namespaceCopies {
 		ctx, stop := context.WithCancel(mc.ctx)
-		nc := &namespaceCopies{watchedKinds: &watchedKinds{}, ctx: ctx, stop: stop, used: sweep.Add(-time.Minute)}
+		nc := &namespaceCopies{watchedKinds: &watchedKinds{}, ctx: ctx, stop: stop, used: time.Now().Add(-time.Minute)}
 		mc.namespaces[namespace] = nc
 		return nc
 	}
-	idle, read, watching := add("idle"), add("read"), add("watching")
+	idle, read, held, watching := add("idle"), add("read"), add("held"), add("watching")
 	watching.informers = map[schema.GroupVersionKind]*kindInformer{corev1.SchemeGroupVersion.WithKind("ConfigMap"): {}}
-	if nc, err := mc.inNamespace("read"); err != nil || nc != read {
+	nc, letGo, err := mc.inNamespace("held")
+	if err != nil || nc != held {
 		t.Fatalf("inNamespace = %v, %v, want the namespace's cache", nc, err)
 	}
-	for _, namespace := range []string{"idle", "read", "watching"} {
+	defer letGo()
+	sweep := time.Now()
+	nc, done, err := mc.inNamespace("read")
+	if err != nil || nc != read {
+		t.Fatalf("inNamespace = %v, %v, want the namespace's cache", nc, err)
+	}
+	done()
+	for _, namespace := range []string{"idle", "read", "held", "watching"} {
 		mc.drop(namespace, sweep)
+	}
+	if held.ctx.Err() != nil || mc.caches()["held"] != held {
+		t.Error("a cache a request still uses was dropped")
 	}
 	if idle.ctx.Err() == nil || mc.caches()["idle"] != nil {
 		t.Error("the idle cache was kept")
