@@ -23,8 +23,9 @@
 // (ReaderFailOnMissingInformer) instead of quietly starting a cluster-wide
 // informer in every member; read such kinds with GetAPIReader. Its
 // informers' first lists or watches take turns across the pool, a few at
-// a time, each turn at most a second, so that members engaging together
-// do not all fill their caches at once. Its REST
+// a time, each turn at most a second (a member whose turn ran out takes
+// no more), so that members engaging together do not all fill their
+// caches at once. Its REST
 // mapper maps the core group's v1 kinds, which every API server serves,
 // without asking, and reads the legacy discovery documents for the
 // others, so it holds the resources of the API groups the member's

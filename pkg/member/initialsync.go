@@ -34,10 +34,29 @@ func newInitialSyncs(slots int, hold time.Duration) *initialSyncs {
 	return &initialSyncs{slots: make(chan struct{}, slots), slotHold: hold}
 }
 
+// forMember returns a member's share of s.
+func (s *initialSyncs) forMember() *memberSyncs {
+	return &memberSyncs{initialSyncs: s, slow: make(chan struct{})}
+}
+
+// memberSyncs is one member's share of the initialSyncs: once one of its
+// informers held a slot for the whole bound without syncing, the member
+// is slow or frozen, and its informers no longer wait for slots nor take
+// them. So a member holds the others up by one bound at most, however
+// many kinds it watches.
+type memberSyncs struct {
+	*initialSyncs
+	slow     chan struct{}
+	slowOnce sync.Once
+}
+
+func (m *memberSyncs) markSlow() { m.slowOnce.Do(func() { close(m.slow) }) }
+
 // newInformer is a cache.Options.NewInformer: client-go's informer, whose
-// list and watch wait for a slot until it has synced.
-func (s *initialSyncs) newInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
-	g := &gatedListerWatcher{lw: toolscache.ToListerWatcherWithContext(lw), inner: lw, syncs: s}
+// list and watch wait for a slot until it has synced, unless the member
+// is slow.
+func (m *memberSyncs) newInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+	g := &gatedListerWatcher{lw: toolscache.ToListerWatcherWithContext(lw), inner: lw, syncs: m}
 	informer := toolscache.NewSharedIndexInformer(g, obj, resync, indexers)
 	g.synced = informer.HasSyncedChecker().Done()
 	return informer
@@ -48,7 +67,7 @@ func (s *initialSyncs) newInformer(lw toolscache.ListerWatcher, obj runtime.Obje
 type gatedListerWatcher struct {
 	lw     toolscache.ListerWatcherWithContext
 	inner  toolscache.ListerWatcher
-	syncs  *initialSyncs
+	syncs  *memberSyncs
 	synced <-chan struct{}
 
 	mu      sync.Mutex
@@ -58,7 +77,8 @@ type gatedListerWatcher struct {
 var _ toolscache.ListerWatcherWithContext = (*gatedListerWatcher)(nil)
 
 // acquire waits for a slot, unless the informer has synced or already
-// holds one; release gives it back (it does nothing if none was taken).
+// holds one, or its member is slow; release gives it back (it does
+// nothing if none was taken).
 func (g *gatedListerWatcher) acquire(ctx context.Context) (release func(), err error) {
 	noop := func() {}
 	g.mu.Lock()
@@ -69,11 +89,15 @@ func (g *gatedListerWatcher) acquire(ctx context.Context) (release func(), err e
 	select {
 	case <-g.synced:
 		return noop, nil
+	case <-g.syncs.slow:
+		return noop, nil
 	default:
 	}
 	select {
 	case g.syncs.slots <- struct{}{}:
 	case <-g.synced:
+		return noop, nil
+	case <-g.syncs.slow:
 		return noop, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -122,7 +146,7 @@ func (g *gatedListerWatcher) WatchWithContext(ctx context.Context, opts metav1.L
 }
 
 // holdAtMost releases a slot once the informer has synced, done closed,
-// the bound passed or ctx ended.
+// the bound passed (the member is slow then) or ctx ended.
 func (g *gatedListerWatcher) holdAtMost(ctx context.Context, done <-chan struct{}, release func()) {
 	defer release()
 	t := time.NewTimer(g.syncs.slotHold)
@@ -131,6 +155,7 @@ func (g *gatedListerWatcher) holdAtMost(ctx context.Context, done <-chan struct{
 	case <-g.synced:
 	case <-done:
 	case <-t.C:
+		g.syncs.markSlow()
 	case <-ctx.Done():
 	}
 }
