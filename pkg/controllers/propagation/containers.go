@@ -114,7 +114,7 @@ func (run *memberRun) foreignObjects(ctx context.Context, gvr schema.GroupVersio
 // in its namespace (none for a ClusterPropagation), with the fleet's
 // identity. A copy stamped without one is a doubt, not ours.
 func (run *memberRun) ownCopy(o metav1.Object) bool {
-	return o.GetNamespace() == run.key.Namespace && ownerOf(o, run.r.fleet, run.id, run.key.Name, func() bool { return false }) == ours
+	return o.GetNamespace() == run.key.Namespace && ownerOf(o, run.env.fleet, run.id, run.key.Name, func() bool { return false }) == ours
 }
 
 // madeByServer reports whether o, of resource gr, is what the member's
@@ -161,7 +161,7 @@ func (run *memberRun) letGo(ctx context.Context, k copyKey, reason, message stri
 	logf.FromContext(ctx).Info("Copy orphaned, not deleted", "kind", k.gvk.Kind, "object", k.name, "reason", reason, "message", message)
 	if run.p != nil {
 		mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: run.member.name}}
-		run.r.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeWarning, reason, "Remove", "member %s: %s", run.member.name, message)
+		run.env.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeWarning, reason, "Remove", "member %s: %s", run.member.name, message)
 	}
 }
 

@@ -87,7 +87,7 @@ func ownerOf(obj metav1.Object, fleet, fleetID, propagation string, proven func(
 // ownerOf says whose member object obj is; hub is the hub object the run
 // applies in its place, or nil.
 func (run *memberRun) ownerOf(obj, hub *unstructured.Unstructured) owner {
-	return ownerOf(obj, run.r.fleet, run.id, run.key.Name, func() bool { return run.proven(obj, hub) })
+	return ownerOf(obj, run.env.fleet, run.id, run.key.Name, func() bool { return run.proven(obj, hub) })
 }
 
 // proven reports whether obj, a copy stamped without an identity by a
@@ -105,7 +105,7 @@ func (run *memberRun) proven(obj, hub *unstructured.Unstructured) bool {
 	copies, ok := run.journaled[c.Propagation]
 	if !ok {
 		var err error
-		if copies, err = run.r.journal.CopiesOf(run.member.name, c.Namespace, c.Propagation); err != nil {
+		if copies, err = run.env.journal.CopiesOf(run.member.name, c.Namespace, c.Propagation); err != nil {
 			return false
 		}
 		run.journaled[c.Propagation] = copies
@@ -215,8 +215,8 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 		case sameHub && len(changedFields) > 0:
 			// (A copy that lacks only its label is applied whole too, so
 			// that the label stays the applies' own: no drift.)
-			run.r.metrics.driftDetected.WithLabelValues(name).Inc()
-			defer func() { run.r.metrics.driftCorrected.WithLabelValues(name).Inc() }()
+			run.env.metrics.driftDetected.WithLabelValues(name).Inc()
+			defer func() { run.env.metrics.driftCorrected.WithLabelValues(name).Inc() }()
 			logf.FromContext(ctx).Info("Correcting drift", "kind", k.gvk.Kind, "object", k.name, "fields", changedFields)
 		}
 	}
@@ -232,13 +232,13 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 	start := time.Now()
 	run.member.write(id)
 	err := run.member.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(fleetv1alpha1.FieldManager), client.ForceOwnership)
-	run.r.metrics.applyDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	run.env.metrics.applyDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	if err != nil {
 		run.member.wrote(id, nil)
-		run.r.metrics.applies.WithLabelValues(name, applyFailed).Inc()
+		run.env.metrics.applies.WithLabelValues(name, applyFailed).Inc()
 		return nil, run.failed(err, "patch", k)
 	}
-	run.r.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
+	run.env.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
 	run.member.wrote(id, desired)
 	run.hold(k.gvk)
 	if _, stale := objmeta.Label(desired, fleetv1alpha1.RevisionLabel); stale && revision == "" {
@@ -325,11 +325,11 @@ func (run *memberRun) reportDrift(k copyKey, fields []string) {
 	for _, f := range fields {
 		run.drifted = append(run.drifted, k.String()+": "+f)
 	}
-	if prev, ok := run.r.results.get(run.key, run.member.name); ok && prev.result == fleetv1alpha1.ResultDrifted && containsAll(prev.drifted, run.drifted) {
+	if prev, ok := run.env.results.get(run.key, run.member.name); ok && prev.result == fleetv1alpha1.ResultDrifted && containsAll(prev.drifted, run.drifted) {
 		return
 	}
-	run.r.metrics.driftDetected.WithLabelValues(run.member.name).Inc()
-	run.r.recorder.Eventf(hubObject(run.p), nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDrifted, "DetectDrift",
+	run.env.metrics.driftDetected.WithLabelValues(run.member.name).Inc()
+	run.env.recorder.Eventf(hubObject(run.p), nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDrifted, "DetectDrift",
 		"member %s: %s changed %s", run.member.name, k, strings.Join(fields, ", "))
 }
 
@@ -355,7 +355,7 @@ func (run *memberRun) ensureNamespace(ctx context.Context) error {
 	}
 	unread := apierrors.IsForbidden(err)
 	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: run.key.Namespace, Labels: map[string]string{
-		fleetv1alpha1.FleetLabel: run.r.fleet, fleetv1alpha1.FleetIDLabel: run.id,
+		fleetv1alpha1.FleetLabel: run.env.fleet, fleetv1alpha1.FleetIDLabel: run.id,
 	}}}
 	err = run.member.client.Create(ctx, ns, client.FieldOwner(fleetv1alpha1.FieldManager))
 	switch {
@@ -456,7 +456,7 @@ func (run *memberRun) failed(err error, verb string, k copyKey) error {
 	case meta.IsNoMatchError(err):
 		run.waitForKind(k.gvk)
 	case apierrors.IsForbidden(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s (%s) %s%s", verb, run.r.resourceOf(k.gvk), k, where, grantHint(run.member.name))})
+		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s (%s) %s%s", verb, run.env.resourceOf(k.gvk), k, where, grantHint(run.member.name))})
 	case apierrors.IsNotFound(err) && run.namespaceUnknown:
 		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member has no namespace %s, and forbids the manager to read or create namespaces", run.key.Namespace)})
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):

@@ -11,12 +11,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -26,6 +28,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/objmeta"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -77,10 +80,85 @@ func (r *reconciler) Reconcile(ctx context.Context, req fleet.Request) (_ reconc
 	return r.quietUnreachable(ctx, req.ClusterName, res, err)
 }
 
+// runEnv is what a member run uses of the controller, and nothing else:
+// the fleet and its journal; what the hub says the member is given
+// (content, revisions, the member's registration, maintenance and
+// tenancy reach, the kinds the journal holds copies of); where the run's
+// result goes (results, then a status request and the count of owed
+// removals); and how it is told (recorder, metrics). Built once, in Add.
+type runEnv struct {
+	fleet     string
+	journal   *journal.Journal
+	content   *content.Cache
+	revisions *revisions.Store
+	// shared keeps the copies built once for every member.
+	shared *sharedCopies
+
+	cluster      func(member string) (*registry.Cluster, bool)
+	maintenance  func(ctx context.Context, member string) (fleetv1alpha1.MaintenanceMode, error)
+	reachOf      func(ctx context.Context, namespace string) tenancy.NamespaceReach
+	journalKinds func(member string, key *propagationKey) []schema.GroupVersionKind
+	resourceOf   func(gvk schema.GroupVersionKind) string
+
+	results *results
+	// askStatus asks for a status request of the Propagation; countOwed
+	// tells the removals member owes; publishDrain tells a drained
+	// member's drain.
+	askStatus    func(key propagationKey)
+	countOwed    func(member string)
+	publishDrain func(member string, maintenance fleetv1alpha1.MaintenanceMode)
+	// revisionNumber gives the number of the revision of a content the
+	// run applies at once, made now if it may be; relabelLater asks the
+	// member again if the revision of what it applied unlabelled was made
+	// while it ran.
+	revisionNumber func(ctx context.Context, p *fleetv1alpha1.Propagation, c *content.Content, hash string) (int64, error)
+	relabelLater   func(ctx context.Context, key propagationKey, p *fleetv1alpha1.Propagation, member string, res memberResult)
+
+	recorder events.EventRecorder
+	metrics  runMetrics
+}
+
+// runMetrics are the series a member run writes; the first label value
+// of each is the member's name.
+type runMetrics struct {
+	applies, driftDetected, driftCorrected interface {
+		WithLabelValues(...string) prometheus.Counter
+	}
+	applyDuration interface {
+		WithLabelValues(...string) prometheus.Observer
+	}
+}
+
+// runEnv returns what r's member runs use of it.
+func (r *reconciler) runEnv() *runEnv {
+	env := &runEnv{
+		fleet: r.fleet, journal: r.journal, content: r.content, revisions: r.revisions, shared: &r.shared,
+		cluster:     func(member string) (*registry.Cluster, bool) { return r.m.Registry().Get(member) },
+		maintenance: r.maintenance,
+		reachOf: func(ctx context.Context, namespace string) tenancy.NamespaceReach {
+			return r.tenancy.reachOf(ctx, namespace)
+		},
+		journalKinds: r.journalKinds,
+		resourceOf:   r.resourceOf,
+		results:      r.results,
+		askStatus:    func(key propagationKey) { r.queue.add(fleet.Request{NamespacedName: key}) },
+		countOwed:    r.countOwed,
+		publishDrain: r.publishDrain,
+		recorder:     r.recorder,
+
+		revisionNumber: r.revisionNumber,
+		relabelLater:   r.relabelLater,
+	}
+	if r.metrics != nil {
+		env.metrics = runMetrics{applies: r.metrics.applies, driftDetected: r.metrics.driftDetected, driftCorrected: r.metrics.driftCorrected, applyDuration: r.metrics.applyDuration}
+	}
+	return env
+}
+
 // memberRun is one member reconcile: what is wanted, what is there, and
 // what happened.
 type memberRun struct {
-	r      *reconciler
+	env    *runEnv
 	member *memberCopies
 	p      *fleetv1alpha1.Propagation // nil when the Propagation is gone
 	key    propagationKey
@@ -206,8 +284,14 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 	if p != nil && p.Spec.Suspend && p.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
+	return r.env.run(ctx, mc, p, key, id)
+}
+
+// run makes the copies of Propagation key, p (nil when gone), in mc's
+// member what it wants: see reconcileCopies.
+func (env *runEnv) run(ctx context.Context, mc *memberCopies, p *fleetv1alpha1.Propagation, key propagationKey, id string) (reconcile.Result, error) {
 	run := &memberRun{
-		r: r, member: mc, p: p, key: key, id: id, skipRemoval: map[schema.GroupVersionKind]bool{},
+		env: env, member: mc, p: p, key: key, id: id, skipRemoval: map[schema.GroupVersionKind]bool{},
 		others: map[copyKey]*unstructured.Unstructured{}, journaled: map[string][]journal.Copy{},
 		selectedBy: map[copyKey]fleetv1alpha1.ResourceSelector{},
 	}
@@ -238,7 +322,7 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 	for _, d := range desired {
 		recorded = append(recorded, journalCopy(d))
 	}
-	if err := r.journal.Record(mc.name, recorded); err != nil {
+	if err := env.journal.Record(mc.name, recorded); err != nil {
 		return reconcile.Result{}, fmt.Errorf("recording copies in the journal: %w", err)
 	}
 	if err := run.applyInOrder(ctx, desired, have, want); err != nil {
@@ -269,7 +353,7 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 			}
 		}
 	}
-	if err := r.journal.Forget(mc.name, removed); err != nil {
+	if err := env.journal.Forget(mc.name, removed); err != nil {
 		return reconcile.Result{}, fmt.Errorf("recording removed copies in the journal: %w", err)
 	}
 	if len(run.failures) == 0 && len(run.skipRemoval) == 0 && len(run.deleting) == 0 {
@@ -278,7 +362,7 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 		for _, c := range recorded {
 			keep = append(keep, c.Object)
 		}
-		if err := r.journal.Settle(mc.name, key.Namespace, key.Name, keep); err != nil {
+		if err := env.journal.Settle(mc.name, key.Namespace, key.Name, keep); err != nil {
 			return reconcile.Result{}, fmt.Errorf("recording removed copies in the journal: %w", err)
 		}
 	}
@@ -299,7 +383,7 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if run.heldByAvailableWhen(p.Spec.Resources) {
 		return nil, false, nil
 	}
-	if c, ok := run.r.m.Registry().Get(run.member.name); ok {
+	if c, ok := run.env.cluster(run.member.name); ok {
 		run.labels = c.Labels
 	}
 	selected, err := selects(p, run.member.name, run.labels)
@@ -314,7 +398,7 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if held, excluded := run.enforceTenancy(ctx); held || excluded {
 		return nil, excluded, nil
 	}
-	maintenance, err := run.r.maintenance(ctx, run.member.name)
+	maintenance, err := run.env.maintenance(ctx, run.member.name)
 	if err != nil {
 		return nil, false, err
 	}
@@ -359,12 +443,12 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.MaintenanceMode) (*content.Content, error) {
 	p := run.p
 	if allAtOnce(&p.Spec) && maintenance == "" {
-		c, hash, err := run.r.content.Get(ctx, p)
+		c, hash, err := run.env.content.Get(ctx, p)
 		if err != nil {
 			return nil, err
 		}
 		run.revision = hash
-		run.number, err = run.r.revisionNumber(ctx, p, c, hash)
+		run.number, err = run.env.revisionNumber(ctx, p, c, hash)
 		return c, err
 	}
 	n := assignedRevision(p, run.member.name)
@@ -376,7 +460,7 @@ func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.Maint
 		run.held = &failure{reason: fleetv1alpha1.ReasonWaitingForRollout, message: "the rollout has not given the member a revision yet"}
 		return nil, nil
 	}
-	c, hash, err := run.r.revisions.Load(ctx, p, n)
+	c, hash, err := run.env.revisions.Load(ctx, p, n)
 	if cerr, ok := errors.AsType[*content.Error](err); ok {
 		run.fail(failure{reason: cerr.Reason, message: cerr.Message})
 		run.held, run.unloaded = &failure{reason: cerr.Reason, message: cerr.Message}, n
@@ -448,16 +532,16 @@ func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured)
 		shared := run.content != nil && !apply.Overridden(hubObj, run.overrides, member)
 		var d *unstructured.Unstructured
 		if shared {
-			d = run.r.shared.get(run.key, run.content, inputs, k)
+			d = run.env.shared.get(run.key, run.content, inputs, k)
 		}
 		if d == nil {
 			var err error
-			if d, err = apply.DesiredCopy(hubObj, run.p, run.overrides, run.r.fleet, run.id, member); err != nil {
+			if d, err = apply.DesiredCopy(hubObj, run.p, run.overrides, run.env.fleet, run.id, member); err != nil {
 				run.fail(failure{reason: fleetv1alpha1.ReasonOverrideFailed, message: err.Error()})
 				continue
 			}
 			if shared {
-				run.r.shared.put(run.key, run.content, inputs, k, d)
+				run.env.shared.put(run.key, run.content, inputs, k, d)
 			}
 		}
 		if !run.kindAllowed(d) {
@@ -491,7 +575,7 @@ func intentOf(copies []journal.Copy) string {
 // holds no copies.
 func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructured.Unstructured, removing bool) (map[copyKey]*unstructured.Unstructured, error) {
 	// The journal knows the kinds of the copies made, and of those owed.
-	copied := run.r.journalKinds(run.member.name, &run.key)
+	copied := run.env.journalKinds(run.member.name, &run.key)
 	if run.p != nil {
 		copied = append(copied, kindsOf(run.p)...)
 	}
@@ -608,8 +692,8 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	}
 	if removing && run.copies == 0 && len(run.failures) == 0 {
 		if run.p == nil {
-			run.r.results.forget(run.key, run.member.name)
-			run.r.countOwed(run.member.name)
+			run.env.results.forget(run.key, run.member.name)
+			run.env.countOwed(run.member.name)
 			return reconcile.Result{}, nil
 		}
 	}
@@ -617,7 +701,7 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 		// Gone, with copies left: they stay owed.
 		res.result, res.reason = fleetv1alpha1.ResultDeletionOwed, fleetv1alpha1.ReasonDeletionOwed
 	}
-	prev, _ := run.r.results.get(run.key, run.member.name)
+	prev, _ := run.env.results.get(run.key, run.member.name)
 	run.tellOrphaned(&res, prev)
 	left := run.deadline(&res, prev)
 	if res.reason == fleetv1alpha1.ReasonWaitingForKind {
@@ -626,14 +710,14 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 			res.waitRuns += prev.waitRuns
 		}
 	}
-	old, recorded := run.r.results.set(run.key, run.member.name, res)
-	run.r.relabelLater(ctx, run.key, run.p, run.member.name, recorded)
+	old, recorded := run.env.results.set(run.key, run.member.name, res)
+	run.env.relabelLater(ctx, run.key, run.p, run.member.name, recorded)
 	if !old.same(recorded) {
-		run.r.countOwed(run.member.name)
-		run.r.queue.add(fleet.Request{NamespacedName: run.key})
+		run.env.countOwed(run.member.name)
+		run.env.askStatus(run.key)
 	}
 	if run.maintenance == fleetv1alpha1.MaintenanceDrain {
-		run.r.publishDrain(run.member.name, run.maintenance)
+		run.env.publishDrain(run.member.name, run.maintenance)
 	}
 	run.tell(ctx, old, recorded)
 	var after []time.Duration
@@ -742,7 +826,7 @@ func (run *memberRun) tell(ctx context.Context, old, now memberResult) {
 	failed := now.result == fleetv1alpha1.ResultFailed
 	recovered := old.result == fleetv1alpha1.ResultFailed && now.result == fleetv1alpha1.ResultApplied
 	switch {
-	case now.failedRuns > 0 && run.r.results.logFailure(run.key, member, failureLogInterval):
+	case now.failedRuns > 0 && run.env.results.logFailure(run.key, member, failureLogInterval):
 		log.Info("Propagation failed in the member", "reason", now.reason, "message", now.message, "failedRuns", now.failedRuns, "retryAfter", retryAfter(now.failedRuns))
 	case recovered:
 		log.Info("Propagation applied in the member again", "failedReason", old.reason)
@@ -753,8 +837,8 @@ func (run *memberRun) tell(ctx context.Context, old, now memberResult) {
 	mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: member}}
 	switch {
 	case failed && (old.result != now.result || old.reason != now.reason):
-		run.r.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeWarning, now.reason, "Propagate", "member %s: %s", member, now.message)
+		run.env.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeWarning, now.reason, "Propagate", "member %s: %s", member, now.message)
 	case recovered:
-		run.r.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeNormal, now.reason, "Propagate", "member %s: %s, after %s", member, now.message, old.reason)
+		run.env.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeNormal, now.reason, "Propagate", "member %s: %s, after %s", member, now.message, old.reason)
 	}
 }

@@ -435,16 +435,16 @@ func tenancyUnknown(doubt error) *kindError {
 // its copies are removed as the Propagation's rules say). Otherwise
 // run.reach is set, for kindAllowed.
 func (run *memberRun) enforceTenancy(ctx context.Context) (held, excluded bool) {
-	reach := run.r.tenancy.reachOf(ctx, run.key.Namespace)
+	reach := run.env.reachOf(ctx, run.key.Namespace)
 	if doubt := reach.Doubt(); doubt != nil {
 		run.holdFailed(tenancyUnknown(doubt))
 		return true, false
 	}
-	c, found := run.r.m.Registry().Get(run.member.name)
+	c, found := run.env.cluster(run.member.name)
 	if !found {
 		c = &registry.Cluster{Name: run.member.name}
 	}
-	run.tenant = tenancyMember(c, run.r.fleet)
+	run.tenant = tenancyMember(c, run.env.fleet)
 	if ok, _ := reach.Reaches(run.tenant); !ok {
 		run.excluded = true
 		return false, true
