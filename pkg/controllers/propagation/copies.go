@@ -192,10 +192,10 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 			// A copy unchanged since a check found no drift is not
 			// compared again, until the check is DriftRecheck old: then
 			// the run is asked again.
-			if trusted, left := run.member.unchanged(id, live, hash); trusted {
+			if trusted, left := run.member.cache.unchanged(id, live, hash); trusted {
 				run.recheckIn(left)
 			} else if changedFields = apply.Drift(desired, live); len(changedFields) == 0 {
-				run.member.checkedClean(id, live, hash)
+				run.member.cache.checkedClean(id, live, hash)
 			}
 		}
 		relabel := revision != "" && objmeta.LabelValue(live, fleetv1alpha1.RevisionLabel) != revision
@@ -230,16 +230,16 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 		apply.WithoutClaims(desired, apply.ClaimedByOthers(live))
 	}
 	start := time.Now()
-	run.member.write(id)
+	run.member.cache.write(id)
 	err := run.member.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(fleetv1alpha1.FieldManager), client.ForceOwnership)
 	run.env.metrics.applyDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	if err != nil {
-		run.member.wrote(id, nil)
+		run.member.cache.wrote(id, nil)
 		run.env.metrics.applies.WithLabelValues(name, applyFailed).Inc()
 		return nil, run.failed(err, "patch", k)
 	}
 	run.env.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
-	run.member.wrote(id, desired)
+	run.member.cache.wrote(id, desired)
 	run.hold(k.gvk)
 	if _, stale := objmeta.Label(desired, fleetv1alpha1.RevisionLabel); stale && revision == "" {
 		// The label labelRevision patched under drift Report is no field of
@@ -281,12 +281,12 @@ func (run *memberRun) labelRevision(ctx context.Context, k copyKey, live *unstru
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%s}}}`, fleetv1alpha1.RevisionLabel, value)
 	patched := nameOf(live)
 	id := copyID{namespace: run.key.Namespace, copyKey: k}
-	run.member.write(id)
+	run.member.cache.write(id)
 	if err := run.member.client.Patch(ctx, patched, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
-		run.member.wrote(id, nil)
+		run.member.cache.wrote(id, nil)
 		return nil, run.failed(err, "patch", k)
 	}
-	run.member.wrote(id, patched)
+	run.member.cache.wrote(id, patched)
 	return patched, nil
 }
 
@@ -406,7 +406,7 @@ func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructure
 		run.hold(k.gvk)
 		return run.failed(err, "delete", k)
 	}
-	run.member.forget(copyID{namespace: run.key.Namespace, copyKey: k})
+	run.member.cache.forget(copyID{namespace: run.key.Namespace, copyKey: k})
 	logf.FromContext(ctx).V(1).Info("Copy removed", "kind", k.gvk.Kind, "object", k.name)
 	return nil
 }
@@ -428,7 +428,7 @@ func (run *memberRun) orphan(ctx context.Context, live *unstructured.Unstructure
 	if err := run.member.client.Patch(ctx, nameOf(live), client.RawPatch(types.MergePatchType, raw)); err != nil && !apierrors.IsNotFound(err) {
 		return run.failed(err, "patch", k)
 	}
-	run.member.forget(copyID{namespace: run.key.Namespace, copyKey: k})
+	run.member.cache.forget(copyID{namespace: run.key.Namespace, copyKey: k})
 	return nil
 }
 

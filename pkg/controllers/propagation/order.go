@@ -83,7 +83,7 @@ func (run *memberRun) judge(k copyKey, live *unstructured.Unstructured) bool {
 	if gk, ok := definedKind(live); ok && run.waitsFor(gk) {
 		// The kind the run waits for is served now: the run is tried
 		// again at once, and checks it again.
-		run.member.served(gk)
+		run.member.cache.served(gk)
 		run.kindArrived = true
 	}
 	return true

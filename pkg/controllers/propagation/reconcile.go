@@ -18,8 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -100,7 +103,7 @@ type runEnv struct {
 	journalKinds func(member string, key *propagationKey) []schema.GroupVersionKind
 	resourceOf   func(gvk schema.GroupVersionKind) string
 
-	results *results
+	results runResults
 	// askStatus asks for a status request of the Propagation; countOwed
 	// tells the removals member owes; publishDrain tells a drained
 	// member's drain.
@@ -116,6 +119,45 @@ type runEnv struct {
 
 	recorder events.EventRecorder
 	metrics  runMetrics
+}
+
+// runResults is where member runs keep their results: each run reads the
+// member's last one and sets the new one.
+type runResults interface {
+	get(key propagationKey, member string) (memberResult, bool)
+	set(key propagationKey, member string, r memberResult) (old, now memberResult)
+	forget(key propagationKey, member string)
+	logFailure(key propagationKey, member string, every time.Duration) bool
+}
+
+// runMember is what a member run uses of its member: its name, a client
+// that writes, a reader of its API server itself, discovery and metadata
+// to read what a container copy holds, and its copy caches.
+type runMember struct {
+	name      string
+	client    client.Client
+	reader    client.Reader
+	discovery discovery.DiscoveryInterface
+	metadata  metadata.Interface
+	cache     copyCache
+}
+
+// copyCache is what a member run uses of its member's copy caches: it
+// lists the copies, and keeps what it checked and wrote of each.
+type copyCache interface {
+	list(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error)
+	watchedIn(namespace string) []schema.GroupVersionKind
+	unchanged(id copyID, live *unstructured.Unstructured, hash string) (ok bool, left time.Duration)
+	checkedClean(id copyID, live *unstructured.Unstructured, hash string)
+	write(id copyID)
+	wrote(id copyID, obj *unstructured.Unstructured)
+	forget(id copyID)
+	served(gk schema.GroupKind)
+}
+
+// forRun is what a member run uses of mc.
+func (mc *memberCopies) forRun() runMember {
+	return runMember{name: mc.name, client: mc.client, reader: mc.reader, discovery: mc.discovery, metadata: mc.metadata, cache: mc}
 }
 
 // runMetrics are the series a member run writes; the first label value
@@ -159,7 +201,7 @@ func (r *reconciler) runEnv() *runEnv {
 // what happened.
 type memberRun struct {
 	env    *runEnv
-	member *memberCopies
+	member runMember
 	p      *fleetv1alpha1.Propagation // nil when the Propagation is gone
 	key    propagationKey
 	// id is the fleet's identity.
@@ -291,7 +333,7 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 // member what it wants: see reconcileCopies.
 func (env *runEnv) run(ctx context.Context, mc *memberCopies, p *fleetv1alpha1.Propagation, key propagationKey, id string) (reconcile.Result, error) {
 	run := &memberRun{
-		env: env, member: mc, p: p, key: key, id: id, skipRemoval: map[schema.GroupVersionKind]bool{},
+		env: env, member: mc.forRun(), p: p, key: key, id: id, skipRemoval: map[schema.GroupVersionKind]bool{},
 		others: map[copyKey]*unstructured.Unstructured{}, journaled: map[string][]journal.Copy{},
 		selectedBy: map[copyKey]fleetv1alpha1.ResourceSelector{},
 	}
@@ -585,14 +627,14 @@ func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructur
 	}
 	if run.p == nil {
 		// Its kinds went with it: look in every kind watched there too.
-		kinds = append(kinds, run.member.watchedIn(run.key.Namespace)...)
+		kinds = append(kinds, run.member.cache.watchedIn(run.key.Namespace)...)
 	}
 	slices.SortFunc(kinds, func(a, b schema.GroupVersionKind) int { return strings.Compare(a.String(), b.String()) })
 	kinds = slices.Compact(kinds)
 	have := map[copyKey]*unstructured.Unstructured{}
 	selector := labels.SelectorFromSet(labels.Set{fleetv1alpha1.PropagationLabel: run.key.Name})
 	for _, gvk := range kinds {
-		objs, err := run.member.list(ctx, gvk, run.key.Namespace, selector)
+		objs, err := run.member.cache.list(ctx, gvk, run.key.Namespace, selector)
 		if kerr, ok := errors.AsType[*kindError](err); ok {
 			if removing && kerr.reason == fleetv1alpha1.ReasonKindNotFound {
 				continue
