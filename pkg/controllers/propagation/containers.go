@@ -42,7 +42,7 @@ var notContent = []schema.GroupResource{{Resource: "events"}, {Group: "events.k8
 // run's own copies, or "" if nothing. Every doubt is content: discovery
 // that fails, a kind that cannot be listed, a list that fails. Its error
 // is only the run's context ending.
-func (run *memberRun) otherContent(ctx context.Context, c *unstructured.Unstructured) (string, error) {
+func (run *copyRun) otherContent(ctx context.Context, c *unstructured.Unstructured) (string, error) {
 	if c.GroupVersionKind().GroupKind() == namespaceKind {
 		return run.namespaceContent(ctx, c.GetName())
 	}
@@ -57,7 +57,7 @@ func (run *memberRun) otherContent(ctx context.Context, c *unstructured.Unstruct
 // and what its API server made there itself, listing every namespaced kind
 // the member serves, metadata only: discovery once, then one list per
 // kind until the first object found.
-func (run *memberRun) namespaceContent(ctx context.Context, namespace string) (string, error) {
+func (run *copyRun) namespaceContent(ctx context.Context, namespace string) (string, error) {
 	lists, err := run.member.discovery.ServerPreferredNamespacedResources()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -88,7 +88,7 @@ func (run *memberRun) namespaceContent(ctx context.Context, namespace string) (s
 // foreignObjects says whether resource gvr has objects in namespace (every
 // namespace if NamespaceAll) that are neither the run's own copies nor
 // made by the member's API server itself: "" if none.
-func (run *memberRun) foreignObjects(ctx context.Context, gvr schema.GroupVersionResource, namespace string) (string, error) {
+func (run *copyRun) foreignObjects(ctx context.Context, gvr schema.GroupVersionResource, namespace string) (string, error) {
 	opts := metav1.ListOptions{Limit: contentPageSize}
 	for {
 		list, err := run.member.metadata.Resource(gvr).Namespace(namespace).List(ctx, opts)
@@ -113,7 +113,7 @@ func (run *memberRun) foreignObjects(ctx context.Context, gvr schema.GroupVersio
 // ownCopy reports whether o is this fleet's copy of the run's Propagation:
 // in its namespace (none for a ClusterPropagation), with the fleet's
 // identity. A copy stamped without one is a doubt, not ours.
-func (run *memberRun) ownCopy(o metav1.Object) bool {
+func (run *copyRun) ownCopy(o metav1.Object) bool {
 	return o.GetNamespace() == run.key.Namespace && ownerOf(o, run.env.fleet, run.id, run.key.Name, func() bool { return false }) == ours
 }
 
@@ -156,7 +156,7 @@ func customResources(c *unstructured.Unstructured) (schema.GroupVersionResource,
 // letGo records that copy k was orphaned rather than deleted, and why
 // (reason, message): in the member's result, as a Warning Event on the
 // Propagation while it exists, and in the log.
-func (run *memberRun) letGo(ctx context.Context, k copyKey, reason, message string) {
+func (run *copyRun) letGo(ctx context.Context, k copyKey, reason, message string) {
 	run.orphaned = append(run.orphaned, failure{reason: reason, message: message})
 	logf.FromContext(ctx).Info("Copy orphaned, not deleted", "kind", k.gvk.Kind, "object", k.name, "reason", reason, "message", message)
 	if run.p != nil {

@@ -86,7 +86,7 @@ func ownerOf(obj metav1.Object, fleet, fleetID, propagation string, proven func(
 
 // ownerOf says whose member object obj is; hub is the hub object the run
 // applies in its place, or nil.
-func (run *memberRun) ownerOf(obj, hub *unstructured.Unstructured) owner {
+func (run *copyRun) ownerOf(obj, hub *unstructured.Unstructured) owner {
 	return ownerOf(obj, run.env.fleet, run.id, run.key.Name, func() bool { return run.proven(obj, hub) })
 }
 
@@ -94,7 +94,7 @@ func (run *memberRun) ownerOf(obj, hub *unstructured.Unstructured) owner {
 // fleet of this namespace's name, is this fleet's: it copies hub, the
 // object the run applies in its place, or the journal holds it with its
 // content hash, which covers the UID of the object it copies.
-func (run *memberRun) proven(obj, hub *unstructured.Unstructured) bool {
+func (run *copyRun) proven(obj, hub *unstructured.Unstructured) bool {
 	if uid := objmeta.AnnotationValue(obj, fleetv1alpha1.SourceUIDAnnotation); hub != nil && uid != "" && uid == string(hub.GetUID()) {
 		return true
 	}
@@ -128,7 +128,7 @@ func propagationOf(obj *unstructured.Unstructured) string {
 // then, or nil if it holds none. live is this fleet's copy, if the member
 // holds one. Another fleet's copy is left alone, and an object that is no
 // copy taken over only under adopt.
-func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+func (run *copyRun) apply(ctx context.Context, k copyKey, desired, live, hub *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	if run.skipRemoval[k.gvk] {
 		return nil, nil // the member cannot list the kind: existing reported it
 	}
@@ -258,7 +258,7 @@ func (run *memberRun) apply(ctx context.Context, k copyKey, desired, live, hub *
 // content, carries the run's revision number, if it has one yet, else the
 // label desired carries. Desired copies are shared, and carry no run's
 // number: apply labels the copy it writes.
-func (run *memberRun) revisionOf(desired, live *unstructured.Unstructured) string {
+func (run *copyRun) revisionOf(desired, live *unstructured.Unstructured) string {
 	if live != nil {
 		if revision, ok := objmeta.Label(live, fleetv1alpha1.RevisionLabel); ok {
 			return revision
@@ -273,7 +273,7 @@ func (run *memberRun) revisionOf(desired, live *unstructured.Unstructured) strin
 // labelRevision sets RevisionLabel of live, copy k, to revision, or
 // removes it if revision is "", and nothing else. It returns the copy as
 // the member holds it then.
-func (run *memberRun) labelRevision(ctx context.Context, k copyKey, live *unstructured.Unstructured, revision string) (*unstructured.Unstructured, error) {
+func (run *copyRun) labelRevision(ctx context.Context, k copyKey, live *unstructured.Unstructured, revision string) (*unstructured.Unstructured, error) {
 	value := "null"
 	if revision != "" {
 		value = strconv.Quote(revision)
@@ -296,7 +296,7 @@ func (run *memberRun) labelRevision(ctx context.Context, k copyKey, live *unstru
 // deleted, once no longer wanted. It is written under a field manager of
 // its own, which the copy's applies leave alone. It reports whether obj
 // may be taken over: marked, or made by this fleet.
-func (run *memberRun) markAdopted(ctx context.Context, k copyKey, obj *unstructured.Unstructured) (bool, error) {
+func (run *copyRun) markAdopted(ctx context.Context, k copyKey, obj *unstructured.Unstructured) (bool, error) {
 	if objmeta.LabelValue(obj, fleetv1alpha1.FleetIDLabel) == run.id || objmeta.AnnotationValue(obj, fleetv1alpha1.AdoptedAnnotation) == "true" {
 		return true, nil
 	}
@@ -321,7 +321,7 @@ const adoptionFieldManager = fleetv1alpha1.FieldManager + "-adoption"
 
 // reportDrift records drifted fields of a copy, and tells of drift that
 // was not known before as an Event and in the metric.
-func (run *memberRun) reportDrift(k copyKey, fields []string) {
+func (run *copyRun) reportDrift(k copyKey, fields []string) {
 	for _, f := range fields {
 		run.drifted = append(run.drifted, k.String()+": "+f)
 	}
@@ -347,7 +347,7 @@ func containsAll(have, want []string) bool {
 // deletes it, and a ClusterPropagation takes it over only under adopt. A manager that may neither read nor create Namespaces, as
 // one registered with `register --namespaces`, goes on: its rights in the
 // namespace may be all it needs, and the apply tells.
-func (run *memberRun) ensureNamespace(ctx context.Context) error {
+func (run *copyRun) ensureNamespace(ctx context.Context) error {
 	ns := &corev1.Namespace{}
 	err := run.member.reader.Get(ctx, types.NamespacedName{Name: run.key.Namespace}, ns)
 	if err == nil || (!apierrors.IsNotFound(err) && !apierrors.IsForbidden(err)) {
@@ -373,7 +373,7 @@ func (run *memberRun) ensureNamespace(ctx context.Context) error {
 // A copy is orphaned too, whatever the policy, when adopt took it over
 // from the member, or when it is a container (see isContainer) that
 // holds anything but the Propagation's own copies: run.orphaned says so.
-func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructured) error {
+func (run *copyRun) remove(ctx context.Context, live *unstructured.Unstructured) error {
 	policy := fleetv1alpha1.DeletionPolicy(objmeta.AnnotationValue(live, fleetv1alpha1.DeletionAnnotation))
 	if run.p != nil {
 		policy = apply.DeletionPolicy(run.p)
@@ -413,7 +413,7 @@ func (run *memberRun) remove(ctx context.Context, live *unstructured.Unstructure
 
 // orphan drops from live, copy k, the labels and annotations that made it
 // a copy, and keeps the object.
-func (run *memberRun) orphan(ctx context.Context, live *unstructured.Unstructured, k copyKey) error {
+func (run *copyRun) orphan(ctx context.Context, live *unstructured.Unstructured, k copyKey) error {
 	patch := map[string]any{"metadata": map[string]any{
 		"labels": map[string]any{fleetv1alpha1.FleetLabel: nil, fleetv1alpha1.FleetIDLabel: nil, fleetv1alpha1.PropagationLabel: nil, fleetv1alpha1.RevisionLabel: nil},
 		"annotations": map[string]any{
@@ -447,7 +447,7 @@ func nameOf(obj *unstructured.Unstructured) *unstructured.Unstructured {
 // failure, if it is one that retrying soon will not cure, and returns
 // the rest. The failure is told in the manager's words: a member's
 // message never reaches the hub.
-func (run *memberRun) failed(err error, verb string, k copyKey) error {
+func (run *copyRun) failed(err error, verb string, k copyKey) error {
 	where := "in namespace " + run.key.Namespace
 	if isCluster(run.key) {
 		where = "(cluster-scoped)"

@@ -58,10 +58,10 @@ func TestUnchangedCopyIsNotComparedAgain(t *testing.T) {
 	const recheck = time.Hour
 	member := &memberCopies{name: "east", recheck: recheck}
 	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
-	var run *memberRun
+	var run *copyRun
 	drifted := func() []string {
 		t.Helper()
-		run = &memberRun{env: r.runEnv(), member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
+		run = &copyRun{env: r.runEnv(), member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
 		got, err := run.apply(t.Context(), k, desired, live, hub)
 		if err != nil || got != live {
 			t.Fatalf("apply of an unchanged copy returned %v, %v; want the member's copy as it is", got, err)
@@ -96,9 +96,9 @@ func TestCleanCheckIsTrustedForTheRecheckAlone(t *testing.T) {
 	live.SetResourceVersion("4242")
 	member := &memberCopies{name: "east", recheck: time.Minute}
 	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
-	run := func() *memberRun {
+	run := func() *copyRun {
 		t.Helper()
-		run := &memberRun{env: r.runEnv(), member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
+		run := &copyRun{env: r.runEnv(), member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
 		if _, err := run.apply(t.Context(), k, desired, live, hub); err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +321,7 @@ func TestCopyWithoutItsRevisionLabelIsNoDrift(t *testing.T) {
 		},
 	})}
 	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
-	run := &memberRun{env: r.runEnv(), member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
+	run := &copyRun{env: r.runEnv(), member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
 	if _, err := run.apply(t.Context(), k, labelled, live, hub); err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ const deletingRetry = 10 * time.Second
 // being deleted is counted as held, and named in run.deleting and
 // run.waiting: a drain is not done, and keeps its place in the
 // disruption budget, until it is gone.
-func (run *memberRun) gone(ctx context.Context, live *unstructured.Unstructured) (bool, error) {
+func (run *copyRun) gone(ctx context.Context, live *unstructured.Unstructured) (bool, error) {
 	found := &unstructured.Unstructured{}
 	found.SetGroupVersionKind(live.GroupVersionKind())
 	err := run.member.reader.Get(ctx, client.ObjectKeyFromObject(live), found)

@@ -19,7 +19,7 @@ import (
 // once every copy of the earlier steps is applied and Available. Copies
 // of the steps that wait are left as they are. want are the hub objects
 // wanted, have the fleet's copies in the member.
-func (run *memberRun) applyInOrder(ctx context.Context, desired, have, want map[copyKey]*unstructured.Unstructured) error {
+func (run *copyRun) applyInOrder(ctx context.Context, desired, have, want map[copyKey]*unstructured.Unstructured) error {
 	for k := range want {
 		if _, ok := desired[k]; !ok && have[k] != nil {
 			run.hold(k.gvk) // its override failed: the copy stays as it is
@@ -59,7 +59,7 @@ func (run *memberRun) applyInOrder(ctx context.Context, desired, have, want map[
 
 // judge records whether copy k, as the member holds it (nil if it holds
 // none), is available, and reports whether it is.
-func (run *memberRun) judge(k copyKey, live *unstructured.Unstructured) bool {
+func (run *copyRun) judge(k copyKey, live *unstructured.Unstructured) bool {
 	if live == nil {
 		return false // failed, waiting or left alone: the run says why
 	}
@@ -100,7 +100,7 @@ func definedKind(obj *unstructured.Unstructured) (schema.GroupKind, bool) {
 }
 
 // waitsFor reports whether the run waits for kind gk.
-func (run *memberRun) waitsFor(gk schema.GroupKind) bool {
+func (run *copyRun) waitsFor(gk schema.GroupKind) bool {
 	for gvk := range run.skipRemoval {
 		if gvk.GroupKind() == gk {
 			return true
@@ -111,7 +111,7 @@ func (run *memberRun) waitsFor(gk schema.GroupKind) bool {
 
 // waitForKind records that the member does not serve gvk yet: its copies
 // wait for its CRD, and are not failed.
-func (run *memberRun) waitForKind(gvk schema.GroupVersionKind) {
+func (run *copyRun) waitForKind(gvk schema.GroupVersionKind) {
 	run.skipRemoval[gvk] = true
 	if run.waiting == nil || run.waiting.reason != fleetv1alpha1.ReasonWaitingForKind {
 		run.waiting = &failure{reason: fleetv1alpha1.ReasonWaitingForKind, message: fmt.Sprintf("the member does not serve kind %s (%s) yet: its copies wait for its CRD", gvk.Kind, gvk.GroupVersion())}

@@ -197,9 +197,28 @@ func (r *reconciler) runEnv() *runEnv {
 	return env
 }
 
-// memberRun is one member reconcile: what is wanted, what is there, and
-// what happened.
+// memberRun is one member reconcile: what the member is given (see
+// wanted), the run of its copies (copyRun), and the result it records.
 type memberRun struct {
+	*copyRun
+	// excluded is set when tenancy keeps the namespace from the member,
+	// and excludedCopies when the member held copies then.
+	excluded, excludedCopies bool
+	// revision is the hash of the content the member is given. held is
+	// set when the member is given none, and says why; draining when its
+	// drain removes its copies.
+	revision    string
+	unloaded    int64 // the revision the member is given, if it could not be loaded
+	held        *failure
+	draining    bool
+	maintenance fleetv1alpha1.MaintenanceMode
+}
+
+// copyRun is the run of one member's copies of a Propagation: given the
+// hub objects wanted there, it tells the fleet's copies apart, applies
+// the desired copies step by step, judges them, and removes those no
+// longer wanted, through the journal; its fields say what it found.
+type copyRun struct {
 	env    *runEnv
 	member runMember
 	p      *fleetv1alpha1.Propagation // nil when the Propagation is gone
@@ -221,9 +240,6 @@ type memberRun struct {
 	// enforceTenancy), and tenant the member as tenancy sees it.
 	reach  *tenancy.NamespaceReach
 	tenant tenancy.Member
-	// excluded is set when tenancy keeps the namespace from the member,
-	// and excludedCopies when the member held copies then.
-	excluded, excludedCopies bool
 
 	failures []failure
 	// orphaned are the copies orphaned rather than deleted, and why.
@@ -256,22 +272,14 @@ type memberRun struct {
 	// the member's namespace: a copy not found there says it is missing.
 	namespaceUnknown bool
 
-	// revision is the hash of the content the member is given, and
-	// overrides are that content's. held is set when the member is
-	// given none, and says why; draining when its drain removes its
-	// copies.
-	revision string
-	// number is the number of that revision, stamped on each copy
-	// (RevisionLabel); 0 under strategy All until the revision of the
-	// hub's content is made.
+	// number is the number of the revision the member is given, stamped
+	// on each copy (RevisionLabel); 0 under strategy All until the
+	// revision of the hub's content is made. overrides are that
+	// content's.
 	number    int64
-	unloaded  int64 // the revision the member is given, if it could not be loaded
 	overrides []fleetv1alpha1.Override
 	// content is the content the member is given, shared read-only.
-	content     *content.Content
-	held        *failure
-	draining    bool
-	maintenance fleetv1alpha1.MaintenanceMode
+	content *content.Content
 }
 
 type failure struct {
@@ -332,11 +340,11 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 // run makes the copies of Propagation key, p (nil when gone), in mc's
 // member what it wants: see reconcileCopies.
 func (env *runEnv) run(ctx context.Context, mc *memberCopies, p *fleetv1alpha1.Propagation, key propagationKey, id string) (reconcile.Result, error) {
-	run := &memberRun{
+	run := &memberRun{copyRun: &copyRun{
 		env: env, member: mc.forRun(), p: p, key: key, id: id, skipRemoval: map[schema.GroupVersionKind]bool{},
 		others: map[copyKey]*unstructured.Unstructured{}, journaled: map[string][]journal.Copy{},
 		selectedBy: map[copyKey]fleetv1alpha1.ResourceSelector{},
-	}
+	}}
 	want, removing, err := run.wanted(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -351,24 +359,37 @@ func (env *runEnv) run(ctx context.Context, mc *memberCopies, p *fleetv1alpha1.P
 		}
 		return run.record(ctx, false, 0, "")
 	}
+	found, intent, err := run.converge(ctx, want, removing)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	run.excludedCopies = run.excluded && found > 0
+	return run.record(ctx, removing, len(want), intent)
+}
+
+// converge makes the member's copies what want, the hub objects wanted
+// there, says: the fleet's copies told apart, the desired copies recorded
+// in the journal and applied step by step, and the copies no longer
+// wanted removed (none are wanted when removing). It returns how many of
+// the fleet's copies it found, and what it applies (see intentOf).
+func (run *copyRun) converge(ctx context.Context, want map[copyKey]*unstructured.Unstructured, removing bool) (int, string, error) {
 	// Copies are told apart before the journal records what is applied
 	// now: an old copy may be proven this fleet's by the hash recorded
 	// when it was applied.
 	have, err := run.existing(ctx, want, removing)
 	if err != nil {
-		return reconcile.Result{}, err
+		return 0, "", err
 	}
-	run.excludedCopies = run.excluded && len(have) > 0
 	desired := run.desiredCopies(want)
 	recorded := make([]journal.Copy, 0, len(desired))
 	for _, d := range desired {
 		recorded = append(recorded, journalCopy(d))
 	}
-	if err := env.journal.Record(mc.name, recorded); err != nil {
-		return reconcile.Result{}, fmt.Errorf("recording copies in the journal: %w", err)
+	if err := run.env.journal.Record(run.member.name, recorded); err != nil {
+		return 0, "", fmt.Errorf("recording copies in the journal: %w", err)
 	}
 	if err := run.applyInOrder(ctx, desired, have, want); err != nil {
-		return reconcile.Result{}, err
+		return 0, "", err
 	}
 	unwanted := make([]copyKey, 0, len(have))
 	for k := range have {
@@ -377,26 +398,26 @@ func (env *runEnv) run(ctx context.Context, mc *memberCopies, p *fleetv1alpha1.P
 		}
 	}
 	var removed []journal.Copy
-	steps := apply.Order(unwanted, copyKey.kindAndName, func(k copyKey) int32 { return apply.RemovalWave(p, k.gvk) })
+	steps := apply.Order(unwanted, copyKey.kindAndName, func(k copyKey) int32 { return apply.RemovalWave(run.p, k.gvk) })
 	for _, st := range slices.Backward(steps) {
 		for _, k := range st {
 			failures := len(run.failures)
 			if err := run.remove(ctx, have[k]); err != nil {
-				return reconcile.Result{}, err
+				return 0, "", err
 			}
 			if len(run.failures) > failures {
 				continue
 			}
 			// A delete accepted is no copy gone: a finalizer may hold it.
 			if gone, err := run.gone(ctx, have[k]); err != nil {
-				return reconcile.Result{}, err
+				return 0, "", err
 			} else if gone {
 				removed = append(removed, journalCopy(have[k]))
 			}
 		}
 	}
-	if err := env.journal.Forget(mc.name, removed); err != nil {
-		return reconcile.Result{}, fmt.Errorf("recording removed copies in the journal: %w", err)
+	if err := run.env.journal.Forget(run.member.name, removed); err != nil {
+		return 0, "", fmt.Errorf("recording removed copies in the journal: %w", err)
 	}
 	if len(run.failures) == 0 && len(run.skipRemoval) == 0 && len(run.deleting) == 0 {
 		// Every copy the Propagation does not want here is gone.
@@ -404,11 +425,11 @@ func (env *runEnv) run(ctx context.Context, mc *memberCopies, p *fleetv1alpha1.P
 		for _, c := range recorded {
 			keep = append(keep, c.Object)
 		}
-		if err := env.journal.Settle(mc.name, key.Namespace, key.Name, keep); err != nil {
-			return reconcile.Result{}, fmt.Errorf("recording removed copies in the journal: %w", err)
+		if err := run.env.journal.Settle(run.member.name, run.key.Namespace, run.key.Name, keep); err != nil {
+			return 0, "", fmt.Errorf("recording removed copies in the journal: %w", err)
 		}
 	}
-	return run.record(ctx, removing, len(want), intentOf(recorded))
+	return len(have), intentOf(recorded), nil
 }
 
 // wanted returns the hub objects that the member should hold copies of,
@@ -540,7 +561,7 @@ func assignedRevision(p *fleetv1alpha1.Propagation, member string) int64 {
 // want adds obj, a hub object sel selects, to want, unless an object of
 // its kind and name is there: the same object selected twice is applied
 // once, and another one of that name (an Envelope's manifest) fails.
-func (run *memberRun) want(want map[copyKey]*unstructured.Unstructured, obj *unstructured.Unstructured, sel fleetv1alpha1.ResourceSelector) {
+func (run *copyRun) want(want map[copyKey]*unstructured.Unstructured, obj *unstructured.Unstructured, sel fleetv1alpha1.ResourceSelector) {
 	k := copyKey{gvk: obj.GroupVersionKind(), name: obj.GetName()}
 	first, ok := want[k]
 	switch {
@@ -563,7 +584,7 @@ func (run *memberRun) want(want map[copyKey]*unstructured.Unstructured, obj *uns
 // A copy no override changes is the same in every member: it is built
 // once per content and shared (see sharedCopies), read-only: apply copies
 // it whole before it writes.
-func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured) map[copyKey]*unstructured.Unstructured {
+func (run *copyRun) desiredCopies(want map[copyKey]*unstructured.Unstructured) map[copyKey]*unstructured.Unstructured {
 	desired := make(map[copyKey]*unstructured.Unstructured, len(want))
 	if len(want) == 0 {
 		return desired // run.p may be gone
@@ -615,7 +636,7 @@ func intentOf(copies []journal.Copy) string {
 // so does, when removing, a kind it copied: its copies cannot be proven
 // gone, and the removal is owed and tried again. A kind the member lacks
 // holds no copies.
-func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructured.Unstructured, removing bool) (map[copyKey]*unstructured.Unstructured, error) {
+func (run *copyRun) existing(ctx context.Context, want map[copyKey]*unstructured.Unstructured, removing bool) (map[copyKey]*unstructured.Unstructured, error) {
 	// The journal knows the kinds of the copies made, and of those owed.
 	copied := run.env.journalKinds(run.member.name, &run.key)
 	if run.p != nil {
@@ -666,18 +687,18 @@ func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructur
 	return have, nil
 }
 
-func (run *memberRun) fail(f failure) { run.failures = append(run.failures, f) }
+func (run *copyRun) fail(f failure) { run.failures = append(run.failures, f) }
 
 // recheckIn asks for the run again in left, when a drift check it trusted
 // expires (see memberCopies.unchanged), unless it is asked sooner.
-func (run *memberRun) recheckIn(left time.Duration) {
+func (run *copyRun) recheckIn(left time.Duration) {
 	if run.recheck == 0 || left < run.recheck {
 		run.recheck = left
 	}
 }
 
 // hold counts a copy of kind gvk that the member holds after the run.
-func (run *memberRun) hold(gvk schema.GroupVersionKind) {
+func (run *copyRun) hold(gvk schema.GroupVersionKind) {
 	run.copies++
 	if !slices.Contains(run.kinds, gvk) {
 		run.kinds = append(run.kinds, gvk)

@@ -39,11 +39,11 @@ func TestCopiesNoOverrideChangesAreBuiltOnce(t *testing.T) {
 	r := &reconciler{fleet: "fleet"}
 	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}}
 	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
-	newRun := func(member string, number int64) *memberRun {
-		return &memberRun{env: r.runEnv(), member: runMember{name: member}, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id",
+	newRun := func(member string, number int64) *copyRun {
+		return &copyRun{env: r.runEnv(), member: runMember{name: member}, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id",
 			content: c, overrides: c.Overrides, number: number}
 	}
-	desired := func(run *memberRun) *unstructured.Unstructured {
+	desired := func(run *copyRun) *unstructured.Unstructured {
 		return run.desiredCopies(map[copyKey]*unstructured.Unstructured{k: {Object: hub}})[k]
 	}
 	eastRun, northRun := newRun("east", 1), newRun("north", 2)

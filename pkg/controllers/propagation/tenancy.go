@@ -455,7 +455,7 @@ func (run *memberRun) enforceTenancy(ctx context.Context) (held, excluded bool) 
 
 // kindAllowed reports whether tenancy lets the member be given copy, as
 // overrides made it; the run fails, KindNotAllowed, naming it, when not.
-func (run *memberRun) kindAllowed(copy *unstructured.Unstructured) bool {
+func (run *copyRun) kindAllowed(copy *unstructured.Unstructured) bool {
 	if run.reach == nil {
 		return true
 	}
