@@ -325,7 +325,7 @@ func (run *copyRun) reportDrift(k copyKey, fields []string) {
 	for _, f := range fields {
 		run.drifted = append(run.drifted, k.String()+": "+f)
 	}
-	if prev, ok := run.env.results.get(run.key, run.member.name); ok && prev.result == fleetv1alpha1.ResultDrifted && containsAll(prev.drifted, run.drifted) {
+	if reported, ok := run.env.reportedDrift(run.key, run.member.name); ok && containsAll(reported, run.drifted) {
 		return
 	}
 	run.env.metrics.driftDetected.WithLabelValues(run.member.name).Inc()

@@ -61,7 +61,7 @@ func TestUnchangedCopyIsNotComparedAgain(t *testing.T) {
 	var run *copyRun
 	drifted := func() []string {
 		t.Helper()
-		run = &copyRun{env: r.runEnv(), member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
+		run = &copyRun{env: &r.runEnv().copyEnv, member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
 		got, err := run.apply(t.Context(), k, desired, live, hub)
 		if err != nil || got != live {
 			t.Fatalf("apply of an unchanged copy returned %v, %v; want the member's copy as it is", got, err)
@@ -98,7 +98,7 @@ func TestCleanCheckIsTrustedForTheRecheckAlone(t *testing.T) {
 	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
 	run := func() *copyRun {
 		t.Helper()
-		run := &copyRun{env: r.runEnv(), member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
+		run := &copyRun{env: &r.runEnv().copyEnv, member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
 		if _, err := run.apply(t.Context(), k, desired, live, hub); err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +321,7 @@ func TestCopyWithoutItsRevisionLabelIsNoDrift(t *testing.T) {
 		},
 	})}
 	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
-	run := &copyRun{env: r.runEnv(), member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
+	run := &copyRun{env: &r.runEnv().copyEnv, member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
 	if _, err := run.apply(t.Context(), k, labelled, live, hub); err != nil {
 		t.Fatal(err)
 	}

@@ -84,24 +84,19 @@ func (r *reconciler) Reconcile(ctx context.Context, req fleet.Request) (_ reconc
 }
 
 // runEnv is what a member run uses of the controller, and nothing else:
-// the fleet and its journal; what the hub says the member is given
-// (content, revisions, the member's registration, maintenance and
-// tenancy reach, the kinds the journal holds copies of); where the run's
-// result goes (results, then a status request and the count of owed
-// removals); and how it is told (recorder, metrics). Built once, in Add.
+// what the run of its copies uses (copyEnv); what the hub says the member
+// is given (content, revisions, the member's registration, maintenance
+// and tenancy reach); and where the run's result goes (results, then a
+// status request, the count of owed removals, a drain's progress). Built
+// once, in Add.
 type runEnv struct {
-	fleet     string
-	journal   *journal.Journal
+	copyEnv
 	content   *content.Cache
 	revisions *revisions.Store
-	// shared keeps the copies built once for every member.
-	shared *sharedCopies
 
-	cluster      func(member string) (*registry.Cluster, bool)
-	maintenance  func(ctx context.Context, member string) (fleetv1alpha1.MaintenanceMode, error)
-	reachOf      func(ctx context.Context, namespace string) tenancy.NamespaceReach
-	journalKinds func(member string, key *propagationKey) []schema.GroupVersionKind
-	resourceOf   func(gvk schema.GroupVersionKind) string
+	cluster     func(member string) (*registry.Cluster, bool)
+	maintenance func(ctx context.Context, member string) (fleetv1alpha1.MaintenanceMode, error)
+	reachOf     func(ctx context.Context, namespace string) tenancy.NamespaceReach
 
 	results runResults
 	// askStatus asks for a status request of the Propagation; countOwed
@@ -116,6 +111,22 @@ type runEnv struct {
 	// while it ran.
 	revisionNumber func(ctx context.Context, p *fleetv1alpha1.Propagation, c *content.Content, hash string) (int64, error)
 	relabelLater   func(ctx context.Context, key propagationKey, p *fleetv1alpha1.Propagation, member string, res memberResult)
+}
+
+// copyEnv is what the run of a member's copies (copyRun) uses of the
+// controller: the fleet and its journal, the copies shared by every
+// member, the kinds the journal holds copies of, the names of resources,
+// the drift last reported, and how it tells (recorder, metrics).
+type copyEnv struct {
+	fleet   string
+	journal *journal.Journal
+	// shared keeps the copies built once for every member.
+	shared       *sharedCopies
+	journalKinds func(member string, key *propagationKey) []schema.GroupVersionKind
+	resourceOf   func(gvk schema.GroupVersionKind) string
+	// reportedDrift is the drift member's last result reported for
+	// Propagation key, if that result was Drifted.
+	reportedDrift func(key propagationKey, member string) ([]string, bool)
 
 	recorder events.EventRecorder
 	metrics  runMetrics
@@ -174,20 +185,24 @@ type runMetrics struct {
 // runEnv returns what r's member runs use of it.
 func (r *reconciler) runEnv() *runEnv {
 	env := &runEnv{
-		fleet: r.fleet, journal: r.journal, content: r.content, revisions: r.revisions, shared: &r.shared,
+		copyEnv: copyEnv{
+			fleet: r.fleet, journal: r.journal, shared: &r.shared, journalKinds: r.journalKinds, resourceOf: r.resourceOf,
+			reportedDrift: func(key propagationKey, member string) ([]string, bool) {
+				prev, ok := r.results.get(key, member)
+				return prev.drifted, ok && prev.result == fleetv1alpha1.ResultDrifted
+			},
+			recorder: r.recorder,
+		},
+		content: r.content, revisions: r.revisions,
 		cluster:     func(member string) (*registry.Cluster, bool) { return r.m.Registry().Get(member) },
 		maintenance: r.maintenance,
 		reachOf: func(ctx context.Context, namespace string) tenancy.NamespaceReach {
 			return r.tenancy.reachOf(ctx, namespace)
 		},
-		journalKinds: r.journalKinds,
-		resourceOf:   r.resourceOf,
 		results:      r.results,
 		askStatus:    func(key propagationKey) { r.queue.add(fleet.Request{NamespacedName: key}) },
 		countOwed:    r.countOwed,
 		publishDrain: r.publishDrain,
-		recorder:     r.recorder,
-
 		revisionNumber: r.revisionNumber,
 		relabelLater:   r.relabelLater,
 	}
@@ -201,6 +216,9 @@ func (r *reconciler) runEnv() *runEnv {
 // wanted), the run of its copies (copyRun), and the result it records.
 type memberRun struct {
 	*copyRun
+	// env is what it uses of the controller; its copyRun's env is what
+	// the run of its copies does.
+	env *runEnv
 	// excluded is set when tenancy keeps the namespace from the member,
 	// and excludedCopies when the member held copies then.
 	excluded, excludedCopies bool
@@ -219,7 +237,7 @@ type memberRun struct {
 // the desired copies step by step, judges them, and removes those no
 // longer wanted, through the journal; its fields say what it found.
 type copyRun struct {
-	env    *runEnv
+	env    *copyEnv
 	member runMember
 	p      *fleetv1alpha1.Propagation // nil when the Propagation is gone
 	key    propagationKey
@@ -340,8 +358,8 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 // run makes the copies of Propagation key, p (nil when gone), in mc's
 // member what it wants: see reconcileCopies.
 func (env *runEnv) run(ctx context.Context, mc *memberCopies, p *fleetv1alpha1.Propagation, key propagationKey, id string) (reconcile.Result, error) {
-	run := &memberRun{copyRun: &copyRun{
-		env: env, member: mc.forRun(), p: p, key: key, id: id, skipRemoval: map[schema.GroupVersionKind]bool{},
+	run := &memberRun{env: env, copyRun: &copyRun{
+		env: &env.copyEnv, member: mc.forRun(), p: p, key: key, id: id, skipRemoval: map[schema.GroupVersionKind]bool{},
 		others: map[copyKey]*unstructured.Unstructured{}, journaled: map[string][]journal.Copy{},
 		selectedBy: map[copyKey]fleetv1alpha1.ResourceSelector{},
 	}}

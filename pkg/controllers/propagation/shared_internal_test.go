@@ -40,7 +40,7 @@ func TestCopiesNoOverrideChangesAreBuiltOnce(t *testing.T) {
 	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}}
 	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
 	newRun := func(member string, number int64) *copyRun {
-		return &copyRun{env: r.runEnv(), member: runMember{name: member}, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id",
+		return &copyRun{env: &r.runEnv().copyEnv, member: runMember{name: member}, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id",
 			content: c, overrides: c.Overrides, number: number}
 	}
 	desired := func(run *copyRun) *unstructured.Unstructured {
