@@ -43,4 +43,36 @@
 // subresource, as an autoscaler writes replicas through scale) is theirs:
 // not drift, and [WithoutClaims] takes it out of what is applied. A plain
 // update (kubectl edit) claims nothing: what it changed is drift.
+//
+// # The member run
+//
+// The run that uses these functions is still in the controller package
+// (copyRun, for one Propagation in one member, apart from what decides
+// what the member is given and records the result); it takes only what
+// it names: the Propagation (nil once gone), the hub objects wanted there
+// (none when its copies are removed) with the content, overrides and
+// revision number they come from, the member (runMember: its name, a
+// client that writes, a reader of its API server, discovery and metadata,
+// its copy caches) and what it uses of the controller (copyEnv: the fleet
+// and its journal, the copies shared by every member, the kinds the
+// journal holds, the drift last reported, recorder and metrics). It
+// guarantees:
+//   - each copy is recorded in the journal before it is applied, step by
+//     step in [Order], a step once the earlier ones are Available;
+//   - it removes only this fleet's copies of this Propagation (by identity,
+//     or, stamped without one, proven by the hub object's UID or the
+//     journal's hash), deleting none adopt took over and no container that
+//     holds anything else (both are orphaned); a kind it cannot list, or
+//     whose hub objects it cannot read, loses nothing, and a run held (a
+//     spec it cannot use, tenancy in doubt, no revision given, a drain
+//     waiting for its budget) neither applies nor removes;
+//   - the journal forgets a copy only once the member confirms it gone.
+//
+// What it found is in its fields (failures, drift, what is not
+// Available, what waits for a kind, a wave or a deletion, what was
+// orphaned, the copies and kinds left), which the controller records as
+// the member's one result; it tells new drift and each orphaned copy as
+// Events. A run lasts one request; what lasts is the member's copy caches
+// (drift checks, its own writes), the copies shared per content, and the
+// journal.
 package apply
