@@ -141,9 +141,10 @@ type runResults interface {
 	logFailure(key propagationKey, member string, every time.Duration) bool
 }
 
-// runMember is what a member run uses of its member: its name, a client
-// that writes, a reader of its API server itself, discovery and metadata
-// to read what a container copy holds, and its copy caches.
+// runMember is what the run of a member's copies uses of the member: its
+// name, a client that writes, a reader of its API server itself,
+// discovery and metadata to read what a container copy holds, and its
+// copy caches.
 type runMember struct {
 	name      string
 	client    client.Client
@@ -153,8 +154,9 @@ type runMember struct {
 	cache     copyCache
 }
 
-// copyCache is what a member run uses of its member's copy caches: it
-// lists the copies, and keeps what it checked and wrote of each.
+// copyCache is what the run of a member's copies uses of the member's
+// copy caches: it lists the copies, and keeps what it checked and wrote
+// of each.
 type copyCache interface {
 	list(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error)
 	watchedIn(namespace string) []schema.GroupVersionKind
@@ -216,8 +218,8 @@ func (r *reconciler) runEnv() *runEnv {
 // wanted), the run of its copies (copyRun), and the result it records.
 type memberRun struct {
 	*copyRun
-	// env is what it uses of the controller; its copyRun's env is what
-	// the run of its copies does.
+	// env is what it uses of the controller (its copyRun's env, the part
+	// the run of the copies uses).
 	env *runEnv
 	// excluded is set when tenancy keeps the namespace from the member,
 	// and excludedCopies when the member held copies then.
