@@ -245,22 +245,52 @@ type copyRun struct {
 	key    propagationKey
 	// id is the fleet's identity.
 	id string
+	runInput
+	runReport
+
+	// selectedBy is the resource that selects each hub object wanted
+	// (see want).
+	selectedBy map[copyKey]fleetv1alpha1.ResourceSelector
+	// skipRemoval holds kinds whose hub objects could not be read, or
+	// whose copies could not be listed: none of their copies can be
+	// proven unwanted.
+	skipRemoval map[schema.GroupVersionKind]bool
 	// others are the member's copies of the Propagation's name that are
 	// not this fleet's.
 	others map[copyKey]*unstructured.Unstructured
 	// journaled holds the journal's copies, by Propagation, read to prove
 	// copies stamped without an identity this fleet's.
-	journaled map[string][]journal.Copy
+	journaled  map[string][]journal.Copy
+	namespaced bool
+	// namespaceUnknown is set when the manager may neither read nor create
+	// the member's namespace: a copy not found there says it is missing.
+	namespaceUnknown bool
+}
 
-	// labels are the member's labels, and selectedBy the resource that
-	// selects each hub object wanted.
-	labels     map[string]string
-	selectedBy map[copyKey]fleetv1alpha1.ResourceSelector
+// runInput is what the controller gives the run of a member's copies,
+// beside the hub objects wanted: the member's labels (for overrides),
+// the content the member is given and its overrides, the number of its
+// revision, and what tenancy lets the member hold.
+type runInput struct {
+	labels map[string]string
+	// content is the content the member is given, shared read-only.
+	content   *content.Content
+	overrides []fleetv1alpha1.Override
+	// number is the number of the revision the member is given, stamped
+	// on each copy (RevisionLabel); 0 under strategy All until the
+	// revision of the hub's content is made.
+	number int64
 	// reach is what the Propagation's namespace may reach (see
 	// enforceTenancy), and tenant the member as tenancy sees it.
 	reach  *tenancy.NamespaceReach
 	tenant tenancy.Member
+}
 
+// runReport is what the run of a member's copies found, for the
+// controller to record as the member's result (see memberRun.record).
+type runReport struct {
+	// failures are the run's, after those found deciding what the member
+	// is given.
 	failures []failure
 	// orphaned are the copies orphaned rather than deleted, and why.
 	orphaned []failure
@@ -280,26 +310,10 @@ type copyRun struct {
 	// recheck is when the first drift check the run trusted expires (see
 	// recheckIn).
 	recheck time.Duration
-	// skipRemoval holds kinds whose hub objects could not be read: none of
-	// their copies can be proven unwanted.
-	skipRemoval map[schema.GroupVersionKind]bool
 	// copies counts the copies the member holds after the run, and kinds
 	// are their kinds.
-	copies     int
-	kinds      []schema.GroupVersionKind
-	namespaced bool
-	// namespaceUnknown is set when the manager may neither read nor create
-	// the member's namespace: a copy not found there says it is missing.
-	namespaceUnknown bool
-
-	// number is the number of the revision the member is given, stamped
-	// on each copy (RevisionLabel); 0 under strategy All until the
-	// revision of the hub's content is made. overrides are that
-	// content's.
-	number    int64
-	overrides []fleetv1alpha1.Override
-	// content is the content the member is given, shared read-only.
-	content *content.Content
+	copies int
+	kinds  []schema.GroupVersionKind
 }
 
 type failure struct {

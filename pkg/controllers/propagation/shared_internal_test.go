@@ -41,7 +41,7 @@ func TestCopiesNoOverrideChangesAreBuiltOnce(t *testing.T) {
 	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
 	newRun := func(member string, number int64) *copyRun {
 		return &copyRun{env: &r.runEnv().copyEnv, member: runMember{name: member}, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id",
-			content: c, overrides: c.Overrides, number: number}
+			runInput: runInput{content: c, overrides: c.Overrides, number: number}}
 	}
 	desired := func(run *copyRun) *unstructured.Unstructured {
 		return run.desiredCopies(map[copyKey]*unstructured.Unstructured{k: {Object: hub}})[k]
