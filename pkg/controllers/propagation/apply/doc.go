@@ -50,13 +50,13 @@
 // (copyRun, for one Propagation in one member, apart from what decides
 // what the member is given and records the result); it takes only what
 // it names: the Propagation (nil once gone), the hub objects wanted there
-// (none when its copies are removed) with the content, overrides and
-// revision number they come from, the member (runMember: its name, a
-// client that writes, a reader of its API server, discovery and metadata,
-// its copy caches) and what it uses of the controller (copyEnv: the fleet
-// and its journal, the copies shared by every member, the kinds the
-// journal holds, the drift last reported, recorder and metrics). It
-// guarantees:
+// (none when its copies are removed) and runInput (the content, overrides
+// and revision number they come from, what tenancy lets the member hold),
+// the member (runMember: its name, a client that writes, a reader of its
+// API server, discovery and metadata, its copy caches) and what it uses
+// of the controller (copyEnv: the fleet and its journal, the copies
+// shared by every member, the kinds the journal holds, the drift last
+// reported, recorder and metrics). It guarantees:
 //   - each copy is recorded in the journal before it is applied, step by
 //     step in [Order], a step once the earlier ones are Available;
 //   - it removes only this fleet's copies of this Propagation (by identity,
@@ -68,7 +68,7 @@
 //     waiting for its budget) neither applies nor removes;
 //   - the journal forgets a copy only once the member confirms it gone.
 //
-// What it found is in its fields (failures, drift, what is not
+// What it found is in its runReport (failures, drift, what is not
 // Available, what waits for a kind, a wave or a deletion, what was
 // orphaned, the copies and kinds left), which the controller records as
 // the member's one result; it tells new drift and each orphaned copy as
