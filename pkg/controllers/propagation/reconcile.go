@@ -201,10 +201,10 @@ func (r *reconciler) runEnv() *runEnv {
 		reachOf: func(ctx context.Context, namespace string) tenancy.NamespaceReach {
 			return r.tenancy.reachOf(ctx, namespace)
 		},
-		results:      r.results,
-		askStatus:    func(key propagationKey) { r.queue.add(fleet.Request{NamespacedName: key}) },
-		countOwed:    r.countOwed,
-		publishDrain: r.publishDrain,
+		results:        r.results,
+		askStatus:      func(key propagationKey) { r.queue.add(fleet.Request{NamespacedName: key}) },
+		countOwed:      r.countOwed,
+		publishDrain:   r.publishDrain,
 		revisionNumber: r.revisionNumber,
 		relabelLater:   r.relabelLater,
 	}
