@@ -20,6 +20,6 @@ func (run *memberRun) heldByAvailableWhen(resources []fleetv1alpha1.ResourceSele
 // holdFailed holds the run, failed with kerr: a spec the manager cannot
 // use neither applies nor removes anything, and the status says why.
 func (run *memberRun) holdFailed(kerr *kindError) {
-	run.held = &failure{reason: kerr.reason, message: kerr.message}
-	run.fail(*run.held)
+	run.held = &failure{Reason: kerr.reason, Message: kerr.message}
+	run.Fail(*run.held)
 }

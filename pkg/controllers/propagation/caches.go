@@ -109,13 +109,13 @@ type heldEvent struct {
 // copyID names a copy in a member: its namespace ("" if cluster-scoped),
 // kind and name.
 type copyID struct {
-	namespace string
+	Namespace string
 	copyKey
 }
 
 // idOf is the copyID of obj.
 func idOf(obj client.Object) copyID {
-	return copyID{namespace: obj.GetNamespace(), copyKey: copyKey{gvk: obj.GetObjectKind().GroupVersionKind(), name: obj.GetName()}}
+	return copyID{Namespace: obj.GetNamespace(), copyKey: copyKey{GVK: obj.GetObjectKind().GroupVersionKind(), Name: obj.GetName()}}
 }
 
 // cleanCheck is a drift check that found none, at: of the member's copy
@@ -126,14 +126,14 @@ type cleanCheck struct {
 	at                           time.Time
 }
 
-// unchanged reports whether a drift check of live against a desired copy
+// Unchanged reports whether a drift check of live against a desired copy
 // of hash found none, less than recheck ago, and the copy has not
 // changed since: every change of an object changes its resourceVersion,
 // as Kubernetes defines it. A member that gives a version again to other
 // content (an etcd backup restored) has the copy compared again at the
 // latest recheck after its last check: left is how long the check is
 // still trusted.
-func (mc *memberCopies) unchanged(id copyID, live *unstructured.Unstructured, hash string) (ok bool, left time.Duration) {
+func (mc *memberCopies) Unchanged(id copyID, live *unstructured.Unstructured, hash string) (ok bool, left time.Duration) {
 	mc.copyMu.Lock()
 	defer mc.copyMu.Unlock()
 	c, found := mc.checked[id]
@@ -144,9 +144,9 @@ func (mc *memberCopies) unchanged(id copyID, live *unstructured.Unstructured, ha
 	return left > 0, left
 }
 
-// checkedClean records that a drift check of live against a desired copy
+// CheckedClean records that a drift check of live against a desired copy
 // of hash found none, now.
-func (mc *memberCopies) checkedClean(id copyID, live *unstructured.Unstructured, hash string) {
+func (mc *memberCopies) CheckedClean(id copyID, live *unstructured.Unstructured, hash string) {
 	mc.copyMu.Lock()
 	defer mc.copyMu.Unlock()
 	if mc.checked == nil {
@@ -155,17 +155,17 @@ func (mc *memberCopies) checkedClean(id copyID, live *unstructured.Unstructured,
 	mc.checked[id] = cleanCheck{resourceVersion: live.GetResourceVersion(), contentHash: hash, at: time.Now()}
 }
 
-// forget forgets copy id, which the manager removed or let go.
-func (mc *memberCopies) forget(id copyID) {
+// Forget forgets copy id, which the manager removed or let go.
+func (mc *memberCopies) Forget(id copyID) {
 	mc.copyMu.Lock()
 	defer mc.copyMu.Unlock()
 	delete(mc.checked, id)
 	delete(mc.written, id)
 }
 
-// write records that the manager writes copy id now; wrote, which must
-// follow, that the write answered.
-func (mc *memberCopies) write(id copyID) {
+// Write records that the manager writes copy id now; wrote, which must
+// follow, that the Write answered.
+func (mc *memberCopies) Write(id copyID) {
 	mc.copyMu.Lock()
 	defer mc.copyMu.Unlock()
 	if mc.writing == nil {
@@ -179,11 +179,11 @@ func (mc *memberCopies) write(id copyID) {
 	h.writes++
 }
 
-// wrote records that the manager's write of copy id answered obj, nil
+// Wrote records that the manager's write of copy id answered obj, nil
 // if it failed. An event held while it was in flight (see echo) that
 // shows obj is its echo, dropped; the others are told once no write of
 // the copy is in flight.
-func (mc *memberCopies) wrote(id copyID, obj *unstructured.Unstructured) {
+func (mc *memberCopies) Wrote(id copyID, obj *unstructured.Unstructured) {
 	rv := ""
 	if obj != nil {
 		rv = obj.GetResourceVersion()
@@ -313,11 +313,11 @@ func (mc *memberCopies) watch(ctx context.Context, namespace string, gvk schema.
 	return nc.watch(ctx, gvk)
 }
 
-// list lists the copies of gvk in namespace that match selector: the
+// List lists the copies of gvk in namespace that match selector: the
 // cache's own objects, not copies (a run of 30 copies of 10 KiB would
 // copy 300 KiB). Whoever writes into one, or hands it to a client call
 // that writes its answer into it, copies it first (see nameOf).
-func (mc *memberCopies) list(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error) {
+func (mc *memberCopies) List(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error) {
 	nc, err := mc.inNamespace(namespace)
 	if err != nil {
 		return nil, err
@@ -329,8 +329,8 @@ func (mc *memberCopies) list(ctx context.Context, gvk schema.GroupVersionKind, n
 	return nc.list(ctx, gvk, namespace, selector, client.UnsafeDisableDeepCopy)
 }
 
-// watchedIn lists the kinds whose informers have synced in namespace.
-func (mc *memberCopies) watchedIn(namespace string) []schema.GroupVersionKind {
+// WatchedIn lists the kinds whose informers have synced in namespace.
+func (mc *memberCopies) WatchedIn(namespace string) []schema.GroupVersionKind {
 	if nc := mc.caches()[namespace]; nc != nil {
 		return nc.watched()
 	}
@@ -360,8 +360,8 @@ func (mc *memberCopies) countWatches() {
 	mc.watches(n)
 }
 
-// served forgets, in every copy cache, that gk was missing.
-func (mc *memberCopies) served(gk schema.GroupKind) {
+// Served forgets, in every copy cache, that gk was missing.
+func (mc *memberCopies) Served(gk schema.GroupKind) {
 	for _, nc := range mc.caches() {
 		nc.served(gk)
 	}

@@ -58,7 +58,7 @@ func (run *copyRun) otherContent(ctx context.Context, c *unstructured.Unstructur
 // the member serves, metadata only: discovery once, then one list per
 // kind until the first object found.
 func (run *copyRun) namespaceContent(ctx context.Context, namespace string) (string, error) {
-	lists, err := run.member.discovery.ServerPreferredNamespacedResources()
+	lists, err := run.member.Discovery.ServerPreferredNamespacedResources()
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
@@ -91,7 +91,7 @@ func (run *copyRun) namespaceContent(ctx context.Context, namespace string) (str
 func (run *copyRun) foreignObjects(ctx context.Context, gvr schema.GroupVersionResource, namespace string) (string, error) {
 	opts := metav1.ListOptions{Limit: contentPageSize}
 	for {
-		list, err := run.member.metadata.Resource(gvr).Namespace(namespace).List(ctx, opts)
+		list, err := run.member.Metadata.Resource(gvr).Namespace(namespace).List(ctx, opts)
 		if err != nil {
 			if ctx.Err() != nil {
 				return "", ctx.Err()
@@ -114,7 +114,7 @@ func (run *copyRun) foreignObjects(ctx context.Context, gvr schema.GroupVersionR
 // in its namespace (none for a ClusterPropagation), with the fleet's
 // identity. A copy stamped without one is a doubt, not ours.
 func (run *copyRun) ownCopy(o metav1.Object) bool {
-	return o.GetNamespace() == run.key.Namespace && ownerOf(o, run.env.fleet, run.id, run.key.Name, func() bool { return false }) == ours
+	return o.GetNamespace() == run.key.Namespace && ownerOf(o, run.env.Fleet, run.id, run.key.Name, func() bool { return false }) == ours
 }
 
 // madeByServer reports whether o, of resource gr, is what the member's
@@ -157,11 +157,11 @@ func customResources(c *unstructured.Unstructured) (schema.GroupVersionResource,
 // (reason, message): in the member's result, as a Warning Event on the
 // Propagation while it exists, and in the log.
 func (run *copyRun) letGo(ctx context.Context, k copyKey, reason, message string) {
-	run.orphaned = append(run.orphaned, failure{reason: reason, message: message})
-	logf.FromContext(ctx).Info("Copy orphaned, not deleted", "kind", k.gvk.Kind, "object", k.name, "reason", reason, "message", message)
+	run.Orphaned = append(run.Orphaned, failure{Reason: reason, Message: message})
+	logf.FromContext(ctx).Info("Copy orphaned, not deleted", "kind", k.GVK.Kind, "object", k.Name, "reason", reason, "message", message)
 	if run.p != nil {
-		mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: run.member.name}}
-		run.env.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeWarning, reason, "Remove", "member %s: %s", run.member.name, message)
+		mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: run.member.Name}}
+		run.env.Recorder.Eventf(run.env.HubObject(run.p), mc, corev1.EventTypeWarning, reason, "Remove", "member %s: %s", run.member.Name, message)
 	}
 }
 
@@ -173,9 +173,9 @@ func (run *memberRun) tellOrphaned(res *memberResult, prev memberResult) {
 		return
 	}
 	switch {
-	case len(run.orphaned) > 0:
-		res.reason, res.message = run.orphaned[0].reason, run.orphaned[0].message
-		if n := len(run.orphaned); n > 1 {
+	case len(run.Orphaned) > 0:
+		res.reason, res.message = run.Orphaned[0].Reason, run.Orphaned[0].Message
+		if n := len(run.Orphaned); n > 1 {
 			res.message = fmt.Sprintf("%s (and %d more)", res.message, n-1)
 		}
 		res.message = words.Truncate(res.message, fleetv1alpha1.MaxMemberMessageLength)

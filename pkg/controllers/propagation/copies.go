@@ -31,11 +31,11 @@ import (
 
 // copyKey names one copy in a member.
 type copyKey struct {
-	gvk  schema.GroupVersionKind
-	name string
+	GVK  schema.GroupVersionKind
+	Name string
 }
 
-func (k copyKey) String() string { return k.gvk.Kind + " " + k.name }
+func (k copyKey) String() string { return k.GVK.Kind + " " + k.Name }
 
 // owner is whose a member object is, as a member run sees it.
 type owner int
@@ -87,7 +87,7 @@ func ownerOf(obj metav1.Object, fleet, fleetID, propagation string, proven func(
 // ownerOf says whose member object obj is; hub is the hub object the run
 // applies in its place, or nil.
 func (run *copyRun) ownerOf(obj, hub *unstructured.Unstructured) owner {
-	return ownerOf(obj, run.env.fleet, run.id, run.key.Name, func() bool { return run.proven(obj, hub) })
+	return ownerOf(obj, run.env.Fleet, run.id, run.key.Name, func() bool { return run.proven(obj, hub) })
 }
 
 // proven reports whether obj, a copy stamped without an identity by a
@@ -105,7 +105,7 @@ func (run *copyRun) proven(obj, hub *unstructured.Unstructured) bool {
 	copies, ok := run.journaled[c.Propagation]
 	if !ok {
 		var err error
-		if copies, err = run.env.journal.CopiesOf(run.member.name, c.Namespace, c.Propagation); err != nil {
+		if copies, err = run.env.Journal.CopiesOf(run.member.Name, c.Namespace, c.Propagation); err != nil {
 			return false
 		}
 		run.journaled[c.Propagation] = copies
@@ -129,13 +129,13 @@ func propagationOf(obj *unstructured.Unstructured) string {
 // holds one. Another fleet's copy is left alone, and an object that is no
 // copy taken over only under adopt.
 func (run *copyRun) apply(ctx context.Context, k copyKey, desired, live, hub *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	if run.skipRemoval[k.gvk] {
+	if run.skipRemoval[k.GVK] {
 		return nil, nil // the member cannot list the kind: existing reported it
 	}
-	p, name := run.p, run.member.name
+	p, name := run.p, run.member.Name
 	adopted := false
 	if live == nil {
-		if !run.namespaced && !isCluster(run.key) {
+		if !run.namespaced && run.key.Namespace != "" {
 			if err := run.ensureNamespace(ctx); err != nil {
 				return nil, run.failed(err, "create", namespaceKey(run.key.Namespace))
 			}
@@ -144,8 +144,8 @@ func (run *copyRun) apply(ctx context.Context, k copyKey, desired, live, hub *un
 		found := run.others[k]
 		if found == nil {
 			found = &unstructured.Unstructured{}
-			found.SetGroupVersionKind(k.gvk)
-			err := run.member.reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: k.name}, found)
+			found.SetGroupVersionKind(k.GVK)
+			err := run.member.Reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: k.Name}, found)
 			if apierrors.IsNotFound(err) {
 				found = nil
 			} else if err != nil {
@@ -157,21 +157,21 @@ func (run *copyRun) apply(ctx context.Context, k copyKey, desired, live, hub *un
 			case ours:
 				live = found
 			case otherFleet:
-				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is another fleet's copy: it is left alone (adopt does not take it)", k)})
+				run.Fail(failure{Reason: fleetv1alpha1.ReasonAlreadyExists, Message: fmt.Sprintf("%s exists in the member and is another fleet's copy: it is left alone (adopt does not take it)", k)})
 				return nil, nil
 			case unproven:
-				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member as a copy without a fleet identity that is not provably this fleet's: it is left alone (adopt does not take it)", k)})
+				run.Fail(failure{Reason: fleetv1alpha1.ReasonAlreadyExists, Message: fmt.Sprintf("%s exists in the member as a copy without a fleet identity that is not provably this fleet's: it is left alone (adopt does not take it)", k)})
 				return nil, nil
 			case otherPropagation:
-				run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is %s's copy: it is left alone (adopt does not take another Propagation's copy)", k, propagationOf(found))})
+				run.Fail(failure{Reason: fleetv1alpha1.ReasonAlreadyExists, Message: fmt.Sprintf("%s exists in the member and is %s's copy: it is left alone (adopt does not take another Propagation's copy)", k, propagationOf(found))})
 				return nil, nil
 			case notACopy:
 				switch {
 				case !p.Spec.Adopt && objmeta.LabelValue(found, fleetv1alpha1.FleetIDLabel) == run.id:
-					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member, made by this fleet for other copies (a Propagation's namespace); set adopt to take it over", k)})
+					run.Fail(failure{Reason: fleetv1alpha1.ReasonAlreadyExists, Message: fmt.Sprintf("%s exists in the member, made by this fleet for other copies (a Propagation's namespace); set adopt to take it over", k)})
 					return nil, nil
 				case !p.Spec.Adopt:
-					run.fail(failure{reason: fleetv1alpha1.ReasonAlreadyExists, message: fmt.Sprintf("%s exists in the member and is not a copy (managers: %s); set adopt to take it over", k, managersOf(found))})
+					run.Fail(failure{Reason: fleetv1alpha1.ReasonAlreadyExists, Message: fmt.Sprintf("%s exists in the member and is not a copy (managers: %s); set adopt to take it over", k, managersOf(found))})
 					return nil, nil
 				}
 				if marked, err := run.markAdopted(ctx, k, found); !marked {
@@ -181,7 +181,7 @@ func (run *copyRun) apply(ctx context.Context, k copyKey, desired, live, hub *un
 			}
 		}
 	}
-	id := copyID{namespace: run.key.Namespace, copyKey: k}
+	id := copyID{Namespace: run.key.Namespace, copyKey: k}
 	revision := run.revisionOf(desired, nil)
 	if live != nil && !adopted {
 		hash := objmeta.AnnotationValue(desired, fleetv1alpha1.ContentHashAnnotation)
@@ -192,19 +192,19 @@ func (run *copyRun) apply(ctx context.Context, k copyKey, desired, live, hub *un
 			// A copy unchanged since a check found no drift is not
 			// compared again, until the check is DriftRecheck old: then
 			// the run is asked again.
-			if trusted, left := run.member.cache.unchanged(id, live, hash); trusted {
+			if trusted, left := run.member.Cache.Unchanged(id, live, hash); trusted {
 				run.recheckIn(left)
 			} else if changedFields = apply.Drift(desired, live); len(changedFields) == 0 {
-				run.member.cache.checkedClean(id, live, hash)
+				run.member.Cache.CheckedClean(id, live, hash)
 			}
 		}
 		relabel := revision != "" && objmeta.LabelValue(live, fleetv1alpha1.RevisionLabel) != revision
 		switch {
 		case sameHub && len(changedFields) == 0 && !relabel:
-			run.hold(k.gvk)
+			run.Hold(k.GVK)
 			return live, nil
 		case sameHub && p.Spec.Drift == fleetv1alpha1.DriftReport && len(changedFields) > 0:
-			run.hold(k.gvk)
+			run.Hold(k.GVK)
 			run.reportDrift(k, changedFields)
 			if relabel {
 				// Only the label: applying the copy would correct the drift.
@@ -215,9 +215,9 @@ func (run *copyRun) apply(ctx context.Context, k copyKey, desired, live, hub *un
 		case sameHub && len(changedFields) > 0:
 			// (A copy that lacks only its label is applied whole too, so
 			// that the label stays the applies' own: no drift.)
-			run.env.metrics.driftDetected.WithLabelValues(name).Inc()
-			defer func() { run.env.metrics.driftCorrected.WithLabelValues(name).Inc() }()
-			logf.FromContext(ctx).Info("Correcting drift", "kind", k.gvk.Kind, "object", k.name, "fields", changedFields)
+			run.env.Metrics.DriftDetected.WithLabelValues(name).Inc()
+			defer func() { run.env.Metrics.DriftCorrected.WithLabelValues(name).Inc() }()
+			logf.FromContext(ctx).Info("Correcting drift", "kind", k.GVK.Kind, "object", k.Name, "fields", changedFields)
 		}
 	}
 	desired = desired.DeepCopy() // it may be shared, and the apply's response replaces it
@@ -230,17 +230,17 @@ func (run *copyRun) apply(ctx context.Context, k copyKey, desired, live, hub *un
 		apply.WithoutClaims(desired, apply.ClaimedByOthers(live))
 	}
 	start := time.Now()
-	run.member.cache.write(id)
-	err := run.member.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(fleetv1alpha1.FieldManager), client.ForceOwnership)
-	run.env.metrics.applyDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	run.member.Cache.Write(id)
+	err := run.member.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), client.FieldOwner(fleetv1alpha1.FieldManager), client.ForceOwnership)
+	run.env.Metrics.ApplyDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	if err != nil {
-		run.member.cache.wrote(id, nil)
-		run.env.metrics.applies.WithLabelValues(name, applyFailed).Inc()
+		run.member.Cache.Wrote(id, nil)
+		run.env.Metrics.Applies.WithLabelValues(name, applyFailed).Inc()
 		return nil, run.failed(err, "patch", k)
 	}
-	run.env.metrics.applies.WithLabelValues(name, applySucceeded).Inc()
-	run.member.cache.wrote(id, desired)
-	run.hold(k.gvk)
+	run.env.Metrics.Applies.WithLabelValues(name, applySucceeded).Inc()
+	run.member.Cache.Wrote(id, desired)
+	run.Hold(k.GVK)
 	if _, stale := objmeta.Label(desired, fleetv1alpha1.RevisionLabel); stale && revision == "" {
 		// The label labelRevision patched under drift Report is no field of
 		// the applies, so an apply without it leaves it: removed, so that a
@@ -264,8 +264,8 @@ func (run *copyRun) revisionOf(desired, live *unstructured.Unstructured) string 
 			return revision
 		}
 	}
-	if run.number > 0 {
-		return strconv.FormatInt(run.number, 10)
+	if run.Number > 0 {
+		return strconv.FormatInt(run.Number, 10)
 	}
 	return objmeta.LabelValue(desired, fleetv1alpha1.RevisionLabel)
 }
@@ -280,13 +280,13 @@ func (run *copyRun) labelRevision(ctx context.Context, k copyKey, live *unstruct
 	}
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%s}}}`, fleetv1alpha1.RevisionLabel, value)
 	patched := nameOf(live)
-	id := copyID{namespace: run.key.Namespace, copyKey: k}
-	run.member.cache.write(id)
-	if err := run.member.client.Patch(ctx, patched, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
-		run.member.cache.wrote(id, nil)
+	id := copyID{Namespace: run.key.Namespace, copyKey: k}
+	run.member.Cache.Write(id)
+	if err := run.member.Client.Patch(ctx, patched, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
+		run.member.Cache.Wrote(id, nil)
 		return nil, run.failed(err, "patch", k)
 	}
-	run.member.cache.wrote(id, patched)
+	run.member.Cache.Wrote(id, patched)
 	return patched, nil
 }
 
@@ -307,7 +307,7 @@ func (run *copyRun) markAdopted(ctx context.Context, k copyKey, obj *unstructure
 	if err != nil {
 		return false, err
 	}
-	if err := run.member.client.Patch(ctx, nameOf(obj), client.RawPatch(types.MergePatchType, raw), client.FieldOwner(adoptionFieldManager)); err != nil {
+	if err := run.member.Client.Patch(ctx, nameOf(obj), client.RawPatch(types.MergePatchType, raw), client.FieldOwner(adoptionFieldManager)); err != nil {
 		if apierrors.IsConflict(err) {
 			return false, fmt.Errorf("marking %s adopted: it changed meanwhile: %w", k, err)
 		}
@@ -323,14 +323,14 @@ const adoptionFieldManager = fleetv1alpha1.FieldManager + "-adoption"
 // was not known before as an Event and in the metric.
 func (run *copyRun) reportDrift(k copyKey, fields []string) {
 	for _, f := range fields {
-		run.drifted = append(run.drifted, k.String()+": "+f)
+		run.Drifted = append(run.Drifted, k.String()+": "+f)
 	}
-	if reported, ok := run.env.reportedDrift(run.key, run.member.name); ok && containsAll(reported, run.drifted) {
+	if reported, ok := run.env.ReportedDrift(run.key, run.member.Name); ok && containsAll(reported, run.Drifted) {
 		return
 	}
-	run.env.metrics.driftDetected.WithLabelValues(run.member.name).Inc()
-	run.env.recorder.Eventf(hubObject(run.p), nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDrifted, "DetectDrift",
-		"member %s: %s changed %s", run.member.name, k, strings.Join(fields, ", "))
+	run.env.Metrics.DriftDetected.WithLabelValues(run.member.Name).Inc()
+	run.env.Recorder.Eventf(run.env.HubObject(run.p), nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDrifted, "DetectDrift",
+		"member %s: %s changed %s", run.member.Name, k, strings.Join(fields, ", "))
 }
 
 func containsAll(have, want []string) bool {
@@ -349,15 +349,15 @@ func containsAll(have, want []string) bool {
 // namespace may be all it needs, and the apply tells.
 func (run *copyRun) ensureNamespace(ctx context.Context) error {
 	ns := &corev1.Namespace{}
-	err := run.member.reader.Get(ctx, types.NamespacedName{Name: run.key.Namespace}, ns)
+	err := run.member.Reader.Get(ctx, types.NamespacedName{Name: run.key.Namespace}, ns)
 	if err == nil || (!apierrors.IsNotFound(err) && !apierrors.IsForbidden(err)) {
 		return err
 	}
 	unread := apierrors.IsForbidden(err)
 	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: run.key.Namespace, Labels: map[string]string{
-		fleetv1alpha1.FleetLabel: run.env.fleet, fleetv1alpha1.FleetIDLabel: run.id,
+		fleetv1alpha1.FleetLabel: run.env.Fleet, fleetv1alpha1.FleetIDLabel: run.id,
 	}}}
-	err = run.member.client.Create(ctx, ns, client.FieldOwner(fleetv1alpha1.FieldManager))
+	err = run.member.Client.Create(ctx, ns, client.FieldOwner(fleetv1alpha1.FieldManager))
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		return nil
@@ -378,7 +378,7 @@ func (run *copyRun) remove(ctx context.Context, live *unstructured.Unstructured)
 	if run.p != nil {
 		policy = apply.DeletionPolicy(run.p)
 	}
-	k := copyKey{gvk: live.GroupVersionKind(), name: live.GetName()}
+	k := copyKey{GVK: live.GroupVersionKind(), Name: live.GetName()}
 	if policy == fleetv1alpha1.DeletionOrphan {
 		return run.orphan(ctx, live, k)
 	}
@@ -386,7 +386,7 @@ func (run *copyRun) remove(ctx context.Context, live *unstructured.Unstructured)
 	switch {
 	case objmeta.AnnotationValue(live, fleetv1alpha1.AdoptedAnnotation) == "true":
 		reason, why = fleetv1alpha1.ReasonAdoptedOrphaned, "adopt took it over from the member, which made it"
-	case isContainer(k.gvk.GroupKind()):
+	case isContainer(k.GVK.GroupKind()):
 		what, err := run.otherContent(ctx, live)
 		if err != nil {
 			return err
@@ -394,20 +394,20 @@ func (run *copyRun) remove(ctx context.Context, live *unstructured.Unstructured)
 		reason, why = fleetv1alpha1.ReasonContainerNotEmpty, what
 	}
 	if why != "" {
-		failures := len(run.failures)
-		if err := run.orphan(ctx, live, k); err != nil || len(run.failures) > failures {
+		failures := len(run.Failures)
+		if err := run.orphan(ctx, live, k); err != nil || len(run.Failures) > failures {
 			return err
 		}
 		run.letGo(ctx, k, reason, fmt.Sprintf("%s was orphaned, not deleted: %s", k, why))
 		return nil
 	}
 	uid := live.GetUID()
-	if err := run.member.client.Delete(ctx, live, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		run.hold(k.gvk)
+	if err := run.member.Client.Delete(ctx, live, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		run.Hold(k.GVK)
 		return run.failed(err, "delete", k)
 	}
-	run.member.cache.forget(copyID{namespace: run.key.Namespace, copyKey: k})
-	logf.FromContext(ctx).V(1).Info("Copy removed", "kind", k.gvk.Kind, "object", k.name)
+	run.member.Cache.Forget(copyID{Namespace: run.key.Namespace, copyKey: k})
+	logf.FromContext(ctx).V(1).Info("Copy removed", "kind", k.GVK.Kind, "object", k.Name)
 	return nil
 }
 
@@ -425,10 +425,10 @@ func (run *copyRun) orphan(ctx context.Context, live *unstructured.Unstructured,
 	if err != nil {
 		return err
 	}
-	if err := run.member.client.Patch(ctx, nameOf(live), client.RawPatch(types.MergePatchType, raw)); err != nil && !apierrors.IsNotFound(err) {
+	if err := run.member.Client.Patch(ctx, nameOf(live), client.RawPatch(types.MergePatchType, raw)); err != nil && !apierrors.IsNotFound(err) {
 		return run.failed(err, "patch", k)
 	}
-	run.member.cache.forget(copyID{namespace: run.key.Namespace, copyKey: k})
+	run.member.Cache.Forget(copyID{Namespace: run.key.Namespace, copyKey: k})
 	return nil
 }
 
@@ -449,20 +449,20 @@ func nameOf(obj *unstructured.Unstructured) *unstructured.Unstructured {
 // message never reaches the hub.
 func (run *copyRun) failed(err error, verb string, k copyKey) error {
 	where := "in namespace " + run.key.Namespace
-	if isCluster(run.key) {
+	if run.key.Namespace == "" {
 		where = "(cluster-scoped)"
 	}
 	switch {
 	case meta.IsNoMatchError(err):
-		run.waitForKind(k.gvk)
+		run.waitForKind(k.GVK)
 	case apierrors.IsForbidden(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member forbids the manager to %s %s (%s) %s%s", verb, run.env.resourceOf(k.gvk), k, where, grantHint(run.member.name))})
+		run.Fail(failure{Reason: fleetv1alpha1.ReasonForbidden, Message: fmt.Sprintf("the member forbids the manager to %s %s (%s) %s%s", verb, run.env.ResourceOf(k.GVK), k, where, grantHint(run.member.Name))})
 	case apierrors.IsNotFound(err) && run.namespaceUnknown:
-		run.fail(failure{reason: fleetv1alpha1.ReasonForbidden, message: fmt.Sprintf("the member has no namespace %s, and forbids the manager to read or create namespaces", run.key.Namespace)})
+		run.Fail(failure{Reason: fleetv1alpha1.ReasonForbidden, Message: fmt.Sprintf("the member has no namespace %s, and forbids the manager to read or create namespaces", run.key.Namespace)})
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s %s: %s", k, where, describeStatus(err))})
+		run.Fail(failure{Reason: fleetv1alpha1.ReasonInvalid, Message: fmt.Sprintf("the member rejects %s %s: %s", k, where, describeStatus(err))})
 	case notInSchema(err):
-		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("the member rejects %s %s: it sets a field the member's schema of %s does not declare (%s)", k, where, k.gvk.Kind, describeStatus(err))})
+		run.Fail(failure{Reason: fleetv1alpha1.ReasonInvalid, Message: fmt.Sprintf("the member rejects %s %s: it sets a field the member's schema of %s does not declare (%s)", k, where, k.GVK.Kind, describeStatus(err))})
 	default:
 		return fmt.Errorf("%s %s %s: %w", verb, k, where, err)
 	}
@@ -478,7 +478,7 @@ func notInSchema(err error) bool {
 
 // namespaceKey names namespace as a copyKey, for failed.
 func namespaceKey(namespace string) copyKey {
-	return copyKey{gvk: corev1.SchemeGroupVersion.WithKind("Namespace"), name: namespace}
+	return copyKey{GVK: corev1.SchemeGroupVersion.WithKind("Namespace"), Name: namespace}
 }
 
 // resourceOf names gvk's resource as the hub's REST mapper does, or by
@@ -550,9 +550,9 @@ type sharedContent struct {
 	copies  map[copyKey]*unstructured.Unstructured
 }
 
-// get returns Propagation key's shared copy k of content c built from
+// Get returns Propagation key's shared copy k of content c built from
 // inputs, nil if none was kept.
-func (s *sharedCopies) get(key propagationKey, c *content.Content, inputs sharedInputs, k copyKey) *unstructured.Unstructured {
+func (s *sharedCopies) Get(key propagationKey, c *content.Content, inputs sharedInputs, k copyKey) *unstructured.Unstructured {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, sc := range s.copies[key] {
@@ -563,9 +563,9 @@ func (s *sharedCopies) get(key propagationKey, c *content.Content, inputs shared
 	return nil
 }
 
-// put keeps d as Propagation key's shared copy k of content c built from
+// Put keeps d as Propagation key's shared copy k of content c built from
 // inputs, dropping the copies of all but the newest contents.
-func (s *sharedCopies) put(key propagationKey, c *content.Content, inputs sharedInputs, k copyKey, d *unstructured.Unstructured) {
+func (s *sharedCopies) Put(key propagationKey, c *content.Content, inputs sharedInputs, k copyKey, d *unstructured.Unstructured) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	kept := s.copies[key]
@@ -581,8 +581,8 @@ func (s *sharedCopies) put(key propagationKey, c *content.Content, inputs shared
 	s.copies[key] = kept
 }
 
-// forget drops Propagation key's copies.
-func (s *sharedCopies) forget(key propagationKey) {
+// Forget drops Propagation key's copies.
+func (s *sharedCopies) Forget(key propagationKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.copies, key)

@@ -57,7 +57,7 @@ func TestUnchangedCopyIsNotComparedAgain(t *testing.T) {
 	live.SetResourceVersion("5")
 	const recheck = time.Hour
 	member := &memberCopies{name: "east", recheck: recheck}
-	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
+	k := copyKey{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: "web"}
 	var run *copyRun
 	drifted := func() []string {
 		t.Helper()
@@ -66,7 +66,7 @@ func TestUnchangedCopyIsNotComparedAgain(t *testing.T) {
 		if err != nil || got != live {
 			t.Fatalf("apply of an unchanged copy returned %v, %v; want the member's copy as it is", got, err)
 		}
-		return run.drifted
+		return run.Drifted
 	}
 	if d := drifted(); len(d) != 0 {
 		t.Fatalf("an unchanged copy drifted: %v", d)
@@ -76,8 +76,8 @@ func TestUnchangedCopyIsNotComparedAgain(t *testing.T) {
 	if d := drifted(); len(d) != 0 {
 		t.Errorf("a copy whose version was checked clean was compared again (drift %v): want a lookup", d)
 	}
-	if run.recheck <= 0 || run.recheck > recheck {
-		t.Errorf("a run that trusted a check asks to run again in %s, want within the recheck, %s", run.recheck, recheck)
+	if run.Recheck <= 0 || run.Recheck > recheck {
+		t.Errorf("a run that trusted a check asks to run again in %s, want within the recheck, %s", run.Recheck, recheck)
 	}
 	live.SetResourceVersion("6")
 	if d := drifted(); len(d) != 1 {
@@ -95,7 +95,7 @@ func TestCleanCheckIsTrustedForTheRecheckAlone(t *testing.T) {
 	live := desired.DeepCopy()
 	live.SetResourceVersion("4242")
 	member := &memberCopies{name: "east", recheck: time.Minute}
-	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
+	k := copyKey{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: "web"}
 	run := func() *copyRun {
 		t.Helper()
 		run := &copyRun{env: &r.runEnv().copyEnv, member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
@@ -104,18 +104,18 @@ func TestCleanCheckIsTrustedForTheRecheckAlone(t *testing.T) {
 		}
 		return run
 	}
-	if d := run().drifted; len(d) != 0 {
+	if d := run().Drifted; len(d) != 0 {
 		t.Fatalf("an unchanged copy drifted: %v", d)
 	}
 	_ = unstructured.SetNestedField(live.Object, "restored", "data", "v")
-	if got := run(); len(got.drifted) != 0 || got.recheck <= 0 {
-		t.Fatalf("within the recheck: drift %v, asked again in %s; want the check trusted, and a run asked for when it expires", got.drifted, got.recheck)
+	if got := run(); len(got.Drifted) != 0 || got.Recheck <= 0 {
+		t.Fatalf("within the recheck: drift %v, asked again in %s; want the check trusted, and a run asked for when it expires", got.Drifted, got.Recheck)
 	}
-	id := copyID{namespace: "team", copyKey: k}
+	id := copyID{Namespace: "team", copyKey: k}
 	c := member.checked[id]
 	c.at = c.at.Add(-time.Minute)
 	member.checked[id] = c
-	if d := run().drifted; len(d) != 1 {
+	if d := run().Drifted; len(d) != 1 {
 		t.Errorf("a check a recheck old, of a version the member gave again to other content: drift %v, want .data.v", d)
 	}
 }
@@ -139,13 +139,13 @@ func TestRelistMakesTheCopyComparedAgain(t *testing.T) {
 	mc := &memberCopies{name: "east", recheck: time.Hour}
 	id := idOf(version("5"))
 	enqueue := func(string, string) {}
-	mc.checkedClean(id, version("5"), "h")
+	mc.CheckedClean(id, version("5"), "h")
 	mc.copyEvent(version("4"), version("5"), enqueue)
-	if ok, _ := mc.unchanged(id, version("5"), "h"); !ok {
+	if ok, _ := mc.Unchanged(id, version("5"), "h"); !ok {
 		t.Error("an event of a new version dropped the clean check of it")
 	}
 	mc.copyEvent(version("5"), version("5"), enqueue)
-	if ok, _ := mc.unchanged(id, version("5"), "h"); ok {
+	if ok, _ := mc.Unchanged(id, version("5"), "h"); ok {
 		t.Error("an event showing the version the cache held (a relist) left its clean check trusted")
 	}
 }
@@ -174,7 +174,7 @@ func TestOwnershipChangeTellsBothPropagations(t *testing.T) {
 	if _, _, err := w.register(gvk, informer, 0); err != nil {
 		t.Fatal(err)
 	}
-	mc.wrote(idOf(copyOf("other", "8")), copyOf("other", "8"))
+	mc.Wrote(idOf(copyOf("other", "8")), copyOf("other", "8"))
 	informer.Update(copyOf("web", "7"), copyOf("other", "8"))
 	informer.Update(copyOf("other", "8"), copyOf("other", "9"))
 	if want := []string{"team/other", "team/web", "team/other"}; !slices.Equal(told, want) {
@@ -213,7 +213,7 @@ func TestMemberCopiesAreListedWithoutCopying(t *testing.T) {
 	w.informers = map[schema.GroupVersionKind]*kindInformer{gvk: {handler: synced{}}}
 	ctx := t.Context()
 	mc := &memberCopies{name: "east", ctx: ctx, namespaces: map[string]*namespaceCopies{"team": {watchedKinds: w, ctx: ctx}}}
-	if _, err := mc.list(ctx, gvk, "team", labels.Everything()); err != nil {
+	if _, err := mc.List(ctx, gvk, "team", labels.Everything()); err != nil {
 		t.Fatal(err)
 	}
 	if len(c.opts) != 1 || c.opts[0].UnsafeDisableDeepCopy == nil || !*c.opts[0].UnsafeDisableDeepCopy {
@@ -242,13 +242,13 @@ func TestOwnWriteAsksForNoRun(t *testing.T) {
 		obj.SetResourceVersion(rv)
 		return obj
 	}
-	id := copyID{namespace: "team", copyKey: copyKey{gvk: gvk, name: "web"}}
-	mc.wrote(id, version("7"))
+	id := copyID{Namespace: "team", copyKey: copyKey{GVK: gvk, Name: "web"}}
+	mc.Wrote(id, version("7"))
 	informer.Add(version("7"))
 	informer.Update(version("7"), version("8")) // another manager's
-	mc.wrote(id, version("9"))
+	mc.Wrote(id, version("9"))
 	informer.Update(version("8"), version("9"))
-	mc.wrote(id, version("10"))
+	mc.Wrote(id, version("10"))
 	informer.Delete(version("10"))
 	if want := []string{"8", "10"}; !slices.Equal(told, want) {
 		t.Errorf("events told of versions %v, want %v: not the manager's own writes 7 and 9", told, want)
@@ -278,21 +278,21 @@ func TestOwnWriteSeenBeforeItsAnswerAsksForNoRun(t *testing.T) {
 		obj.SetResourceVersion(rv)
 		return obj
 	}
-	id := copyID{namespace: "team", copyKey: copyKey{gvk: gvk, name: "web"}}
-	mc.write(id)
+	id := copyID{Namespace: "team", copyKey: copyKey{GVK: gvk, Name: "web"}}
+	mc.Write(id)
 	informer.Update(version("7"), version("8")) // another manager's
 	informer.Update(version("8"), version("9")) // the write's, before its answer
 	if len(told) != 0 {
 		t.Fatalf("events told of versions %v while the write was in flight", told)
 	}
-	mc.wrote(id, version("9"))
+	mc.Wrote(id, version("9"))
 	if want := []string{"8"}; !slices.Equal(told, want) {
 		t.Fatalf("events told of versions %v once the write answered 9, want %v", told, want)
 	}
 	informer.Update(version("9"), version("10")) // the write's echo was dropped: this is news
-	mc.write(id)
+	mc.Write(id)
 	informer.Update(version("10"), version("11"))
-	mc.wrote(id, nil) // failed
+	mc.Wrote(id, nil) // failed
 	if want := []string{"8", "10", "11"}; !slices.Equal(told, want) {
 		t.Errorf("events told of versions %v, want %v: a failed write holds back no event", told, want)
 	}
@@ -320,7 +320,7 @@ func TestCopyWithoutItsRevisionLabelIsNoDrift(t *testing.T) {
 			return nil
 		},
 	})}
-	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
+	k := copyKey{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: "web"}
 	run := &copyRun{env: &r.runEnv().copyEnv, member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
 	if _, err := run.apply(t.Context(), k, labelled, live, hub); err != nil {
 		t.Fatal(err)

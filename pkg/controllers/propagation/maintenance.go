@@ -51,7 +51,7 @@ const deletingRetry = 10 * time.Second
 func (run *copyRun) gone(ctx context.Context, live *unstructured.Unstructured) (bool, error) {
 	found := &unstructured.Unstructured{}
 	found.SetGroupVersionKind(live.GroupVersionKind())
-	err := run.member.reader.Get(ctx, client.ObjectKeyFromObject(live), found)
+	err := run.member.Reader.Get(ctx, client.ObjectKeyFromObject(live), found)
 	if apierrors.IsNotFound(err) {
 		return true, nil
 	} else if err != nil {
@@ -60,11 +60,11 @@ func (run *copyRun) gone(ctx context.Context, live *unstructured.Unstructured) (
 	if found.GetUID() != live.GetUID() || found.GetDeletionTimestamp() == nil {
 		return true, nil
 	}
-	run.hold(live.GroupVersionKind())
+	run.Hold(live.GroupVersionKind())
 	name := live.GetKind() + " " + live.GetName()
-	run.deleting = append(run.deleting, name)
-	if run.waiting == nil {
-		run.waiting = &failure{reason: reasonWaitingForDeletion, message: "waiting for the member to delete " + name + ": finalizers hold it"}
+	run.Deleting = append(run.Deleting, name)
+	if run.Waiting == nil {
+		run.Waiting = &failure{Reason: reasonWaitingForDeletion, Message: "waiting for the member to delete " + name + ": finalizers hold it"}
 	}
 	return false, nil
 }

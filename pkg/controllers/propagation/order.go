@@ -22,7 +22,7 @@ import (
 func (run *copyRun) applyInOrder(ctx context.Context, desired, have, want map[copyKey]*unstructured.Unstructured) error {
 	for k := range want {
 		if _, ok := desired[k]; !ok && have[k] != nil {
-			run.hold(k.gvk) // its override failed: the copy stays as it is
+			run.Hold(k.GVK) // its override failed: the copy stays as it is
 		}
 	}
 	steps := apply.Order(slices.Collect(maps.Keys(desired)), copyKey.kindAndName, func(k copyKey) int32 { return run.selectedBy[k].Wave })
@@ -45,12 +45,12 @@ func (run *copyRun) applyInOrder(ctx context.Context, desired, have, want map[co
 			for _, k := range later {
 				waiting++
 				if have[k] != nil {
-					run.hold(k.gvk)
+					run.Hold(k.GVK)
 				}
 			}
 		}
-		if run.waiting == nil {
-			run.waiting = &failure{reason: fleetv1alpha1.ReasonWaitingForWave, message: fmt.Sprintf("the copies of later waves (%d) wait for %s", waiting, firstOr(run.unavailable, "the copies of an earlier wave"))}
+		if run.Waiting == nil {
+			run.Waiting = &failure{Reason: fleetv1alpha1.ReasonWaitingForWave, Message: fmt.Sprintf("the copies of later waves (%d) wait for %s", waiting, firstOr(run.Unavailable, "the copies of an earlier wave"))}
 		}
 		return nil
 	}
@@ -67,24 +67,24 @@ func (run *copyRun) judge(k copyKey, live *unstructured.Unstructured) bool {
 	if expr := run.selectedBy[k].AvailableWhen; expr != "" {
 		var err error
 		if rule, err = health.Compile(expr); err != nil {
-			rerr := health.UnusableRule(k.gvk.Kind, err)
-			run.fail(failure{reason: rerr.Reason, message: rerr.Message})
+			rerr := health.UnusableRule(k.GVK.Kind, err)
+			run.Fail(failure{Reason: rerr.Reason, Message: rerr.Message})
 			return false
 		}
 	}
 	a := health.Of(live, rule)
 	switch a.State {
 	case health.NotAvailable:
-		run.unavailable = append(run.unavailable, a.Message)
+		run.Unavailable = append(run.Unavailable, a.Message)
 		return false
 	case health.NotTracked:
-		run.notTracked++
+		run.NotTracked++
 	}
 	if gk, ok := definedKind(live); ok && run.waitsFor(gk) {
 		// The kind the run waits for is served now: the run is tried
 		// again at once, and checks it again.
-		run.member.cache.served(gk)
-		run.kindArrived = true
+		run.member.Cache.Served(gk)
+		run.KindArrived = true
 	}
 	return true
 }
@@ -113,8 +113,8 @@ func (run *copyRun) waitsFor(gk schema.GroupKind) bool {
 // wait for its CRD, and are not failed.
 func (run *copyRun) waitForKind(gvk schema.GroupVersionKind) {
 	run.skipRemoval[gvk] = true
-	if run.waiting == nil || run.waiting.reason != fleetv1alpha1.ReasonWaitingForKind {
-		run.waiting = &failure{reason: fleetv1alpha1.ReasonWaitingForKind, message: fmt.Sprintf("the member does not serve kind %s (%s) yet: its copies wait for its CRD", gvk.Kind, gvk.GroupVersion())}
+	if run.Waiting == nil || run.Waiting.Reason != fleetv1alpha1.ReasonWaitingForKind {
+		run.Waiting = &failure{Reason: fleetv1alpha1.ReasonWaitingForKind, Message: fmt.Sprintf("the member does not serve kind %s (%s) yet: its copies wait for its CRD", gvk.Kind, gvk.GroupVersion())}
 	}
 }
 
@@ -126,4 +126,4 @@ func firstOr(list []string, otherwise string) string {
 }
 
 // kindAndName is what apply.Order sorts k by.
-func (k copyKey) kindAndName() (schema.GroupVersionKind, string) { return k.gvk, k.name }
+func (k copyKey) kindAndName() (schema.GroupVersionKind, string) { return k.GVK, k.Name }

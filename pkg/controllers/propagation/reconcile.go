@@ -116,20 +116,25 @@ type runEnv struct {
 // copyEnv is what the run of a member's copies (copyRun) uses of the
 // controller: the fleet and its journal, the copies shared by every
 // member, the kinds the journal holds copies of, the names of resources,
-// the drift last reported, and how it tells (recorder, metrics).
+// the kinds of a Propagation and its hub object, the drift last reported,
+// and how it tells (recorder, metrics).
 type copyEnv struct {
-	fleet   string
-	journal *journal.Journal
-	// shared keeps the copies built once for every member.
-	shared       *sharedCopies
-	journalKinds func(member string, key *propagationKey) []schema.GroupVersionKind
-	resourceOf   func(gvk schema.GroupVersionKind) string
-	// reportedDrift is the drift member's last result reported for
+	Fleet   string
+	Journal *journal.Journal
+	// Shared keeps the copies built once for every member.
+	Shared       *sharedCopies
+	JournalKinds func(member string, key *propagationKey) []schema.GroupVersionKind
+	ResourceOf   func(gvk schema.GroupVersionKind) string
+	// KindsOf lists the kinds a Propagation copies and copied; hubObject
+	// is a Propagation as the hub holds it, which its Events regard.
+	KindsOf   func(p *fleetv1alpha1.Propagation) []schema.GroupVersionKind
+	HubObject func(p *fleetv1alpha1.Propagation) client.Object
+	// ReportedDrift is the drift member's last result reported for
 	// Propagation key, if that result was Drifted.
-	reportedDrift func(key propagationKey, member string) ([]string, bool)
+	ReportedDrift func(key propagationKey, member string) ([]string, bool)
 
-	recorder events.EventRecorder
-	metrics  runMetrics
+	Recorder events.EventRecorder
+	Metrics  runMetrics
 }
 
 // runResults is where member runs keep their results: each run reads the
@@ -146,40 +151,49 @@ type runResults interface {
 // discovery and metadata to read what a container copy holds, and its
 // copy caches.
 type runMember struct {
-	name      string
-	client    client.Client
-	reader    client.Reader
-	discovery discovery.DiscoveryInterface
-	metadata  metadata.Interface
-	cache     copyCache
+	Name      string
+	Client    client.Client
+	Reader    client.Reader
+	Discovery discovery.DiscoveryInterface
+	Metadata  metadata.Interface
+	Cache     copyCache
 }
 
 // copyCache is what the run of a member's copies uses of the member's
 // copy caches: it lists the copies, and keeps what it checked and wrote
 // of each.
 type copyCache interface {
-	list(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error)
-	watchedIn(namespace string) []schema.GroupVersionKind
-	unchanged(id copyID, live *unstructured.Unstructured, hash string) (ok bool, left time.Duration)
-	checkedClean(id copyID, live *unstructured.Unstructured, hash string)
-	write(id copyID)
-	wrote(id copyID, obj *unstructured.Unstructured)
-	forget(id copyID)
-	served(gk schema.GroupKind)
+	List(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error)
+	WatchedIn(namespace string) []schema.GroupVersionKind
+	Unchanged(id copyID, live *unstructured.Unstructured, hash string) (ok bool, left time.Duration)
+	CheckedClean(id copyID, live *unstructured.Unstructured, hash string)
+	Write(id copyID)
+	Wrote(id copyID, obj *unstructured.Unstructured)
+	Forget(id copyID)
+	Served(gk schema.GroupKind)
+}
+
+// A list of the copy cache fails with a kindProblem when the member
+// cannot be asked for the kind: its reason (a kind not found, cluster-
+// scoped, forbidden) is the run's failure, its message the manager's
+// words.
+type kindProblem interface {
+	error
+	ErrorReason() string
 }
 
 // forRun is what a member run uses of mc.
 func (mc *memberCopies) forRun() runMember {
-	return runMember{name: mc.name, client: mc.client, reader: mc.reader, discovery: mc.discovery, metadata: mc.metadata, cache: mc}
+	return runMember{Name: mc.name, Client: mc.client, Reader: mc.reader, Discovery: mc.discovery, Metadata: mc.metadata, Cache: mc}
 }
 
 // runMetrics are the series a member run writes; the first label value
 // of each is the member's name.
 type runMetrics struct {
-	applies, driftDetected, driftCorrected interface {
+	Applies, DriftDetected, DriftCorrected interface {
 		WithLabelValues(...string) prometheus.Counter
 	}
-	applyDuration interface {
+	ApplyDuration interface {
 		WithLabelValues(...string) prometheus.Observer
 	}
 }
@@ -188,12 +202,13 @@ type runMetrics struct {
 func (r *reconciler) runEnv() *runEnv {
 	env := &runEnv{
 		copyEnv: copyEnv{
-			fleet: r.fleet, journal: r.journal, shared: &r.shared, journalKinds: r.journalKinds, resourceOf: r.resourceOf,
-			reportedDrift: func(key propagationKey, member string) ([]string, bool) {
+			Fleet: r.fleet, Journal: r.journal, Shared: &r.shared, JournalKinds: r.journalKinds, ResourceOf: r.resourceOf,
+			KindsOf: kindsOf, HubObject: hubObject,
+			ReportedDrift: func(key propagationKey, member string) ([]string, bool) {
 				prev, ok := r.results.get(key, member)
 				return prev.drifted, ok && prev.result == fleetv1alpha1.ResultDrifted
 			},
-			recorder: r.recorder,
+			Recorder: r.recorder,
 		},
 		content: r.content, revisions: r.revisions,
 		cluster:     func(member string) (*registry.Cluster, bool) { return r.m.Registry().Get(member) },
@@ -209,7 +224,7 @@ func (r *reconciler) runEnv() *runEnv {
 		relabelLater:   r.relabelLater,
 	}
 	if r.metrics != nil {
-		env.metrics = runMetrics{applies: r.metrics.applies, driftDetected: r.metrics.driftDetected, driftCorrected: r.metrics.driftCorrected, applyDuration: r.metrics.applyDuration}
+		env.Metrics = runMetrics{Applies: r.metrics.applies, DriftDetected: r.metrics.driftDetected, DriftCorrected: r.metrics.driftCorrected, ApplyDuration: r.metrics.applyDuration}
 	}
 	return env
 }
@@ -221,6 +236,11 @@ type memberRun struct {
 	// env is what it uses of the controller (its copyRun's env, the part
 	// the run of the copies uses).
 	env *runEnv
+	// p is the Propagation (nil when gone), key its key, and member the
+	// member's name.
+	p      *fleetv1alpha1.Propagation
+	key    propagationKey
+	member string
 	// excluded is set when tenancy keeps the namespace from the member,
 	// and excludedCopies when the member held copies then.
 	excluded, excludedCopies bool
@@ -267,57 +287,67 @@ type copyRun struct {
 	namespaceUnknown bool
 }
 
+// newCopyRun returns the run of member's copies of Propagation key, p
+// (nil when gone), in the fleet of identity id.
+func newCopyRun(env *copyEnv, member runMember, p *fleetv1alpha1.Propagation, key propagationKey, id string) *copyRun {
+	return &copyRun{
+		env: env, member: member, p: p, key: key, id: id, skipRemoval: map[schema.GroupVersionKind]bool{},
+		others: map[copyKey]*unstructured.Unstructured{}, journaled: map[string][]journal.Copy{},
+		selectedBy: map[copyKey]fleetv1alpha1.ResourceSelector{},
+	}
+}
+
 // runInput is what the controller gives the run of a member's copies,
 // beside the hub objects wanted: the member's labels (for overrides),
 // the content the member is given and its overrides, the number of its
 // revision, and what tenancy lets the member hold.
 type runInput struct {
-	labels map[string]string
-	// content is the content the member is given, shared read-only.
-	content   *content.Content
-	overrides []fleetv1alpha1.Override
-	// number is the number of the revision the member is given, stamped
+	Labels map[string]string
+	// Content is the Content the member is given, shared read-only.
+	Content   *content.Content
+	Overrides []fleetv1alpha1.Override
+	// Number is the Number of the revision the member is given, stamped
 	// on each copy (RevisionLabel); 0 under strategy All until the
 	// revision of the hub's content is made.
-	number int64
-	// reach is what the Propagation's namespace may reach (see
+	Number int64
+	// Reach is what the Propagation's namespace may Reach (see
 	// enforceTenancy), and tenant the member as tenancy sees it.
-	reach  *tenancy.NamespaceReach
-	tenant tenancy.Member
+	Reach  *tenancy.NamespaceReach
+	Tenant tenancy.Member
 }
 
 // runReport is what the run of a member's copies found, for the
 // controller to record as the member's result (see memberRun.record).
 type runReport struct {
-	// failures are the run's, after those found deciding what the member
+	// Failures are the run's, after those found deciding what the member
 	// is given.
-	failures []failure
-	// orphaned are the copies orphaned rather than deleted, and why.
-	orphaned []failure
-	drifted  []string
-	// unavailable says what copies that are not available wait for, and
+	Failures []failure
+	// Orphaned are the copies Orphaned rather than deleted, and why.
+	Orphaned []failure
+	Drifted  []string
+	// Unavailable says what copies that are not available wait for, and
 	// notTracked counts the copies of kinds without a rule.
-	unavailable []string
-	notTracked  int
-	// waiting is set when copies wait: for a kind the member does not
+	Unavailable []string
+	NotTracked  int
+	// Waiting is set when copies wait: for a kind the member does not
 	// serve yet, or for those of an earlier step to be Available.
-	waiting *failure
-	// kindArrived is set when a kind the run waited for is served now.
-	kindArrived bool
-	// deleting names the copies whose deletion the member accepted but
+	Waiting *failure
+	// KindArrived is set when a kind the run waited for is served now.
+	KindArrived bool
+	// Deleting names the copies whose deletion the member accepted but
 	// which are still there (see gone).
-	deleting []string
-	// recheck is when the first drift check the run trusted expires (see
+	Deleting []string
+	// Recheck is when the first drift check the run trusted expires (see
 	// recheckIn).
-	recheck time.Duration
-	// copies counts the copies the member holds after the run, and kinds
+	Recheck time.Duration
+	// Copies counts the Copies the member holds after the run, and kinds
 	// are their kinds.
-	copies int
-	kinds  []schema.GroupVersionKind
+	Copies int
+	Kinds  []schema.GroupVersionKind
 }
 
 type failure struct {
-	reason, message string
+	Reason, Message string
 }
 
 // reconcileMember makes the copies of Propagation key in member what it
@@ -374,26 +404,22 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 // run makes the copies of Propagation key, p (nil when gone), in mc's
 // member what it wants: see reconcileCopies.
 func (env *runEnv) run(ctx context.Context, mc *memberCopies, p *fleetv1alpha1.Propagation, key propagationKey, id string) (reconcile.Result, error) {
-	run := &memberRun{env: env, copyRun: &copyRun{
-		env: &env.copyEnv, member: mc.forRun(), p: p, key: key, id: id, skipRemoval: map[schema.GroupVersionKind]bool{},
-		others: map[copyKey]*unstructured.Unstructured{}, journaled: map[string][]journal.Copy{},
-		selectedBy: map[copyKey]fleetv1alpha1.ResourceSelector{},
-	}}
+	run := &memberRun{env: env, p: p, key: key, member: mc.name, copyRun: newCopyRun(&env.copyEnv, mc.forRun(), p, key, id)}
 	want, removing, err := run.wanted(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if run.held != nil {
-		have, err := run.existing(ctx, nil, false)
+		have, err := run.Existing(ctx, nil, false)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
 		for k := range have {
-			run.hold(k.gvk)
+			run.Hold(k.GVK)
 		}
 		return run.record(ctx, false, 0, "")
 	}
-	found, intent, err := run.converge(ctx, want, removing)
+	found, intent, err := run.Converge(ctx, want, removing)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -401,16 +427,16 @@ func (env *runEnv) run(ctx context.Context, mc *memberCopies, p *fleetv1alpha1.P
 	return run.record(ctx, removing, len(want), intent)
 }
 
-// converge makes the member's copies what want, the hub objects wanted
+// Converge makes the member's copies what want, the hub objects wanted
 // there, says: the fleet's copies told apart, the desired copies recorded
 // in the journal and applied step by step, and the copies no longer
 // wanted removed (none are wanted when removing). It returns how many of
 // the fleet's copies it found, and what it applies (see intentOf).
-func (run *copyRun) converge(ctx context.Context, want map[copyKey]*unstructured.Unstructured, removing bool) (int, string, error) {
+func (run *copyRun) Converge(ctx context.Context, want map[copyKey]*unstructured.Unstructured, removing bool) (int, string, error) {
 	// Copies are told apart before the journal records what is applied
 	// now: an old copy may be proven this fleet's by the hash recorded
 	// when it was applied.
-	have, err := run.existing(ctx, want, removing)
+	have, err := run.Existing(ctx, want, removing)
 	if err != nil {
 		return 0, "", err
 	}
@@ -419,7 +445,7 @@ func (run *copyRun) converge(ctx context.Context, want map[copyKey]*unstructured
 	for _, d := range desired {
 		recorded = append(recorded, journalCopy(d))
 	}
-	if err := run.env.journal.Record(run.member.name, recorded); err != nil {
+	if err := run.env.Journal.Record(run.member.Name, recorded); err != nil {
 		return 0, "", fmt.Errorf("recording copies in the journal: %w", err)
 	}
 	if err := run.applyInOrder(ctx, desired, have, want); err != nil {
@@ -427,19 +453,19 @@ func (run *copyRun) converge(ctx context.Context, want map[copyKey]*unstructured
 	}
 	unwanted := make([]copyKey, 0, len(have))
 	for k := range have {
-		if _, ok := want[k]; !ok && !run.skipRemoval[k.gvk] {
+		if _, ok := want[k]; !ok && !run.skipRemoval[k.GVK] {
 			unwanted = append(unwanted, k)
 		}
 	}
 	var removed []journal.Copy
-	steps := apply.Order(unwanted, copyKey.kindAndName, func(k copyKey) int32 { return apply.RemovalWave(run.p, k.gvk) })
+	steps := apply.Order(unwanted, copyKey.kindAndName, func(k copyKey) int32 { return apply.RemovalWave(run.p, k.GVK) })
 	for _, st := range slices.Backward(steps) {
 		for _, k := range st {
-			failures := len(run.failures)
+			failures := len(run.Failures)
 			if err := run.remove(ctx, have[k]); err != nil {
 				return 0, "", err
 			}
-			if len(run.failures) > failures {
+			if len(run.Failures) > failures {
 				continue
 			}
 			// A delete accepted is no copy gone: a finalizer may hold it.
@@ -450,16 +476,16 @@ func (run *copyRun) converge(ctx context.Context, want map[copyKey]*unstructured
 			}
 		}
 	}
-	if err := run.env.journal.Forget(run.member.name, removed); err != nil {
+	if err := run.env.Journal.Forget(run.member.Name, removed); err != nil {
 		return 0, "", fmt.Errorf("recording removed copies in the journal: %w", err)
 	}
-	if len(run.failures) == 0 && len(run.skipRemoval) == 0 && len(run.deleting) == 0 {
+	if len(run.Failures) == 0 && len(run.skipRemoval) == 0 && len(run.Deleting) == 0 {
 		// Every copy the Propagation does not want here is gone.
 		keep := make([]journal.Object, 0, len(desired))
 		for _, c := range recorded {
 			keep = append(keep, c.Object)
 		}
-		if err := run.env.journal.Settle(run.member.name, run.key.Namespace, run.key.Name, keep); err != nil {
+		if err := run.env.Journal.Settle(run.member.Name, run.key.Namespace, run.key.Name, keep); err != nil {
 			return 0, "", fmt.Errorf("recording removed copies in the journal: %w", err)
 		}
 	}
@@ -480,10 +506,10 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if run.heldByAvailableWhen(p.Spec.Resources) {
 		return nil, false, nil
 	}
-	if c, ok := run.env.cluster(run.member.name); ok {
-		run.labels = c.Labels
+	if c, ok := run.env.cluster(run.member); ok {
+		run.Labels = c.Labels
 	}
-	selected, err := selects(p, run.member.name, run.labels)
+	selected, err := selects(p, run.member, run.Labels)
 	if kerr, ok := errors.AsType[*kindError](err); ok {
 		// A selector that does not parse deselects no one: the member
 		// keeps what it holds, and the status says why.
@@ -495,17 +521,17 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if held, excluded := run.enforceTenancy(ctx); held || excluded {
 		return nil, excluded, nil
 	}
-	maintenance, err := run.env.maintenance(ctx, run.member.name)
+	maintenance, err := run.env.maintenance(ctx, run.member)
 	if err != nil {
 		return nil, false, err
 	}
 	run.maintenance = maintenance
 	if maintenance == fleetv1alpha1.MaintenanceDrain {
-		if p.Status.Rollout != nil && slices.Contains(p.Status.Rollout.Draining, run.member.name) {
+		if p.Status.Rollout != nil && slices.Contains(p.Status.Rollout.Draining, run.member) {
 			run.draining = true
 			return nil, true, nil
 		}
-		run.held = &failure{reason: fleetv1alpha1.ReasonWaitingForDisruptionBudget, message: "the member is drained: its copies are removed once " + budgetHolders(p, run.member.name)}
+		run.held = &failure{Reason: fleetv1alpha1.ReasonWaitingForDisruptionBudget, Message: "the member is drained: its copies are removed once " + budgetHolders(p, run.member)}
 		return nil, false, nil
 	}
 	c, err := run.given(ctx, maintenance)
@@ -516,20 +542,20 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 		return nil, false, nil
 	}
 	for _, problem := range c.Problems {
-		run.fail(failure{reason: problem.Reason, message: problem.Message})
+		run.Fail(failure{Reason: problem.Reason, Message: problem.Message})
 	}
 	for _, gvk := range c.KindProblems() {
-		run.skipRemoval[gvk] = true
+		run.KeepCopies(gvk)
 	}
 	want := map[copyKey]*unstructured.Unstructured{}
 	for _, o := range c.Objects {
 		if o.Resource < 0 || o.Resource >= len(c.Resources) {
-			run.fail(failure{reason: fleetv1alpha1.ReasonRevisionInvalid, message: "an object of the revision names no resource"})
+			run.Fail(failure{Reason: fleetv1alpha1.ReasonRevisionInvalid, Message: "an object of the revision names no resource"})
 			continue
 		}
-		run.want(want, &unstructured.Unstructured{Object: o.Object}, c.Resources[o.Resource])
+		run.Want(want, &unstructured.Unstructured{Object: o.Object}, c.Resources[o.Resource])
 	}
-	run.overrides, run.content = c.Overrides, c
+	run.Overrides, run.Content = c.Overrides, c
 	return want, false, nil
 }
 
@@ -545,31 +571,31 @@ func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.Maint
 			return nil, err
 		}
 		run.revision = hash
-		run.number, err = run.env.revisionNumber(ctx, p, c, hash)
+		run.Number, err = run.env.revisionNumber(ctx, p, c, hash)
 		return c, err
 	}
-	n := assignedRevision(p, run.member.name)
+	n := assignedRevision(p, run.member)
 	switch {
 	case n == 0 && maintenance != "":
-		run.held = &failure{reason: fleetv1alpha1.ReasonCordoned, message: "the member is cordoned: it takes no new Propagation"}
+		run.held = &failure{Reason: fleetv1alpha1.ReasonCordoned, Message: "the member is cordoned: it takes no new Propagation"}
 		return nil, nil
 	case n == 0:
-		run.held = &failure{reason: fleetv1alpha1.ReasonWaitingForRollout, message: "the rollout has not given the member a revision yet"}
+		run.held = &failure{Reason: fleetv1alpha1.ReasonWaitingForRollout, Message: "the rollout has not given the member a revision yet"}
 		return nil, nil
 	}
 	c, hash, err := run.env.revisions.Load(ctx, p, n)
 	if cerr, ok := errors.AsType[*content.Error](err); ok {
-		run.fail(failure{reason: cerr.Reason, message: cerr.Message})
-		run.held, run.unloaded = &failure{reason: cerr.Reason, message: cerr.Message}, n
+		run.Fail(failure{Reason: cerr.Reason, Message: cerr.Message})
+		run.held, run.unloaded = &failure{Reason: cerr.Reason, Message: cerr.Message}, n
 		return nil, nil
 	} else if apierrors.IsNotFound(err) {
-		run.held, run.unloaded = &failure{reason: fleetv1alpha1.ReasonRevisionInvalid, message: fmt.Sprintf("revision %d is not on the hub", n)}, n
-		run.fail(*run.held)
+		run.held, run.unloaded = &failure{Reason: fleetv1alpha1.ReasonRevisionInvalid, Message: fmt.Sprintf("revision %d is not on the hub", n)}, n
+		run.Fail(*run.held)
 		return nil, nil
 	} else if err != nil {
 		return nil, err
 	}
-	run.revision, run.number = hash, n
+	run.revision, run.Number = hash, n
 	return c, nil
 }
 
@@ -592,17 +618,17 @@ func assignedRevision(p *fleetv1alpha1.Propagation, member string) int64 {
 	return 0
 }
 
-// want adds obj, a hub object sel selects, to want, unless an object of
+// Want adds obj, a hub object sel selects, to Want, unless an object of
 // its kind and name is there: the same object selected twice is applied
 // once, and another one of that name (an Envelope's manifest) fails.
-func (run *copyRun) want(want map[copyKey]*unstructured.Unstructured, obj *unstructured.Unstructured, sel fleetv1alpha1.ResourceSelector) {
-	k := copyKey{gvk: obj.GroupVersionKind(), name: obj.GetName()}
+func (run *copyRun) Want(want map[copyKey]*unstructured.Unstructured, obj *unstructured.Unstructured, sel fleetv1alpha1.ResourceSelector) {
+	k := copyKey{GVK: obj.GroupVersionKind(), Name: obj.GetName()}
 	first, ok := want[k]
 	switch {
 	case !ok:
 		want[k], run.selectedBy[k] = obj, sel
 	case first.GetUID() != obj.GetUID() || objmeta.LabelValue(first, fleetv1alpha1.EnvelopeLabel) != objmeta.LabelValue(obj, fleetv1alpha1.EnvelopeLabel):
-		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("%s is selected twice, from different sources: the first is applied", k)})
+		run.Fail(failure{Reason: fleetv1alpha1.ReasonInvalid, Message: fmt.Sprintf("%s is selected twice, from different sources: the first is applied", k)})
 	}
 }
 
@@ -623,22 +649,22 @@ func (run *copyRun) desiredCopies(want map[copyKey]*unstructured.Unstructured) m
 	if len(want) == 0 {
 		return desired // run.p may be gone
 	}
-	member := apply.Member{Name: run.member.name, Labels: run.labels}
+	member := apply.Member{Name: run.member.Name, Labels: run.Labels}
 	inputs := sharedInputs{propagation: run.p.Name, deletion: apply.DeletionPolicy(run.p), fleetID: run.id}
 	for k, hubObj := range want {
-		shared := run.content != nil && !apply.Overridden(hubObj, run.overrides, member)
+		shared := run.Content != nil && !apply.Overridden(hubObj, run.Overrides, member)
 		var d *unstructured.Unstructured
 		if shared {
-			d = run.env.shared.get(run.key, run.content, inputs, k)
+			d = run.env.Shared.Get(run.key, run.Content, inputs, k)
 		}
 		if d == nil {
 			var err error
-			if d, err = apply.DesiredCopy(hubObj, run.p, run.overrides, run.env.fleet, run.id, member); err != nil {
-				run.fail(failure{reason: fleetv1alpha1.ReasonOverrideFailed, message: err.Error()})
+			if d, err = apply.DesiredCopy(hubObj, run.p, run.Overrides, run.env.Fleet, run.id, member); err != nil {
+				run.Fail(failure{Reason: fleetv1alpha1.ReasonOverrideFailed, Message: err.Error()})
 				continue
 			}
 			if shared {
-				run.env.shared.put(run.key, run.content, inputs, k, d)
+				run.env.Shared.Put(run.key, run.Content, inputs, k, d)
 			}
 		}
 		if !run.kindAllowed(d) {
@@ -662,7 +688,7 @@ func intentOf(copies []journal.Copy) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// existing returns this fleet's copies of the Propagation in the member,
+// Existing returns this fleet's copies of the Propagation in the member,
 // of every kind it copies or copied, and keeps the copies of its name
 // that are not this fleet's in run.others. want are the hub objects the
 // run applies; removing says that none are wanted. A kind the Propagation
@@ -670,39 +696,40 @@ func intentOf(copies []journal.Copy) string {
 // so does, when removing, a kind it copied: its copies cannot be proven
 // gone, and the removal is owed and tried again. A kind the member lacks
 // holds no copies.
-func (run *copyRun) existing(ctx context.Context, want map[copyKey]*unstructured.Unstructured, removing bool) (map[copyKey]*unstructured.Unstructured, error) {
+func (run *copyRun) Existing(ctx context.Context, want map[copyKey]*unstructured.Unstructured, removing bool) (map[copyKey]*unstructured.Unstructured, error) {
 	// The journal knows the kinds of the copies made, and of those owed.
-	copied := run.env.journalKinds(run.member.name, &run.key)
+	copied := run.env.JournalKinds(run.member.Name, &run.key)
 	if run.p != nil {
-		copied = append(copied, kindsOf(run.p)...)
+		copied = append(copied, run.env.KindsOf(run.p)...)
 	}
 	kinds := slices.Clone(copied)
 	for k := range want {
-		kinds = append(kinds, k.gvk) // an Envelope's manifests' too
+		kinds = append(kinds, k.GVK) // an Envelope's manifests' too
 	}
 	if run.p == nil {
 		// Its kinds went with it: look in every kind watched there too.
-		kinds = append(kinds, run.member.cache.watchedIn(run.key.Namespace)...)
+		kinds = append(kinds, run.member.Cache.WatchedIn(run.key.Namespace)...)
 	}
 	slices.SortFunc(kinds, func(a, b schema.GroupVersionKind) int { return strings.Compare(a.String(), b.String()) })
 	kinds = slices.Compact(kinds)
 	have := map[copyKey]*unstructured.Unstructured{}
 	selector := labels.SelectorFromSet(labels.Set{fleetv1alpha1.PropagationLabel: run.key.Name})
 	for _, gvk := range kinds {
-		objs, err := run.member.cache.list(ctx, gvk, run.key.Namespace, selector)
-		if kerr, ok := errors.AsType[*kindError](err); ok {
-			if removing && kerr.reason == fleetv1alpha1.ReasonKindNotFound {
+		objs, err := run.member.Cache.List(ctx, gvk, run.key.Namespace, selector)
+		if kerr, ok := errors.AsType[kindProblem](err); ok {
+			reason := kerr.ErrorReason()
+			if removing && reason == fleetv1alpha1.ReasonKindNotFound {
 				continue
 			}
 			run.skipRemoval[gvk] = true
-			inSpec := slices.ContainsFunc(slices.Collect(maps.Keys(want)), func(k copyKey) bool { return k.gvk == gvk }) ||
+			inSpec := slices.ContainsFunc(slices.Collect(maps.Keys(want)), func(k copyKey) bool { return k.GVK == gvk }) ||
 				run.p != nil && slices.ContainsFunc(run.p.Spec.Resources, func(s fleetv1alpha1.ResourceSelector) bool { k, _ := content.ResourceKind(s); return k == gvk })
-			if inSpec && !removing && kerr.reason == fleetv1alpha1.ReasonKindNotFound {
+			if inSpec && !removing && reason == fleetv1alpha1.ReasonKindNotFound {
 				run.waitForKind(gvk)
 				continue
 			}
-			if inSpec || (removing && slices.Contains(copied, gvk) && kerr.reason != fleetv1alpha1.ReasonClusterScoped) {
-				run.fail(failure{reason: kerr.reason, message: kerr.message})
+			if inSpec || (removing && slices.Contains(copied, gvk) && reason != fleetv1alpha1.ReasonClusterScoped) {
+				run.Fail(failure{Reason: reason, Message: kerr.Error()})
 			}
 			continue
 		}
@@ -710,7 +737,7 @@ func (run *copyRun) existing(ctx context.Context, want map[copyKey]*unstructured
 			return nil, err
 		}
 		for i := range objs {
-			k := copyKey{gvk: gvk, name: objs[i].GetName()}
+			k := copyKey{GVK: gvk, Name: objs[i].GetName()}
 			if run.ownerOf(&objs[i], want[k]) == ours {
 				have[k] = &objs[i]
 			} else {
@@ -721,21 +748,25 @@ func (run *copyRun) existing(ctx context.Context, want map[copyKey]*unstructured
 	return have, nil
 }
 
-func (run *copyRun) fail(f failure) { run.failures = append(run.failures, f) }
+func (run *copyRun) Fail(f failure) { run.Failures = append(run.Failures, f) }
+
+// KeepCopies keeps the member's copies of kind gvk, whose hub objects
+// could not be read: none can be proven unwanted.
+func (run *copyRun) KeepCopies(gvk schema.GroupVersionKind) { run.skipRemoval[gvk] = true }
 
 // recheckIn asks for the run again in left, when a drift check it trusted
 // expires (see memberCopies.unchanged), unless it is asked sooner.
 func (run *copyRun) recheckIn(left time.Duration) {
-	if run.recheck == 0 || left < run.recheck {
-		run.recheck = left
+	if run.Recheck == 0 || left < run.Recheck {
+		run.Recheck = left
 	}
 }
 
-// hold counts a copy of kind gvk that the member holds after the run.
-func (run *copyRun) hold(gvk schema.GroupVersionKind) {
-	run.copies++
-	if !slices.Contains(run.kinds, gvk) {
-		run.kinds = append(run.kinds, gvk)
+// Hold counts a copy of kind gvk that the member holds after the run.
+func (run *copyRun) Hold(gvk schema.GroupVersionKind) {
+	run.Copies++
+	if !slices.Contains(run.Kinds, gvk) {
+		run.Kinds = append(run.Kinds, gvk)
 	}
 }
 
@@ -752,34 +783,34 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	now := metav1.Now()
 	res := memberResult{
 		result: fleetv1alpha1.ResultApplied, reason: fleetv1alpha1.ReasonApplied, available: metav1.ConditionTrue,
-		generation: gen, since: now, confirmed: now, intent: intent, copies: run.copies, kinds: run.kinds, removing: removing,
-		revision: run.revision, labelled: run.number, unloaded: run.unloaded, draining: run.draining,
+		generation: gen, since: now, confirmed: now, intent: intent, copies: run.Copies, kinds: run.Kinds, removing: removing,
+		revision: run.revision, labelled: run.Number, unloaded: run.unloaded, draining: run.draining,
 		excluded: run.excluded, excludedCopies: run.excludedCopies,
 	}
 	switch {
-	case len(run.failures) > 0:
-		f := run.failures[0]
-		res.result, res.reason, res.message, res.failedRuns, res.available = fleetv1alpha1.ResultFailed, f.reason, f.message, 1, metav1.ConditionFalse
-		if n := len(run.failures); n > 1 {
-			res.message = fmt.Sprintf("%s (and %d more)", f.message, n-1)
+	case len(run.Failures) > 0:
+		f := run.Failures[0]
+		res.result, res.reason, res.message, res.failedRuns, res.available = fleetv1alpha1.ResultFailed, f.Reason, f.Message, 1, metav1.ConditionFalse
+		if n := len(run.Failures); n > 1 {
+			res.message = fmt.Sprintf("%s (and %d more)", f.Message, n-1)
 		}
 	case run.held != nil:
-		res.result, res.reason, res.message, res.available, res.held = fleetv1alpha1.ResultPending, run.held.reason, run.held.message, metav1.ConditionUnknown, true
-	case run.waiting != nil:
-		res.result, res.reason, res.message, res.available = fleetv1alpha1.ResultPending, run.waiting.reason, run.waiting.message, metav1.ConditionFalse
-	case len(run.drifted) > 0:
-		res.result, res.reason, res.drifted = fleetv1alpha1.ResultDrifted, fleetv1alpha1.ReasonDrifted, run.drifted
-		res.message = "copies were changed in the member: " + strings.Join(run.drifted, "; ")
-		if len(run.unavailable) > 0 {
+		res.result, res.reason, res.message, res.available, res.held = fleetv1alpha1.ResultPending, run.held.Reason, run.held.Message, metav1.ConditionUnknown, true
+	case run.Waiting != nil:
+		res.result, res.reason, res.message, res.available = fleetv1alpha1.ResultPending, run.Waiting.Reason, run.Waiting.Message, metav1.ConditionFalse
+	case len(run.Drifted) > 0:
+		res.result, res.reason, res.drifted = fleetv1alpha1.ResultDrifted, fleetv1alpha1.ReasonDrifted, run.Drifted
+		res.message = "copies were changed in the member: " + strings.Join(run.Drifted, "; ")
+		if len(run.Unavailable) > 0 {
 			res.available = metav1.ConditionFalse
 		}
-	case len(run.unavailable) > 0:
-		res.reason, res.message, res.available = fleetv1alpha1.ReasonNotAvailable, run.unavailable[0], metav1.ConditionFalse
-		if n := len(run.unavailable); n > 1 {
+	case len(run.Unavailable) > 0:
+		res.reason, res.message, res.available = fleetv1alpha1.ReasonNotAvailable, run.Unavailable[0], metav1.ConditionFalse
+		if n := len(run.Unavailable); n > 1 {
 			res.message = fmt.Sprintf("%s (and %d more)", res.message, n-1)
 		}
-	case run.notTracked > 0:
-		res.message = fmt.Sprintf("%d objects applied and available (%d of kinds whose availability is not tracked)", wanted, run.notTracked)
+	case run.NotTracked > 0:
+		res.message = fmt.Sprintf("%d objects applied and available (%d of kinds whose availability is not tracked)", wanted, run.NotTracked)
 	default:
 		res.message = fmt.Sprintf("%d objects applied and available", wanted)
 	}
@@ -787,10 +818,10 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	if len(res.drifted) > fleetv1alpha1.MaxDriftedFields {
 		res.drifted = res.drifted[:fleetv1alpha1.MaxDriftedFields]
 	}
-	if removing && run.copies == 0 && len(run.failures) == 0 {
+	if removing && run.Copies == 0 && len(run.Failures) == 0 {
 		if run.p == nil {
-			run.env.results.forget(run.key, run.member.name)
-			run.env.countOwed(run.member.name)
+			run.env.results.forget(run.key, run.member)
+			run.env.countOwed(run.member)
 			return reconcile.Result{}, nil
 		}
 	}
@@ -798,7 +829,7 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 		// Gone, with copies left: they stay owed.
 		res.result, res.reason = fleetv1alpha1.ResultDeletionOwed, fleetv1alpha1.ReasonDeletionOwed
 	}
-	prev, _ := run.env.results.get(run.key, run.member.name)
+	prev, _ := run.env.results.get(run.key, run.member)
 	run.tellOrphaned(&res, prev)
 	left := run.deadline(&res, prev)
 	if res.reason == fleetv1alpha1.ReasonWaitingForKind {
@@ -807,14 +838,14 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 			res.waitRuns += prev.waitRuns
 		}
 	}
-	old, recorded := run.env.results.set(run.key, run.member.name, res)
-	run.env.relabelLater(ctx, run.key, run.p, run.member.name, recorded)
+	old, recorded := run.env.results.set(run.key, run.member, res)
+	run.env.relabelLater(ctx, run.key, run.p, run.member, recorded)
 	if !old.same(recorded) {
-		run.env.countOwed(run.member.name)
+		run.env.countOwed(run.member)
 		run.env.askStatus(run.key)
 	}
 	if run.maintenance == fleetv1alpha1.MaintenanceDrain {
-		run.env.publishDrain(run.member.name, run.maintenance)
+		run.env.publishDrain(run.member, run.maintenance)
 	}
 	run.tell(ctx, old, recorded)
 	var after []time.Duration
@@ -831,14 +862,14 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	if left > 0 {
 		after = append(after, left)
 	}
-	if run.kindArrived {
+	if run.KindArrived {
 		after = append(after, kindArrivedRetry)
 	}
-	if len(run.deleting) > 0 {
+	if len(run.Deleting) > 0 {
 		after = append(after, deletingRetry)
 	}
-	if run.recheck > 0 {
-		after = append(after, run.recheck)
+	if run.Recheck > 0 {
+		after = append(after, run.Recheck)
 	}
 	if len(after) == 0 {
 		return reconcile.Result{}, nil
@@ -884,7 +915,7 @@ func (run *memberRun) deadline(res *memberResult, prev memberResult) time.Durati
 	case prev.intent == "":
 		// Nothing in memory, as after a restart: the status says since
 		// when the member has not converged.
-		if since, ok := unconvergedSince(run.p, run.member.name); ok {
+		if since, ok := unconvergedSince(run.p, run.member); ok {
 			res.unconvergedSince = since
 		}
 	}
@@ -918,7 +949,7 @@ func retryAfter(runs int) time.Duration {
 // failureLogInterval while its reason stays. What is told is the
 // result's message: the manager's words, never the member's.
 func (run *memberRun) tell(ctx context.Context, old, now memberResult) {
-	member := run.member.name
+	member := run.member
 	log := logf.FromContext(ctx)
 	failed := now.result == fleetv1alpha1.ResultFailed
 	recovered := old.result == fleetv1alpha1.ResultFailed && now.result == fleetv1alpha1.ResultApplied
@@ -934,8 +965,8 @@ func (run *memberRun) tell(ctx context.Context, old, now memberResult) {
 	mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: member}}
 	switch {
 	case failed && (old.result != now.result || old.reason != now.reason):
-		run.env.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeWarning, now.reason, "Propagate", "member %s: %s", member, now.message)
+		run.env.Recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeWarning, now.reason, "Propagate", "member %s: %s", member, now.message)
 	case recovered:
-		run.env.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeNormal, now.reason, "Propagate", "member %s: %s, after %s", member, now.message, old.reason)
+		run.env.Recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeNormal, now.reason, "Propagate", "member %s: %s, after %s", member, now.message, old.reason)
 	}
 }

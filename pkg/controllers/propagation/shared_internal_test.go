@@ -38,10 +38,10 @@ func TestCopiesNoOverrideChangesAreBuiltOnce(t *testing.T) {
 	}
 	r := &reconciler{fleet: "fleet"}
 	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}}
-	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
+	k := copyKey{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: "web"}
 	newRun := func(member string, number int64) *copyRun {
-		return &copyRun{env: &r.runEnv().copyEnv, member: runMember{name: member}, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id",
-			runInput: runInput{content: c, overrides: c.Overrides, number: number}}
+		return &copyRun{env: &r.runEnv().copyEnv, member: runMember{Name: member}, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id",
+			runInput: runInput{Content: c, Overrides: c.Overrides, Number: number}}
 	}
 	desired := func(run *copyRun) *unstructured.Unstructured {
 		return run.desiredCopies(map[copyKey]*unstructured.Unstructured{k: {Object: hub}})[k]
@@ -73,7 +73,7 @@ func TestCopiesNoOverrideChangesAreBuiltOnce(t *testing.T) {
 	if got := northRun.revisionOf(north, live(map[string]any{"app": "web"})); got != "2" {
 		t.Errorf("north's copy holding the content already, without a revision, to carry revision %q, want 2", got)
 	}
-	if shared := r.shared.get(propagationKey{Namespace: "team", Name: "web"}, c, sharedInputs{propagation: "web", deletion: fleetv1alpha1.DeletionDelete, fleetID: "id"}, k); shared != east {
+	if shared := r.shared.Get(propagationKey{Namespace: "team", Name: "web"}, c, sharedInputs{propagation: "web", deletion: fleetv1alpha1.DeletionDelete, fleetID: "id"}, k); shared != east {
 		t.Error("the copy kept for the next member is not the one east's run was given")
 	}
 }

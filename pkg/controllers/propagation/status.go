@@ -40,7 +40,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	if apierrors.IsNotFound(err) {
 		r.results.forgetPropagation(key)
 		r.content.Forget(key)
-		r.shared.forget(key)
+		r.shared.Forget(key)
 		r.setReadiness(key, "")
 		return reconcile.Result{}, r.dropUnusedHubCache(ctx, key.Namespace)
 	} else if err != nil {
@@ -51,7 +51,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 		// finalizer are this fleet's.
 		r.results.forgetPropagation(key)
 		r.content.Forget(key)
-		r.shared.forget(key)
+		r.shared.Forget(key)
 		r.setReadiness(key, "")
 		return reconcile.Result{}, nil
 	}

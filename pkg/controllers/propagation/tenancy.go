@@ -440,28 +440,28 @@ func (run *memberRun) enforceTenancy(ctx context.Context) (held, excluded bool) 
 		run.holdFailed(tenancyUnknown(doubt))
 		return true, false
 	}
-	c, found := run.env.cluster(run.member.name)
+	c, found := run.env.cluster(run.member)
 	if !found {
-		c = &registry.Cluster{Name: run.member.name}
+		c = &registry.Cluster{Name: run.member}
 	}
-	run.tenant = tenancyMember(c, run.env.fleet)
-	if ok, _ := reach.Reaches(run.tenant); !ok {
+	run.Tenant = tenancyMember(c, run.env.Fleet)
+	if ok, _ := reach.Reaches(run.Tenant); !ok {
 		run.excluded = true
 		return false, true
 	}
-	run.reach = &reach
+	run.Reach = &reach
 	return false, false
 }
 
 // kindAllowed reports whether tenancy lets the member be given copy, as
 // overrides made it; the run fails, KindNotAllowed, naming it, when not.
 func (run *copyRun) kindAllowed(copy *unstructured.Unstructured) bool {
-	if run.reach == nil {
+	if run.Reach == nil {
 		return true
 	}
-	ok, why := run.reach.Allows(run.tenant, copy.GroupVersionKind().GroupKind())
+	ok, why := run.Reach.Allows(run.Tenant, copy.GroupVersionKind().GroupKind())
 	if !ok {
-		run.fail(failure{reason: fleetv1alpha1.ReasonKindNotAllowed, message: fmt.Sprintf("%s %s is not applied: %s", copy.GetKind(), copy.GetName(), why)})
+		run.Fail(failure{Reason: fleetv1alpha1.ReasonKindNotAllowed, Message: fmt.Sprintf("%s %s is not applied: %s", copy.GetKind(), copy.GetName(), why)})
 	}
 	return ok
 }
