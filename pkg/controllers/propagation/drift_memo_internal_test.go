@@ -6,117 +6,41 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 )
 
-// memoFixture is a reconciler with its metrics, a Propagation that
-// reports drift, a hub ConfigMap, and the copy it wants in member east.
-func memoFixture(t *testing.T) (r *reconciler, p *fleetv1alpha1.Propagation, hub, desired *unstructured.Unstructured) {
-	t.Helper()
-	metrics, err := newMetrics(prometheus.NewRegistry(), func(string) bool { return true })
-	if err != nil {
-		t.Fatal(err)
-	}
-	r = &reconciler{fleet: "fleet", metrics: metrics, results: newResults(), recorder: events.NewFakeRecorder(10)}
-	p = &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}, Spec: fleetv1alpha1.PropagationSpec{Drift: fleetv1alpha1.DriftReport}}
-	hub = &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": "web", "namespace": "team", "uid": "u1"},
-		"data":     map[string]any{"v": "1"},
-	}}
-	if desired, err = apply.DesiredCopy(hub, p, nil, "fleet", "id", apply.Member{Name: "east"}); err != nil {
-		t.Fatal(err)
-	}
-	return r, p, hub, desired
-}
-
-// TestUnchangedCopyIsNotComparedAgain: a member's copy found without
-// drift is not compared again while its resourceVersion and the desired
-// content hash stay; a new resourceVersion is compared, and its drift
-// reported.
-func TestUnchangedCopyIsNotComparedAgain(t *testing.T) {
-	t.Parallel()
-	r, p, hub, desired := memoFixture(t)
-	live := desired.DeepCopy()
-	live.SetResourceVersion("5")
-	const recheck = time.Hour
-	member := &memberCopies{name: "east", recheck: recheck}
-	k := copyKey{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: "web"}
-	var run *copyRun
-	drifted := func() []string {
-		t.Helper()
-		run = &copyRun{env: &r.runEnv().copyEnv, member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
-		got, err := run.apply(t.Context(), k, desired, live, hub)
-		if err != nil || got != live {
-			t.Fatalf("apply of an unchanged copy returned %v, %v; want the member's copy as it is", got, err)
-		}
-		return run.Drifted
-	}
-	if d := drifted(); len(d) != 0 {
-		t.Fatalf("an unchanged copy drifted: %v", d)
-	}
-	// The same version of the copy: no comparison, which would find this.
-	_ = unstructured.SetNestedField(live.Object, "2", "data", "v")
-	if d := drifted(); len(d) != 0 {
-		t.Errorf("a copy whose version was checked clean was compared again (drift %v): want a lookup", d)
-	}
-	if run.Recheck <= 0 || run.Recheck > recheck {
-		t.Errorf("a run that trusted a check asks to run again in %s, want within the recheck, %s", run.Recheck, recheck)
-	}
-	live.SetResourceVersion("6")
-	if d := drifted(); len(d) != 1 {
-		t.Errorf("a changed copy's drift: %v, want .data.v", d)
-	}
-}
-
 // TestCleanCheckIsTrustedForTheRecheckAlone: a member that gives a
 // resourceVersion checked clean again to other content (an etcd backup
 // restored) has the copy compared again once the check is
-// Options.DriftRecheck old, and its drift found.
+// Options.DriftRecheck old: the copy cache trusts a clean check for the
+// recheck alone, and says how long it still does.
 func TestCleanCheckIsTrustedForTheRecheckAlone(t *testing.T) {
 	t.Parallel()
-	r, p, hub, desired := memoFixture(t)
-	live := desired.DeepCopy()
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"})
+	live.SetNamespace("team")
+	live.SetName("web")
 	live.SetResourceVersion("4242")
 	member := &memberCopies{name: "east", recheck: time.Minute}
-	k := copyKey{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: "web"}
-	run := func() *copyRun {
-		t.Helper()
-		run := &copyRun{env: &r.runEnv().copyEnv, member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
-		if _, err := run.apply(t.Context(), k, desired, live, hub); err != nil {
-			t.Fatal(err)
-		}
-		return run
+	id := idOf(live)
+	member.CheckedClean(id, live, "h")
+	if ok, left := member.Unchanged(id, live, "h"); !ok || left <= 0 || left > time.Minute {
+		t.Fatalf("within the recheck: trusted %v, for %s more; want the check trusted, for at most the recheck", ok, left)
 	}
-	if d := run().Drifted; len(d) != 0 {
-		t.Fatalf("an unchanged copy drifted: %v", d)
-	}
-	_ = unstructured.SetNestedField(live.Object, "restored", "data", "v")
-	if got := run(); len(got.Drifted) != 0 || got.Recheck <= 0 {
-		t.Fatalf("within the recheck: drift %v, asked again in %s; want the check trusted, and a run asked for when it expires", got.Drifted, got.Recheck)
-	}
-	id := copyID{Namespace: "team", copyKey: k}
 	c := member.checked[id]
 	c.at = c.at.Add(-time.Minute)
 	member.checked[id] = c
-	if d := run().Drifted; len(d) != 1 {
-		t.Errorf("a check a recheck old, of a version the member gave again to other content: drift %v, want .data.v", d)
+	if ok, _ := member.Unchanged(id, live, "h"); ok {
+		t.Error("a check a recheck old, of a version the member may have given again to other content, is still trusted")
 	}
 }
 
@@ -242,7 +166,7 @@ func TestOwnWriteAsksForNoRun(t *testing.T) {
 		obj.SetResourceVersion(rv)
 		return obj
 	}
-	id := copyID{Namespace: "team", copyKey: copyKey{GVK: gvk, Name: "web"}}
+	id := apply.CopyID{Namespace: "team", Key: apply.Key{GVK: gvk, Name: "web"}}
 	mc.Wrote(id, version("7"))
 	informer.Add(version("7"))
 	informer.Update(version("7"), version("8")) // another manager's
@@ -278,7 +202,7 @@ func TestOwnWriteSeenBeforeItsAnswerAsksForNoRun(t *testing.T) {
 		obj.SetResourceVersion(rv)
 		return obj
 	}
-	id := copyID{Namespace: "team", copyKey: copyKey{GVK: gvk, Name: "web"}}
+	id := apply.CopyID{Namespace: "team", Key: apply.Key{GVK: gvk, Name: "web"}}
 	mc.Write(id)
 	informer.Update(version("7"), version("8")) // another manager's
 	informer.Update(version("8"), version("9")) // the write's, before its answer
@@ -295,42 +219,5 @@ func TestOwnWriteSeenBeforeItsAnswerAsksForNoRun(t *testing.T) {
 	mc.Wrote(id, nil) // failed
 	if want := []string{"8", "10", "11"}; !slices.Equal(told, want) {
 		t.Errorf("events told of versions %v, want %v: a failed write holds back no event", told, want)
-	}
-}
-
-// TestCopyWithoutItsRevisionLabelIsNoDrift: a copy whose content the
-// member holds, applied before its revision was made (no revision
-// label), is applied again with the label once it is, and that counts
-// as no drift, under drift Correct.
-func TestCopyWithoutItsRevisionLabelIsNoDrift(t *testing.T) {
-	t.Parallel()
-	r, p, hub, desired := memoFixture(t)
-	p = p.DeepCopy()
-	p.Spec.Drift = fleetv1alpha1.DriftCorrect
-	live := desired.DeepCopy()
-	live.SetResourceVersion("7")
-	labelled := desired.DeepCopy()
-	l := labelled.GetLabels()
-	l[fleetv1alpha1.RevisionLabel] = "3"
-	labelled.SetLabels(l)
-	applies := 0
-	member := &memberCopies{name: "east", recheck: time.Hour, client: interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
-		Apply: func(context.Context, client.WithWatch, runtime.ApplyConfiguration, ...client.ApplyOption) error {
-			applies++
-			return nil
-		},
-	})}
-	k := copyKey{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: "web"}
-	run := &copyRun{env: &r.runEnv().copyEnv, member: member.forRun(), p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
-	if _, err := run.apply(t.Context(), k, labelled, live, hub); err != nil {
-		t.Fatal(err)
-	}
-	if applies != 1 {
-		t.Errorf("a copy without its revision label: %d applies, want 1", applies)
-	}
-	for name, c := range map[string]prometheus.Counter{"detected": r.metrics.driftDetected.WithLabelValues("east"), "corrected": r.metrics.driftCorrected.WithLabelValues("east")} {
-		if n := testutil.ToFloat64(c); n != 0 {
-			t.Errorf("drift %s counted %v times for a label the copy lacked, want 0", name, n)
-		}
 	}
 }

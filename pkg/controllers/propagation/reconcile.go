@@ -2,38 +2,27 @@ package propagation
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
-	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/objmeta"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
-	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 	"github.com/fleetkube/fleet-manager/pkg/tenancy"
 )
@@ -84,13 +73,13 @@ func (r *reconciler) Reconcile(ctx context.Context, req fleet.Request) (_ reconc
 }
 
 // runEnv is what a member run uses of the controller, and nothing else:
-// what the run of its copies uses (copyEnv); what the hub says the member
+// what the run of its copies uses (apply.Env); what the hub says the member
 // is given (content, revisions, the member's registration, maintenance
 // and tenancy reach); and where the run's result goes (results, then a
 // status request, the count of owed removals, a drain's progress). Built
 // once, in Add.
 type runEnv struct {
-	copyEnv
+	apply.Env
 	content   *content.Cache
 	revisions *revisions.Store
 
@@ -113,30 +102,6 @@ type runEnv struct {
 	relabelLater   func(ctx context.Context, key propagationKey, p *fleetv1alpha1.Propagation, member string, res memberResult)
 }
 
-// copyEnv is what the run of a member's copies (copyRun) uses of the
-// controller: the fleet and its journal, the copies shared by every
-// member, the kinds the journal holds copies of, the names of resources,
-// the kinds of a Propagation and its hub object, the drift last reported,
-// and how it tells (recorder, metrics).
-type copyEnv struct {
-	Fleet   string
-	Journal *journal.Journal
-	// Shared keeps the copies built once for every member.
-	Shared       *sharedCopies
-	JournalKinds func(member string, key *propagationKey) []schema.GroupVersionKind
-	ResourceOf   func(gvk schema.GroupVersionKind) string
-	// KindsOf lists the kinds a Propagation copies and copied; hubObject
-	// is a Propagation as the hub holds it, which its Events regard.
-	KindsOf   func(p *fleetv1alpha1.Propagation) []schema.GroupVersionKind
-	HubObject func(p *fleetv1alpha1.Propagation) client.Object
-	// ReportedDrift is the drift member's last result reported for
-	// Propagation key, if that result was Drifted.
-	ReportedDrift func(key propagationKey, member string) ([]string, bool)
-
-	Recorder events.EventRecorder
-	Metrics  runMetrics
-}
-
 // runResults is where member runs keep their results: each run reads the
 // member's last one and sets the new one.
 type runResults interface {
@@ -146,62 +111,15 @@ type runResults interface {
 	logFailure(key propagationKey, member string, every time.Duration) bool
 }
 
-// runMember is what the run of a member's copies uses of the member: its
-// name, a client that writes, a reader of its API server itself,
-// discovery and metadata to read what a container copy holds, and its
-// copy caches.
-type runMember struct {
-	Name      string
-	Client    client.Client
-	Reader    client.Reader
-	Discovery discovery.DiscoveryInterface
-	Metadata  metadata.Interface
-	Cache     copyCache
-}
-
-// copyCache is what the run of a member's copies uses of the member's
-// copy caches: it lists the copies, and keeps what it checked and wrote
-// of each.
-type copyCache interface {
-	List(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error)
-	WatchedIn(namespace string) []schema.GroupVersionKind
-	Unchanged(id copyID, live *unstructured.Unstructured, hash string) (ok bool, left time.Duration)
-	CheckedClean(id copyID, live *unstructured.Unstructured, hash string)
-	Write(id copyID)
-	Wrote(id copyID, obj *unstructured.Unstructured)
-	Forget(id copyID)
-	Served(gk schema.GroupKind)
-}
-
-// A list of the copy cache fails with a kindProblem when the member
-// cannot be asked for the kind: its reason (a kind not found, cluster-
-// scoped, forbidden) is the run's failure, its message the manager's
-// words.
-type kindProblem interface {
-	error
-	ErrorReason() string
-}
-
 // forRun is what a member run uses of mc.
-func (mc *memberCopies) forRun() runMember {
-	return runMember{Name: mc.name, Client: mc.client, Reader: mc.reader, Discovery: mc.discovery, Metadata: mc.metadata, Cache: mc}
-}
-
-// runMetrics are the series a member run writes; the first label value
-// of each is the member's name.
-type runMetrics struct {
-	Applies, DriftDetected, DriftCorrected interface {
-		WithLabelValues(...string) prometheus.Counter
-	}
-	ApplyDuration interface {
-		WithLabelValues(...string) prometheus.Observer
-	}
+func (mc *memberCopies) forRun() apply.Target {
+	return apply.Target{Name: mc.name, Client: mc.client, Reader: mc.reader, Discovery: mc.discovery, Metadata: mc.metadata, Cache: mc}
 }
 
 // runEnv returns what r's member runs use of it.
 func (r *reconciler) runEnv() *runEnv {
 	env := &runEnv{
-		copyEnv: copyEnv{
+		Env: apply.Env{
 			Fleet: r.fleet, Journal: r.journal, Shared: &r.shared, JournalKinds: r.journalKinds, ResourceOf: r.resourceOf,
 			KindsOf: kindsOf, HubObject: hubObject,
 			ReportedDrift: func(key propagationKey, member string) ([]string, bool) {
@@ -224,16 +142,16 @@ func (r *reconciler) runEnv() *runEnv {
 		relabelLater:   r.relabelLater,
 	}
 	if r.metrics != nil {
-		env.Metrics = runMetrics{Applies: r.metrics.applies, DriftDetected: r.metrics.driftDetected, DriftCorrected: r.metrics.driftCorrected, ApplyDuration: r.metrics.applyDuration}
+		env.Metrics = apply.Metrics{Applies: r.metrics.applies, DriftDetected: r.metrics.driftDetected, DriftCorrected: r.metrics.driftCorrected, ApplyDuration: r.metrics.applyDuration}
 	}
 	return env
 }
 
 // memberRun is one member reconcile: what the member is given (see
-// wanted), the run of its copies (copyRun), and the result it records.
+// wanted), the run of its copies (apply.Run), and the result it records.
 type memberRun struct {
-	*copyRun
-	// env is what it uses of the controller (its copyRun's env, the part
+	*apply.Run
+	// env is what it uses of the controller (its apply.Run's env, the part
 	// the run of the copies uses).
 	env *runEnv
 	// p is the Propagation (nil when gone), key its key, and member the
@@ -249,105 +167,9 @@ type memberRun struct {
 	// drain removes its copies.
 	revision    string
 	unloaded    int64 // the revision the member is given, if it could not be loaded
-	held        *failure
+	held        *apply.Failure
 	draining    bool
 	maintenance fleetv1alpha1.MaintenanceMode
-}
-
-// copyRun is the run of one member's copies of a Propagation: given the
-// hub objects wanted there, it tells the fleet's copies apart, applies
-// the desired copies step by step, judges them, and removes those no
-// longer wanted, through the journal; its fields say what it found.
-type copyRun struct {
-	env    *copyEnv
-	member runMember
-	p      *fleetv1alpha1.Propagation // nil when the Propagation is gone
-	key    propagationKey
-	// id is the fleet's identity.
-	id string
-	runInput
-	runReport
-
-	// selectedBy is the resource that selects each hub object wanted
-	// (see want).
-	selectedBy map[copyKey]fleetv1alpha1.ResourceSelector
-	// skipRemoval holds kinds whose hub objects could not be read, or
-	// whose copies could not be listed: none of their copies can be
-	// proven unwanted.
-	skipRemoval map[schema.GroupVersionKind]bool
-	// others are the member's copies of the Propagation's name that are
-	// not this fleet's.
-	others map[copyKey]*unstructured.Unstructured
-	// journaled holds the journal's copies, by Propagation, read to prove
-	// copies stamped without an identity this fleet's.
-	journaled  map[string][]journal.Copy
-	namespaced bool
-	// namespaceUnknown is set when the manager may neither read nor create
-	// the member's namespace: a copy not found there says it is missing.
-	namespaceUnknown bool
-}
-
-// newCopyRun returns the run of member's copies of Propagation key, p
-// (nil when gone), in the fleet of identity id.
-func newCopyRun(env *copyEnv, member runMember, p *fleetv1alpha1.Propagation, key propagationKey, id string) *copyRun {
-	return &copyRun{
-		env: env, member: member, p: p, key: key, id: id, skipRemoval: map[schema.GroupVersionKind]bool{},
-		others: map[copyKey]*unstructured.Unstructured{}, journaled: map[string][]journal.Copy{},
-		selectedBy: map[copyKey]fleetv1alpha1.ResourceSelector{},
-	}
-}
-
-// runInput is what the controller gives the run of a member's copies,
-// beside the hub objects wanted: the member's labels (for overrides),
-// the content the member is given and its overrides, the number of its
-// revision, and what tenancy lets the member hold.
-type runInput struct {
-	Labels map[string]string
-	// Content is the Content the member is given, shared read-only.
-	Content   *content.Content
-	Overrides []fleetv1alpha1.Override
-	// Number is the Number of the revision the member is given, stamped
-	// on each copy (RevisionLabel); 0 under strategy All until the
-	// revision of the hub's content is made.
-	Number int64
-	// Reach is what the Propagation's namespace may Reach (see
-	// enforceTenancy), and tenant the member as tenancy sees it.
-	Reach  *tenancy.NamespaceReach
-	Tenant tenancy.Member
-}
-
-// runReport is what the run of a member's copies found, for the
-// controller to record as the member's result (see memberRun.record).
-type runReport struct {
-	// Failures are the run's, after those found deciding what the member
-	// is given.
-	Failures []failure
-	// Orphaned are the copies Orphaned rather than deleted, and why.
-	Orphaned []failure
-	Drifted  []string
-	// Unavailable says what copies that are not available wait for, and
-	// notTracked counts the copies of kinds without a rule.
-	Unavailable []string
-	NotTracked  int
-	// Waiting is set when copies wait: for a kind the member does not
-	// serve yet, or for those of an earlier step to be Available.
-	Waiting *failure
-	// KindArrived is set when a kind the run waited for is served now.
-	KindArrived bool
-	// Deleting names the copies whose deletion the member accepted but
-	// which are still there (see gone).
-	Deleting []string
-	// Recheck is when the first drift check the run trusted expires (see
-	// recheckIn).
-	Recheck time.Duration
-	// Copies counts the Copies the member holds after the run, and kinds
-	// are their kinds.
-	Copies int
-	Kinds  []schema.GroupVersionKind
-}
-
-type failure struct {
-	Reason, Message string
 }
 
 // reconcileMember makes the copies of Propagation key in member what it
@@ -404,7 +226,7 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 // run makes the copies of Propagation key, p (nil when gone), in mc's
 // member what it wants: see reconcileCopies.
 func (env *runEnv) run(ctx context.Context, mc *memberCopies, p *fleetv1alpha1.Propagation, key propagationKey, id string) (reconcile.Result, error) {
-	run := &memberRun{env: env, p: p, key: key, member: mc.name, copyRun: newCopyRun(&env.copyEnv, mc.forRun(), p, key, id)}
+	run := &memberRun{env: env, p: p, key: key, member: mc.name, Run: apply.NewRun(&env.Env, mc.forRun(), p, key, id)}
 	want, removing, err := run.wanted(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -427,78 +249,13 @@ func (env *runEnv) run(ctx context.Context, mc *memberCopies, p *fleetv1alpha1.P
 	return run.record(ctx, removing, len(want), intent)
 }
 
-// Converge makes the member's copies what want, the hub objects wanted
-// there, says: the fleet's copies told apart, the desired copies recorded
-// in the journal and applied step by step, and the copies no longer
-// wanted removed (none are wanted when removing). It returns how many of
-// the fleet's copies it found, and what it applies (see intentOf).
-func (run *copyRun) Converge(ctx context.Context, want map[copyKey]*unstructured.Unstructured, removing bool) (int, string, error) {
-	// Copies are told apart before the journal records what is applied
-	// now: an old copy may be proven this fleet's by the hash recorded
-	// when it was applied.
-	have, err := run.Existing(ctx, want, removing)
-	if err != nil {
-		return 0, "", err
-	}
-	desired := run.desiredCopies(want)
-	recorded := make([]journal.Copy, 0, len(desired))
-	for _, d := range desired {
-		recorded = append(recorded, journalCopy(d))
-	}
-	if err := run.env.Journal.Record(run.member.Name, recorded); err != nil {
-		return 0, "", fmt.Errorf("recording copies in the journal: %w", err)
-	}
-	if err := run.applyInOrder(ctx, desired, have, want); err != nil {
-		return 0, "", err
-	}
-	unwanted := make([]copyKey, 0, len(have))
-	for k := range have {
-		if _, ok := want[k]; !ok && !run.skipRemoval[k.GVK] {
-			unwanted = append(unwanted, k)
-		}
-	}
-	var removed []journal.Copy
-	steps := apply.Order(unwanted, copyKey.kindAndName, func(k copyKey) int32 { return apply.RemovalWave(run.p, k.GVK) })
-	for _, st := range slices.Backward(steps) {
-		for _, k := range st {
-			failures := len(run.Failures)
-			if err := run.remove(ctx, have[k]); err != nil {
-				return 0, "", err
-			}
-			if len(run.Failures) > failures {
-				continue
-			}
-			// A delete accepted is no copy gone: a finalizer may hold it.
-			if gone, err := run.gone(ctx, have[k]); err != nil {
-				return 0, "", err
-			} else if gone {
-				removed = append(removed, journalCopy(have[k]))
-			}
-		}
-	}
-	if err := run.env.Journal.Forget(run.member.Name, removed); err != nil {
-		return 0, "", fmt.Errorf("recording removed copies in the journal: %w", err)
-	}
-	if len(run.Failures) == 0 && len(run.skipRemoval) == 0 && len(run.Deleting) == 0 {
-		// Every copy the Propagation does not want here is gone.
-		keep := make([]journal.Object, 0, len(desired))
-		for _, c := range recorded {
-			keep = append(keep, c.Object)
-		}
-		if err := run.env.Journal.Settle(run.member.Name, run.key.Namespace, run.key.Name, keep); err != nil {
-			return 0, "", fmt.Errorf("recording removed copies in the journal: %w", err)
-		}
-	}
-	return len(have), intentOf(recorded), nil
-}
-
 // wanted returns the hub objects that the member should hold copies of,
 // from the content of the revision it is given, and whether none are
 // wanted because of the Propagation's removal, the member's deselection
 // or its drain. A member given no revision yet, drained and waiting for
 // the disruption budget, or of a Propagation whose members selector does
 // not parse, is held: run.held says why, and its copies stay as they are.
-func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Unstructured, bool, error) {
+func (run *memberRun) wanted(ctx context.Context) (map[apply.Key]*unstructured.Unstructured, bool, error) {
 	p := run.p
 	if p == nil || !p.DeletionTimestamp.IsZero() {
 		return nil, true, nil
@@ -531,7 +288,7 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 			run.draining = true
 			return nil, true, nil
 		}
-		run.held = &failure{Reason: fleetv1alpha1.ReasonWaitingForDisruptionBudget, Message: "the member is drained: its copies are removed once " + budgetHolders(p, run.member)}
+		run.held = &apply.Failure{Reason: fleetv1alpha1.ReasonWaitingForDisruptionBudget, Message: "the member is drained: its copies are removed once " + budgetHolders(p, run.member)}
 		return nil, false, nil
 	}
 	c, err := run.given(ctx, maintenance)
@@ -542,15 +299,15 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 		return nil, false, nil
 	}
 	for _, problem := range c.Problems {
-		run.Fail(failure{Reason: problem.Reason, Message: problem.Message})
+		run.Fail(apply.Failure{Reason: problem.Reason, Message: problem.Message})
 	}
 	for _, gvk := range c.KindProblems() {
 		run.KeepCopies(gvk)
 	}
-	want := map[copyKey]*unstructured.Unstructured{}
+	want := map[apply.Key]*unstructured.Unstructured{}
 	for _, o := range c.Objects {
 		if o.Resource < 0 || o.Resource >= len(c.Resources) {
-			run.Fail(failure{Reason: fleetv1alpha1.ReasonRevisionInvalid, Message: "an object of the revision names no resource"})
+			run.Fail(apply.Failure{Reason: fleetv1alpha1.ReasonRevisionInvalid, Message: "an object of the revision names no resource"})
 			continue
 		}
 		run.Want(want, &unstructured.Unstructured{Object: o.Object}, c.Resources[o.Resource])
@@ -577,19 +334,19 @@ func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.Maint
 	n := assignedRevision(p, run.member)
 	switch {
 	case n == 0 && maintenance != "":
-		run.held = &failure{Reason: fleetv1alpha1.ReasonCordoned, Message: "the member is cordoned: it takes no new Propagation"}
+		run.held = &apply.Failure{Reason: fleetv1alpha1.ReasonCordoned, Message: "the member is cordoned: it takes no new Propagation"}
 		return nil, nil
 	case n == 0:
-		run.held = &failure{Reason: fleetv1alpha1.ReasonWaitingForRollout, Message: "the rollout has not given the member a revision yet"}
+		run.held = &apply.Failure{Reason: fleetv1alpha1.ReasonWaitingForRollout, Message: "the rollout has not given the member a revision yet"}
 		return nil, nil
 	}
 	c, hash, err := run.env.revisions.Load(ctx, p, n)
 	if cerr, ok := errors.AsType[*content.Error](err); ok {
-		run.Fail(failure{Reason: cerr.Reason, Message: cerr.Message})
-		run.held, run.unloaded = &failure{Reason: cerr.Reason, Message: cerr.Message}, n
+		run.Fail(apply.Failure{Reason: cerr.Reason, Message: cerr.Message})
+		run.held, run.unloaded = &apply.Failure{Reason: cerr.Reason, Message: cerr.Message}, n
 		return nil, nil
 	} else if apierrors.IsNotFound(err) {
-		run.held, run.unloaded = &failure{Reason: fleetv1alpha1.ReasonRevisionInvalid, Message: fmt.Sprintf("revision %d is not on the hub", n)}, n
+		run.held, run.unloaded = &apply.Failure{Reason: fleetv1alpha1.ReasonRevisionInvalid, Message: fmt.Sprintf("revision %d is not on the hub", n)}, n
 		run.Fail(*run.held)
 		return nil, nil
 	} else if err != nil {
@@ -616,158 +373,6 @@ func assignedRevision(p *fleetv1alpha1.Propagation, member string) int64 {
 		}
 	}
 	return 0
-}
-
-// Want adds obj, a hub object sel selects, to Want, unless an object of
-// its kind and name is there: the same object selected twice is applied
-// once, and another one of that name (an Envelope's manifest) fails.
-func (run *copyRun) Want(want map[copyKey]*unstructured.Unstructured, obj *unstructured.Unstructured, sel fleetv1alpha1.ResourceSelector) {
-	k := copyKey{GVK: obj.GroupVersionKind(), Name: obj.GetName()}
-	first, ok := want[k]
-	switch {
-	case !ok:
-		want[k], run.selectedBy[k] = obj, sel
-	case first.GetUID() != obj.GetUID() || objmeta.LabelValue(first, fleetv1alpha1.EnvelopeLabel) != objmeta.LabelValue(obj, fleetv1alpha1.EnvelopeLabel):
-		run.Fail(failure{Reason: fleetv1alpha1.ReasonInvalid, Message: fmt.Sprintf("%s is selected twice, from different sources: the first is applied", k)})
-	}
-}
-
-// desiredCopies returns the copy the member should hold of each hub
-// object wanted, but for the number of the revision it comes from
-// (RevisionLabel), which its content hash leaves out: apply labels the
-// copy it writes (see revisionOf). A hub object an
-// override fails to patch gets none: the run fails, naming the rule, and
-// its copy stays as it is. A copy, as overrides make it, of a kind
-// tenancy does not allow there gets none either, and is taken out of
-// want: the run fails, KindNotAllowed, and a copy made before is removed.
-//
-// A copy no override changes is the same in every member: it is built
-// once per content and shared (see sharedCopies), read-only: apply copies
-// it whole before it writes.
-func (run *copyRun) desiredCopies(want map[copyKey]*unstructured.Unstructured) map[copyKey]*unstructured.Unstructured {
-	desired := make(map[copyKey]*unstructured.Unstructured, len(want))
-	if len(want) == 0 {
-		return desired // run.p may be gone
-	}
-	member := apply.Member{Name: run.member.Name, Labels: run.Labels}
-	inputs := sharedInputs{propagation: run.p.Name, deletion: apply.DeletionPolicy(run.p), fleetID: run.id}
-	for k, hubObj := range want {
-		shared := run.Content != nil && !apply.Overridden(hubObj, run.Overrides, member)
-		var d *unstructured.Unstructured
-		if shared {
-			d = run.env.Shared.Get(run.key, run.Content, inputs, k)
-		}
-		if d == nil {
-			var err error
-			if d, err = apply.DesiredCopy(hubObj, run.p, run.Overrides, run.env.Fleet, run.id, member); err != nil {
-				run.Fail(failure{Reason: fleetv1alpha1.ReasonOverrideFailed, Message: err.Error()})
-				continue
-			}
-			if shared {
-				run.env.Shared.Put(run.key, run.Content, inputs, k, d)
-			}
-		}
-		if !run.kindAllowed(d) {
-			delete(want, k) // a copy made before is no longer wanted
-			continue
-		}
-		desired[k] = d
-	}
-	return desired
-}
-
-// intentOf sums up what a run applies, by the copies' content hashes: a
-// member whose intent changed is given a change.
-func intentOf(copies []journal.Copy) string {
-	hashes := make([]string, 0, len(copies))
-	for _, c := range copies {
-		hashes = append(hashes, c.Hash)
-	}
-	slices.Sort(hashes)
-	sum := sha256.Sum256([]byte(strings.Join(hashes, ",")))
-	return hex.EncodeToString(sum[:8])
-}
-
-// Existing returns this fleet's copies of the Propagation in the member,
-// of every kind it copies or copied, and keeps the copies of its name
-// that are not this fleet's in run.others. want are the hub objects the
-// run applies; removing says that none are wanted. A kind the Propagation
-// copies that the member does not let the manager list fails the run, and
-// so does, when removing, a kind it copied: its copies cannot be proven
-// gone, and the removal is owed and tried again. A kind the member lacks
-// holds no copies.
-func (run *copyRun) Existing(ctx context.Context, want map[copyKey]*unstructured.Unstructured, removing bool) (map[copyKey]*unstructured.Unstructured, error) {
-	// The journal knows the kinds of the copies made, and of those owed.
-	copied := run.env.JournalKinds(run.member.Name, &run.key)
-	if run.p != nil {
-		copied = append(copied, run.env.KindsOf(run.p)...)
-	}
-	kinds := slices.Clone(copied)
-	for k := range want {
-		kinds = append(kinds, k.GVK) // an Envelope's manifests' too
-	}
-	if run.p == nil {
-		// Its kinds went with it: look in every kind watched there too.
-		kinds = append(kinds, run.member.Cache.WatchedIn(run.key.Namespace)...)
-	}
-	slices.SortFunc(kinds, func(a, b schema.GroupVersionKind) int { return strings.Compare(a.String(), b.String()) })
-	kinds = slices.Compact(kinds)
-	have := map[copyKey]*unstructured.Unstructured{}
-	selector := labels.SelectorFromSet(labels.Set{fleetv1alpha1.PropagationLabel: run.key.Name})
-	for _, gvk := range kinds {
-		objs, err := run.member.Cache.List(ctx, gvk, run.key.Namespace, selector)
-		if kerr, ok := errors.AsType[kindProblem](err); ok {
-			reason := kerr.ErrorReason()
-			if removing && reason == fleetv1alpha1.ReasonKindNotFound {
-				continue
-			}
-			run.skipRemoval[gvk] = true
-			inSpec := slices.ContainsFunc(slices.Collect(maps.Keys(want)), func(k copyKey) bool { return k.GVK == gvk }) ||
-				run.p != nil && slices.ContainsFunc(run.p.Spec.Resources, func(s fleetv1alpha1.ResourceSelector) bool { k, _ := content.ResourceKind(s); return k == gvk })
-			if inSpec && !removing && reason == fleetv1alpha1.ReasonKindNotFound {
-				run.waitForKind(gvk)
-				continue
-			}
-			if inSpec || (removing && slices.Contains(copied, gvk) && reason != fleetv1alpha1.ReasonClusterScoped) {
-				run.Fail(failure{Reason: reason, Message: kerr.Error()})
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		for i := range objs {
-			k := copyKey{GVK: gvk, Name: objs[i].GetName()}
-			if run.ownerOf(&objs[i], want[k]) == ours {
-				have[k] = &objs[i]
-			} else {
-				run.others[k] = &objs[i]
-			}
-		}
-	}
-	return have, nil
-}
-
-func (run *copyRun) Fail(f failure) { run.Failures = append(run.Failures, f) }
-
-// KeepCopies keeps the member's copies of kind gvk, whose hub objects
-// could not be read: none can be proven unwanted.
-func (run *copyRun) KeepCopies(gvk schema.GroupVersionKind) { run.skipRemoval[gvk] = true }
-
-// recheckIn asks for the run again in left, when a drift check it trusted
-// expires (see memberCopies.unchanged), unless it is asked sooner.
-func (run *copyRun) recheckIn(left time.Duration) {
-	if run.Recheck == 0 || left < run.Recheck {
-		run.Recheck = left
-	}
-}
-
-// Hold counts a copy of kind gvk that the member holds after the run.
-func (run *copyRun) Hold(gvk schema.GroupVersionKind) {
-	run.Copies++
-	if !slices.Contains(run.Kinds, gvk) {
-		run.Kinds = append(run.Kinds, gvk)
-	}
 }
 
 // record stores the run's result, asks for a status write when it
@@ -970,3 +575,37 @@ func (run *memberRun) tell(ctx context.Context, old, now memberResult) {
 		run.env.Recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeNormal, now.reason, "Propagate", "member %s: %s, after %s", member, now.message, old.reason)
 	}
 }
+
+// tellOrphaned puts, in res, a run's result that applied everything, what
+// was orphaned rather than deleted: by this run, or, for the same
+// generation, by an earlier one (prev), so that status keeps saying it.
+func (run *memberRun) tellOrphaned(res *memberResult, prev memberResult) {
+	if res.result != fleetv1alpha1.ResultApplied || res.reason != fleetv1alpha1.ReasonApplied {
+		return
+	}
+	switch {
+	case len(run.Orphaned) > 0:
+		res.reason, res.message = run.Orphaned[0].Reason, run.Orphaned[0].Message
+		if n := len(run.Orphaned); n > 1 {
+			res.message = fmt.Sprintf("%s (and %d more)", res.message, n-1)
+		}
+		res.message = words.Truncate(res.message, fleetv1alpha1.MaxMemberMessageLength)
+	case prev.generation == res.generation && prev.result == fleetv1alpha1.ResultApplied &&
+		(prev.reason == fleetv1alpha1.ReasonContainerNotEmpty || prev.reason == fleetv1alpha1.ReasonAdoptedOrphaned):
+		res.reason, res.message = prev.reason, prev.message
+	}
+}
+
+// resourceOf names gvk's resource as the hub's REST mapper does, or by
+// its kind.
+func (r *reconciler) resourceOf(gvk schema.GroupVersionKind) string {
+	mapping, err := r.m.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return gvk.Kind
+	}
+	return mapping.Resource.GroupResource().String()
+}
+
+// describeStatus describes the API status of an error in the manager's
+// words: see apply.DescribeStatus.
+var describeStatus = apply.DescribeStatus

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
@@ -134,7 +135,7 @@ type reconciler struct {
 	// per change, and shares it.
 	content *content.Cache
 	// shared keeps the copies built once for every member.
-	shared sharedCopies
+	shared apply.SharedCopies
 	// revisions makes, loads and prunes the Propagations' revisions.
 	revisions *revisions.Store
 	// refusedRevisions remembers the revisions the hub refused.

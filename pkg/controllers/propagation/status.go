@@ -531,7 +531,7 @@ type memberResult struct {
 	// since is when result and reason last changed, and confirmed when a
 	// member run last found them.
 	since, confirmed metav1.Time
-	// intent sums up what the run applied (see intentOf), and
+	// intent sums up what the run applied (see apply.Run.Converge), and
 	// unconvergedSince is since when the member has not converged to it
 	// (zero once it has): the progress deadline runs from then.
 	intent           string

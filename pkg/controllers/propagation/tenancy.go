@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -451,19 +450,6 @@ func (run *memberRun) enforceTenancy(ctx context.Context) (held, excluded bool) 
 	}
 	run.Reach = &reach
 	return false, false
-}
-
-// kindAllowed reports whether tenancy lets the member be given copy, as
-// overrides made it; the run fails, KindNotAllowed, naming it, when not.
-func (run *copyRun) kindAllowed(copy *unstructured.Unstructured) bool {
-	if run.Reach == nil {
-		return true
-	}
-	ok, why := run.Reach.Allows(run.Tenant, copy.GroupVersionKind().GroupKind())
-	if !ok {
-		run.Fail(failure{Reason: fleetv1alpha1.ReasonKindNotAllowed, Message: fmt.Sprintf("%s %s is not applied: %s", copy.GetKind(), copy.GetName(), why)})
-	}
-	return ok
 }
 
 // setExcluded counts in st the accepted members p's spec.members selects
