@@ -46,17 +46,21 @@
 //
 // # The member run
 //
-// The run that uses these functions is still in the controller package
-// (copyRun, for one Propagation in one member, apart from what decides
-// what the member is given and records the result); it takes only what
-// it names: the Propagation (nil once gone), the hub objects wanted there
-// (none when its copies are removed) and runInput (the content, overrides
-// and revision number they come from, what tenancy lets the member hold),
-// the member (runMember: its name, a client that writes, a reader of its
-// API server, discovery and metadata, its copy caches) and what it uses
-// of the controller (copyEnv: the fleet and its journal, the copies
-// shared by every member, the kinds the journal holds, the drift last
-// reported, recorder and metrics). It guarantees:
+// [Run], for one Propagation in one member, uses these functions; the
+// controller decides what the member is given and records the result
+// (its memberRun). [NewRun] takes only what it names: the Propagation
+// (nil once gone), its key and the fleet's identity, the member
+// ([Target]: its name, a client that writes, a reader of its API server,
+// discovery and metadata, its [CopyCache]) and what it uses of the
+// controller ([Env]: the fleet and its journal, the copies shared by
+// every member, the kinds the journal holds, the names of resources, a
+// Propagation's kinds and hub object, the drift last reported, recorder
+// and metrics). The controller sets its [Input] (the content, overrides
+// and revision number they come from, what tenancy lets the member
+// hold), calls Want for each hub object wanted (none when its copies are
+// removed), then Converge. It imports no later stage and not the
+// controller: a kind the member cannot be asked for is known by its
+// error's ErrorReason. It guarantees:
 //   - each copy is recorded in the journal before it is applied, step by
 //     step in [Order], a step once the earlier ones are Available;
 //   - it removes only this fleet's copies of this Propagation (by identity,
@@ -68,7 +72,7 @@
 //     waiting for its budget) neither applies nor removes;
 //   - the journal forgets a copy only once the member confirms it gone.
 //
-// What it found is in its runReport (failures, drift, what is not
+// What it found is in its [Report] (failures, drift, what is not
 // Available, what waits for a kind, a wave or a deletion, what was
 // orphaned, the copies and kinds left), which the controller records as
 // the member's one result; it tells new drift and each orphaned copy as
