@@ -2,6 +2,7 @@ package propagation
 
 import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/health"
 )
 
@@ -20,6 +21,6 @@ func (run *memberRun) heldByAvailableWhen(resources []fleetv1alpha1.ResourceSele
 // holdFailed holds the run, failed with kerr: a spec the manager cannot
 // use neither applies nor removes anything, and the status says why.
 func (run *memberRun) holdFailed(kerr *kindError) {
-	run.held = &failure{reason: kerr.reason, message: kerr.message}
-	run.fail(*run.held)
+	run.held = &apply.Failure{Reason: kerr.reason, Message: kerr.message}
+	run.Fail(*run.held)
 }

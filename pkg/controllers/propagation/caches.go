@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
@@ -76,22 +77,22 @@ type memberCopies struct {
 	replayMu sync.Mutex
 	replayed bool
 
-	// copyMu guards checked, written and writing, by copy (see copyID).
+	// copyMu guards checked, written and writing, by copy (see apply.CopyID).
 	copyMu sync.Mutex
 	// checked is, per copy, what its last drift check that found none
 	// compared: a copy that is the same object version, wanted with the
 	// same content, is not compared again for recheck (see unchanged).
-	checked map[copyID]cleanCheck
+	checked map[apply.CopyID]cleanCheck
 	recheck time.Duration
 	// written is, per copy, the resourceVersion the manager's last write
 	// of it answered: the watch event of that version asks for no run
 	// (see echo).
-	written map[copyID]string
+	written map[apply.CopyID]string
 	// writing is, per copy the manager writes now, the events of it that
 	// came before the write answered: the watch may show a write before
 	// its answer comes, and only the answer tells whether it is the
 	// write's (see echo).
-	writing map[copyID]*heldEvents
+	writing map[apply.CopyID]*heldEvents
 }
 
 // heldEvents are the events of a copy held while the manager writes it
@@ -106,16 +107,9 @@ type heldEvent struct {
 	deliver         func()
 }
 
-// copyID names a copy in a member: its namespace ("" if cluster-scoped),
-// kind and name.
-type copyID struct {
-	namespace string
-	copyKey
-}
-
-// idOf is the copyID of obj.
-func idOf(obj client.Object) copyID {
-	return copyID{namespace: obj.GetNamespace(), copyKey: copyKey{gvk: obj.GetObjectKind().GroupVersionKind(), name: obj.GetName()}}
+// idOf is the apply.CopyID of obj.
+func idOf(obj client.Object) apply.CopyID {
+	return apply.CopyID{Namespace: obj.GetNamespace(), Key: apply.Key{GVK: obj.GetObjectKind().GroupVersionKind(), Name: obj.GetName()}}
 }
 
 // cleanCheck is a drift check that found none, at: of the member's copy
@@ -126,14 +120,14 @@ type cleanCheck struct {
 	at                           time.Time
 }
 
-// unchanged reports whether a drift check of live against a desired copy
+// Unchanged reports whether a drift check of live against a desired copy
 // of hash found none, less than recheck ago, and the copy has not
 // changed since: every change of an object changes its resourceVersion,
 // as Kubernetes defines it. A member that gives a version again to other
 // content (an etcd backup restored) has the copy compared again at the
 // latest recheck after its last check: left is how long the check is
 // still trusted.
-func (mc *memberCopies) unchanged(id copyID, live *unstructured.Unstructured, hash string) (ok bool, left time.Duration) {
+func (mc *memberCopies) Unchanged(id apply.CopyID, live *unstructured.Unstructured, hash string) (ok bool, left time.Duration) {
 	mc.copyMu.Lock()
 	defer mc.copyMu.Unlock()
 	c, found := mc.checked[id]
@@ -144,32 +138,32 @@ func (mc *memberCopies) unchanged(id copyID, live *unstructured.Unstructured, ha
 	return left > 0, left
 }
 
-// checkedClean records that a drift check of live against a desired copy
+// CheckedClean records that a drift check of live against a desired copy
 // of hash found none, now.
-func (mc *memberCopies) checkedClean(id copyID, live *unstructured.Unstructured, hash string) {
+func (mc *memberCopies) CheckedClean(id apply.CopyID, live *unstructured.Unstructured, hash string) {
 	mc.copyMu.Lock()
 	defer mc.copyMu.Unlock()
 	if mc.checked == nil {
-		mc.checked = map[copyID]cleanCheck{}
+		mc.checked = map[apply.CopyID]cleanCheck{}
 	}
 	mc.checked[id] = cleanCheck{resourceVersion: live.GetResourceVersion(), contentHash: hash, at: time.Now()}
 }
 
-// forget forgets copy id, which the manager removed or let go.
-func (mc *memberCopies) forget(id copyID) {
+// Forget forgets copy id, which the manager removed or let go.
+func (mc *memberCopies) Forget(id apply.CopyID) {
 	mc.copyMu.Lock()
 	defer mc.copyMu.Unlock()
 	delete(mc.checked, id)
 	delete(mc.written, id)
 }
 
-// write records that the manager writes copy id now; wrote, which must
-// follow, that the write answered.
-func (mc *memberCopies) write(id copyID) {
+// Write records that the manager writes copy id now; wrote, which must
+// follow, that the Write answered.
+func (mc *memberCopies) Write(id apply.CopyID) {
 	mc.copyMu.Lock()
 	defer mc.copyMu.Unlock()
 	if mc.writing == nil {
-		mc.writing = map[copyID]*heldEvents{}
+		mc.writing = map[apply.CopyID]*heldEvents{}
 	}
 	h := mc.writing[id]
 	if h == nil {
@@ -179,11 +173,11 @@ func (mc *memberCopies) write(id copyID) {
 	h.writes++
 }
 
-// wrote records that the manager's write of copy id answered obj, nil
+// Wrote records that the manager's write of copy id answered obj, nil
 // if it failed. An event held while it was in flight (see echo) that
 // shows obj is its echo, dropped; the others are told once no write of
 // the copy is in flight.
-func (mc *memberCopies) wrote(id copyID, obj *unstructured.Unstructured) {
+func (mc *memberCopies) Wrote(id apply.CopyID, obj *unstructured.Unstructured) {
 	rv := ""
 	if obj != nil {
 		rv = obj.GetResourceVersion()
@@ -209,7 +203,7 @@ func (mc *memberCopies) wrote(id copyID, obj *unstructured.Unstructured) {
 	}
 	if !echoed && rv != "" {
 		if mc.written == nil {
-			mc.written = map[copyID]string{}
+			mc.written = map[apply.CopyID]string{}
 		}
 		mc.written[id] = rv
 	}
@@ -324,11 +318,11 @@ func (mc *memberCopies) watch(ctx context.Context, namespace string, gvk schema.
 	return nc.watch(ctx, gvk)
 }
 
-// list lists the copies of gvk in namespace that match selector: the
+// List lists the copies of gvk in namespace that match selector: the
 // cache's own objects, not copies (a run of 30 copies of 10 KiB would
 // copy 300 KiB). Whoever writes into one, or hands it to a client call
-// that writes its answer into it, copies it first (see nameOf).
-func (mc *memberCopies) list(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error) {
+// that writes its answer into it, copies it first (as apply does).
+func (mc *memberCopies) List(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]unstructured.Unstructured, error) {
 	nc, done, err := mc.inNamespace(namespace)
 	if err != nil {
 		return nil, err
@@ -341,8 +335,8 @@ func (mc *memberCopies) list(ctx context.Context, gvk schema.GroupVersionKind, n
 	return nc.list(ctx, gvk, namespace, selector, client.UnsafeDisableDeepCopy)
 }
 
-// watchedIn lists the kinds whose informers have synced in namespace.
-func (mc *memberCopies) watchedIn(namespace string) []schema.GroupVersionKind {
+// WatchedIn lists the kinds whose informers have synced in namespace.
+func (mc *memberCopies) WatchedIn(namespace string) []schema.GroupVersionKind {
 	if nc := mc.caches()[namespace]; nc != nil {
 		return nc.watched()
 	}
@@ -372,8 +366,8 @@ func (mc *memberCopies) countWatches() {
 	mc.watches(n)
 }
 
-// served forgets, in every copy cache, that gk was missing.
-func (mc *memberCopies) served(gk schema.GroupKind) {
+// Served forgets, in every copy cache, that gk was missing.
+func (mc *memberCopies) Served(gk schema.GroupKind) {
 	for _, nc := range mc.caches() {
 		nc.served(gk)
 	}
@@ -493,7 +487,7 @@ func (c *copyCaches) Start(ctx context.Context, clusterName string, cl cluster.C
 			return nil, err
 		}
 		w := &watchedKinds{
-			cluster: "member " + clusterName, grantHint: grantHint(clusterName), cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector, namespace: namespace,
+			cluster: "member " + clusterName, grantHint: apply.GrantHint(clusterName), cache: ca, reader: writer, mapper: cl.GetRESTMapper(), selector: selector, namespace: namespace,
 			running: make(chan struct{}), echo: mc.echo,
 			onEvent: func(old, obj client.Object) {
 				mc.copyEvent(old, obj, func(namespace, name string) {
@@ -572,7 +566,7 @@ func (r *reconciler) copiesFound(ctx context.Context, mc *memberCopies, w *watch
 	}
 	var found []journal.Copy
 	for i := range list.Items {
-		if c := journalCopy(&list.Items[i]); c.Propagation != "" {
+		if c := apply.JournalCopy(&list.Items[i]); c.Propagation != "" {
 			found = append(found, c)
 		}
 	}

@@ -6,117 +6,41 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 )
 
-// memoFixture is a reconciler with its metrics, a Propagation that
-// reports drift, a hub ConfigMap, and the copy it wants in member east.
-func memoFixture(t *testing.T) (r *reconciler, p *fleetv1alpha1.Propagation, hub, desired *unstructured.Unstructured) {
-	t.Helper()
-	metrics, err := newMetrics(prometheus.NewRegistry(), func(string) bool { return true })
-	if err != nil {
-		t.Fatal(err)
-	}
-	r = &reconciler{fleet: "fleet", metrics: metrics, results: newResults(), recorder: events.NewFakeRecorder(10)}
-	p = &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}, Spec: fleetv1alpha1.PropagationSpec{Drift: fleetv1alpha1.DriftReport}}
-	hub = &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": "web", "namespace": "team", "uid": "u1"},
-		"data":     map[string]any{"v": "1"},
-	}}
-	if desired, err = apply.DesiredCopy(hub, p, nil, "fleet", "id", apply.Member{Name: "east"}); err != nil {
-		t.Fatal(err)
-	}
-	return r, p, hub, desired
-}
-
-// TestUnchangedCopyIsNotComparedAgain: a member's copy found without
-// drift is not compared again while its resourceVersion and the desired
-// content hash stay; a new resourceVersion is compared, and its drift
-// reported.
-func TestUnchangedCopyIsNotComparedAgain(t *testing.T) {
-	t.Parallel()
-	r, p, hub, desired := memoFixture(t)
-	live := desired.DeepCopy()
-	live.SetResourceVersion("5")
-	const recheck = time.Hour
-	member := &memberCopies{name: "east", recheck: recheck}
-	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
-	var run *memberRun
-	drifted := func() []string {
-		t.Helper()
-		run = &memberRun{r: r, member: member, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
-		got, err := run.apply(t.Context(), k, desired, live, hub)
-		if err != nil || got != live {
-			t.Fatalf("apply of an unchanged copy returned %v, %v; want the member's copy as it is", got, err)
-		}
-		return run.drifted
-	}
-	if d := drifted(); len(d) != 0 {
-		t.Fatalf("an unchanged copy drifted: %v", d)
-	}
-	// The same version of the copy: no comparison, which would find this.
-	_ = unstructured.SetNestedField(live.Object, "2", "data", "v")
-	if d := drifted(); len(d) != 0 {
-		t.Errorf("a copy whose version was checked clean was compared again (drift %v): want a lookup", d)
-	}
-	if run.recheck <= 0 || run.recheck > recheck {
-		t.Errorf("a run that trusted a check asks to run again in %s, want within the recheck, %s", run.recheck, recheck)
-	}
-	live.SetResourceVersion("6")
-	if d := drifted(); len(d) != 1 {
-		t.Errorf("a changed copy's drift: %v, want .data.v", d)
-	}
-}
-
 // TestCleanCheckIsTrustedForTheRecheckAlone: a member that gives a
 // resourceVersion checked clean again to other content (an etcd backup
 // restored) has the copy compared again once the check is
-// Options.DriftRecheck old, and its drift found.
+// Options.DriftRecheck old: the copy cache trusts a clean check for the
+// recheck alone, and says how long it still does.
 func TestCleanCheckIsTrustedForTheRecheckAlone(t *testing.T) {
 	t.Parallel()
-	r, p, hub, desired := memoFixture(t)
-	live := desired.DeepCopy()
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"})
+	live.SetNamespace("team")
+	live.SetName("web")
 	live.SetResourceVersion("4242")
 	member := &memberCopies{name: "east", recheck: time.Minute}
-	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
-	run := func() *memberRun {
-		t.Helper()
-		run := &memberRun{r: r, member: member, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
-		if _, err := run.apply(t.Context(), k, desired, live, hub); err != nil {
-			t.Fatal(err)
-		}
-		return run
+	id := idOf(live)
+	member.CheckedClean(id, live, "h")
+	if ok, left := member.Unchanged(id, live, "h"); !ok || left <= 0 || left > time.Minute {
+		t.Fatalf("within the recheck: trusted %v, for %s more; want the check trusted, for at most the recheck", ok, left)
 	}
-	if d := run().drifted; len(d) != 0 {
-		t.Fatalf("an unchanged copy drifted: %v", d)
-	}
-	_ = unstructured.SetNestedField(live.Object, "restored", "data", "v")
-	if got := run(); len(got.drifted) != 0 || got.recheck <= 0 {
-		t.Fatalf("within the recheck: drift %v, asked again in %s; want the check trusted, and a run asked for when it expires", got.drifted, got.recheck)
-	}
-	id := copyID{namespace: "team", copyKey: k}
 	c := member.checked[id]
 	c.at = c.at.Add(-time.Minute)
 	member.checked[id] = c
-	if d := run().drifted; len(d) != 1 {
-		t.Errorf("a check a recheck old, of a version the member gave again to other content: drift %v, want .data.v", d)
+	if ok, _ := member.Unchanged(id, live, "h"); ok {
+		t.Error("a check a recheck old, of a version the member may have given again to other content, is still trusted")
 	}
 }
 
@@ -139,13 +63,13 @@ func TestRelistMakesTheCopyComparedAgain(t *testing.T) {
 	mc := &memberCopies{name: "east", recheck: time.Hour}
 	id := idOf(version("5"))
 	enqueue := func(string, string) {}
-	mc.checkedClean(id, version("5"), "h")
+	mc.CheckedClean(id, version("5"), "h")
 	mc.copyEvent(version("4"), version("5"), enqueue)
-	if ok, _ := mc.unchanged(id, version("5"), "h"); !ok {
+	if ok, _ := mc.Unchanged(id, version("5"), "h"); !ok {
 		t.Error("an event of a new version dropped the clean check of it")
 	}
 	mc.copyEvent(version("5"), version("5"), enqueue)
-	if ok, _ := mc.unchanged(id, version("5"), "h"); ok {
+	if ok, _ := mc.Unchanged(id, version("5"), "h"); ok {
 		t.Error("an event showing the version the cache held (a relist) left its clean check trusted")
 	}
 }
@@ -174,7 +98,7 @@ func TestOwnershipChangeTellsBothPropagations(t *testing.T) {
 	if _, _, err := w.register(gvk, informer, 0); err != nil {
 		t.Fatal(err)
 	}
-	mc.wrote(idOf(copyOf("other", "8")), copyOf("other", "8"))
+	mc.Wrote(idOf(copyOf("other", "8")), copyOf("other", "8"))
 	informer.Update(copyOf("web", "7"), copyOf("other", "8"))
 	informer.Update(copyOf("other", "8"), copyOf("other", "9"))
 	if want := []string{"team/other", "team/web", "team/other"}; !slices.Equal(told, want) {
@@ -213,7 +137,7 @@ func TestMemberCopiesAreListedWithoutCopying(t *testing.T) {
 	w.informers = map[schema.GroupVersionKind]*kindInformer{gvk: {handler: synced{}}}
 	ctx := t.Context()
 	mc := &memberCopies{name: "east", ctx: ctx, namespaces: map[string]*namespaceCopies{"team": {watchedKinds: w, ctx: ctx}}}
-	if _, err := mc.list(ctx, gvk, "team", labels.Everything()); err != nil {
+	if _, err := mc.List(ctx, gvk, "team", labels.Everything()); err != nil {
 		t.Fatal(err)
 	}
 	if len(c.opts) != 1 || c.opts[0].UnsafeDisableDeepCopy == nil || !*c.opts[0].UnsafeDisableDeepCopy {
@@ -242,13 +166,13 @@ func TestOwnWriteAsksForNoRun(t *testing.T) {
 		obj.SetResourceVersion(rv)
 		return obj
 	}
-	id := copyID{namespace: "team", copyKey: copyKey{gvk: gvk, name: "web"}}
-	mc.wrote(id, version("7"))
+	id := apply.CopyID{Namespace: "team", Key: apply.Key{GVK: gvk, Name: "web"}}
+	mc.Wrote(id, version("7"))
 	informer.Add(version("7"))
 	informer.Update(version("7"), version("8")) // another manager's
-	mc.wrote(id, version("9"))
+	mc.Wrote(id, version("9"))
 	informer.Update(version("8"), version("9"))
-	mc.wrote(id, version("10"))
+	mc.Wrote(id, version("10"))
 	informer.Delete(version("10"))
 	if want := []string{"8", "10"}; !slices.Equal(told, want) {
 		t.Errorf("events told of versions %v, want %v: not the manager's own writes 7 and 9", told, want)
@@ -278,59 +202,22 @@ func TestOwnWriteSeenBeforeItsAnswerAsksForNoRun(t *testing.T) {
 		obj.SetResourceVersion(rv)
 		return obj
 	}
-	id := copyID{namespace: "team", copyKey: copyKey{gvk: gvk, name: "web"}}
-	mc.write(id)
+	id := apply.CopyID{Namespace: "team", Key: apply.Key{GVK: gvk, Name: "web"}}
+	mc.Write(id)
 	informer.Update(version("7"), version("8")) // another manager's
 	informer.Update(version("8"), version("9")) // the write's, before its answer
 	if len(told) != 0 {
 		t.Fatalf("events told of versions %v while the write was in flight", told)
 	}
-	mc.wrote(id, version("9"))
+	mc.Wrote(id, version("9"))
 	if want := []string{"8"}; !slices.Equal(told, want) {
 		t.Fatalf("events told of versions %v once the write answered 9, want %v", told, want)
 	}
 	informer.Update(version("9"), version("10")) // the write's echo was dropped: this is news
-	mc.write(id)
+	mc.Write(id)
 	informer.Update(version("10"), version("11"))
-	mc.wrote(id, nil) // failed
+	mc.Wrote(id, nil) // failed
 	if want := []string{"8", "10", "11"}; !slices.Equal(told, want) {
 		t.Errorf("events told of versions %v, want %v: a failed write holds back no event", told, want)
-	}
-}
-
-// TestCopyWithoutItsRevisionLabelIsNoDrift: a copy whose content the
-// member holds, applied before its revision was made (no revision
-// label), is applied again with the label once it is, and that counts
-// as no drift, under drift Correct.
-func TestCopyWithoutItsRevisionLabelIsNoDrift(t *testing.T) {
-	t.Parallel()
-	r, p, hub, desired := memoFixture(t)
-	p = p.DeepCopy()
-	p.Spec.Drift = fleetv1alpha1.DriftCorrect
-	live := desired.DeepCopy()
-	live.SetResourceVersion("7")
-	labelled := desired.DeepCopy()
-	l := labelled.GetLabels()
-	l[fleetv1alpha1.RevisionLabel] = "3"
-	labelled.SetLabels(l)
-	applies := 0
-	member := &memberCopies{name: "east", recheck: time.Hour, client: interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
-		Apply: func(context.Context, client.WithWatch, runtime.ApplyConfiguration, ...client.ApplyOption) error {
-			applies++
-			return nil
-		},
-	})}
-	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
-	run := &memberRun{r: r, member: member, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id", skipRemoval: map[schema.GroupVersionKind]bool{}}
-	if _, err := run.apply(t.Context(), k, labelled, live, hub); err != nil {
-		t.Fatal(err)
-	}
-	if applies != 1 {
-		t.Errorf("a copy without its revision label: %d applies, want 1", applies)
-	}
-	for name, c := range map[string]prometheus.Counter{"detected": r.metrics.driftDetected.WithLabelValues("east"), "corrected": r.metrics.driftCorrected.WithLabelValues("east")} {
-		if n := testutil.ToFloat64(c); n != 0 {
-			t.Errorf("drift %s counted %v times for a label the copy lacked, want 0", name, n)
-		}
 	}
 }

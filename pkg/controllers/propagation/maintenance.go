@@ -11,12 +11,12 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
@@ -34,40 +34,9 @@ func (r *reconciler) maintenance(ctx context.Context, member string) (fleetv1alp
 	return mc.Spec.Maintenance, nil
 }
 
-// reasonWaitingForDeletion is the reason of a member run whose copy the
-// member accepted to delete but still holds (a finalizer holds it).
-const reasonWaitingForDeletion = "WaitingForDeletion"
-
 // deletingRetry is when a run that waits for a copy's deletion looks
 // again, if no event of the copy asked first.
 const deletingRetry = 10 * time.Second
-
-// gone reports whether copy live, whose deletion the member accepted, is
-// gone: not found when read from the member's API server, or found
-// without a deletion under way (orphaned: no longer a copy). One still
-// being deleted is counted as held, and named in run.deleting and
-// run.waiting: a drain is not done, and keeps its place in the
-// disruption budget, until it is gone.
-func (run *memberRun) gone(ctx context.Context, live *unstructured.Unstructured) (bool, error) {
-	found := &unstructured.Unstructured{}
-	found.SetGroupVersionKind(live.GroupVersionKind())
-	err := run.member.reader.Get(ctx, client.ObjectKeyFromObject(live), found)
-	if apierrors.IsNotFound(err) {
-		return true, nil
-	} else if err != nil {
-		return false, fmt.Errorf("reading %s %s after its deletion: %w", live.GetKind(), live.GetName(), err)
-	}
-	if found.GetUID() != live.GetUID() || found.GetDeletionTimestamp() == nil {
-		return true, nil
-	}
-	run.hold(live.GroupVersionKind())
-	name := live.GetKind() + " " + live.GetName()
-	run.deleting = append(run.deleting, name)
-	if run.waiting == nil {
-		run.waiting = &failure{reason: reasonWaitingForDeletion, message: "waiting for the member to delete " + name + ": finalizers hold it"}
-	}
-	return false, nil
-}
 
 // maintenanceChanged passes the events of a MemberCluster whose
 // maintenance changed.
@@ -137,7 +106,7 @@ func (r *reconciler) publishDrain(member string, maintenance fleetv1alpha1.Maint
 		}
 	}
 	for _, key := range keys {
-		if res := results[key]; st.Message == "" && res.reason == reasonWaitingForDeletion {
+		if res := results[key]; st.Message == "" && res.reason == apply.ReasonWaitingForDeletion {
 			st.Message = describeKey(key) + ": " + res.message
 		}
 	}

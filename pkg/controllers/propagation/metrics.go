@@ -10,12 +10,6 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
-// Label values of fleet_propagation_applies_total's result.
-const (
-	applySucceeded = "success"
-	applyFailed    = "failure"
-)
-
 // propagationMetrics are the Propagation controller's series. Every
 // per-member series has a cluster label, is written only while the
 // registry accepts the member and this replica owns it (writesSeries),

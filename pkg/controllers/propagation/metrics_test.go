@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 )
 
@@ -39,7 +40,7 @@ var perMemberSeries = []string{
 // writeAll writes every per-member series of cluster, as a reconcile and
 // countOwed do.
 func writeAll(m *propagationMetrics, cluster string) {
-	m.applies.WithLabelValues(cluster, applySucceeded).Inc()
+	m.applies.WithLabelValues(cluster, apply.ApplySucceeded).Inc()
 	m.applyDuration.WithLabelValues(cluster).Observe(0.01)
 	m.driftDetected.WithLabelValues(cluster).Inc()
 	m.driftCorrected.WithLabelValues(cluster).Inc()

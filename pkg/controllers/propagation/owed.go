@@ -11,14 +11,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/objmeta"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 	"github.com/fleetkube/fleet-manager/pkg/journal"
@@ -29,15 +27,6 @@ import (
 // member to report the removal of its copies; after it, the member owes
 // the removal, and the Propagation goes.
 const releaseTimeout = 30 * time.Second
-
-// journalCopy is the journal's entry of a copy.
-func journalCopy(obj *unstructured.Unstructured) journal.Copy {
-	return journal.Copy{
-		Object:      journal.Object{GVK: obj.GroupVersionKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()},
-		Propagation: objmeta.LabelValue(obj, fleetv1alpha1.PropagationLabel),
-		Hash:        objmeta.AnnotationValue(obj, fleetv1alpha1.ContentHashAnnotation),
-	}
-}
 
 // replayOwed carries out the removals mc's member owes before any other
 // request of the member: once after it is engaged, and once after each

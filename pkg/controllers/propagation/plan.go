@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
@@ -95,7 +96,7 @@ func (r *reconciler) revisionRefused(ctx context.Context, p *fleetv1alpha1.Propa
 		return ""
 	}
 	raw, _, _ := c.Encode()
-	refused := fmt.Sprintf("the hub refused a new revision (%d bytes): %s", len(raw), describeStatus(err))
+	refused := fmt.Sprintf("the hub refused a new revision (%d bytes): %s", len(raw), apply.DescribeStatus(err))
 	if r.refusedRevisions.refused(p.UID, hash, refused, time.Now()) {
 		logf.FromContext(ctx).Error(err, "The hub refused a new revision: members keep the revisions they have", "bytes", len(raw), "hash", hash)
 	}

@@ -2,11 +2,8 @@ package propagation
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -15,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -24,10 +20,9 @@ import (
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
-	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/objmeta"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
-	"github.com/fleetkube/fleet-manager/pkg/journal"
 	"github.com/fleetkube/fleet-manager/pkg/registry"
 	"github.com/fleetkube/fleet-manager/pkg/tenancy"
 )
@@ -77,85 +72,104 @@ func (r *reconciler) Reconcile(ctx context.Context, req fleet.Request) (_ reconc
 	return r.quietUnreachable(ctx, req.ClusterName, res, err)
 }
 
-// memberRun is one member reconcile: what is wanted, what is there, and
-// what happened.
-type memberRun struct {
-	r      *reconciler
-	member *memberCopies
-	p      *fleetv1alpha1.Propagation // nil when the Propagation is gone
-	key    propagationKey
-	// id is the fleet's identity.
-	id string
-	// others are the member's copies of the Propagation's name that are
-	// not this fleet's.
-	others map[copyKey]*unstructured.Unstructured
-	// journaled holds the journal's copies, by Propagation, read to prove
-	// copies stamped without an identity this fleet's.
-	journaled map[string][]journal.Copy
+// runEnv is what a member run uses of the controller, and nothing else:
+// what the run of its copies uses (apply.Env); what the hub says the member
+// is given (content, revisions, the member's registration, maintenance
+// and tenancy reach); and where the run's result goes (results, then a
+// status request, the count of owed removals, a drain's progress). Built
+// once, in Add.
+type runEnv struct {
+	apply.Env
+	content   *content.Cache
+	revisions *revisions.Store
 
-	// labels are the member's labels, and selectedBy the resource that
-	// selects each hub object wanted.
-	labels     map[string]string
-	selectedBy map[copyKey]fleetv1alpha1.ResourceSelector
-	// reach is what the Propagation's namespace may reach (see
-	// enforceTenancy), and tenant the member as tenancy sees it.
-	reach  *tenancy.NamespaceReach
-	tenant tenancy.Member
+	cluster     func(member string) (*registry.Cluster, bool)
+	maintenance func(ctx context.Context, member string) (fleetv1alpha1.MaintenanceMode, error)
+	reachOf     func(ctx context.Context, namespace string) tenancy.NamespaceReach
+
+	results runResults
+	// askStatus asks for a status request of the Propagation; countOwed
+	// tells the removals member owes; publishDrain tells a drained
+	// member's drain.
+	askStatus    func(key propagationKey)
+	countOwed    func(member string)
+	publishDrain func(member string, maintenance fleetv1alpha1.MaintenanceMode)
+	// revisionNumber gives the number of the revision of a content the
+	// run applies at once, made now if it may be; relabelLater asks the
+	// member again if the revision of what it applied unlabelled was made
+	// while it ran.
+	revisionNumber func(ctx context.Context, p *fleetv1alpha1.Propagation, c *content.Content, hash string) (int64, error)
+	relabelLater   func(ctx context.Context, key propagationKey, p *fleetv1alpha1.Propagation, member string, res memberResult)
+}
+
+// runResults is where member runs keep their results: each run reads the
+// member's last one and sets the new one.
+type runResults interface {
+	get(key propagationKey, member string) (memberResult, bool)
+	set(key propagationKey, member string, r memberResult) (old, now memberResult)
+	forget(key propagationKey, member string)
+	logFailure(key propagationKey, member string, every time.Duration) bool
+}
+
+// forRun is what a member run uses of mc.
+func (mc *memberCopies) forRun() apply.Target {
+	return apply.Target{Name: mc.name, Client: mc.client, Reader: mc.reader, Discovery: mc.discovery, Metadata: mc.metadata, Cache: mc}
+}
+
+// runEnv returns what r's member runs use of it.
+func (r *reconciler) runEnv() *runEnv {
+	env := &runEnv{
+		Env: apply.Env{
+			Fleet: r.fleet, Journal: r.journal, Shared: &r.shared, JournalKinds: r.journalKinds, ResourceOf: r.resourceOf,
+			KindsOf: kindsOf, HubObject: hubObject,
+			ReportedDrift: func(key propagationKey, member string) ([]string, bool) {
+				prev, ok := r.results.get(key, member)
+				return prev.drifted, ok && prev.result == fleetv1alpha1.ResultDrifted
+			},
+			Recorder: r.recorder,
+		},
+		content: r.content, revisions: r.revisions,
+		cluster:     func(member string) (*registry.Cluster, bool) { return r.m.Registry().Get(member) },
+		maintenance: r.maintenance,
+		reachOf: func(ctx context.Context, namespace string) tenancy.NamespaceReach {
+			return r.tenancy.reachOf(ctx, namespace)
+		},
+		results:        r.results,
+		askStatus:      func(key propagationKey) { r.queue.add(fleet.Request{NamespacedName: key}) },
+		countOwed:      r.countOwed,
+		publishDrain:   r.publishDrain,
+		revisionNumber: r.revisionNumber,
+		relabelLater:   r.relabelLater,
+	}
+	if r.metrics != nil {
+		env.Metrics = apply.Metrics{Applies: r.metrics.applies, DriftDetected: r.metrics.driftDetected, DriftCorrected: r.metrics.driftCorrected, ApplyDuration: r.metrics.applyDuration}
+	}
+	return env
+}
+
+// memberRun is one member reconcile: what the member is given (see
+// wanted), the run of its copies (apply.Run), and the result it records.
+type memberRun struct {
+	*apply.Run
+	// env is what it uses of the controller (its apply.Run's env, the part
+	// the run of the copies uses).
+	env *runEnv
+	// p is the Propagation (nil when gone), key its key, and member the
+	// member's name.
+	p      *fleetv1alpha1.Propagation
+	key    propagationKey
+	member string
 	// excluded is set when tenancy keeps the namespace from the member,
 	// and excludedCopies when the member held copies then.
 	excluded, excludedCopies bool
-
-	failures []failure
-	// orphaned are the copies orphaned rather than deleted, and why.
-	orphaned []failure
-	drifted  []string
-	// unavailable says what copies that are not available wait for, and
-	// notTracked counts the copies of kinds without a rule.
-	unavailable []string
-	notTracked  int
-	// waiting is set when copies wait: for a kind the member does not
-	// serve yet, or for those of an earlier step to be Available.
-	waiting *failure
-	// kindArrived is set when a kind the run waited for is served now.
-	kindArrived bool
-	// deleting names the copies whose deletion the member accepted but
-	// which are still there (see gone).
-	deleting []string
-	// recheck is when the first drift check the run trusted expires (see
-	// recheckIn).
-	recheck time.Duration
-	// skipRemoval holds kinds whose hub objects could not be read: none of
-	// their copies can be proven unwanted.
-	skipRemoval map[schema.GroupVersionKind]bool
-	// copies counts the copies the member holds after the run, and kinds
-	// are their kinds.
-	copies     int
-	kinds      []schema.GroupVersionKind
-	namespaced bool
-	// namespaceUnknown is set when the manager may neither read nor create
-	// the member's namespace: a copy not found there says it is missing.
-	namespaceUnknown bool
-
-	// revision is the hash of the content the member is given, and
-	// overrides are that content's. held is set when the member is
-	// given none, and says why; draining when its drain removes its
-	// copies.
-	revision string
-	// number is the number of that revision, stamped on each copy
-	// (RevisionLabel); 0 under strategy All until the revision of the
-	// hub's content is made.
-	number    int64
-	unloaded  int64 // the revision the member is given, if it could not be loaded
-	overrides []fleetv1alpha1.Override
-	// content is the content the member is given, shared read-only.
-	content     *content.Content
-	held        *failure
+	// revision is the hash of the content the member is given. held is
+	// set when the member is given none, and says why; draining when its
+	// drain removes its copies.
+	revision    string
+	unloaded    int64 // the revision the member is given, if it could not be loaded
+	held        *apply.Failure
 	draining    bool
 	maintenance fleetv1alpha1.MaintenanceMode
-}
-
-type failure struct {
-	reason, message string
 }
 
 // reconcileMember makes the copies of Propagation key in member what it
@@ -206,83 +220,33 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 	if p != nil && p.Spec.Suspend && p.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
-	run := &memberRun{
-		r: r, member: mc, p: p, key: key, id: id, skipRemoval: map[schema.GroupVersionKind]bool{},
-		others: map[copyKey]*unstructured.Unstructured{}, journaled: map[string][]journal.Copy{},
-		selectedBy: map[copyKey]fleetv1alpha1.ResourceSelector{},
-	}
+	return r.env.run(ctx, mc, p, key, id)
+}
+
+// run makes the copies of Propagation key, p (nil when gone), in mc's
+// member what it wants: see reconcileCopies.
+func (env *runEnv) run(ctx context.Context, mc *memberCopies, p *fleetv1alpha1.Propagation, key propagationKey, id string) (reconcile.Result, error) {
+	run := &memberRun{env: env, p: p, key: key, member: mc.name, Run: apply.NewRun(&env.Env, mc.forRun(), p, key, id)}
 	want, removing, err := run.wanted(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if run.held != nil {
-		have, err := run.existing(ctx, nil, false)
+		have, err := run.Existing(ctx, nil, false)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
 		for k := range have {
-			run.hold(k.gvk)
+			run.Hold(k.GVK)
 		}
 		return run.record(ctx, false, 0, "")
 	}
-	// Copies are told apart before the journal records what is applied
-	// now: an old copy may be proven this fleet's by the hash recorded
-	// when it was applied.
-	have, err := run.existing(ctx, want, removing)
+	found, intent, err := run.Converge(ctx, want, removing)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	run.excludedCopies = run.excluded && len(have) > 0
-	desired := run.desiredCopies(want)
-	recorded := make([]journal.Copy, 0, len(desired))
-	for _, d := range desired {
-		recorded = append(recorded, journalCopy(d))
-	}
-	if err := r.journal.Record(mc.name, recorded); err != nil {
-		return reconcile.Result{}, fmt.Errorf("recording copies in the journal: %w", err)
-	}
-	if err := run.applyInOrder(ctx, desired, have, want); err != nil {
-		return reconcile.Result{}, err
-	}
-	unwanted := make([]copyKey, 0, len(have))
-	for k := range have {
-		if _, ok := want[k]; !ok && !run.skipRemoval[k.gvk] {
-			unwanted = append(unwanted, k)
-		}
-	}
-	var removed []journal.Copy
-	steps := apply.Order(unwanted, copyKey.kindAndName, func(k copyKey) int32 { return apply.RemovalWave(p, k.gvk) })
-	for _, st := range slices.Backward(steps) {
-		for _, k := range st {
-			failures := len(run.failures)
-			if err := run.remove(ctx, have[k]); err != nil {
-				return reconcile.Result{}, err
-			}
-			if len(run.failures) > failures {
-				continue
-			}
-			// A delete accepted is no copy gone: a finalizer may hold it.
-			if gone, err := run.gone(ctx, have[k]); err != nil {
-				return reconcile.Result{}, err
-			} else if gone {
-				removed = append(removed, journalCopy(have[k]))
-			}
-		}
-	}
-	if err := r.journal.Forget(mc.name, removed); err != nil {
-		return reconcile.Result{}, fmt.Errorf("recording removed copies in the journal: %w", err)
-	}
-	if len(run.failures) == 0 && len(run.skipRemoval) == 0 && len(run.deleting) == 0 {
-		// Every copy the Propagation does not want here is gone.
-		keep := make([]journal.Object, 0, len(desired))
-		for _, c := range recorded {
-			keep = append(keep, c.Object)
-		}
-		if err := r.journal.Settle(mc.name, key.Namespace, key.Name, keep); err != nil {
-			return reconcile.Result{}, fmt.Errorf("recording removed copies in the journal: %w", err)
-		}
-	}
-	return run.record(ctx, removing, len(want), intentOf(recorded))
+	run.excludedCopies = run.excluded && found > 0
+	return run.record(ctx, removing, len(want), intent)
 }
 
 // wanted returns the hub objects that the member should hold copies of,
@@ -291,7 +255,7 @@ func (r *reconciler) reconcileCopies(ctx context.Context, mc *memberCopies, key 
 // or its drain. A member given no revision yet, drained and waiting for
 // the disruption budget, or of a Propagation whose members selector does
 // not parse, is held: run.held says why, and its copies stay as they are.
-func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Unstructured, bool, error) {
+func (run *memberRun) wanted(ctx context.Context) (map[apply.Key]*unstructured.Unstructured, bool, error) {
 	p := run.p
 	if p == nil || !p.DeletionTimestamp.IsZero() {
 		return nil, true, nil
@@ -299,10 +263,10 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if run.heldByAvailableWhen(p.Spec.Resources) {
 		return nil, false, nil
 	}
-	if c, ok := run.r.m.Registry().Get(run.member.name); ok {
-		run.labels = c.Labels
+	if c, ok := run.env.cluster(run.member); ok {
+		run.Labels = c.Labels
 	}
-	selected, err := selects(p, run.member.name, run.labels)
+	selected, err := selects(p, run.member, run.Labels)
 	if kerr, ok := errors.AsType[*kindError](err); ok {
 		// A selector that does not parse deselects no one: the member
 		// keeps what it holds, and the status says why.
@@ -314,17 +278,17 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 	if held, excluded := run.enforceTenancy(ctx); held || excluded {
 		return nil, excluded, nil
 	}
-	maintenance, err := run.r.maintenance(ctx, run.member.name)
+	maintenance, err := run.env.maintenance(ctx, run.member)
 	if err != nil {
 		return nil, false, err
 	}
 	run.maintenance = maintenance
 	if maintenance == fleetv1alpha1.MaintenanceDrain {
-		if p.Status.Rollout != nil && slices.Contains(p.Status.Rollout.Draining, run.member.name) {
+		if p.Status.Rollout != nil && slices.Contains(p.Status.Rollout.Draining, run.member) {
 			run.draining = true
 			return nil, true, nil
 		}
-		run.held = &failure{reason: fleetv1alpha1.ReasonWaitingForDisruptionBudget, message: "the member is drained: its copies are removed once " + budgetHolders(p, run.member.name)}
+		run.held = &apply.Failure{Reason: fleetv1alpha1.ReasonWaitingForDisruptionBudget, Message: "the member is drained: its copies are removed once " + budgetHolders(p, run.member)}
 		return nil, false, nil
 	}
 	c, err := run.given(ctx, maintenance)
@@ -335,20 +299,20 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 		return nil, false, nil
 	}
 	for _, problem := range c.Problems {
-		run.fail(failure{reason: problem.Reason, message: problem.Message})
+		run.Fail(apply.Failure{Reason: problem.Reason, Message: problem.Message})
 	}
 	for _, gvk := range c.KindProblems() {
-		run.skipRemoval[gvk] = true
+		run.KeepCopies(gvk)
 	}
-	want := map[copyKey]*unstructured.Unstructured{}
+	want := map[apply.Key]*unstructured.Unstructured{}
 	for _, o := range c.Objects {
 		if o.Resource < 0 || o.Resource >= len(c.Resources) {
-			run.fail(failure{reason: fleetv1alpha1.ReasonRevisionInvalid, message: "an object of the revision names no resource"})
+			run.Fail(apply.Failure{Reason: fleetv1alpha1.ReasonRevisionInvalid, Message: "an object of the revision names no resource"})
 			continue
 		}
-		run.want(want, &unstructured.Unstructured{Object: o.Object}, c.Resources[o.Resource])
+		run.Want(want, &unstructured.Unstructured{Object: o.Object}, c.Resources[o.Resource])
 	}
-	run.overrides, run.content = c.Overrides, c
+	run.Overrides, run.Content = c.Overrides, c
 	return want, false, nil
 }
 
@@ -359,36 +323,36 @@ func (run *memberRun) wanted(ctx context.Context) (map[copyKey]*unstructured.Uns
 func (run *memberRun) given(ctx context.Context, maintenance fleetv1alpha1.MaintenanceMode) (*content.Content, error) {
 	p := run.p
 	if allAtOnce(&p.Spec) && maintenance == "" {
-		c, hash, err := run.r.content.Get(ctx, p)
+		c, hash, err := run.env.content.Get(ctx, p)
 		if err != nil {
 			return nil, err
 		}
 		run.revision = hash
-		run.number, err = run.r.revisionNumber(ctx, p, c, hash)
+		run.Number, err = run.env.revisionNumber(ctx, p, c, hash)
 		return c, err
 	}
-	n := assignedRevision(p, run.member.name)
+	n := assignedRevision(p, run.member)
 	switch {
 	case n == 0 && maintenance != "":
-		run.held = &failure{reason: fleetv1alpha1.ReasonCordoned, message: "the member is cordoned: it takes no new Propagation"}
+		run.held = &apply.Failure{Reason: fleetv1alpha1.ReasonCordoned, Message: "the member is cordoned: it takes no new Propagation"}
 		return nil, nil
 	case n == 0:
-		run.held = &failure{reason: fleetv1alpha1.ReasonWaitingForRollout, message: "the rollout has not given the member a revision yet"}
+		run.held = &apply.Failure{Reason: fleetv1alpha1.ReasonWaitingForRollout, Message: "the rollout has not given the member a revision yet"}
 		return nil, nil
 	}
-	c, hash, err := run.r.revisions.Load(ctx, p, n)
+	c, hash, err := run.env.revisions.Load(ctx, p, n)
 	if cerr, ok := errors.AsType[*content.Error](err); ok {
-		run.fail(failure{reason: cerr.Reason, message: cerr.Message})
-		run.held, run.unloaded = &failure{reason: cerr.Reason, message: cerr.Message}, n
+		run.Fail(apply.Failure{Reason: cerr.Reason, Message: cerr.Message})
+		run.held, run.unloaded = &apply.Failure{Reason: cerr.Reason, Message: cerr.Message}, n
 		return nil, nil
 	} else if apierrors.IsNotFound(err) {
-		run.held, run.unloaded = &failure{reason: fleetv1alpha1.ReasonRevisionInvalid, message: fmt.Sprintf("revision %d is not on the hub", n)}, n
-		run.fail(*run.held)
+		run.held, run.unloaded = &apply.Failure{Reason: fleetv1alpha1.ReasonRevisionInvalid, Message: fmt.Sprintf("revision %d is not on the hub", n)}, n
+		run.Fail(*run.held)
 		return nil, nil
 	} else if err != nil {
 		return nil, err
 	}
-	run.revision, run.number = hash, n
+	run.revision, run.Number = hash, n
 	return c, nil
 }
 
@@ -411,153 +375,6 @@ func assignedRevision(p *fleetv1alpha1.Propagation, member string) int64 {
 	return 0
 }
 
-// want adds obj, a hub object sel selects, to want, unless an object of
-// its kind and name is there: the same object selected twice is applied
-// once, and another one of that name (an Envelope's manifest) fails.
-func (run *memberRun) want(want map[copyKey]*unstructured.Unstructured, obj *unstructured.Unstructured, sel fleetv1alpha1.ResourceSelector) {
-	k := copyKey{gvk: obj.GroupVersionKind(), name: obj.GetName()}
-	first, ok := want[k]
-	switch {
-	case !ok:
-		want[k], run.selectedBy[k] = obj, sel
-	case first.GetUID() != obj.GetUID() || objmeta.LabelValue(first, fleetv1alpha1.EnvelopeLabel) != objmeta.LabelValue(obj, fleetv1alpha1.EnvelopeLabel):
-		run.fail(failure{reason: fleetv1alpha1.ReasonInvalid, message: fmt.Sprintf("%s is selected twice, from different sources: the first is applied", k)})
-	}
-}
-
-// desiredCopies returns the copy the member should hold of each hub
-// object wanted, but for the number of the revision it comes from
-// (RevisionLabel), which its content hash leaves out: apply labels the
-// copy it writes (see revisionOf). A hub object an
-// override fails to patch gets none: the run fails, naming the rule, and
-// its copy stays as it is. A copy, as overrides make it, of a kind
-// tenancy does not allow there gets none either, and is taken out of
-// want: the run fails, KindNotAllowed, and a copy made before is removed.
-//
-// A copy no override changes is the same in every member: it is built
-// once per content and shared (see sharedCopies), read-only: apply copies
-// it whole before it writes.
-func (run *memberRun) desiredCopies(want map[copyKey]*unstructured.Unstructured) map[copyKey]*unstructured.Unstructured {
-	desired := make(map[copyKey]*unstructured.Unstructured, len(want))
-	if len(want) == 0 {
-		return desired // run.p may be gone
-	}
-	member := apply.Member{Name: run.member.name, Labels: run.labels}
-	inputs := sharedInputs{propagation: run.p.Name, deletion: apply.DeletionPolicy(run.p), fleetID: run.id}
-	for k, hubObj := range want {
-		shared := run.content != nil && !apply.Overridden(hubObj, run.overrides, member)
-		var d *unstructured.Unstructured
-		if shared {
-			d = run.r.shared.get(run.key, run.content, inputs, k)
-		}
-		if d == nil {
-			var err error
-			if d, err = apply.DesiredCopy(hubObj, run.p, run.overrides, run.r.fleet, run.id, member); err != nil {
-				run.fail(failure{reason: fleetv1alpha1.ReasonOverrideFailed, message: err.Error()})
-				continue
-			}
-			if shared {
-				run.r.shared.put(run.key, run.content, inputs, k, d)
-			}
-		}
-		if !run.kindAllowed(d) {
-			delete(want, k) // a copy made before is no longer wanted
-			continue
-		}
-		desired[k] = d
-	}
-	return desired
-}
-
-// intentOf sums up what a run applies, by the copies' content hashes: a
-// member whose intent changed is given a change.
-func intentOf(copies []journal.Copy) string {
-	hashes := make([]string, 0, len(copies))
-	for _, c := range copies {
-		hashes = append(hashes, c.Hash)
-	}
-	slices.Sort(hashes)
-	sum := sha256.Sum256([]byte(strings.Join(hashes, ",")))
-	return hex.EncodeToString(sum[:8])
-}
-
-// existing returns this fleet's copies of the Propagation in the member,
-// of every kind it copies or copied, and keeps the copies of its name
-// that are not this fleet's in run.others. want are the hub objects the
-// run applies; removing says that none are wanted. A kind the Propagation
-// copies that the member does not let the manager list fails the run, and
-// so does, when removing, a kind it copied: its copies cannot be proven
-// gone, and the removal is owed and tried again. A kind the member lacks
-// holds no copies.
-func (run *memberRun) existing(ctx context.Context, want map[copyKey]*unstructured.Unstructured, removing bool) (map[copyKey]*unstructured.Unstructured, error) {
-	// The journal knows the kinds of the copies made, and of those owed.
-	copied := run.r.journalKinds(run.member.name, &run.key)
-	if run.p != nil {
-		copied = append(copied, kindsOf(run.p)...)
-	}
-	kinds := slices.Clone(copied)
-	for k := range want {
-		kinds = append(kinds, k.gvk) // an Envelope's manifests' too
-	}
-	if run.p == nil {
-		// Its kinds went with it: look in every kind watched there too.
-		kinds = append(kinds, run.member.watchedIn(run.key.Namespace)...)
-	}
-	slices.SortFunc(kinds, func(a, b schema.GroupVersionKind) int { return strings.Compare(a.String(), b.String()) })
-	kinds = slices.Compact(kinds)
-	have := map[copyKey]*unstructured.Unstructured{}
-	selector := labels.SelectorFromSet(labels.Set{fleetv1alpha1.PropagationLabel: run.key.Name})
-	for _, gvk := range kinds {
-		objs, err := run.member.list(ctx, gvk, run.key.Namespace, selector)
-		if kerr, ok := errors.AsType[*kindError](err); ok {
-			if removing && kerr.reason == fleetv1alpha1.ReasonKindNotFound {
-				continue
-			}
-			run.skipRemoval[gvk] = true
-			inSpec := slices.ContainsFunc(slices.Collect(maps.Keys(want)), func(k copyKey) bool { return k.gvk == gvk }) ||
-				run.p != nil && slices.ContainsFunc(run.p.Spec.Resources, func(s fleetv1alpha1.ResourceSelector) bool { k, _ := content.ResourceKind(s); return k == gvk })
-			if inSpec && !removing && kerr.reason == fleetv1alpha1.ReasonKindNotFound {
-				run.waitForKind(gvk)
-				continue
-			}
-			if inSpec || (removing && slices.Contains(copied, gvk) && kerr.reason != fleetv1alpha1.ReasonClusterScoped) {
-				run.fail(failure{reason: kerr.reason, message: kerr.message})
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		for i := range objs {
-			k := copyKey{gvk: gvk, name: objs[i].GetName()}
-			if run.ownerOf(&objs[i], want[k]) == ours {
-				have[k] = &objs[i]
-			} else {
-				run.others[k] = &objs[i]
-			}
-		}
-	}
-	return have, nil
-}
-
-func (run *memberRun) fail(f failure) { run.failures = append(run.failures, f) }
-
-// recheckIn asks for the run again in left, when a drift check it trusted
-// expires (see memberCopies.unchanged), unless it is asked sooner.
-func (run *memberRun) recheckIn(left time.Duration) {
-	if run.recheck == 0 || left < run.recheck {
-		run.recheck = left
-	}
-}
-
-// hold counts a copy of kind gvk that the member holds after the run.
-func (run *memberRun) hold(gvk schema.GroupVersionKind) {
-	run.copies++
-	if !slices.Contains(run.kinds, gvk) {
-		run.kinds = append(run.kinds, gvk)
-	}
-}
-
 // record stores the run's result, asks for a status write when it
 // changed, tells a failure or a recovery (see tell), retries a failure,
 // or a kind the member does not serve yet, with back-off (see
@@ -571,34 +388,34 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	now := metav1.Now()
 	res := memberResult{
 		result: fleetv1alpha1.ResultApplied, reason: fleetv1alpha1.ReasonApplied, available: metav1.ConditionTrue,
-		generation: gen, since: now, confirmed: now, intent: intent, copies: run.copies, kinds: run.kinds, removing: removing,
-		revision: run.revision, labelled: run.number, unloaded: run.unloaded, draining: run.draining,
+		generation: gen, since: now, confirmed: now, intent: intent, copies: run.Copies, kinds: run.Kinds, removing: removing,
+		revision: run.revision, labelled: run.Number, unloaded: run.unloaded, draining: run.draining,
 		excluded: run.excluded, excludedCopies: run.excludedCopies,
 	}
 	switch {
-	case len(run.failures) > 0:
-		f := run.failures[0]
-		res.result, res.reason, res.message, res.failedRuns, res.available = fleetv1alpha1.ResultFailed, f.reason, f.message, 1, metav1.ConditionFalse
-		if n := len(run.failures); n > 1 {
-			res.message = fmt.Sprintf("%s (and %d more)", f.message, n-1)
+	case len(run.Failures) > 0:
+		f := run.Failures[0]
+		res.result, res.reason, res.message, res.failedRuns, res.available = fleetv1alpha1.ResultFailed, f.Reason, f.Message, 1, metav1.ConditionFalse
+		if n := len(run.Failures); n > 1 {
+			res.message = fmt.Sprintf("%s (and %d more)", f.Message, n-1)
 		}
 	case run.held != nil:
-		res.result, res.reason, res.message, res.available, res.held = fleetv1alpha1.ResultPending, run.held.reason, run.held.message, metav1.ConditionUnknown, true
-	case run.waiting != nil:
-		res.result, res.reason, res.message, res.available = fleetv1alpha1.ResultPending, run.waiting.reason, run.waiting.message, metav1.ConditionFalse
-	case len(run.drifted) > 0:
-		res.result, res.reason, res.drifted = fleetv1alpha1.ResultDrifted, fleetv1alpha1.ReasonDrifted, run.drifted
-		res.message = "copies were changed in the member: " + strings.Join(run.drifted, "; ")
-		if len(run.unavailable) > 0 {
+		res.result, res.reason, res.message, res.available, res.held = fleetv1alpha1.ResultPending, run.held.Reason, run.held.Message, metav1.ConditionUnknown, true
+	case run.Waiting != nil:
+		res.result, res.reason, res.message, res.available = fleetv1alpha1.ResultPending, run.Waiting.Reason, run.Waiting.Message, metav1.ConditionFalse
+	case len(run.Drifted) > 0:
+		res.result, res.reason, res.drifted = fleetv1alpha1.ResultDrifted, fleetv1alpha1.ReasonDrifted, run.Drifted
+		res.message = "copies were changed in the member: " + strings.Join(run.Drifted, "; ")
+		if len(run.Unavailable) > 0 {
 			res.available = metav1.ConditionFalse
 		}
-	case len(run.unavailable) > 0:
-		res.reason, res.message, res.available = fleetv1alpha1.ReasonNotAvailable, run.unavailable[0], metav1.ConditionFalse
-		if n := len(run.unavailable); n > 1 {
+	case len(run.Unavailable) > 0:
+		res.reason, res.message, res.available = fleetv1alpha1.ReasonNotAvailable, run.Unavailable[0], metav1.ConditionFalse
+		if n := len(run.Unavailable); n > 1 {
 			res.message = fmt.Sprintf("%s (and %d more)", res.message, n-1)
 		}
-	case run.notTracked > 0:
-		res.message = fmt.Sprintf("%d objects applied and available (%d of kinds whose availability is not tracked)", wanted, run.notTracked)
+	case run.NotTracked > 0:
+		res.message = fmt.Sprintf("%d objects applied and available (%d of kinds whose availability is not tracked)", wanted, run.NotTracked)
 	default:
 		res.message = fmt.Sprintf("%d objects applied and available", wanted)
 	}
@@ -606,10 +423,10 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	if len(res.drifted) > fleetv1alpha1.MaxDriftedFields {
 		res.drifted = res.drifted[:fleetv1alpha1.MaxDriftedFields]
 	}
-	if removing && run.copies == 0 && len(run.failures) == 0 {
+	if removing && run.Copies == 0 && len(run.Failures) == 0 {
 		if run.p == nil {
-			run.r.results.forget(run.key, run.member.name)
-			run.r.countOwed(run.member.name)
+			run.env.results.forget(run.key, run.member)
+			run.env.countOwed(run.member)
 			return reconcile.Result{}, nil
 		}
 	}
@@ -617,7 +434,7 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 		// Gone, with copies left: they stay owed.
 		res.result, res.reason = fleetv1alpha1.ResultDeletionOwed, fleetv1alpha1.ReasonDeletionOwed
 	}
-	prev, _ := run.r.results.get(run.key, run.member.name)
+	prev, _ := run.env.results.get(run.key, run.member)
 	run.tellOrphaned(&res, prev)
 	left := run.deadline(&res, prev)
 	if res.reason == fleetv1alpha1.ReasonWaitingForKind {
@@ -626,14 +443,14 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 			res.waitRuns += prev.waitRuns
 		}
 	}
-	old, recorded := run.r.results.set(run.key, run.member.name, res)
-	run.r.relabelLater(ctx, run.key, run.p, run.member.name, recorded)
+	old, recorded := run.env.results.set(run.key, run.member, res)
+	run.env.relabelLater(ctx, run.key, run.p, run.member, recorded)
 	if !old.same(recorded) {
-		run.r.countOwed(run.member.name)
-		run.r.queue.add(fleet.Request{NamespacedName: run.key})
+		run.env.countOwed(run.member)
+		run.env.askStatus(run.key)
 	}
 	if run.maintenance == fleetv1alpha1.MaintenanceDrain {
-		run.r.publishDrain(run.member.name, run.maintenance)
+		run.env.publishDrain(run.member, run.maintenance)
 	}
 	run.tell(ctx, old, recorded)
 	var after []time.Duration
@@ -650,14 +467,14 @@ func (run *memberRun) record(ctx context.Context, removing bool, wanted int, int
 	if left > 0 {
 		after = append(after, left)
 	}
-	if run.kindArrived {
+	if run.KindArrived {
 		after = append(after, kindArrivedRetry)
 	}
-	if len(run.deleting) > 0 {
+	if len(run.Deleting) > 0 {
 		after = append(after, deletingRetry)
 	}
-	if run.recheck > 0 {
-		after = append(after, run.recheck)
+	if run.Recheck > 0 {
+		after = append(after, run.Recheck)
 	}
 	if len(after) == 0 {
 		return reconcile.Result{}, nil
@@ -703,7 +520,7 @@ func (run *memberRun) deadline(res *memberResult, prev memberResult) time.Durati
 	case prev.intent == "":
 		// Nothing in memory, as after a restart: the status says since
 		// when the member has not converged.
-		if since, ok := unconvergedSince(run.p, run.member.name); ok {
+		if since, ok := unconvergedSince(run.p, run.member); ok {
 			res.unconvergedSince = since
 		}
 	}
@@ -737,12 +554,12 @@ func retryAfter(runs int) time.Duration {
 // failureLogInterval while its reason stays. What is told is the
 // result's message: the manager's words, never the member's.
 func (run *memberRun) tell(ctx context.Context, old, now memberResult) {
-	member := run.member.name
+	member := run.member
 	log := logf.FromContext(ctx)
 	failed := now.result == fleetv1alpha1.ResultFailed
 	recovered := old.result == fleetv1alpha1.ResultFailed && now.result == fleetv1alpha1.ResultApplied
 	switch {
-	case now.failedRuns > 0 && run.r.results.logFailure(run.key, member, failureLogInterval):
+	case now.failedRuns > 0 && run.env.results.logFailure(run.key, member, failureLogInterval):
 		log.Info("Propagation failed in the member", "reason", now.reason, "message", now.message, "failedRuns", now.failedRuns, "retryAfter", retryAfter(now.failedRuns))
 	case recovered:
 		log.Info("Propagation applied in the member again", "failedReason", old.reason)
@@ -753,8 +570,38 @@ func (run *memberRun) tell(ctx context.Context, old, now memberResult) {
 	mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: member}}
 	switch {
 	case failed && (old.result != now.result || old.reason != now.reason):
-		run.r.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeWarning, now.reason, "Propagate", "member %s: %s", member, now.message)
+		run.env.Recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeWarning, now.reason, "Propagate", "member %s: %s", member, now.message)
 	case recovered:
-		run.r.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeNormal, now.reason, "Propagate", "member %s: %s, after %s", member, now.message, old.reason)
+		run.env.Recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeNormal, now.reason, "Propagate", "member %s: %s, after %s", member, now.message, old.reason)
 	}
+}
+
+// tellOrphaned puts, in res, a run's result that applied everything, what
+// was orphaned rather than deleted: by this run, or, for the same
+// generation, by an earlier one (prev), so that status keeps saying it.
+func (run *memberRun) tellOrphaned(res *memberResult, prev memberResult) {
+	if res.result != fleetv1alpha1.ResultApplied || res.reason != fleetv1alpha1.ReasonApplied {
+		return
+	}
+	switch {
+	case len(run.Orphaned) > 0:
+		res.reason, res.message = run.Orphaned[0].Reason, run.Orphaned[0].Message
+		if n := len(run.Orphaned); n > 1 {
+			res.message = fmt.Sprintf("%s (and %d more)", res.message, n-1)
+		}
+		res.message = words.Truncate(res.message, fleetv1alpha1.MaxMemberMessageLength)
+	case prev.generation == res.generation && prev.result == fleetv1alpha1.ResultApplied &&
+		(prev.reason == fleetv1alpha1.ReasonContainerNotEmpty || prev.reason == fleetv1alpha1.ReasonAdoptedOrphaned):
+		res.reason, res.message = prev.reason, prev.message
+	}
+}
+
+// resourceOf names gvk's resource as the hub's REST mapper does, or by
+// its kind.
+func (r *reconciler) resourceOf(gvk schema.GroupVersionKind) string {
+	mapping, err := r.m.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return gvk.Kind
+	}
+	return mapping.Resource.GroupResource().String()
 }

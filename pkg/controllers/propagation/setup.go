@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/revisions"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
@@ -134,7 +135,7 @@ type reconciler struct {
 	// per change, and shares it.
 	content *content.Cache
 	// shared keeps the copies built once for every member.
-	shared sharedCopies
+	shared apply.SharedCopies
 	// revisions makes, loads and prunes the Propagations' revisions.
 	revisions *revisions.Store
 	// refusedRevisions remembers the revisions the hub refused.
@@ -159,6 +160,8 @@ type reconciler struct {
 	clusterPropagations bool
 	// tenancy says what each namespace's Propagations may reach.
 	tenancy *tenancyView
+	// env is what member runs use of the controller.
+	env *runEnv
 }
 
 // Add adds the Propagation controller to m. A hub without the Propagation
@@ -239,6 +242,7 @@ func Add(m *fleet.Manager, opts Options) error {
 	r.objects = &hubObjects{fleet: m.Namespace(), config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
 	r.content = content.NewCache(&content.Builder{Fleet: m.Namespace(), Mapper: m.GetRESTMapper(), List: r.objects.list})
 	r.revisions = &revisions.Store{Hub: opts.Client, Live: apiReader, Fleet: m.Namespace()}
+	r.env = r.runEnv()
 	r.copies = &copyCaches{
 		fleet: m.Namespace(), userAgent: opts.Config.UserAgent, scheme: m.GetScheme(), log: log,
 		propagations: r.memberPropagations, engaged: r.memberEngaged, found: r.copiesFound, sweep: opts.WatchSweep, driftRecheck: opts.DriftRecheck,

@@ -40,7 +40,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 	if apierrors.IsNotFound(err) {
 		r.results.forgetPropagation(key)
 		r.content.Forget(key)
-		r.shared.forget(key)
+		r.shared.Forget(key)
 		r.setReadiness(key, "")
 		return reconcile.Result{}, r.dropUnusedHubCache(ctx, key.Namespace)
 	} else if err != nil {
@@ -51,7 +51,7 @@ func (r *reconciler) reconcileStatus(ctx context.Context, key propagationKey) (r
 		// finalizer are this fleet's.
 		r.results.forgetPropagation(key)
 		r.content.Forget(key)
-		r.shared.forget(key)
+		r.shared.Forget(key)
 		r.setReadiness(key, "")
 		return reconcile.Result{}, nil
 	}
@@ -531,7 +531,7 @@ type memberResult struct {
 	// since is when result and reason last changed, and confirmed when a
 	// member run last found them.
 	since, confirmed metav1.Time
-	// intent sums up what the run applied (see intentOf), and
+	// intent sums up what the run applied (see apply.Run.Converge), and
 	// unconvergedSince is since when the member has not converged to it
 	// (zero once it has): the progress deadline runs from then.
 	intent           string

@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -435,35 +434,22 @@ func tenancyUnknown(doubt error) *kindError {
 // its copies are removed as the Propagation's rules say). Otherwise
 // run.reach is set, for kindAllowed.
 func (run *memberRun) enforceTenancy(ctx context.Context) (held, excluded bool) {
-	reach := run.r.tenancy.reachOf(ctx, run.key.Namespace)
+	reach := run.env.reachOf(ctx, run.key.Namespace)
 	if doubt := reach.Doubt(); doubt != nil {
 		run.holdFailed(tenancyUnknown(doubt))
 		return true, false
 	}
-	c, found := run.r.m.Registry().Get(run.member.name)
+	c, found := run.env.cluster(run.member)
 	if !found {
-		c = &registry.Cluster{Name: run.member.name}
+		c = &registry.Cluster{Name: run.member}
 	}
-	run.tenant = tenancyMember(c, run.r.fleet)
-	if ok, _ := reach.Reaches(run.tenant); !ok {
+	run.Tenant = tenancyMember(c, run.env.Fleet)
+	if ok, _ := reach.Reaches(run.Tenant); !ok {
 		run.excluded = true
 		return false, true
 	}
-	run.reach = &reach
+	run.Reach = &reach
 	return false, false
-}
-
-// kindAllowed reports whether tenancy lets the member be given copy, as
-// overrides made it; the run fails, KindNotAllowed, naming it, when not.
-func (run *memberRun) kindAllowed(copy *unstructured.Unstructured) bool {
-	if run.reach == nil {
-		return true
-	}
-	ok, why := run.reach.Allows(run.tenant, copy.GroupVersionKind().GroupKind())
-	if !ok {
-		run.fail(failure{reason: fleetv1alpha1.ReasonKindNotAllowed, message: fmt.Sprintf("%s %s is not applied: %s", copy.GetKind(), copy.GetName(), why)})
-	}
-	return ok
 }
 
 // setExcluded counts in st the accepted members p's spec.members selects

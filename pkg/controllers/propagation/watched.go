@@ -59,7 +59,7 @@ func (e *kindError) ErrorReason() string { return e.reason }
 type watchedKinds struct {
 	cluster string // "the hub" or "member NAME", for messages
 	// grantHint says how to grant what is forbidden: for a member, the
-	// command that does (see grantHint); "" for the hub.
+	// command that does (see apply.GrantHint); "" for the hub.
 	grantHint string
 	cache     cache.Cache
 	reader    client.Reader
@@ -368,13 +368,6 @@ func (w *watchedKinds) check(ctx context.Context, gvk schema.GroupVersionKind) e
 		return fmt.Errorf("listing %s in %s: %w", mapping.Resource.GroupResource(), w.cluster, err)
 	}
 	return nil
-}
-
-// grantHint is what a member's Forbidden failure adds to say how to fix
-// it: the command that grants a member registered with --permissions=fleet
-// what the fleet's Propagations copy (docs/registration.md).
-func grantHint(member string) string {
-	return "; to grant it, run: fleet-manager grants sync " + member
 }
 
 // resourceName is gr's name, if it is one (a DNS subdomain, as every

@@ -43,4 +43,40 @@
 // subresource, as an autoscaler writes replicas through scale) is theirs:
 // not drift, and [WithoutClaims] takes it out of what is applied. A plain
 // update (kubectl edit) claims nothing: what it changed is drift.
+//
+// # The member run
+//
+// [Run], for one Propagation in one member, uses these functions; the
+// controller decides what the member is given and records the result
+// (its memberRun). [NewRun] takes only what it names: the Propagation
+// (nil once gone), its key and the fleet's identity, the member
+// ([Target]: its name, a client that writes, a reader of its API server,
+// discovery and metadata, its [CopyCache]) and what it uses of the
+// controller ([Env]: the fleet and its journal, the copies shared by
+// every member, the kinds the journal holds, the names of resources, a
+// Propagation's kinds and hub object, the drift last reported, recorder
+// and metrics). The controller sets its [Input] (the content, overrides
+// and revision number they come from, what tenancy lets the member
+// hold), calls Want for each hub object wanted (none when its copies are
+// removed), then Converge. It imports no later stage and not the
+// controller: a kind the member cannot be asked for is known by its
+// error's ErrorReason. It guarantees:
+//   - each copy is recorded in the journal before it is applied, step by
+//     step in [Order], a step once the earlier ones are Available;
+//   - it removes only this fleet's copies of this Propagation (by identity,
+//     or, stamped without one, proven by the hub object's UID or the
+//     journal's hash), deleting none adopt took over and no container that
+//     holds anything else (both are orphaned); a kind it cannot list, or
+//     whose hub objects it cannot read, loses nothing, and a run held (a
+//     spec it cannot use, tenancy in doubt, no revision given, a drain
+//     waiting for its budget) neither applies nor removes;
+//   - the journal forgets a copy only once the member confirms it gone.
+//
+// What it found is in its [Report] (failures, drift, what is not
+// Available, what waits for a kind, a wave or a deletion, what was
+// orphaned, the copies and kinds left), which the controller records as
+// the member's one result; it tells new drift and each orphaned copy as
+// Events. A run lasts one request; what lasts is the member's copy caches
+// (drift checks, its own writes), the copies shared per content, and the
+// journal.
 package apply

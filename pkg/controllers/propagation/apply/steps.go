@@ -1,4 +1,4 @@
-package propagation
+package apply
 
 import (
 	"context"
@@ -10,22 +10,21 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/apply"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/health"
 )
 
-// applyInOrder applies the desired copies step by step (see apply.Order)
+// applyInOrder applies the desired copies step by step (see Order)
 // and judges each copy's availability: the copies of a step are applied
 // once every copy of the earlier steps is applied and Available. Copies
 // of the steps that wait are left as they are. want are the hub objects
 // wanted, have the fleet's copies in the member.
-func (run *memberRun) applyInOrder(ctx context.Context, desired, have, want map[copyKey]*unstructured.Unstructured) error {
+func (run *Run) applyInOrder(ctx context.Context, desired, have, want map[Key]*unstructured.Unstructured) error {
 	for k := range want {
 		if _, ok := desired[k]; !ok && have[k] != nil {
-			run.hold(k.gvk) // its override failed: the copy stays as it is
+			run.Hold(k.GVK) // its override failed: the copy stays as it is
 		}
 	}
-	steps := apply.Order(slices.Collect(maps.Keys(desired)), copyKey.kindAndName, func(k copyKey) int32 { return run.selectedBy[k].Wave })
+	steps := Order(slices.Collect(maps.Keys(desired)), Key.kindAndName, func(k Key) int32 { return run.selectedBy[k].Wave })
 	for i, st := range steps {
 		ready := true
 		for _, k := range st {
@@ -45,12 +44,12 @@ func (run *memberRun) applyInOrder(ctx context.Context, desired, have, want map[
 			for _, k := range later {
 				waiting++
 				if have[k] != nil {
-					run.hold(k.gvk)
+					run.Hold(k.GVK)
 				}
 			}
 		}
-		if run.waiting == nil {
-			run.waiting = &failure{reason: fleetv1alpha1.ReasonWaitingForWave, message: fmt.Sprintf("the copies of later waves (%d) wait for %s", waiting, firstOr(run.unavailable, "the copies of an earlier wave"))}
+		if run.Waiting == nil {
+			run.Waiting = &Failure{Reason: fleetv1alpha1.ReasonWaitingForWave, Message: fmt.Sprintf("the copies of later waves (%d) wait for %s", waiting, firstOr(run.Unavailable, "the copies of an earlier wave"))}
 		}
 		return nil
 	}
@@ -59,7 +58,7 @@ func (run *memberRun) applyInOrder(ctx context.Context, desired, have, want map[
 
 // judge records whether copy k, as the member holds it (nil if it holds
 // none), is available, and reports whether it is.
-func (run *memberRun) judge(k copyKey, live *unstructured.Unstructured) bool {
+func (run *Run) judge(k Key, live *unstructured.Unstructured) bool {
 	if live == nil {
 		return false // failed, waiting or left alone: the run says why
 	}
@@ -67,24 +66,24 @@ func (run *memberRun) judge(k copyKey, live *unstructured.Unstructured) bool {
 	if expr := run.selectedBy[k].AvailableWhen; expr != "" {
 		var err error
 		if rule, err = health.Compile(expr); err != nil {
-			rerr := health.UnusableRule(k.gvk.Kind, err)
-			run.fail(failure{reason: rerr.Reason, message: rerr.Message})
+			rerr := health.UnusableRule(k.GVK.Kind, err)
+			run.Fail(Failure{Reason: rerr.Reason, Message: rerr.Message})
 			return false
 		}
 	}
 	a := health.Of(live, rule)
 	switch a.State {
 	case health.NotAvailable:
-		run.unavailable = append(run.unavailable, a.Message)
+		run.Unavailable = append(run.Unavailable, a.Message)
 		return false
 	case health.NotTracked:
-		run.notTracked++
+		run.NotTracked++
 	}
 	if gk, ok := definedKind(live); ok && run.waitsFor(gk) {
 		// The kind the run waits for is served now: the run is tried
 		// again at once, and checks it again.
-		run.member.served(gk)
-		run.kindArrived = true
+		run.member.Cache.Served(gk)
+		run.KindArrived = true
 	}
 	return true
 }
@@ -100,7 +99,7 @@ func definedKind(obj *unstructured.Unstructured) (schema.GroupKind, bool) {
 }
 
 // waitsFor reports whether the run waits for kind gk.
-func (run *memberRun) waitsFor(gk schema.GroupKind) bool {
+func (run *Run) waitsFor(gk schema.GroupKind) bool {
 	for gvk := range run.skipRemoval {
 		if gvk.GroupKind() == gk {
 			return true
@@ -111,10 +110,10 @@ func (run *memberRun) waitsFor(gk schema.GroupKind) bool {
 
 // waitForKind records that the member does not serve gvk yet: its copies
 // wait for its CRD, and are not failed.
-func (run *memberRun) waitForKind(gvk schema.GroupVersionKind) {
+func (run *Run) waitForKind(gvk schema.GroupVersionKind) {
 	run.skipRemoval[gvk] = true
-	if run.waiting == nil || run.waiting.reason != fleetv1alpha1.ReasonWaitingForKind {
-		run.waiting = &failure{reason: fleetv1alpha1.ReasonWaitingForKind, message: fmt.Sprintf("the member does not serve kind %s (%s) yet: its copies wait for its CRD", gvk.Kind, gvk.GroupVersion())}
+	if run.Waiting == nil || run.Waiting.Reason != fleetv1alpha1.ReasonWaitingForKind {
+		run.Waiting = &Failure{Reason: fleetv1alpha1.ReasonWaitingForKind, Message: fmt.Sprintf("the member does not serve kind %s (%s) yet: its copies wait for its CRD", gvk.Kind, gvk.GroupVersion())}
 	}
 }
 
@@ -125,5 +124,5 @@ func firstOr(list []string, otherwise string) string {
 	return list[0]
 }
 
-// kindAndName is what apply.Order sorts k by.
-func (k copyKey) kindAndName() (schema.GroupVersionKind, string) { return k.gvk, k.name }
+// kindAndName is what Order sorts k by.
+func (k Key) kindAndName() (schema.GroupVersionKind, string) { return k.GVK, k.Name }

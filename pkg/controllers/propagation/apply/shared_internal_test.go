@@ -1,4 +1,4 @@
-package propagation
+package apply
 
 import (
 	"reflect"
@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/content"
@@ -36,15 +37,15 @@ func TestCopiesNoOverrideChangesAreBuiltOnce(t *testing.T) {
 		}},
 		Objects: []content.Object{{Resource: 0, Object: hub}},
 	}
-	r := &reconciler{fleet: "fleet"}
+	env := &Env{Fleet: "fleet", Shared: &SharedCopies{}}
 	p := &fleetv1alpha1.Propagation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}}
-	k := copyKey{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, name: "web"}
-	newRun := func(member string, number int64) *memberRun {
-		return &memberRun{r: r, member: &memberCopies{name: member}, p: p, key: propagationKey{Namespace: "team", Name: "web"}, id: "id",
-			content: c, overrides: c.Overrides, number: number}
+	k := Key{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: "web"}
+	newRun := func(member string, number int64) *Run {
+		return &Run{env: env, member: Target{Name: member}, p: p, key: types.NamespacedName{Namespace: "team", Name: "web"}, id: "id",
+			Input: Input{Content: c, Overrides: c.Overrides, Number: number}}
 	}
-	desired := func(run *memberRun) *unstructured.Unstructured {
-		return run.desiredCopies(map[copyKey]*unstructured.Unstructured{k: {Object: hub}})[k]
+	desired := func(run *Run) *unstructured.Unstructured {
+		return run.desiredCopies(map[Key]*unstructured.Unstructured{k: {Object: hub}})[k]
 	}
 	eastRun, northRun := newRun("east", 1), newRun("north", 2)
 	east, north, west := desired(eastRun), desired(northRun), desired(newRun("west", 2))
@@ -73,7 +74,7 @@ func TestCopiesNoOverrideChangesAreBuiltOnce(t *testing.T) {
 	if got := northRun.revisionOf(north, live(map[string]any{"app": "web"})); got != "2" {
 		t.Errorf("north's copy holding the content already, without a revision, to carry revision %q, want 2", got)
 	}
-	if shared := r.shared.get(propagationKey{Namespace: "team", Name: "web"}, c, sharedInputs{propagation: "web", deletion: fleetv1alpha1.DeletionDelete, fleetID: "id"}, k); shared != east {
+	if shared := env.Shared.Get(types.NamespacedName{Namespace: "team", Name: "web"}, c, sharedInputs{propagation: "web", deletion: fleetv1alpha1.DeletionDelete, fleetID: "id"}, k); shared != east {
 		t.Error("the copy kept for the next member is not the one east's run was given")
 	}
 }

@@ -1,17 +1,12 @@
-package propagation
+package apply
 
 import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
 )
-
-func object(content map[string]any) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: content}
-}
 
 func TestOwnerOfTrustsOnlyTheFleetsIdentity(t *testing.T) {
 	copyLabelled := func(labels map[string]string) metav1.Object {

@@ -1,4 +1,4 @@
-package propagation
+package apply
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation/internal/words"
 )
 
 // A container is a kind whose deletion deletes other objects that do not
@@ -42,7 +41,7 @@ var notContent = []schema.GroupResource{{Resource: "events"}, {Group: "events.k8
 // run's own copies, or "" if nothing. Every doubt is content: discovery
 // that fails, a kind that cannot be listed, a list that fails. Its error
 // is only the run's context ending.
-func (run *memberRun) otherContent(ctx context.Context, c *unstructured.Unstructured) (string, error) {
+func (run *Run) otherContent(ctx context.Context, c *unstructured.Unstructured) (string, error) {
 	if c.GroupVersionKind().GroupKind() == namespaceKind {
 		return run.namespaceContent(ctx, c.GetName())
 	}
@@ -57,8 +56,8 @@ func (run *memberRun) otherContent(ctx context.Context, c *unstructured.Unstruct
 // and what its API server made there itself, listing every namespaced kind
 // the member serves, metadata only: discovery once, then one list per
 // kind until the first object found.
-func (run *memberRun) namespaceContent(ctx context.Context, namespace string) (string, error) {
-	lists, err := run.member.discovery.ServerPreferredNamespacedResources()
+func (run *Run) namespaceContent(ctx context.Context, namespace string) (string, error) {
+	lists, err := run.member.Discovery.ServerPreferredNamespacedResources()
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
@@ -88,15 +87,15 @@ func (run *memberRun) namespaceContent(ctx context.Context, namespace string) (s
 // foreignObjects says whether resource gvr has objects in namespace (every
 // namespace if NamespaceAll) that are neither the run's own copies nor
 // made by the member's API server itself: "" if none.
-func (run *memberRun) foreignObjects(ctx context.Context, gvr schema.GroupVersionResource, namespace string) (string, error) {
+func (run *Run) foreignObjects(ctx context.Context, gvr schema.GroupVersionResource, namespace string) (string, error) {
 	opts := metav1.ListOptions{Limit: contentPageSize}
 	for {
-		list, err := run.member.metadata.Resource(gvr).Namespace(namespace).List(ctx, opts)
+		list, err := run.member.Metadata.Resource(gvr).Namespace(namespace).List(ctx, opts)
 		if err != nil {
 			if ctx.Err() != nil {
 				return "", ctx.Err()
 			}
-			return fmt.Sprintf("the manager could not list %s in it (%s), so what it holds is not known", gvr.GroupResource(), describeStatus(err)), nil
+			return fmt.Sprintf("the manager could not list %s in it (%s), so what it holds is not known", gvr.GroupResource(), DescribeStatus(err)), nil
 		}
 		for i := range list.Items {
 			if o := &list.Items[i]; !run.ownCopy(o) && !madeByServer(gvr.GroupResource(), o) {
@@ -113,8 +112,8 @@ func (run *memberRun) foreignObjects(ctx context.Context, gvr schema.GroupVersio
 // ownCopy reports whether o is this fleet's copy of the run's Propagation:
 // in its namespace (none for a ClusterPropagation), with the fleet's
 // identity. A copy stamped without one is a doubt, not ours.
-func (run *memberRun) ownCopy(o metav1.Object) bool {
-	return o.GetNamespace() == run.key.Namespace && ownerOf(o, run.r.fleet, run.id, run.key.Name, func() bool { return false }) == ours
+func (run *Run) ownCopy(o metav1.Object) bool {
+	return o.GetNamespace() == run.key.Namespace && ownerOf(o, run.env.Fleet, run.id, run.key.Name, func() bool { return false }) == ours
 }
 
 // madeByServer reports whether o, of resource gr, is what the member's
@@ -156,31 +155,11 @@ func customResources(c *unstructured.Unstructured) (schema.GroupVersionResource,
 // letGo records that copy k was orphaned rather than deleted, and why
 // (reason, message): in the member's result, as a Warning Event on the
 // Propagation while it exists, and in the log.
-func (run *memberRun) letGo(ctx context.Context, k copyKey, reason, message string) {
-	run.orphaned = append(run.orphaned, failure{reason: reason, message: message})
-	logf.FromContext(ctx).Info("Copy orphaned, not deleted", "kind", k.gvk.Kind, "object", k.name, "reason", reason, "message", message)
+func (run *Run) letGo(ctx context.Context, k Key, reason, message string) {
+	run.Orphaned = append(run.Orphaned, Failure{Reason: reason, Message: message})
+	logf.FromContext(ctx).Info("Copy orphaned, not deleted", "kind", k.GVK.Kind, "object", k.Name, "reason", reason, "message", message)
 	if run.p != nil {
-		mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: run.member.name}}
-		run.r.recorder.Eventf(hubObject(run.p), mc, corev1.EventTypeWarning, reason, "Remove", "member %s: %s", run.member.name, message)
-	}
-}
-
-// tellOrphaned puts, in res, a run's result that applied everything, what
-// was orphaned rather than deleted: by this run, or, for the same
-// generation, by an earlier one (prev), so that status keeps saying it.
-func (run *memberRun) tellOrphaned(res *memberResult, prev memberResult) {
-	if res.result != fleetv1alpha1.ResultApplied || res.reason != fleetv1alpha1.ReasonApplied {
-		return
-	}
-	switch {
-	case len(run.orphaned) > 0:
-		res.reason, res.message = run.orphaned[0].reason, run.orphaned[0].message
-		if n := len(run.orphaned); n > 1 {
-			res.message = fmt.Sprintf("%s (and %d more)", res.message, n-1)
-		}
-		res.message = words.Truncate(res.message, fleetv1alpha1.MaxMemberMessageLength)
-	case prev.generation == res.generation && prev.result == fleetv1alpha1.ResultApplied &&
-		(prev.reason == fleetv1alpha1.ReasonContainerNotEmpty || prev.reason == fleetv1alpha1.ReasonAdoptedOrphaned):
-		res.reason, res.message = prev.reason, prev.message
+		mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: run.member.Name}}
+		run.env.Recorder.Eventf(run.env.HubObject(run.p), mc, corev1.EventTypeWarning, reason, "Remove", "member %s: %s", run.member.Name, message)
 	}
 }
