@@ -3,6 +3,7 @@ package propagation_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -101,4 +102,58 @@ func TestReviewForbiddenRevisionHoldsNothingUpAndRemovesNothing(t *testing.T) {
 			p.Status.Revision, p.Status.Conditions, p.Status.Rollout)
 	}
 	t.Logf("%d revision creations forbidden for 3 changes and %d members", attempts.Load(), memberCount)
+}
+
+// TestReviewBurstUnderATightHistoryLimitLeavesEveryCopyOnALiveRevision:
+// strategy All, revisionHistoryLimit 1 (the least kept), and a burst of
+// ten changes of one object, faster than the member runs' revision pace:
+// member runs make some revisions, the status sums others, and pruning
+// deletes all but the newest. Once Ready, every member's copy holds the
+// last content and is labelled with the revision status names, and that
+// revision exists on the hub. It fails if a copy is left unlabelled, or
+// names a revision pruned or of other content.
+func TestReviewBurstUnderATightHistoryLimitLeavesEveryCopyOnALiveRevision(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	for i := range memberCount {
+		f.register(i, fmt.Sprintf("m%d", i), map[string]string{"env": "prod"})
+	}
+	f.configMap("web", map[string]string{"v": "0"}, map[string]string{"app": "web"})
+	limit := int32(1)
+	f.propagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.RevisionHistoryLimit = &limit })
+	f.waitStatus("web", "Ready", ready)
+	for i := 1; i <= 10; i++ {
+		f.setData("web", strconv.Itoa(i))
+	}
+	// Ready at the revision every copy of the last content is labelled
+	// with: it fails (not within a minute) if a copy stays unlabelled or
+	// the labels and status never agree.
+	p := f.waitStatus("web", "Ready at the revision the copies of the burst's last content carry", func(p *fleetv1alpha1.Propagation) bool {
+		if !ready(p) || p.Status.Revision < 2 {
+			return false
+		}
+		for i := range memberCount {
+			cm := f.copyIn(i, "web")
+			if cm == nil || cm.Data["v"] != "10" || cm.Labels[fleetv1alpha1.RevisionLabel] != strconv.FormatInt(p.Status.Revision, 10) {
+				return false
+			}
+		}
+		return true
+	})
+	revs := &fleetv1alpha1.PropagationRevisionList{}
+	if err := f.hub.Client.List(t.Context(), revs); err != nil {
+		t.Fatal(err)
+	}
+	var numbers []int64
+	live := false
+	for _, rev := range revs.Items {
+		if rev.Labels[fleetv1alpha1.PropagationLabel] == "web" {
+			numbers = append(numbers, rev.Revision)
+			live = live || rev.Revision == p.Status.Revision
+		}
+	}
+	if !live || slices.Max(numbers) != p.Status.Revision {
+		t.Errorf("status is Ready at revision %d, which the hub no longer holds (revisions there: %v)", p.Status.Revision, numbers)
+	}
+	t.Logf("ten changes made revisions up to %d; kept %v", p.Status.Revision, numbers)
 }
