@@ -1,0 +1,20 @@
+package member
+
+// InitialSyncSlotsHeld is how many of p's initial-sync slots are taken
+// now (for the review tests of package member_test).
+func InitialSyncSlotsHeld(p *Pool) int { return len(p.initialSyncs.slots) }
+
+// TakeAllInitialSyncSlots takes every free initial-sync slot of p, as
+// informers filling at once would, and returns what gives them back.
+func TakeAllInitialSyncSlots(p *Pool) (giveBack func()) {
+	taken := 0
+	for len(p.initialSyncs.slots) < cap(p.initialSyncs.slots) {
+		p.initialSyncs.slots <- struct{}{}
+		taken++
+	}
+	return func() {
+		for range taken {
+			<-p.initialSyncs.slots
+		}
+	}
+}
