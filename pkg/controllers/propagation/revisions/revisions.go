@@ -389,9 +389,10 @@ func (s *Store) releaseName(ctx context.Context, p *fleetv1alpha1.Propagation, n
 // RefusedByHub reports whether err is the hub's refusal of a revision,
 // which it would refuse again: too large for the request (413) or for
 // its store (etcd's "request is too large", which the API server passes
-// on as an internal error), or invalid.
+// on as an internal error), invalid, or forbidden (a ResourceQuota used
+// up, the manager's RBAC taken away: until an admin acts).
 func RefusedByHub(err error) bool {
-	return apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) ||
+	return apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) ||
 		apierrors.IsInternalError(err) && strings.Contains(err.Error(), "request is too large")
 }
 
