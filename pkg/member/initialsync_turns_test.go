@@ -77,7 +77,7 @@ func roomyWatcher(n int) *watcher {
 	return &watcher{queue: priorityqueue.New[engage.Request]("review"), engaged: make(chan engagement, n)}
 }
 
-// TestReviewFailedOrRemovedMembersLeakNoInitialSyncSlot: 25 members whose
+// TestFailedOrRemovedMembersLeakNoInitialSyncSlot: 25 members whose
 // first initial list fails and 25 frozen members removed while they wait
 // for a turn or hold one; then a healthy member still fills and is
 // reconciled within seconds, every slot is given back once all synced
@@ -85,7 +85,7 @@ func roomyWatcher(n int) *watcher {
 // goroutine. It fails if a failed request, a context that ends, or a
 // removal keeps its slot: the healthy member would wait forever, or the
 // held count would stay above 0.
-func TestReviewFailedOrRemovedMembersLeakNoInitialSyncSlot(t *testing.T) {
+func TestFailedOrRemovedMembersLeakNoInitialSyncSlot(t *testing.T) {
 	needEnvtest(t)
 	kc := kubeconfig(t, members[0])
 	var stalled, failures atomic.Int32
@@ -187,13 +187,13 @@ func (t cuttingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// TestReviewReListAfterReconnectIsNotGated: a member whose cache synced
+// TestReListAfterReconnectIsNotGated: a member whose cache synced
 // lists again after its watch ended and the server answered 410 Gone,
 // while every initial-sync slot of the pool is taken (as by members
 // engaging at the manager's start). Its re-list goes through, and a
 // ConfigMap created then is reconciled. It fails if the re-list waited
 // for a turn: no re-list request would be sent while the slots are taken.
-func TestReviewReListAfterReconnectIsNotGated(t *testing.T) {
+func TestReListAfterReconnectIsNotGated(t *testing.T) {
 	needEnvtest(t)
 	kc := kubeconfig(t, members[0])
 	var mu sync.Mutex
@@ -237,7 +237,7 @@ func TestReviewReListAfterReconnectIsNotGated(t *testing.T) {
 }
 
 // manyKinds are the core kinds a frozen member's informers ask for in
-// TestReviewOneFrozenMemberHoldsUpAnotherNoLongerThanTheBound: a
+// TestOneFrozenMemberHoldsUpAnotherNoLongerThanTheBound: a
 // controller of the fleet watches several kinds in every member.
 var manyKinds = []schema.GroupVersionKind{
 	{Version: "v1", Kind: "Secret"}, {Version: "v1", Kind: "Service"}, {Version: "v1", Kind: "ServiceAccount"},
@@ -246,7 +246,7 @@ var manyKinds = []schema.GroupVersionKind{
 	{Version: "v1", Kind: "PodTemplate"}, {Version: "v1", Kind: "Event"}, {Version: "v1", Kind: "ConfigMap"},
 }
 
-// TestReviewOneFrozenMemberHoldsUpAnotherNoLongerThanTheBound: one
+// TestOneFrozenMemberHoldsUpAnotherNoLongerThanTheBound: one
 // member, frozen during its initial lists, whose engagement starts
 // informers of 12 kinds (as the fleet's controllers do, one per kind
 // they copy or watch); a healthy member registered once the frozen
@@ -254,7 +254,7 @@ var manyKinds = []schema.GroupVersionKind{
 // (1 s) and a second of slack. A frozen member holds a turn per informer:
 // it fails when one frozen member delays another by more than the bound
 // (12 informers, 4 slots: about 3 s).
-func TestReviewOneFrozenMemberHoldsUpAnotherNoLongerThanTheBound(t *testing.T) {
+func TestOneFrozenMemberHoldsUpAnotherNoLongerThanTheBound(t *testing.T) {
 	needEnvtest(t)
 	kc := kubeconfig(t, members[0])
 	var stalled atomic.Int32

@@ -82,7 +82,7 @@ func (r racingWriter) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// TestReviewWriteByAnotherManagerRacingOursIsCorrected: another field
+// TestWriteByAnotherManagerRacingOursIsCorrected: another field
 // manager edits a copy while the manager's own apply of it is in flight
 // (after the apply landed, before its answer came): both events come
 // while the write is in flight and are held; the write's own version is
@@ -90,7 +90,7 @@ func (r racingWriter) RoundTrip(req *http.Request) (*http.Response, error) {
 // copy. It fails if a held event of another writer is lost: nothing else
 // asks east for a run, and the copy keeps the intruder's value until the
 // drift recheck (5 min), far past poll's minute.
-func TestReviewWriteByAnotherManagerRacingOursIsCorrected(t *testing.T) {
+func TestWriteByAnotherManagerRacingOursIsCorrected(t *testing.T) {
 	t.Parallel()
 	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
 	var armed, raced atomic.Bool

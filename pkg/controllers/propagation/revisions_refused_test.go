@@ -18,7 +18,7 @@ import (
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
 )
 
-// TestReviewForbiddenRevisionHoldsNothingUpAndRemovesNothing: under
+// TestForbiddenRevisionHoldsNothingUpAndRemovesNothing: under
 // strategy All, once the hub forbids the manager to make revisions (a
 // quota exceeded, RBAC taken away: Forbidden, which is not a refusal the
 // manager remembers), every member still gets each change of content at
@@ -26,7 +26,7 @@ import (
 // stays, and Ready is not said of content no revision holds. It fails
 // if a member run waited for the revision, or a failed revision removed
 // or pruned anything.
-func TestReviewForbiddenRevisionHoldsNothingUpAndRemovesNothing(t *testing.T) {
+func TestForbiddenRevisionHoldsNothingUpAndRemovesNothing(t *testing.T) {
 	t.Parallel()
 	f := prepareFleet(t, suite.OwnHubs(t, 1)[0], suite.Name("fleet"), suite.Name("team"))
 	var forbid atomic.Bool
@@ -104,7 +104,7 @@ func TestReviewForbiddenRevisionHoldsNothingUpAndRemovesNothing(t *testing.T) {
 	t.Logf("%d revision creations forbidden for 3 changes and %d members", attempts.Load(), memberCount)
 }
 
-// TestReviewBurstUnderATightHistoryLimitLeavesEveryCopyOnALiveRevision:
+// TestBurstUnderATightHistoryLimitLeavesEveryCopyOnALiveRevision:
 // strategy All, revisionHistoryLimit 1 (the least kept), and a burst of
 // ten changes of one object, faster than the member runs' revision pace:
 // member runs make some revisions, the status sums others, and pruning
@@ -112,7 +112,7 @@ func TestReviewForbiddenRevisionHoldsNothingUpAndRemovesNothing(t *testing.T) {
 // last content and is labelled with the revision status names, and that
 // revision exists on the hub. It fails if a copy is left unlabelled, or
 // names a revision pruned or of other content.
-func TestReviewBurstUnderATightHistoryLimitLeavesEveryCopyOnALiveRevision(t *testing.T) {
+func TestBurstUnderATightHistoryLimitLeavesEveryCopyOnALiveRevision(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	for i := range memberCount {
