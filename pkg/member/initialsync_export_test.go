@@ -1,7 +1,7 @@
 package member
 
 // InitialSyncSlotsHeld is how many of p's initial-sync slots are taken
-// now (for the review tests of package member_test).
+// now (for the tests of package member_test).
 func InitialSyncSlotsHeld(p *Pool) int { return len(p.initialSyncs.slots) }
 
 // TakeAllInitialSyncSlots takes every free initial-sync slot of p, as
