@@ -119,10 +119,15 @@ func (g *gatedListerWatcher) ListWithContext(ctx context.Context, opts metav1.Li
 	if err != nil {
 		return nil, err
 	}
-	listed := make(chan struct{})
-	defer close(listed)
-	go g.holdAtMost(ctx, listed, release)
-	return g.lw.ListWithContext(ctx, opts)
+	// As for a watch: the turn ends once the informer synced (the listed
+	// objects are in its store), the list failed, or the bound passed.
+	failed := make(chan struct{})
+	go g.holdAtMost(ctx, failed, release)
+	list, err := g.lw.ListWithContext(ctx, opts)
+	if err != nil {
+		close(failed)
+	}
+	return list, err
 }
 
 // WatchWithContext starts the watch once it holds a slot, which it gives
