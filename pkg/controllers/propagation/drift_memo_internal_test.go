@@ -150,23 +150,8 @@ func TestMemberCopiesAreListedWithoutCopying(t *testing.T) {
 // another version of it is, and so is its deletion.
 func TestOwnWriteAsksForNoRun(t *testing.T) {
 	t.Parallel()
-	mc := &memberCopies{name: "east"}
-	var told []string
-	w := &watchedKinds{ctx: t.Context(), echo: mc.echo, onEvent: func(_, obj client.Object) { told = append(told, obj.GetResourceVersion()) }}
-	gvk := schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
-	informer := &controllertest.FakeInformer{}
-	if _, _, err := w.register(gvk, informer, 0); err != nil {
-		t.Fatal(err)
-	}
-	version := func(rv string) *unstructured.Unstructured {
-		obj := &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(gvk)
-		obj.SetNamespace("team")
-		obj.SetName("web")
-		obj.SetResourceVersion(rv)
-		return obj
-	}
-	id := apply.CopyID{Namespace: "team", Key: apply.Key{GVK: gvk, Name: "web"}}
+	mc, informer, told := echoFixture(t)
+	id := apply.CopyID{Namespace: "team", Key: apply.Key{GVK: configMapKind, Name: "web"}}
 	mc.Wrote(id, version("7"))
 	informer.Add(version("7"))
 	informer.Update(version("7"), version("8")) // another manager's
@@ -174,8 +159,8 @@ func TestOwnWriteAsksForNoRun(t *testing.T) {
 	informer.Update(version("8"), version("9"))
 	mc.Wrote(id, version("10"))
 	informer.Delete(version("10"))
-	if want := []string{"8", "10"}; !slices.Equal(told, want) {
-		t.Errorf("events told of versions %v, want %v: not the manager's own writes 7 and 9", told, want)
+	if want := []string{"8", "10"}; !slices.Equal(*told, want) {
+		t.Errorf("events told of versions %v, want %v: not the manager's own writes 7 and 9", *told, want)
 	}
 }
 
@@ -186,38 +171,49 @@ func TestOwnWriteAsksForNoRun(t *testing.T) {
 // failed.
 func TestOwnWriteSeenBeforeItsAnswerAsksForNoRun(t *testing.T) {
 	t.Parallel()
-	mc := &memberCopies{name: "east"}
-	var told []string
-	w := &watchedKinds{ctx: t.Context(), echo: mc.echo, onEvent: func(_, obj client.Object) { told = append(told, obj.GetResourceVersion()) }}
-	gvk := schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
-	informer := &controllertest.FakeInformer{}
-	if _, _, err := w.register(gvk, informer, 0); err != nil {
-		t.Fatal(err)
-	}
-	version := func(rv string) *unstructured.Unstructured {
-		obj := &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(gvk)
-		obj.SetNamespace("team")
-		obj.SetName("web")
-		obj.SetResourceVersion(rv)
-		return obj
-	}
-	id := apply.CopyID{Namespace: "team", Key: apply.Key{GVK: gvk, Name: "web"}}
+	mc, informer, told := echoFixture(t)
+	id := apply.CopyID{Namespace: "team", Key: apply.Key{GVK: configMapKind, Name: "web"}}
 	mc.Write(id)
 	informer.Update(version("7"), version("8")) // another manager's
 	informer.Update(version("8"), version("9")) // the write's, before its answer
-	if len(told) != 0 {
-		t.Fatalf("events told of versions %v while the write was in flight", told)
+	if len(*told) != 0 {
+		t.Fatalf("events told of versions %v while the write was in flight", *told)
 	}
 	mc.Wrote(id, version("9"))
-	if want := []string{"8"}; !slices.Equal(told, want) {
-		t.Fatalf("events told of versions %v once the write answered 9, want %v", told, want)
+	if want := []string{"8"}; !slices.Equal(*told, want) {
+		t.Fatalf("events told of versions %v once the write answered 9, want %v", *told, want)
 	}
 	informer.Update(version("9"), version("10")) // the write's echo was dropped: this is news
 	mc.Write(id)
 	informer.Update(version("10"), version("11"))
 	mc.Wrote(id, nil) // failed
-	if want := []string{"8", "10", "11"}; !slices.Equal(told, want) {
-		t.Errorf("events told of versions %v, want %v: a failed write holds back no event", told, want)
+	if want := []string{"8", "10", "11"}; !slices.Equal(*told, want) {
+		t.Errorf("events told of versions %v, want %v: a failed write holds back no event", *told, want)
 	}
+}
+
+// echoFixture is a member's copies with a ConfigMap informer of namespace
+// team whose events, of the ConfigMap web, are told to told unless they
+// are echoes of the manager's writes.
+func echoFixture(t *testing.T) (mc *memberCopies, informer *controllertest.FakeInformer, told *[]string) {
+	mc = &memberCopies{name: "east"}
+	told = new([]string)
+	w := &watchedKinds{ctx: t.Context(), echo: mc.echo, onEvent: func(_, obj client.Object) { *told = append(*told, obj.GetResourceVersion()) }}
+	informer = &controllertest.FakeInformer{}
+	if _, _, err := w.register(configMapKind, informer, 0); err != nil {
+		t.Fatal(err)
+	}
+	return mc, informer, told
+}
+
+var configMapKind = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+
+// version is the ConfigMap team/web at resourceVersion rv.
+func version(rv string) *unstructured.Unstructured {
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(configMapKind)
+	obj.SetNamespace("team")
+	obj.SetName("web")
+	obj.SetResourceVersion(rv)
+	return obj
 }

@@ -12,43 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
-	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/controllers/propagation"
-	"github.com/fleetkube/fleet-manager/pkg/fleet"
-	"github.com/fleetkube/fleet-manager/pkg/journal"
 )
-
-// startWithMemberTransport starts f's manager as start does, each
-// member's HTTP transport wrapped by wrap.
-func (f *testFleet) startWithMemberTransport(wrap func(member string, next http.RoundTripper) http.RoundTripper) {
-	f.t.Helper()
-	j, err := journal.Open(f.stateDir, journal.Options{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.journal = j
-	f.owedRemovals = propagation.NewOwedRemovals()
-	f.fleet = suite.StartFleet(f.t, fleettest.FleetOptions{
-		Hub:       f.hub,
-		Namespace: f.namespace,
-		Configure: func(o *fleet.Options) {
-			o.ConfigureMember = func(name string, co *cluster.Options) {
-				c := *co.HTTPClient
-				c.Transport = wrap(name, c.Transport)
-				co.HTTPClient = &c
-			}
-		},
-		Setup: func(m *fleet.Manager) error {
-			return propagation.Add(m, propagation.Options{Journal: j, OwedRemovals: f.owedRemovals, DriftRecheck: f.driftRecheck, Tenancy: fleetv1alpha1.TenancyOff})
-		},
-	})
-	f.mgr = f.fleet.Manager
-	f.t.Cleanup(f.stop)
-}
 
 // racingWriter, armed, lets the manager's next apply of one copy reach
 // the member, and before its answer goes back to the manager writes the
@@ -136,12 +104,13 @@ func TestWriteByAnotherManagerRacingOursIsCorrected(t *testing.T) {
 			}
 		}
 	}
-	f.startWithMemberTransport(func(member string, next http.RoundTripper) http.RoundTripper {
+	f.memberTransport = func(member string, next http.RoundTripper) http.RoundTripper {
 		if member != "east" {
 			return next
 		}
 		return racingWriter{t: t, next: next, path: "/api/v1/namespaces/" + f.team + "/configmaps/web", armed: &armed, raced: &raced, write: intruderWrite, seen: seen}
-	})
+	}
+	f.start(nil)
 	f.register(0, "east", map[string]string{"env": "prod"})
 	f.configMap("web", map[string]string{"v": "0"}, map[string]string{"app": "web"})
 	f.propagation("web", nil)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -79,6 +81,8 @@ type testFleet struct {
 	// tenancy is the controller's Options.Tenancy; "" is Off, so that a
 	// test that does not speak of tenancy needs no TenancyPolicy.
 	tenancy string
+	// memberTransport, if set, wraps each member's HTTP transport.
+	memberTransport func(member string, next http.RoundTripper) http.RoundTripper
 }
 
 // newFleet starts a fleet on a hub of the test's own.
@@ -188,6 +192,13 @@ func (f *testFleet) start(health *member.HealthOptions) {
 		Configure: func(o *fleet.Options) {
 			if health != nil {
 				o.MemberHealth = *health
+			}
+			if f.memberTransport != nil {
+				o.ConfigureMember = func(name string, co *cluster.Options) {
+					c := *co.HTTPClient
+					c.Transport = f.memberTransport(name, c.Transport)
+					co.HTTPClient = &c
+				}
 			}
 		},
 		Setup: func(m *fleet.Manager) error {
