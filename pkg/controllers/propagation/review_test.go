@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -73,15 +74,24 @@ func TestRecreatedPropagationIsNeverReadyFromTheOldResults(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	old := f.hubPropagation("web")
-	before := old.DeepCopy()
-	old.Finalizers = nil
-	if err := f.hub.Client.Patch(t.Context(), old, client.MergeFrom(before)); err != nil {
+	// Deleted, then its finalizer taken off by hand (taken off first, the
+	// controller may put it back before the delete).
+	if err := f.hub.Client.Delete(t.Context(), f.hubPropagation("web")); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.hub.Client.Delete(t.Context(), old); err != nil {
-		t.Fatal(err)
-	}
+	poll.Until(t, "the old Propagation gone, its finalizer taken off by hand", func() bool {
+		old := &fleetv1alpha1.Propagation{}
+		err := f.hub.Client.Get(t.Context(), types.NamespacedName{Namespace: f.team, Name: "web"}, old)
+		if apierrors.IsNotFound(err) {
+			return true
+		}
+		if err == nil && len(old.Finalizers) > 0 {
+			before := old.DeepCopy()
+			old.Finalizers = nil
+			_ = f.hub.Client.Patch(t.Context(), old, client.MergeFrom(before)) // a conflict is tried again
+		}
+		return false
+	})
 	p := f.propagation("web", func(p *fleetv1alpha1.Propagation) {
 		p.Spec.Resources = []fleetv1alpha1.ResourceSelector{{APIVersion: "v1", Kind: "ConfigMap", Name: "blocked"}}
 	})

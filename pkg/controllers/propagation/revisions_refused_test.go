@@ -141,7 +141,7 @@ func TestBurstUnderATightHistoryLimitLeavesEveryCopyOnALiveRevision(t *testing.T
 		return true
 	})
 	revs := &fleetv1alpha1.PropagationRevisionList{}
-	if err := f.hub.Client.List(t.Context(), revs); err != nil {
+	if err := f.hub.Client.List(t.Context(), revs, client.InNamespace(f.team)); err != nil {
 		t.Fatal(err)
 	}
 	var numbers []int64
