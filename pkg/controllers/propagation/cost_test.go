@@ -289,6 +289,7 @@ func TestChangeUnderAllWritesTheCopyOnce(t *testing.T) {
 	// A change after a quiet StatusInterval: within it, member runs leave
 	// the revision to the status sums (TestRunsMakeAtMostOneRevisionPerPace).
 	time.Sleep(propagation.StatusInterval)
+	builds := contentBuilds(t)
 	changed := time.Now()
 	f.setData("web", "2")
 	f.waitCopy(0, "web", "holds revision 2", func(cm *corev1.ConfigMap) bool {
@@ -305,6 +306,25 @@ func TestChangeUnderAllWritesTheCopyOnce(t *testing.T) {
 	if len(writes) != 1 {
 		t.Errorf("the changed copy was written %d times, want once: %v", len(writes), writes)
 	}
+	if contentBuilds(t) <= builds {
+		t.Error("fleet_propagation_content_builds_total did not count the change's content build")
+	}
+}
+
+// contentBuilds reads fleet_propagation_content_builds_total, which
+// every manager of the test process counts in.
+func contentBuilds(t *testing.T) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() == "fleet_propagation_content_builds_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 // TestChangeWritesOnlyTheChangedCopy: when one of a Propagation's objects

@@ -27,6 +27,8 @@ type propagationMetrics struct {
 	memberWatchStarts memberSeries[prometheus.Counter]
 	propagationsBy    *prometheus.GaugeVec
 	journalLost       prometheus.Gauge
+	// contentBuilds counts the builds of Propagations' contents.
+	contentBuilds prometheus.Counter
 	// unmirrored is by mirror ConfigMap (shard).
 	unmirrored     *prometheus.GaugeVec
 	perClusterVecs []interface{ DeletePartialMatch(prometheus.Labels) int }
@@ -114,13 +116,17 @@ func newMetrics(reg prometheus.Registerer, live func(cluster string) bool) (*pro
 			Name: "fleet_propagation_owed_removals_unmirrored",
 			Help: "Owed removals this replica's journal holds that the hub's mirror ConfigMap (shard) has no room for: they are carried out, but a replica taking over without this journal does not learn them.",
 		}, []string{"shard"}),
+		contentBuilds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_propagation_content_builds_total",
+			Help: "Builds of a Propagation's content (the hub objects it selects, Envelopes unpacked, ordered and hashed): one per change of what it is built from, shared by every member run and status request.",
+		}),
 		live: live,
 	}
 	if err := errors.Join(
 		metrics.Register(reg, &applies), metrics.Register(reg, &applyDuration),
 		metrics.Register(reg, &driftDetected), metrics.Register(reg, &driftCorrected),
 		metrics.Register(reg, &owedDeletions), metrics.Register(reg, &memberWatches), metrics.Register(reg, &memberWatchStarts), metrics.Register(reg, &m.propagationsBy),
-		metrics.Register(reg, &m.journalLost), metrics.Register(reg, &m.unmirrored),
+		metrics.Register(reg, &m.journalLost), metrics.Register(reg, &m.unmirrored), metrics.Register(reg, &m.contentBuilds),
 	); err != nil {
 		return nil, err
 	}

@@ -241,6 +241,7 @@ func Add(m *fleet.Manager, opts Options) error {
 	}
 	r.objects = &hubObjects{fleet: m.Namespace(), config: opts.Config, scheme: m.GetScheme(), mapper: m.GetRESTMapper(), reader: apiReader, log: log, changed: r.hubObjectChanged}
 	r.content = content.NewCache(&content.Builder{Fleet: m.Namespace(), Mapper: m.GetRESTMapper(), List: r.objects.list})
+	r.content.Built = pm.contentBuilds.Inc
 	r.revisions = &revisions.Store{Hub: opts.Client, Live: apiReader, Fleet: m.Namespace()}
 	r.env = r.runEnv()
 	r.copies = &copyCaches{

@@ -31,6 +31,8 @@ import (
 type Cache struct {
 	// Builder builds; its Build builds afresh, uncached.
 	*Builder
+	// Built, if set before the first Get, is told of each build.
+	Built func()
 
 	// mu guards entries; an entry's own lock is taken after it is
 	// released, never with it.
@@ -83,6 +85,9 @@ func (c *Cache) Get(ctx context.Context, p *fleetv1alpha1.Propagation) (*Content
 	}
 	built, settled := c.assemble(p, read)
 	c.builds.Add(1)
+	if c.Built != nil {
+		c.Built()
+	}
 	_, hash, err := built.Encode()
 	if err != nil {
 		return nil, "", err
