@@ -115,39 +115,36 @@ func (g *gatedListerWatcher) acquire(ctx context.Context) (release func(), err e
 }
 
 func (g *gatedListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	release, err := g.acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// As for a watch: the turn ends once the informer synced (the listed
-	// objects are in its store), the list failed, or the bound passed.
-	failed := make(chan struct{})
-	go g.holdAtMost(ctx, failed, release)
-	list, err := g.lw.ListWithContext(ctx, opts)
-	if err != nil {
-		close(failed)
-	}
-	return list, err
+	return inTurn(ctx, g, func() (runtime.Object, error) { return g.lw.ListWithContext(ctx, opts) })
 }
 
-// WatchWithContext starts the watch once it holds a slot, which it gives
-// back once the informer has synced (the watch streamed its initial
-// objects), or the watch failed, or the bound passed, or ctx ended.
 func (g *gatedListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	release, err := g.acquire(ctx)
+	w, err := inTurn(ctx, g, func() (watch.Interface, error) { return g.lw.WatchWithContext(ctx, opts) })
 	if err != nil {
-		return nil, err
-	}
-	// The bound runs from now: a member that never answers the request
-	// holds the slot no longer than one that answers slowly.
-	failed := make(chan struct{})
-	go g.holdAtMost(ctx, failed, release)
-	w, err := g.lw.WatchWithContext(ctx, opts)
-	if err != nil {
-		close(failed)
 		return nil, err
 	}
 	return w, nil
+}
+
+// inTurn makes request, a list or watch of g's informer, once it holds a
+// turn (see acquire), which it gives back once the informer has synced
+// (the listed or streamed objects are in its store), the request failed,
+// the bound passed or ctx ended. The bound runs from now: a member that
+// never answers the request holds the turn no longer than one that
+// answers slowly.
+func inTurn[T any](ctx context.Context, g *gatedListerWatcher, request func() (T, error)) (T, error) {
+	release, err := g.acquire(ctx)
+	if err != nil {
+		var none T
+		return none, err
+	}
+	failed := make(chan struct{})
+	go g.holdAtMost(ctx, failed, release)
+	got, err := request()
+	if err != nil {
+		close(failed)
+	}
+	return got, err
 }
 
 // holdAtMost releases a slot once the informer has synced, done closed,
