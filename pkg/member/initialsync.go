@@ -130,8 +130,9 @@ func (g *gatedListerWatcher) WatchWithContext(ctx context.Context, opts metav1.L
 	return w, nil
 }
 
-// inTurn makes request, a list or watch of g's informer, once it holds a
-// turn (see acquire), which it gives back once the informer has synced
+// inTurn makes request, a list or watch of g's informer, once its
+// member's first dial is done (awaitDial) and it holds a turn (see
+// acquire), which it gives back once the informer has synced
 // (the listed or streamed objects are in its store), the request failed,
 // the bound passed or ctx ended. The bound runs from now: a member that
 // never answers the request holds the turn no longer than one that
