@@ -34,9 +34,10 @@ func newInitialSyncs(slots int, hold time.Duration) *initialSyncs {
 	return &initialSyncs{slots: make(chan struct{}, slots), slotHold: hold}
 }
 
-// forMember returns a member's share of s.
-func (s *initialSyncs) forMember() *memberSyncs {
-	return &memberSyncs{initialSyncs: s, slow: make(chan struct{})}
+// forMember returns a member's share of s; the member's informers call
+// awaitDial before they wait for a turn.
+func (s *initialSyncs) forMember(awaitDial func(context.Context) error) *memberSyncs {
+	return &memberSyncs{initialSyncs: s, awaitDial: awaitDial, slow: make(chan struct{})}
 }
 
 // memberSyncs is one member's share of the initialSyncs: once one of its
@@ -46,8 +47,11 @@ func (s *initialSyncs) forMember() *memberSyncs {
 // many kinds it watches.
 type memberSyncs struct {
 	*initialSyncs
-	slow     chan struct{}
-	slowOnce sync.Once
+	// awaitDial returns once the member's first connection is no longer
+	// being dialled, so that no turn is held during a TLS handshake.
+	awaitDial func(context.Context) error
+	slow      chan struct{}
+	slowOnce  sync.Once
 }
 
 func (m *memberSyncs) markSlow() { m.slowOnce.Do(func() { close(m.slow) }) }
@@ -126,16 +130,20 @@ func (g *gatedListerWatcher) WatchWithContext(ctx context.Context, opts metav1.L
 	return w, nil
 }
 
-// inTurn makes request, a list or watch of g's informer, once it holds a
-// turn (see acquire), which it gives back once the informer has synced
+// inTurn makes request, a list or watch of g's informer, once its
+// member's first dial is done (awaitDial) and it holds a turn (see
+// acquire), which it gives back once the informer has synced
 // (the listed or streamed objects are in its store), the request failed,
 // the bound passed or ctx ended. The bound runs from now: a member that
 // never answers the request holds the turn no longer than one that
 // answers slowly.
 func inTurn[T any](ctx context.Context, g *gatedListerWatcher, request func() (T, error)) (T, error) {
+	var none T
+	if err := g.syncs.awaitDial(ctx); err != nil {
+		return none, err
+	}
 	release, err := g.acquire(ctx)
 	if err != nil {
-		var none T
 		return none, err
 	}
 	failed := make(chan struct{})

@@ -173,7 +173,7 @@ func (m *member) newCluster() (cluster.Cluster, error) {
 		o.HTTPClient = m.httpClient
 		o.Cache.DefaultTransform = cache.TransformStripManagedFields()
 		o.Cache.ReaderFailOnMissingInformer = true
-		o.Cache.NewInformer = m.pool.initialSyncs.forMember().newInformer
+		o.Cache.NewInformer = m.pool.initialSyncs.forMember(m.awaitFirstDial).newInformer
 		o.MapperProvider = func(cfg *rest.Config, httpClient *http.Client) (meta.RESTMapper, error) {
 			next, err := newMapper(cfg, httpClient)
 			return withCoreMappings{next}, err

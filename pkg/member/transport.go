@@ -118,7 +118,7 @@ func (m *member) newTransport(cfg *rest.Config) (http.RoundTripper, error) {
 	}
 	tc.Transport = t
 	if m.h2 != nil {
-		tc.Transport = &firstConnection{next: t, connected: m.h2.connected, slot: make(chan struct{}, 1)}
+		tc.Transport = &firstConnection{next: t, connected: m.h2.connected, slot: m.h2.dialling}
 	}
 	tc.TLS, tc.Proxy = transport.TLSConfig{}, nil
 	rt, err := transport.New(tc)
@@ -178,6 +178,24 @@ func (p *trackingPool) connected() bool {
 	return cc != nil && !cc.State().Closed
 }
 
+// awaitFirstDial returns once no request of m dials its first connection:
+// at once if m has a connection or none is being dialled, else once that
+// dial got its connection or failed, or ctx ended. An informer waits so
+// before it takes its turn to fill (initialSyncs): a turn is then spent
+// on a list, not on a TLS handshake that another request started.
+func (m *member) awaitFirstDial(ctx context.Context) error {
+	if m.h2 == nil || m.h2.connected() {
+		return nil
+	}
+	select {
+	case m.h2.dialling <- struct{}{}:
+		<-m.h2.dialling
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // gatedWrites asks mayWrite before it sends a request that could change
 // the member, at the last moment the process decides it.
 type gatedWrites struct {
@@ -233,7 +251,7 @@ func (m *member) configureHTTP2(t *http.Transport) error {
 	}
 	t2.ReadIdleTimeout, t2.PingTimeout = 30*time.Second, 15*time.Second
 	if t2.ConnPool != nil {
-		m.h2 = &trackingPool{ClientConnPool: t2.ConnPool, lost: m.connLost}
+		m.h2 = &trackingPool{ClientConnPool: t2.ConnPool, lost: m.connLost, dialling: make(chan struct{}, 1)}
 		t2.ConnPool = m.h2
 	}
 	return nil
@@ -250,6 +268,9 @@ type trackingPool struct {
 	http2.ClientConnPool
 	last atomic.Pointer[http2.ClientConn]
 	lost func()
+	// dialling is full while a request dials the first connection
+	// (firstConnection).
+	dialling chan struct{}
 }
 
 func (p *trackingPool) GetClientConn(req *http.Request, addr string) (*http2.ClientConn, error) {
