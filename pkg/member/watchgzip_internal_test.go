@@ -175,7 +175,9 @@ func TestWatchGzipLeavesOtherRequestsToTheTransport(t *testing.T) {
 	t.Cleanup(srv.Close)
 	client := &http.Client{Transport: watchGzip{next: srv.Client().Transport}}
 	for _, req := range []func() (*http.Request, error){
-		func() (*http.Request, error) { return http.NewRequest(http.MethodGet, srv.URL+"/api/v1/configmaps", nil) },
+		func() (*http.Request, error) {
+			return http.NewRequest(http.MethodGet, srv.URL+"/api/v1/configmaps", nil)
+		},
 		func() (*http.Request, error) {
 			r, err := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/configmaps?watch=true", nil)
 			if err == nil {
