@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -210,5 +211,38 @@ func TestWatchGzipLeavesOtherRequestsToTheTransport(t *testing.T) {
 	// it through watchGzip.
 	if want := []string{"gzip", "identity", "gzip"}; strings.Join(seen, ",") != strings.Join(want, ",") {
 		t.Fatalf("Accept-Encoding seen %q, want %q", seen, want)
+	}
+}
+
+// TestCorruptCompressedWatchFails: a gzip member whose checksum does not
+// match, or a stream cut inside a member, ends the watch with an error
+// (the informer watches again), never with data that was not sent.
+func TestCorruptCompressedWatchFails(t *testing.T) {
+	t.Parallel()
+	event := randomText(t, 2048)
+	var good bytes.Buffer
+	gw := gzip.NewWriter(&good)
+	_, _ = gw.Write(event)
+	_ = gw.Close()
+	badChecksum := bytes.Clone(good.Bytes())
+	badChecksum[len(badChecksum)-5] ^= 0xff // the CRC-32 of the trailer
+	for name, tc := range map[string]struct {
+		body []byte
+		want error
+	}{
+		"checksum":   {append(bytes.Clone(good.Bytes()), badChecksum...), gzip.ErrChecksum},
+		"cut":        {append(bytes.Clone(good.Bytes()), good.Bytes()[:len(good.Bytes())/2]...), io.ErrUnexpectedEOF},
+		"cut header": {append(bytes.Clone(good.Bytes()), good.Bytes()[:4]...), io.ErrUnexpectedEOF},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := &gzipStream{body: io.NopCloser(bytes.NewReader(tc.body))}
+			got, err := io.ReadAll(s)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("read ended with %v, want %v", err, tc.want)
+			}
+			if !bytes.HasPrefix(got, event) || len(got) > 2*len(event) {
+				t.Fatalf("read %d bytes, want the first event whole and no more than the second's", len(got))
+			}
+		})
 	}
 }
