@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -280,6 +281,9 @@ type memoryReadings struct {
 // report takes the readings and reports them.
 func (r memoryReadings) report(ctx context.Context) error {
 	settled := time.Now()
+	if err := writeMemoryClasses("at-settle"); err != nil {
+		return err
+	}
 	wait := func(d time.Duration) bool {
 		select {
 		case <-ctx.Done():
@@ -300,6 +304,9 @@ func (r memoryReadings) report(ctx context.Context) error {
 		return err
 	}
 	mem := childReport{Event: "memory", RSSBytes: rss << 10, PeakRSSBytes: peakRSS << 10, PeakHeapBytes: r.peak.peak(), Goroutines: runtime.NumGoroutine(), Sockets: openSockets()}
+	if err := writeMemoryClasses("settled"); err != nil {
+		return err
+	}
 	if err := r.peak.writeProfile(); err != nil {
 		return err
 	}
@@ -322,6 +329,28 @@ func (r memoryReadings) report(ctx context.Context) error {
 	mem.HeapBytes, mem.StackBytes = m.HeapAlloc, m.StackInuse
 	report(mem)
 	return writeProfile("heap", 0, "settled")
+}
+
+// writeMemoryClasses writes the runtime's memory classes and GC figures
+// (runtime/metrics) to $BENCH_PROFILES, if set: where the RSS beyond the
+// live heap goes.
+func writeMemoryClasses(when string) error {
+	dir := os.Getenv("BENCH_PROFILES")
+	if dir == "" {
+		return nil
+	}
+	var samples []metrics.Sample
+	for _, d := range metrics.All() {
+		if d.Kind == metrics.KindUint64 && (strings.HasPrefix(d.Name, "/memory/classes/") || strings.HasPrefix(d.Name, "/gc/heap/") || strings.HasPrefix(d.Name, "/gc/cycles/") || strings.HasPrefix(d.Name, "/gc/scan/")) {
+			samples = append(samples, metrics.Sample{Name: d.Name})
+		}
+	}
+	metrics.Read(samples)
+	var b strings.Builder
+	for _, s := range samples {
+		fmt.Fprintf(&b, "%s %d\n", s.Name, s.Value.Uint64())
+	}
+	return os.WriteFile(filepath.Join(dir, fmt.Sprintf("memclasses-%s-%s-%d.txt", when, strings.Join(os.Args[2:3], ""), os.Getpid())), []byte(b.String()), 0o644)
 }
 
 // writeProfile writes the named profile to $BENCH_PROFILES, if set, named

@@ -120,6 +120,9 @@ func (m *member) newTransport(cfg *rest.Config) (http.RoundTripper, error) {
 	if m.h2 != nil {
 		tc.Transport = &firstConnection{next: t, connected: m.h2.connected, slot: m.h2.dialling}
 	}
+	if !tc.DisableCompression {
+		tc.Transport = watchGzip{next: tc.Transport}
+	}
 	tc.TLS, tc.Proxy = transport.TLSConfig{}, nil
 	rt, err := transport.New(tc)
 	if err != nil || m.pool.opts.MayWrite == nil {

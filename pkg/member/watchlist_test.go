@@ -43,6 +43,15 @@ func TestMemberCacheStreamsItsInitialList(t *testing.T) {
 	if lists != 0 || watchLists == 0 {
 		t.Fatalf("the member's cache filled itself with %d LISTs of ConfigMaps and %d watch-lists answered 200, want no LIST and a watch-list", lists, watchLists)
 	}
+	// The server compresses a watch-list's stream one gzip member per
+	// flush, and the member decompresses each itself: an event after the
+	// initial ones arrives too.
+	if requests.compressedCount() == 0 {
+		t.Fatal("no watch-list came compressed: the member's own decompression of watches went untested")
+	}
+	createConfigMap(t, memberClients[0], ns, "two", nil)
+	for r := w.next(t); r.Name != "two"; r = w.next(t) {
+	}
 }
 
 // TestMemberCacheListsWhenItsServerServesNoWatchList: a member whose API
@@ -87,6 +96,8 @@ func TestMemberCacheListsWhenItsServerServesNoWatchList(t *testing.T) {
 type configMapRequests struct {
 	mu                sync.Mutex
 	lists, watchLists int
+	// compressed counts the watch-lists the server compressed.
+	compressed int
 }
 
 // record is a member.Options.Configure that has the member's requests
@@ -95,6 +106,12 @@ func (r *configMapRequests) record(_ string, o *cluster.Options) {
 	c := *o.HTTPClient
 	c.Transport = recordingTransport{next: c.Transport, requests: r}
 	o.HTTPClient = &c
+}
+
+func (r *configMapRequests) compressedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.compressed
 }
 
 func (r *configMapRequests) counts() (lists, watchLists int) {
@@ -121,6 +138,9 @@ func (t recordingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		t.requests.lists++
 	case q.Get("sendInitialEvents") == "true" && err == nil && resp.StatusCode == http.StatusOK:
 		t.requests.watchLists++
+		if resp.Uncompressed {
+			t.requests.compressed++
+		}
 	}
 	return resp, err
 }
