@@ -249,6 +249,10 @@ func (m *member) run(ctx context.Context) {
 			backoff = *opts.ReconnectBackoff
 		}
 		m.setState(fleetv1alpha1.MemberStateDisconnected)
+		// A probe cut by the teardown was excused, to be retried a
+		// RetryInterval later; the teardown is over: probe now, so that a
+		// server thawed as its member was torn down is found back at once.
+		m.wake()
 		for m.successes.Load() == since {
 			select {
 			case <-ctx.Done():
