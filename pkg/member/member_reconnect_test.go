@@ -123,6 +123,18 @@ func TestMemberReconnectsOnlyAfterAProbeSuccessSinceTheDisconnection(t *testing.
 			}
 			time.Sleep(time.Millisecond)
 		}
+		// The teardown's end asks for a probe at once.
+		select {
+		case d := <-clk.made:
+			if d > wakeGap {
+				t.Fatalf("the probe after the teardown is due in %s, want %s at most", d, wakeGap)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no probe asked for at the teardown's end within 10s")
+		}
+		clk.Step(wakeGap)
+		<-probed
+		expectTimers(0, 0)
 		for range quiet {
 			probe(boom, 0)
 		}
@@ -216,6 +228,7 @@ func TestProbeUnderWayWhenConnectionsDropProvesNothing(t *testing.T) {
 		t.Fatal("the member came back from Unhealthy without reconnecting: a probe under way when its connections dropped cleared their loss")
 	}
 
+	m.state.Store(fleetv1alpha1.MemberStateReady) // as its new connection makes it
 	clk.Step(time.Millisecond)
 	m.report(registry.ProbeResult{Time: clk.Now()}, fleetv1alpha1.MemberStateReady)
 	if m.connLostAt.Load() != 0 {
