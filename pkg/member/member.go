@@ -372,8 +372,9 @@ func (m *member) wake() {
 // Disconnected only once its connection is torn down, so the prober's
 // verdict is passed to run, which records it then. A member back from
 // Unhealthy that lost a connection while away keeps its connection only
-// if its informers waited for it (see keeps); it is refreshed otherwise.
-// Its held informers' calls go out as it leaves Unhealthy.
+// if its informers waited for it (see keeps); it is refreshed otherwise,
+// and stays Unhealthy until its new cluster starts. Its held informers'
+// calls go out as it leaves Unhealthy, or as it sends anything (heard).
 func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberState) {
 	if conn := m.conn.Load(); state == fleetv1alpha1.MemberStateDisconnected && conn != nil {
 		conn.end(errDisconnected)
@@ -382,6 +383,9 @@ func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberS
 	if conn := m.conn.Load(); result.Err == nil && conn != nil && m.State() == fleetv1alpha1.MemberStateUnhealthy &&
 		m.connLostAt.Load() != 0 && !m.keeps(conn) {
 		conn.end(errRefreshed)
+		// Ready once its new cluster starts: no work flows to the one
+		// ending, which may have read another cluster.
+		state = m.State()
 	}
 	if result.Err == nil {
 		m.successes.Add(1)
