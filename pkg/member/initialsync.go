@@ -3,6 +3,7 @@ package member
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,10 +35,11 @@ func newInitialSyncs(slots int, hold time.Duration) *initialSyncs {
 	return &initialSyncs{slots: make(chan struct{}, slots), slotHold: hold}
 }
 
-// forMember returns a member's share of s; the member's informers call
-// awaitDial before they wait for a turn.
-func (s *initialSyncs) forMember(awaitDial func(context.Context) error) *memberSyncs {
-	return &memberSyncs{initialSyncs: s, awaitDial: awaitDial, slow: make(chan struct{})}
+// forMember returns the share of s of a member's connection; the
+// member's informers call awaitDial before they wait for a turn, and
+// away is the member's (see memberSyncs).
+func (s *initialSyncs) forMember(awaitDial func(context.Context) error, away func() <-chan struct{}) *memberSyncs {
+	return &memberSyncs{initialSyncs: s, awaitDial: awaitDial, slow: make(chan struct{}), away: away}
 }
 
 // memberSyncs is one member's share of the initialSyncs: once one of its
@@ -45,6 +47,14 @@ func (s *initialSyncs) forMember(awaitDial func(context.Context) error) *memberS
 // is slow or frozen, and its informers no longer wait for slots nor take
 // them. So a member holds the others up by one bound at most, however
 // many kinds it watches.
+//
+// It also holds the informers' lists and watches while the member is
+// away (Unhealthy): a call made then waits, sending nothing, until the
+// member is back or the call's context ends. So a reflector whose watch
+// broke while the member was away does not fail again and again, backing
+// off for up to 30 s, but waits in its call, and at the member's return
+// resumes its watch at the resourceVersion it had, which the API server
+// serves from its watch cache.
 type memberSyncs struct {
 	*initialSyncs
 	// awaitDial returns once the member's first connection is no longer
@@ -52,6 +62,47 @@ type memberSyncs struct {
 	awaitDial func(context.Context) error
 	slow      chan struct{}
 	slowOnce  sync.Once
+	// away returns a channel closed once the member is back, or nil while
+	// it is not away; nil for a member that is never held.
+	away func() <-chan struct{}
+	// held counts the calls waiting for the member's return.
+	held atomic.Int32
+
+	mu        sync.Mutex
+	informers []*gatedListerWatcher
+}
+
+// waitBack waits until the member is not away, or ctx ended.
+func (m *memberSyncs) waitBack(ctx context.Context) error {
+	if m.away == nil {
+		return nil
+	}
+	back := m.away()
+	if back == nil {
+		return nil
+	}
+	m.held.Add(1)
+	defer m.held.Add(-1)
+	select {
+	case <-back:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// idle reports whether one of the informers is neither in a list or watch
+// call (held ones included) nor watching: it is then sleeping in its
+// reflector's backoff, for up to 30 s.
+func (m *memberSyncs) idle() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, g := range m.informers {
+		if g.busy.Load() == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *memberSyncs) markSlow() { m.slowOnce.Do(func() { close(m.slow) }) }
@@ -63,6 +114,9 @@ func (m *memberSyncs) newInformer(lw toolscache.ListerWatcher, obj runtime.Objec
 	g := &gatedListerWatcher{lw: toolscache.ToListerWatcherWithContext(lw), inner: lw, syncs: m}
 	informer := toolscache.NewSharedIndexInformer(g, obj, resync, indexers)
 	g.synced = informer.HasSyncedChecker().Done()
+	m.mu.Lock()
+	m.informers = append(m.informers, g)
+	m.mu.Unlock()
 	return informer
 }
 
@@ -73,6 +127,9 @@ type gatedListerWatcher struct {
 	inner  toolscache.ListerWatcher
 	syncs  *memberSyncs
 	synced <-chan struct{}
+
+	// busy counts the calls under way and the watches not stopped yet.
+	busy atomic.Int32
 
 	mu      sync.Mutex
 	holding bool
@@ -118,16 +175,42 @@ func (g *gatedListerWatcher) acquire(ctx context.Context) (release func(), err e
 	}, nil
 }
 
+// ListWithContext lists once the member is not away, in turn.
 func (g *gatedListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	g.busy.Add(1)
+	defer g.busy.Add(-1)
+	if err := g.syncs.waitBack(ctx); err != nil {
+		return nil, err
+	}
 	return inTurn(ctx, g, func() (runtime.Object, error) { return g.lw.ListWithContext(ctx, opts) })
 }
 
+// WatchWithContext watches once the member is not away, in turn; the
+// informer is busy until the watch is stopped.
 func (g *gatedListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	w, err := inTurn(ctx, g, func() (watch.Interface, error) { return g.lw.WatchWithContext(ctx, opts) })
-	if err != nil {
+	g.busy.Add(1)
+	if err := g.syncs.waitBack(ctx); err != nil {
+		g.busy.Add(-1)
 		return nil, err
 	}
-	return w, nil
+	w, err := inTurn(ctx, g, func() (watch.Interface, error) { return g.lw.WatchWithContext(ctx, opts) })
+	if err != nil {
+		g.busy.Add(-1)
+		return nil, err
+	}
+	return &trackedWatch{Interface: w, stopped: func() { g.busy.Add(-1) }}, nil
+}
+
+// trackedWatch tells stopped once, at its first Stop.
+type trackedWatch struct {
+	watch.Interface
+	stopped func()
+	once    sync.Once
+}
+
+func (w *trackedWatch) Stop() {
+	w.Interface.Stop()
+	w.once.Do(w.stopped)
 }
 
 // inTurn makes request, a list or watch of g's informer, once its

@@ -18,3 +18,19 @@ func TakeAllInitialSyncSlots(p *Pool) (giveBack func()) {
 		}
 	}
 }
+
+// InformerCallsHeld is how many list and watch calls of the named
+// member's informers wait for its return (for the tests of package
+// member_test).
+func InformerCallsHeld(p *Pool, name string) int {
+	p.mu.Lock()
+	m := p.members[name]
+	p.mu.Unlock()
+	if m == nil {
+		return 0
+	}
+	if conn := m.conn.Load(); conn != nil && conn.informers != nil {
+		return int(conn.informers.held.Load())
+	}
+	return 0
+}

@@ -60,6 +60,10 @@ type member struct {
 	// conn is the current connection, nil while there is none.
 	conn  atomic.Pointer[connection]
 	state atomic.Value // fleetv1alpha1.MemberState
+	// backMu guards back, closed once the member is back, nil while it is
+	// not Unhealthy (see away).
+	backMu sync.Mutex
+	back   chan struct{}
 
 	// reconnect wakes run, which reconnects once successes has grown since
 	// the last connection ended: a wake-up left over from earlier, such as
@@ -99,6 +103,10 @@ type member struct {
 // connection is one life of a member's cluster.Cluster.
 type connection struct {
 	cluster cluster.Cluster
+	// ctx is the connection's context; informers are its informers' share
+	// of the initial syncs, which knows whether they are busy.
+	ctx       context.Context
+	informers *memberSyncs
 	// end ends the connection, with errDisconnected or errRefreshed as the
 	// prober decides.
 	end context.CancelCauseFunc
@@ -165,7 +173,7 @@ func newMember(name string, creds *credentials, p *Pool) (*member, error) {
 	return m, nil
 }
 
-func (m *member) newCluster() (cluster.Cluster, error) {
+func (m *member) newCluster(informers *memberSyncs) (cluster.Cluster, error) {
 	opts := &m.pool.opts
 	return cluster.New(m.config, func(o *cluster.Options) {
 		o.Scheme = opts.Scheme
@@ -173,7 +181,7 @@ func (m *member) newCluster() (cluster.Cluster, error) {
 		o.HTTPClient = m.httpClient
 		o.Cache.DefaultTransform = cache.TransformStripManagedFields()
 		o.Cache.ReaderFailOnMissingInformer = true
-		o.Cache.NewInformer = m.pool.initialSyncs.forMember(m.awaitFirstDial).newInformer
+		o.Cache.NewInformer = informers.newInformer
 		o.MapperProvider = func(cfg *rest.Config, httpClient *http.Client) (meta.RESTMapper, error) {
 			next, err := newMapper(cfg, httpClient)
 			return withCoreMappings{next}, err
@@ -241,6 +249,10 @@ func (m *member) run(ctx context.Context) {
 			backoff = *opts.ReconnectBackoff
 		}
 		m.setState(fleetv1alpha1.MemberStateDisconnected)
+		// A probe cut by the teardown was excused, to be retried a
+		// RetryInterval later; the teardown is over: probe now, so that a
+		// server thawed as its member was torn down is found back at once.
+		m.wake()
 		for m.successes.Load() == since {
 			select {
 			case <-ctx.Done():
@@ -285,13 +297,14 @@ func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err
 		<-ctx.Done()
 		return false, nil
 	}
-	cl, err := m.newCluster()
+	informers := m.pool.initialSyncs.forMember(m.awaitFirstDial, m.away)
+	cl, err := m.newCluster(informers)
 	if err != nil {
 		return false, fmt.Errorf("creating cluster: %w", err)
 	}
 	ctx, end := context.WithCancelCause(ctx)
 	defer end(nil)
-	conn := &connection{cluster: cl, end: end, ended: ctx.Done()}
+	conn := &connection{cluster: cl, ctx: ctx, informers: informers, end: end, ended: ctx.Done()}
 	if err := conn.applyIndexes(ctx, m.pool.indexesSnapshot()); err != nil {
 		m.log.Error(err, "Applying field indexes")
 	}
@@ -329,8 +342,9 @@ func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err
 	case errDisconnected:
 		m.log.Info("Disconnecting member: probes kept failing", "disconnectAfter", m.pool.opts.Health.DisconnectAfter)
 	case errRefreshed:
-		// Watches that lost their connection retry with backoff of up to
-		// 30 s; a new connection lists again now.
+		// An informer that lost its watch while the member was away slept
+		// in backoff of up to 30 s, or the member's identity could not be
+		// confirmed: a new connection lists again now.
 		m.log.Info("Reconnecting member: it is back, and lost its connections while away")
 		refreshed = true
 	}
@@ -356,10 +370,21 @@ func (m *member) wake() {
 
 // report takes each probe's result from the prober. A member is
 // Disconnected only once its connection is torn down, so the prober's
-// verdict is passed to run, which records it then.
+// verdict is passed to run, which records it then. A member back from
+// Unhealthy that lost a connection while away keeps its connection only
+// if its informers waited for it (see keeps); it is refreshed otherwise,
+// and stays Unhealthy until its new cluster starts. Its held informers'
+// calls go out as it leaves Unhealthy, or as it sends anything (heard).
 func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberState) {
 	if conn := m.conn.Load(); state == fleetv1alpha1.MemberStateDisconnected && conn != nil {
 		conn.end(errDisconnected)
+		state = m.State()
+	}
+	if conn := m.conn.Load(); result.Err == nil && conn != nil && m.State() == fleetv1alpha1.MemberStateUnhealthy &&
+		m.connLostAt.Load() != 0 && !m.keeps(conn) {
+		conn.end(errRefreshed)
+		// Ready once its new cluster starts: no work flows to the one
+		// ending, which may have read another cluster.
 		state = m.State()
 	}
 	if result.Err == nil {
@@ -370,19 +395,13 @@ func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberS
 		result.Kubeconfig = c.fingerprint
 	}
 	old := m.state.Swap(state)
-	if result.Err == nil {
-		switch old {
-		case fleetv1alpha1.MemberStateReady:
-			// A blip: the informers retry soon enough.
-			if lost := m.connLostAt.Load(); lost != 0 && lost < result.Time.UnixNano() {
-				m.connLostAt.CompareAndSwap(lost, 0)
-			}
-		case fleetv1alpha1.MemberStateUnhealthy:
-			if conn := m.conn.Load(); conn != nil && m.connLostAt.Load() != 0 {
-				conn.end(errRefreshed)
-			}
+	if result.Err == nil && old == fleetv1alpha1.MemberStateReady {
+		// A blip: the informers retry soon enough.
+		if lost := m.connLostAt.Load(); lost != 0 && lost < result.Time.UnixNano() {
+			m.connLostAt.CompareAndSwap(lost, 0)
 		}
 	}
+	m.setAway(state == fleetv1alpha1.MemberStateUnhealthy)
 	if old != state {
 		kv := []any{"from", old, "to", state}
 		if result.Err != nil {
@@ -393,7 +412,49 @@ func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberS
 	m.pool.report(m.name, state, &result)
 }
 
+// keeps reports whether conn may go on after the member's return with
+// connections lost: each of its informers is watching, or waiting in a
+// call (held, or a handshake that waited through the freeze), so none
+// sleeps in backoff; and the member reaches the cluster it was admitted
+// for (a server replaced while away is not taken for the old one).
+func (m *member) keeps(conn *connection) bool {
+	if conn.informers == nil || conn.informers.idle() {
+		return false
+	}
+	if m.pool.opts.AllowDuplicateClusters {
+		return true
+	}
+	m.pool.mu.Lock()
+	admitted := m.clusterID
+	m.pool.mu.Unlock()
+	id, err := m.identify(conn.ctx)
+	return err == nil && id == admitted
+}
+
+// away returns a channel closed once m is back, or nil while m is not
+// Unhealthy: its informers' calls wait for it (see memberSyncs).
+func (m *member) away() <-chan struct{} {
+	m.backMu.Lock()
+	defer m.backMu.Unlock()
+	return m.back
+}
+
+// setAway records whether m is away, and lets its informers' held calls
+// go once it is not.
+func (m *member) setAway(away bool) {
+	m.backMu.Lock()
+	defer m.backMu.Unlock()
+	switch {
+	case away && m.back == nil:
+		m.back = make(chan struct{})
+	case !away && m.back != nil:
+		close(m.back)
+		m.back = nil
+	}
+}
+
 func (m *member) setState(s fleetv1alpha1.MemberState) {
+	m.setAway(s == fleetv1alpha1.MemberStateUnhealthy)
 	if old := m.state.Swap(s); old != s {
 		m.log.Info("Member state changed", "from", old, "to", s)
 		m.pool.report(m.name, s, nil)

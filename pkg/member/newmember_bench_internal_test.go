@@ -52,7 +52,7 @@ func BenchmarkNewMember(b *testing.B) {
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := m.newCluster(); err != nil {
+			if _, err := m.newCluster(pool.initialSyncs.forMember(m.awaitFirstDial, m.away)); err != nil {
 				b.Fatal(err)
 			}
 		}
