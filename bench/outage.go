@@ -22,6 +22,7 @@ import (
 
 	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/pkg/fleet"
+	"github.com/fleetkube/fleet-manager/pkg/member"
 )
 
 const (
@@ -51,7 +52,7 @@ func (b *bench) benchOutage(ctx context.Context) error {
 		return err
 	}
 	defer b.cleanUp(ctx, ns)
-	f, err := startFleet(b.lab.hub.Config, fleetConfig{namespace: ns, watch: engageNamespace, workers: 2, trackRequests: true})
+	f, err := startFleet(b.lab.hub.Config, fleetConfig{namespace: ns, watch: engageNamespace, workers: 2, trackRequests: true, health: member.HealthOptions{DisconnectAfter: time.Minute}})
 	if err != nil {
 		return err
 	}
@@ -64,7 +65,7 @@ func (b *bench) benchOutage(ctx context.Context) error {
 		return err
 	}
 
-	t := b.res.table(outageTable, "A member's kube-apiserver is killed (SIGKILL) and started again with the same flags, or frozen (SIGSTOP) and thawed (SIGCONT), once as soon as the member is Unhealthy and once only after it was Disconnected (a minute of failed probes, the default DisconnectAfter), when the manager has torn its connection down; its etcd keeps running. The member reaches it through a TCP proxy. Detection: from the outage until the member is Unhealthy (default probe settings). Recovery: from the member's server being restored until the first reconcile of a ConfigMap created at that moment. A killed server is restored when the proxy, down (refusing connections) from the kill until the restarted server serves, comes up again; a frozen one when it gets SIGCONT.")
+	t := b.res.table(outageTable, "A member's kube-apiserver is killed (SIGKILL) and started again with the same flags, or frozen (SIGSTOP) and thawed (SIGCONT), once as soon as the member is Unhealthy and once only after it was Disconnected (a minute of failed probes: DisconnectAfter is set to 1m here, its default is 3m), when the manager has torn its connection down; its etcd keeps running. The member reaches it through a TCP proxy. Detection: from the outage until the member is Unhealthy (default probe settings). Recovery: from the member's server being restored until the first reconcile of a ConfigMap created at that moment. A killed server is restored when the proxy, down (refusing connections) from the kill until the restarted server serves, comes up again; a frozen one when it gets SIGCONT.")
 	killed := func() error {
 		err := server.kill()
 		proxy.Down()

@@ -18,9 +18,9 @@ const thawTable = "Thaw"
 // it directly, for b.freeze, then thaws it (SIGCONT) and creates a
 // ConfigMap in it at once: the time from the freeze until the member is
 // Unhealthy, and from the thaw until it is Ready again and until the
-// ConfigMap's first reconcile. With the default DisconnectAfter (1m) a
-// freeze of a minute or more has the member Disconnected, its cluster torn
-// down, when it is thawed.
+// ConfigMap's first reconcile. With the default DisconnectAfter (3m) a
+// freeze of 3 minutes or more has the member Disconnected, its cluster
+// torn down, when it is thawed.
 func (b *bench) benchThaw(ctx context.Context) error {
 	server, err := b.lab.apiServer(outageServer)
 	if err != nil {
@@ -50,7 +50,7 @@ func (b *bench) benchThaw(ctx context.Context) error {
 		return err
 	}
 
-	t := b.res.table(thawTable, fmt.Sprintf("A member's kube-apiserver, which it reaches directly, is frozen (SIGSTOP) for %s, then thawed (SIGCONT), and a ConfigMap created in it at once (the create waits for the thawed server), as the outside benchmark does with 90 s; default probe settings, so a freeze of a minute or more (DisconnectAfter) has the member Disconnected, its cluster torn down, at the thaw. Detection: from the freeze until the member is Unhealthy. Created: from the thaw until the create of the ConfigMap returned, how soon the thawed server serves a request. Ready: from the thaw until the manager reports it Ready again. Reconcile: from the thaw until the ConfigMap's first reconcile.", b.freeze))
+	t := b.res.table(thawTable, fmt.Sprintf("A member's kube-apiserver, which it reaches directly, is frozen (SIGSTOP) for %s, then thawed (SIGCONT), and a ConfigMap created in it at once (the create waits for the thawed server), as the outside benchmark does with 90 s; default probe settings, so a freeze shorter than DisconnectAfter (3 min) leaves the member Unhealthy at the thaw, its cache kept and its informers' calls held, and a longer one has it Disconnected, its cluster torn down. Detection: from the freeze until the member is Unhealthy. Created: from the thaw until the create of the ConfigMap returned, how soon the thawed server serves a request. Ready: from the thaw until the manager reports it Ready again. Reconcile: from the thaw until the ConfigMap's first reconcile.", b.freeze))
 	frozen := time.Now()
 	if err := server.freeze(); err != nil {
 		return err

@@ -23,10 +23,10 @@ import (
 // probe that timed out while the member sent anything on any connection
 // it had when the probe started (a watch event, a list, a PING's answer)
 // counts as a success; a connecting member does not count a timed-out
-// probe against it while its cluster started less than half of
-// DisconnectAfter ago, or while it sent anything within an Interval, its
-// first lists under way (a member that answers nothing is Unhealthy half
-// a DisconnectAfter after it started, 30 seconds with the defaults); and
+// probe against it while its cluster started less than startGrace ago,
+// or while it sent anything within an Interval, its first lists under
+// way (a member that answers nothing is Unhealthy 30 seconds after it
+// started, with the defaults); and
 // a timeout this process noticed late, starved of CPU, proves nothing of
 // the member (see probeOnce). A member's return is
 // noticed as soon as it sends anything: that asks for a probe at once.
@@ -61,7 +61,12 @@ type HealthOptions struct {
 	// member Unhealthy. Defaults to 2.
 	FailureThreshold int
 	// DisconnectAfter is how long probes must keep failing before the
-	// member is Disconnected. Defaults to 1m.
+	// member is Disconnected, its cluster torn down. Until then an
+	// Unhealthy member keeps its cache, its informers' calls held, and
+	// its watches resume where they were at its return. Defaults to 3m:
+	// longer than the outages a control plane's restart or upgrade makes,
+	// short enough that a member gone for good frees its cache within
+	// minutes.
 	DisconnectAfter time.Duration
 }
 
@@ -90,8 +95,15 @@ func (o *HealthOptions) setDefaults() {
 		o.FailureThreshold = 2
 	}
 	if o.DisconnectAfter <= 0 {
-		o.DisconnectAfter = time.Minute
+		o.DisconnectAfter = 3 * time.Minute
 	}
+}
+
+// startGrace is how long a member whose cluster just started is not
+// counted against for probes that time out: half of DisconnectAfter, at
+// most 30 s.
+func (o *HealthOptions) startGrace() time.Duration {
+	return min(o.DisconnectAfter/2, 30*time.Second)
 }
 
 // health turns probe results into a member's state. Its prober's mu
@@ -374,11 +386,11 @@ func (p *prober) probeOnce(ctx context.Context, start time.Time) (result registr
 			starved = h.starved + 1
 			result.Excused, retry = true, true
 		case h.state == fleetv1alpha1.MemberStateConnecting &&
-			(p.startedWithin(start, opts.DisconnectAfter/2) || p.connected() && p.heardSince(start, start.Add(-opts.Interval))):
+			(p.startedWithin(start, opts.startGrace()) || p.connected() && p.heardSince(start, start.Add(-opts.Interval))):
 			// A member with its cluster starting, its first lists under
 			// way, that sent something within an interval: its server is
-			// busy with its lists, not gone. So is, for half of
-			// DisconnectAfter, one whose cluster just started, whose first
+			// busy with its lists, not gone. So is, for startGrace, one
+			// whose cluster just started, whose first
 			// handshakes may wait behind those of every client that
 			// started with it (a thousand members registered at once).
 			// After that, one that never sent anything (hung from the

@@ -607,7 +607,7 @@ func TestJustStartedMemberIsNotUnhealthy(t *testing.T) {
 	p.start(ctx)
 	t.Cleanup(func() { cancel(); p.stop() })
 	<-probes.probed
-	for clock.Since(started) < opts.DisconnectAfter/2 {
+	for clock.Since(started) < opts.startGrace() {
 		if r := probes.results[len(probes.results)-1]; probes.last() != fleetv1alpha1.MemberStateConnecting || !r.Excused {
 			t.Fatalf("%s after its start: %s, excused %t; want Connecting, excused", clock.Since(started), probes.last(), r.Excused)
 		}
