@@ -1,0 +1,118 @@
+package member_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+
+	"github.com/fleetkube/fleet-manager/pkg/registry"
+
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fleetkube/fleet-manager/internal/fleettest"
+	"github.com/fleetkube/fleet-manager/internal/poll"
+	"github.com/fleetkube/fleet-manager/pkg/member"
+)
+
+// awayHealth makes a member Unhealthy within a second of losing its
+// server, and never Disconnected within a test.
+var awayHealth = member.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: 500 * time.Millisecond, FailureThreshold: 1, DisconnectAfter: time.Hour}
+
+// TestObjectsChangedWhileAwayAreInTheKeptCacheAtReturn: a member that
+// keeps its cluster at its return (its watches resumed at their
+// resourceVersion) holds no stale object: one deleted while it was away is
+// gone from its cache, one changed there has its new content, and one
+// created there is in it, all without a new cluster.
+func TestObjectsChangedWhileAwayAreInTheKeptCacheAtReturn(t *testing.T) {
+	needEnvtest(t)
+	viaProxy, proxy := fleettest.ViaProxy(t, kubeconfig(t, members[0]))
+	w := newWatcher()
+	defer w.queue.ShutDown()
+	pool := startPool(t, member.Options{Engage: w.engage, Health: awayHealth})
+	const name = "stale"
+	if err := pool.Set(registry.Registration{ClusterName: name, Kubeconfig: viaProxy}); err != nil {
+		t.Fatal(err)
+	}
+	e := <-w.engaged
+	state := func() fleetv1alpha1.MemberState { s, _ := pool.State(name); return s }
+	ns := fmt.Sprintf("stale-%d", time.Now().UnixNano())
+	createConfigMap(t, memberClients[0], ns, "deleted", nil)
+	createConfigMap(t, memberClients[0], ns, "changed", nil)
+	for r := w.next(t); r.ClusterName != name || r.Name != "changed"; r = w.next(t) {
+	}
+	poll.Until(t, "Ready", func() bool { return state() == fleetv1alpha1.MemberStateReady })
+
+	proxy.Down()
+	poll.Until(t, "Unhealthy", func() bool { return state() == fleetv1alpha1.MemberStateUnhealthy })
+	poll.Until(t, "the informer's call held", func() bool { return member.InformerCallsHeld(pool, name) > 0 })
+	ctx := t.Context()
+	if err := memberClients[0].Delete(ctx, configMap(ns, "deleted")); err != nil {
+		t.Fatal(err)
+	}
+	changed := configMap(ns, "changed")
+	if err := memberClients[0].Get(ctx, client.ObjectKeyFromObject(changed), changed); err != nil {
+		t.Fatal(err)
+	}
+	changed.Data = map[string]string{"while": "away"}
+	if err := memberClients[0].Update(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	createConfigMap(t, memberClients[0], ns, "created", nil)
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "Ready again", func() bool { return state() == fleetv1alpha1.MemberStateReady })
+	reader := e.cl.GetCache()
+	poll.Until(t, "the deleted object gone from the kept cache", func() bool {
+		return apierrors.IsNotFound(reader.Get(ctx, client.ObjectKeyFromObject(configMap(ns, "deleted")), &corev1.ConfigMap{}))
+	})
+	poll.Until(t, "the changed object's new content in the kept cache", func() bool {
+		var got corev1.ConfigMap
+		return reader.Get(ctx, client.ObjectKeyFromObject(changed), &got) == nil && got.Data["while"] == "away"
+	})
+	poll.Until(t, "the created object in the kept cache", func() bool {
+		return reader.Get(ctx, client.ObjectKeyFromObject(configMap(ns, "created")), &corev1.ConfigMap{}) == nil
+	})
+	select {
+	case <-w.engaged:
+		t.Fatal("the member was engaged again: the kept cache was not what was checked")
+	default:
+	}
+}
+
+func configMap(namespace, name string) *corev1.ConfigMap {
+	cm := &corev1.ConfigMap{}
+	cm.Namespace, cm.Name = namespace, name
+	return cm
+}
+
+// TestRemovingAnUnhealthyMemberWithHeldCallsLeavesNothingRunning: a
+// member removed while Unhealthy, its informers waiting in held calls,
+// leaves no goroutine and no socket behind.
+func TestRemovingAnUnhealthyMemberWithHeldCallsLeavesNothingRunning(t *testing.T) {
+	needEnvtest(t)
+	viaProxy, proxy := fleettest.ViaProxy(t, kubeconfig(t, members[0]))
+	w := newWatcher()
+	defer w.queue.ShutDown()
+	pool := startPool(t, member.Options{Engage: w.engage, Health: awayHealth})
+	baseline, sockets := goleak.IgnoreCurrent(), poll.OpenSockets(t)
+	const name = "removed-away"
+	if err := pool.Set(registry.Registration{ClusterName: name, Kubeconfig: viaProxy}); err != nil {
+		t.Fatal(err)
+	}
+	<-w.engaged
+	state := func() fleetv1alpha1.MemberState { s, _ := pool.State(name); return s }
+	poll.Until(t, "Ready", func() bool { return state() == fleetv1alpha1.MemberStateReady })
+	proxy.Down()
+	poll.Until(t, "Unhealthy", func() bool { return state() == fleetv1alpha1.MemberStateUnhealthy })
+	poll.Until(t, "the informer's call held", func() bool { return member.InformerCallsHeld(pool, name) > 0 })
+	if !pool.Remove(name) {
+		t.Fatal("Remove reported no member")
+	}
+	waitForBaseline(t, baseline, sockets)
+}
