@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -358,4 +359,110 @@ func TestMemberUnhealthyForAnsweringErrorsHoldsItsInformersCalls(t *testing.T) {
 		t.Fatal("an informer's list went out while its member was Unhealthy, its probes answered with errors: the error's bytes were taken for its return")
 	default:
 	}
+}
+
+// TestDisconnectAfterDefaultsToThreeMinutesAndASilentStartIsExcused30s:
+// by default a member is Disconnected after 3 minutes of failed probes,
+// and a member that never answered since it started is excused 30 s at
+// most, also under a longer --disconnect-after; a shorter one excuses
+// half of it.
+func TestDisconnectAfterDefaultsToThreeMinutesAndASilentStartIsExcused30s(t *testing.T) {
+	t.Parallel()
+	d := DefaultHealthOptions()
+	if d.DisconnectAfter != 3*time.Minute {
+		t.Errorf("DisconnectAfter defaults to %s, want 3m", d.DisconnectAfter)
+	}
+	var zero HealthOptions
+	zero.setDefaults()
+	if zero.DisconnectAfter != 3*time.Minute {
+		t.Errorf("DisconnectAfter left unset becomes %s, want 3m", zero.DisconnectAfter)
+	}
+	for _, c := range []struct{ disconnectAfter, grace time.Duration }{
+		{3 * time.Minute, 30 * time.Second},
+		{time.Hour, 30 * time.Second},
+		{time.Minute, 30 * time.Second},
+		{20 * time.Second, 10 * time.Second},
+	} {
+		o := HealthOptions{DisconnectAfter: c.disconnectAfter}
+		o.setDefaults()
+		if got := o.startGrace(); got != c.grace {
+			t.Errorf("with --disconnect-after=%s a silent start is excused %s, want %s", c.disconnectAfter, got, c.grace)
+		}
+	}
+}
+
+// TestThousandMembersUnhealthyAtOnceReleaseEveryHeldCall: 1,000 members
+// Unhealthy at once, each with an informer waiting in a held call, add
+// nothing but those waits, and once back every call goes out, leaving
+// no goroutine behind.
+func TestThousandMembersUnhealthyAtOnceReleaseEveryHeldCall(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const members = 1000
+	pool, err := NewPool(Options{Registry: NewObservedRegistry(nil), Engage: engageNothing, Logger: logr.Discard(), Policy: kubeconfigtest.Permissive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var sent sync.WaitGroup
+	var out atomic.Int32
+	sent.Add(members)
+	ms := make([]*member, members)
+	syncs := make([]*memberSyncs, members)
+	for i := range ms {
+		ms[i] = &member{pool: pool}
+		ms[i].setAway(true)
+		syncs[i] = pool.initialSyncs.forMember(func(context.Context) error { return nil }, ms[i].away)
+		// The informers synced before their members went away: they take
+		// no turn to fill (their informers do not run here, so the test
+		// says so this way).
+		syncs[i].markSlow()
+		syncs[i].newInformer(&toolscache.ListWatch{
+			ListFunc: func(metav1.ListOptions) (runtime.Object, error) { return &metav1.List{}, nil },
+			WatchFunc: func(metav1.ListOptions) (watch.Interface, error) {
+				out.Add(1)
+				sent.Done()
+				return watch.NewFake(), nil
+			},
+		}, &metav1.PartialObjectMetadata{}, 0, toolscache.Indexers{})
+	}
+	watches := make(chan watch.Interface, members)
+	for _, s := range syncs {
+		go func() {
+			w, _ := s.informers[0].WatchWithContext(ctx, metav1.ListOptions{})
+			watches <- w
+		}()
+	}
+	for _, s := range syncs {
+		for s.held.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if n := out.Load(); n != 0 {
+		t.Fatalf("%d watches went out while their members were away", n)
+	}
+	start := time.Now()
+	for _, m := range ms {
+		m.setAway(false)
+	}
+	done := make(chan struct{})
+	go func() { sent.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("not every held watch went out within a minute of the members' return")
+	}
+	t.Logf("1,000 held watches out %s after the return", time.Since(start))
+	for range members {
+		if w := <-watches; w != nil {
+			w.Stop()
+		}
+	}
+	for _, s := range syncs {
+		if s.idle() {
+			continue
+		}
+		t.Fatal("an informer whose watch stopped is still busy")
+	}
+	cancel()
 }
