@@ -116,3 +116,60 @@ func TestRemovingAnUnhealthyMemberWithHeldCallsLeavesNothingRunning(t *testing.T
 	}
 	waitForBaseline(t, baseline, sockets)
 }
+
+// TestFlappingMemberEndsReadyWithItsCacheConverged: a member whose
+// connections are cut again and again, sometimes before its return is
+// even noticed, while objects are created and deleted on it, ends Ready
+// with a cache holding exactly what its server holds, and its work flows.
+func TestFlappingMemberEndsReadyWithItsCacheConverged(t *testing.T) {
+	needEnvtest(t)
+	viaProxy, proxy := fleettest.ViaProxy(t, kubeconfig(t, members[0]))
+	w := newWatcher()
+	defer w.queue.ShutDown()
+	pool := startPool(t, member.Options{Engage: w.engage, Health: awayHealth})
+	const name = "flapping"
+	if err := pool.Set(registry.Registration{ClusterName: name, Kubeconfig: viaProxy}); err != nil {
+		t.Fatal(err)
+	}
+	<-w.engaged
+	state := func() fleetv1alpha1.MemberState { s, _ := pool.State(name); return s }
+	poll.Until(t, "Ready", func() bool { return state() == fleetv1alpha1.MemberStateReady })
+	ctx := t.Context()
+	ns := fmt.Sprintf("flapping-%d", time.Now().UnixNano())
+	const flaps = 6
+	for i := range flaps {
+		proxy.Down()
+		poll.Until(t, "Unhealthy", func() bool { return state() == fleetv1alpha1.MemberStateUnhealthy })
+		createConfigMap(t, memberClients[0], ns, fmt.Sprintf("during-%d", i), nil)
+		if i > 0 {
+			if err := memberClients[0].Delete(ctx, configMap(ns, fmt.Sprintf("during-%d", i-1))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := proxy.Up(); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 { // else cut again at once, its return maybe not noticed
+			poll.Until(t, "Ready", func() bool { return state() == fleetv1alpha1.MemberStateReady })
+		}
+	}
+	poll.Until(t, "Ready at last", func() bool { return state() == fleetv1alpha1.MemberStateReady })
+	createConfigMap(t, memberClients[0], ns, "final", nil)
+	for r := w.next(t); r.ClusterName != name || r.Name != "final"; r = w.next(t) {
+	}
+	cl, err := pool.Get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the cache holds what the server holds", func() bool {
+		var got corev1.ConfigMapList
+		if err := cl.GetCache().List(ctx, &got, client.InNamespace(ns)); err != nil {
+			return false
+		}
+		names := map[string]bool{}
+		for _, cm := range got.Items {
+			names[cm.Name] = true
+		}
+		return len(names) == 2 && names[fmt.Sprintf("during-%d", flaps-1)] && names["final"]
+	})
+}
