@@ -173,3 +173,43 @@ func TestFlappingMemberEndsReadyWithItsCacheConverged(t *testing.T) {
 		return len(names) == 2 && names[fmt.Sprintf("during-%d", flaps-1)] && names["final"]
 	})
 }
+
+// TestDisconnectedMemberFreesItsClusterAndHeldCalls: a member Unhealthy
+// with its informers' calls held, Disconnected once --disconnect-after
+// passes, ends those calls and frees its cluster: nothing of its
+// connection keeps running, only the member's own loop, which waits for a
+// probe to succeed.
+func TestDisconnectedMemberFreesItsClusterAndHeldCalls(t *testing.T) {
+	needEnvtest(t)
+	viaProxy, proxy := fleettest.ViaProxy(t, kubeconfig(t, members[0]))
+	w := newWatcher()
+	defer w.queue.ShutDown()
+	health := awayHealth
+	health.DisconnectAfter = 3 * time.Second
+	pool := startPool(t, member.Options{Engage: w.engage, Health: health})
+	baseline := goleak.IgnoreCurrent()
+	const name = "disconnected"
+	if err := pool.Set(registry.Registration{ClusterName: name, Kubeconfig: viaProxy}); err != nil {
+		t.Fatal(err)
+	}
+	<-w.engaged
+	state := func() fleetv1alpha1.MemberState { s, _ := pool.State(name); return s }
+	poll.Until(t, "Ready", func() bool { return state() == fleetv1alpha1.MemberStateReady })
+	proxy.Down()
+	poll.Until(t, "Unhealthy", func() bool { return state() == fleetv1alpha1.MemberStateUnhealthy })
+	poll.Until(t, "the informer's call held", func() bool { return member.InformerCallsHeld(pool, name) > 0 })
+	poll.Until(t, "Disconnected", func() bool { return state() == fleetv1alpha1.MemberStateDisconnected })
+	var leaked error
+	for range 100 {
+		leaked = goleak.Find(baseline, goleak.IgnoreTopFunction("time.Sleep"),
+			goleak.IgnoreAnyFunction("github.com/fleetkube/fleet-manager/pkg/registry.(*Subscription).Next"),
+			goleak.IgnoreAnyFunction("github.com/fleetkube/fleet-manager/pkg/member.(*member).run"))
+		if leaked == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if leaked != nil {
+		t.Fatalf("a Disconnected member left its connection's goroutines running: %v", leaked)
+	}
+}
