@@ -1,6 +1,7 @@
 package member_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -212,4 +213,46 @@ func TestDisconnectedMemberFreesItsClusterAndHeldCalls(t *testing.T) {
 	if leaked != nil {
 		t.Fatalf("a Disconnected member left its connection's goroutines running: %v", leaked)
 	}
+}
+
+// TestStoppingWithHeldCallsStopsPromptlyAndLeavesNothing: the manager
+// stopping while a member is Unhealthy, its informers' calls held, stops
+// at once (the held calls end with their context), leaving no goroutine
+// and no socket.
+func TestStoppingWithHeldCallsStopsPromptlyAndLeavesNothing(t *testing.T) {
+	needEnvtest(t)
+	viaProxy, proxy := fleettest.ViaProxy(t, kubeconfig(t, members[0]))
+	w := newWatcher()
+	defer w.queue.ShutDown()
+	baseline, sockets := goleak.IgnoreCurrent(), poll.OpenSockets(t)
+	pool, err := member.NewPool(member.Options{Registry: member.NewObservedRegistry(nil), Engage: w.engage, Health: awayHealth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- pool.Start(ctx) }()
+	const name = "stopping"
+	if err := pool.Set(registry.Registration{ClusterName: name, Kubeconfig: viaProxy}); err != nil {
+		t.Fatal(err)
+	}
+	<-w.engaged
+	state := func() fleetv1alpha1.MemberState { s, _ := pool.State(name); return s }
+	poll.Until(t, "Ready", func() bool { return state() == fleetv1alpha1.MemberStateReady })
+	proxy.Down()
+	poll.Until(t, "Unhealthy", func() bool { return state() == fleetv1alpha1.MemberStateUnhealthy })
+	poll.Until(t, "the informer's call held", func() bool { return member.InformerCallsHeld(pool, name) > 0 })
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pool did not stop within 30 s of its context's end, a member's informer calls held")
+	}
+	t.Logf("stopped %s after the context ended", time.Since(start))
+	waitForBaseline(t, baseline, sockets)
 }
