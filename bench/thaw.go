@@ -31,7 +31,7 @@ func (b *bench) benchThaw(ctx context.Context) error {
 		return err
 	}
 	defer b.cleanUp(ctx, ns)
-	f, err := startFleet(b.lab.hub.Config, fleetConfig{namespace: ns, watch: engageNamespace, workers: 2, trackRequests: true})
+	f, err := startFleet(b.lab.hub.Config, fleetConfig{namespace: ns, watch: engageNamespace, workers: 2, trackRequests: true, refuseDuplicates: true})
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func (b *bench) benchThaw(ctx context.Context) error {
 		return err
 	}
 
-	t := b.res.table(thawTable, fmt.Sprintf("A member's kube-apiserver, which it reaches directly, is frozen (SIGSTOP) for %s, then thawed (SIGCONT), and a ConfigMap created in it at once (the create waits for the thawed server), as the outside benchmark does with 90 s; default probe settings, so a freeze shorter than DisconnectAfter (3 min) leaves the member Unhealthy at the thaw, its cache kept and its informers' calls held, and a longer one has it Disconnected, its cluster torn down. Detection: from the freeze until the member is Unhealthy. Created: from the thaw until the create of the ConfigMap returned, how soon the thawed server serves a request. Ready: from the thaw until the manager reports it Ready again. Reconcile: from the thaw until the ConfigMap's first reconcile.", b.freeze))
+	t := b.res.table(thawTable, fmt.Sprintf("A member's kube-apiserver, which it reaches directly, is frozen (SIGSTOP) for %s, then thawed (SIGCONT), and a ConfigMap created in it at once (the create waits for the thawed server), as the outside benchmark does with 90 s; default probe settings and the identity check on (the member is alone on its server), so a freeze shorter than DisconnectAfter (3 min) leaves the member Unhealthy at the thaw, its cache kept and its informers' calls held, and a longer one has it Disconnected, its cluster torn down. Detection: from the freeze until the member is Unhealthy. Created: from the thaw until the create of the ConfigMap returned, how soon the thawed server serves a request. Ready: from the thaw until the manager reports it Ready again. Reconcile: from the thaw until the ConfigMap's first reconcile.", b.freeze))
 	frozen := time.Now()
 	if err := server.freeze(); err != nil {
 		return err

@@ -158,6 +158,7 @@ func TestHeldCallsGoOutAtTheMembersFirstByte(t *testing.T) {
 	}
 	m := newTestMember(t, pool, "https://127.0.0.1:1")
 	m.state.Store(fleetv1alpha1.MemberStateUnhealthy)
+	m.silent.Store(true) // its probes timed out
 	m.setAway(true)
 	syncs := newInitialSyncs(1, time.Hour).forMember(m.awaitFirstDial, m.away)
 	listed := make(chan struct{})

@@ -64,6 +64,10 @@ type member struct {
 	// not Unhealthy (see away).
 	backMu sync.Mutex
 	back   chan struct{}
+	// silent is whether the member is Unhealthy for not answering (a
+	// timeout, a refused connection), not for answering with errors: only
+	// then is any byte it sends its return (see heard).
+	silent atomic.Bool
 
 	// reconnect wakes run, which reconnects once successes has grown since
 	// the last connection ended: a wake-up left over from earlier, such as
@@ -401,6 +405,7 @@ func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberS
 			m.connLostAt.CompareAndSwap(lost, 0)
 		}
 	}
+	m.silent.Store(result.Err != nil && !answered(result.Err))
 	m.setAway(state == fleetv1alpha1.MemberStateUnhealthy)
 	if old != state {
 		kv := []any{"from", old, "to", state}
@@ -416,13 +421,16 @@ func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberS
 // connections lost: each of its informers is watching, or waiting in a
 // call (held, or a handshake that waited through the freeze), so none
 // sleeps in backoff; and the member reaches the cluster it was admitted
-// for (a server replaced while away is not taken for the old one).
+// for (a server replaced while away is not taken for the old one). With
+// the identity check off, nothing was read to compare: it never keeps.
 func (m *member) keeps(conn *connection) bool {
 	if conn.informers == nil || conn.informers.idle() {
 		return false
 	}
 	if m.pool.opts.AllowDuplicateClusters {
-		return true
+		// No identity was read at admission: nothing vouches that the
+		// address still reaches the same cluster.
+		return false
 	}
 	m.pool.mu.Lock()
 	admitted := m.clusterID

@@ -306,12 +306,16 @@ var errNoConnection = errors.New("no HTTP/2 connection to ping")
 // heard is told of every read of bytes from the member, on c. An
 // Unhealthy member that answers anything, a watch event, a list, a late
 // probe, is probed at once: its return is noticed without waiting for the
-// next probe; and its informers' held calls go out at once (see
-// memberSyncs), ahead of the probe's answer.
+// next probe; and, if it was Unhealthy for not answering at all, its
+// informers' held calls go out at once (see memberSyncs), ahead of the
+// probe's answer. Bytes of a member that answers with errors are not its
+// return: its calls stay held until it leaves Unhealthy.
 func (m *member) heard(c *notifyingConn) {
 	c.readAt.Store(m.pool.opts.Clock.Now().UnixNano())
 	if m.State() == fleetv1alpha1.MemberStateUnhealthy {
-		m.setAway(false)
+		if m.silent.Load() {
+			m.setAway(false)
+		}
 		m.wake()
 	}
 }
