@@ -23,6 +23,17 @@ import (
 	"github.com/fleetkube/fleet-manager/internal/kubeconfigtest"
 )
 
+// newQuietPool returns a pool whose members engage nothing and log
+// nothing.
+func newQuietPool(t *testing.T, allowDuplicates bool) *Pool {
+	t.Helper()
+	pool, err := NewPool(Options{Registry: NewObservedRegistry(nil), Engage: engageNothing, Logger: logr.Discard(), Policy: kubeconfigtest.Permissive, AllowDuplicateClusters: allowDuplicates})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
 // TestInformerCallsWaitForTheMembersReturn: while the member is away, an
 // informer's list and watch send nothing and wait, busy, until it is
 // back or their context ends (then they fail, leaving nothing running);
@@ -117,10 +128,7 @@ func TestMemberBackWithAnotherIdentityIsReconnected(t *testing.T) {
 			_, _ = fmt.Fprintf(w, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"kube-system","uid":%q}}`, c.uid)
 		}))
 		defer server.Close()
-		pool, err := NewPool(Options{Registry: NewObservedRegistry(nil), Engage: engageNothing, Logger: logr.Discard(), Policy: kubeconfigtest.Permissive})
-		if err != nil {
-			t.Fatal(err)
-		}
+		pool := newQuietPool(t, false)
 		m := newTestMember(t, pool, server.URL)
 		m.clusterID = "admitted"
 		m.state.Store(fleetv1alpha1.MemberStateUnhealthy)
@@ -152,10 +160,7 @@ func TestMemberBackWithAnotherIdentityIsReconnected(t *testing.T) {
 // server).
 func TestHeldCallsGoOutAtTheMembersFirstByte(t *testing.T) {
 	t.Parallel()
-	pool, err := NewPool(Options{Registry: NewObservedRegistry(nil), Engage: engageNothing, Logger: logr.Discard(), Policy: kubeconfigtest.Permissive})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool := newQuietPool(t, false)
 	m := newTestMember(t, pool, "https://127.0.0.1:1")
 	m.state.Store(fleetv1alpha1.MemberStateUnhealthy)
 	m.silent.Store(true) // its probes timed out

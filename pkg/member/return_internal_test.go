@@ -71,10 +71,7 @@ func TestReplacedClusterAtTheSameAddressIsNotResumed(t *testing.T) {
 	for _, allowDuplicates := range []bool{false, true} {
 		t.Run(fmt.Sprintf("AllowDuplicateClusters=%v", allowDuplicates), func(t *testing.T) {
 			t.Parallel()
-			pool, err := NewPool(Options{Registry: NewObservedRegistry(nil), Engage: engageNothing, Logger: logr.Discard(), Policy: kubeconfigtest.Permissive, AllowDuplicateClusters: allowDuplicates})
-			if err != nil {
-				t.Fatal(err)
-			}
+			pool := newQuietPool(t, allowDuplicates)
 			m := newTestMember(t, pool, namespaceServer(t, "the-replacement").URL)
 			m.clusterID = "the-admitted-one"
 			reconnected, state := backAfterLosingConnections(t, m)
@@ -98,10 +95,7 @@ func TestMemberBackWithItsIdentityUnreadableIsReconnected(t *testing.T) {
 		http.Error(w, "etcdserver: leader changed", http.StatusInternalServerError)
 	}))
 	t.Cleanup(server.Close)
-	pool, err := NewPool(Options{Registry: NewObservedRegistry(nil), Engage: engageNothing, Logger: logr.Discard(), Policy: kubeconfigtest.Permissive})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool := newQuietPool(t, false)
 	m := newTestMember(t, pool, server.URL)
 	m.clusterID = "the-admitted-one"
 	reconnected, state := backAfterLosingConnections(t, m)
@@ -119,10 +113,7 @@ func TestMemberBackWithItsIdentityUnreadableIsReconnected(t *testing.T) {
 // and a call made while it is away is held.
 func TestFlappingMemberHoldsNoCallOnceBack(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	pool, err := NewPool(Options{Registry: NewObservedRegistry(nil), Engage: engageNothing, Logger: logr.Discard(), Policy: kubeconfigtest.Permissive})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool := newQuietPool(t, false)
 	m := newTestMember(t, pool, "https://127.0.0.1:1")
 	syncs := newInitialSyncs(4, time.Hour).forMember(func(context.Context) error { return nil }, m.away)
 	var listed sync.WaitGroup
@@ -398,10 +389,7 @@ func TestDisconnectAfterDefaultsToThreeMinutesAndASilentStartIsExcused30s(t *tes
 func TestThousandMembersUnhealthyAtOnceReleaseEveryHeldCall(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const members = 1000
-	pool, err := NewPool(Options{Registry: NewObservedRegistry(nil), Engage: engageNothing, Logger: logr.Discard(), Policy: kubeconfigtest.Permissive})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool := newQuietPool(t, false)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var sent sync.WaitGroup

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/member"
@@ -23,6 +24,15 @@ import (
 // awayHealth makes a member Unhealthy within a second of losing its
 // server, and never Disconnected within a test.
 var awayHealth = member.HealthOptions{Interval: 200 * time.Millisecond, RetryInterval: 100 * time.Millisecond, Timeout: 500 * time.Millisecond, FailureThreshold: 1, DisconnectAfter: time.Hour}
+
+// cutUntilHeld takes the member's proxy down and waits until the member
+// is Unhealthy with an informer's call held.
+func cutUntilHeld(t *testing.T, pool *member.Pool, name string, proxy *controlplane.Proxy) {
+	t.Helper()
+	proxy.Down()
+	poll.Until(t, "Unhealthy", func() bool { s, _ := pool.State(name); return s == fleetv1alpha1.MemberStateUnhealthy })
+	poll.Until(t, "the informer's call held", func() bool { return member.InformerCallsHeld(pool, name) > 0 })
+}
 
 // TestObjectsChangedWhileAwayAreInTheKeptCacheAtReturn: a member that
 // keeps its cluster at its return (its watches resumed at their
@@ -48,9 +58,7 @@ func TestObjectsChangedWhileAwayAreInTheKeptCacheAtReturn(t *testing.T) {
 	}
 	poll.Until(t, "Ready", func() bool { return state() == fleetv1alpha1.MemberStateReady })
 
-	proxy.Down()
-	poll.Until(t, "Unhealthy", func() bool { return state() == fleetv1alpha1.MemberStateUnhealthy })
-	poll.Until(t, "the informer's call held", func() bool { return member.InformerCallsHeld(pool, name) > 0 })
+	cutUntilHeld(t, pool, name, proxy)
 	ctx := t.Context()
 	if err := memberClients[0].Delete(ctx, configMap(ns, "deleted")); err != nil {
 		t.Fatal(err)
@@ -109,9 +117,7 @@ func TestRemovingAnUnhealthyMemberWithHeldCallsLeavesNothingRunning(t *testing.T
 	<-w.engaged
 	state := func() fleetv1alpha1.MemberState { s, _ := pool.State(name); return s }
 	poll.Until(t, "Ready", func() bool { return state() == fleetv1alpha1.MemberStateReady })
-	proxy.Down()
-	poll.Until(t, "Unhealthy", func() bool { return state() == fleetv1alpha1.MemberStateUnhealthy })
-	poll.Until(t, "the informer's call held", func() bool { return member.InformerCallsHeld(pool, name) > 0 })
+	cutUntilHeld(t, pool, name, proxy)
 	if !pool.Remove(name) {
 		t.Fatal("Remove reported no member")
 	}
@@ -196,9 +202,7 @@ func TestDisconnectedMemberFreesItsClusterAndHeldCalls(t *testing.T) {
 	<-w.engaged
 	state := func() fleetv1alpha1.MemberState { s, _ := pool.State(name); return s }
 	poll.Until(t, "Ready", func() bool { return state() == fleetv1alpha1.MemberStateReady })
-	proxy.Down()
-	poll.Until(t, "Unhealthy", func() bool { return state() == fleetv1alpha1.MemberStateUnhealthy })
-	poll.Until(t, "the informer's call held", func() bool { return member.InformerCallsHeld(pool, name) > 0 })
+	cutUntilHeld(t, pool, name, proxy)
 	poll.Until(t, "Disconnected", func() bool { return state() == fleetv1alpha1.MemberStateDisconnected })
 	var leaked error
 	for range 100 {
@@ -240,9 +244,7 @@ func TestStoppingWithHeldCallsStopsPromptlyAndLeavesNothing(t *testing.T) {
 	<-w.engaged
 	state := func() fleetv1alpha1.MemberState { s, _ := pool.State(name); return s }
 	poll.Until(t, "Ready", func() bool { return state() == fleetv1alpha1.MemberStateReady })
-	proxy.Down()
-	poll.Until(t, "Unhealthy", func() bool { return state() == fleetv1alpha1.MemberStateUnhealthy })
-	poll.Until(t, "the informer's call held", func() bool { return member.InformerCallsHeld(pool, name) > 0 })
+	cutUntilHeld(t, pool, name, proxy)
 	start := time.Now()
 	cancel()
 	select {
