@@ -63,7 +63,7 @@ type memberSyncs struct {
 	slow      chan struct{}
 	slowOnce  sync.Once
 	// away returns a channel closed once the member is back, or nil while
-	// it is not away; nil for a member that is never held.
+	// it is not away.
 	away func() <-chan struct{}
 	// held counts the calls waiting for the member's return.
 	held atomic.Int32
@@ -74,9 +74,6 @@ type memberSyncs struct {
 
 // waitBack waits until the member is not away, or ctx ended.
 func (m *memberSyncs) waitBack(ctx context.Context) error {
-	if m.away == nil {
-		return nil
-	}
 	back := m.away()
 	if back == nil {
 		return nil

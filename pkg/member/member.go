@@ -424,7 +424,7 @@ func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberS
 // for (a server replaced while away is not taken for the old one). With
 // the identity check off, nothing was read to compare: it never keeps.
 func (m *member) keeps(conn *connection) bool {
-	if conn.informers == nil || conn.informers.idle() {
+	if conn.informers.idle() {
 		return false
 	}
 	if m.pool.opts.AllowDuplicateClusters {

@@ -13,7 +13,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -216,7 +218,10 @@ func TestProbeUnderWayWhenConnectionsDropProvesNothing(t *testing.T) {
 	m.state.Store(fleetv1alpha1.MemberStateReady)
 	ctx, end := context.WithCancelCause(t.Context())
 	defer end(nil)
-	m.conn.Store(&connection{end: end})
+	// Its one informer is in no call: it sleeps in backoff.
+	informers := pool.initialSyncs.forMember(m.awaitFirstDial, m.away)
+	informers.newInformer(&toolscache.ListWatch{}, &metav1.PartialObjectMetadata{}, 0, toolscache.Indexers{})
+	m.conn.Store(&connection{ctx: ctx, informers: informers, end: end})
 	probeStart := clk.Now()
 	clk.Step(time.Millisecond)
 	m.connLostAt.Store(clk.Now().UnixNano()) // as a closing connection does
