@@ -126,6 +126,9 @@ func (s *Suite) StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 	}
 	f := &Fleet{Manager: mgr, Namespace: ns, Hub: hub, Logs: logs}
 	t.Cleanup(func() {
+		if t.Failed() {
+			f.logTail(t) // before the lines of its stopping
+		}
 		f.Stop(t)
 		f.forget(t)
 	})
@@ -133,6 +136,20 @@ func (s *Suite) StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 		f.Start(t)
 	}
 	return f
+}
+
+// failedLogLines is how many of its last log lines a fleet prints when
+// its test failed: enough to follow its members through the last
+// seconds, where a CI run keeps no other trace.
+const failedLogLines = 300
+
+// logTail prints the manager's last log lines.
+func (f *Fleet) logTail(t testing.TB) {
+	lines := f.Logs.Lines()
+	t.Logf("the last %d of %d lines the manager on %s logged:", min(len(lines), failedLogLines), len(lines), f.Namespace)
+	for _, l := range lines[max(0, len(lines)-failedLogLines):] {
+		t.Log(l)
+	}
 }
 
 // Start starts the manager of a Deferred fleet.
