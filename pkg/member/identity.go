@@ -15,10 +15,13 @@ import (
 // UID of its kube-system Namespace, which no two clusters share and
 // which Cluster API, Argo CD and SIG-Multicluster's ClusterProperty
 // cluster.clusterset.k8s.io use alike, read through the member's own
-// transport and credentials. Credentials that may not read it (403), or
-// a cluster without it (404), fall back to "sha256:" and a hash of the
-// server URL and CA: the same endpoint is the same cluster. Any other
-// error is returned, and the member tries again at its next connection.
+// transport and credentials, from the API server's watch cache
+// (resourceVersion 0: no read of etcd on the engagement's path; the UID
+// of kube-system, which cannot be deleted, never changes). Credentials
+// that may not read it (403), or a cluster without it (404), fall back
+// to "sha256:" and a hash of the server URL and CA: the same endpoint is
+// the same cluster. Any other error is returned, and the member tries
+// again at its next connection.
 func (m *member) identify(ctx context.Context) (string, error) {
 	namespaces, err := corev1client.NewForConfigAndClient(m.config, m.httpClient)
 	if err != nil {
@@ -26,7 +29,7 @@ func (m *member) identify(ctx context.Context) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.pool.opts.Health.Timeout)
 	defer cancel()
-	ns, err := namespaces.Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
+	ns, err := namespaces.Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{ResourceVersion: "0"})
 	switch {
 	case err == nil && ns.UID != "":
 		return string(ns.UID), nil

@@ -83,3 +83,39 @@ func TestMemberFrozenDuringItsIdentityReadIsNotEngaged(t *testing.T) {
 		t.Fatalf("not engaged after the server answered the identity read; %d reads", reads.Load())
 	}
 }
+
+// TestIdentityIsReadFromTheServersCache: the identity read asks for
+// resourceVersion 0, which an API server answers from its watch cache,
+// without a read of etcd: kube-system's UID never changes, and the read
+// delays every engagement with the identity check on.
+func TestIdentityIsReadFromTheServersCache(t *testing.T) {
+	t.Parallel()
+	asked := make(chan string, 1)
+	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case asked <- r.URL.Query().Get("resourceVersion"):
+		default:
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"kube-system","uid":"a8d1e0c4"}}`)
+	}))
+	t.Cleanup(server.Close)
+	pool, err := NewPool(Options{
+		Registry: NewObservedRegistry(nil),
+		Engage:   func(ctx context.Context, _ string, _ cluster.Cluster) <-chan struct{} { return ctx.Done() },
+		Logger:   logr.Discard(),
+		Policy:   kubeconfigtest.Permissive,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newTestMember(t, pool, server.URL)
+	t.Cleanup(m.stop)
+	id, err := m.identify(t.Context())
+	if err != nil || id != "a8d1e0c4" {
+		t.Fatalf("identify: %q, %v; want the UID", id, err)
+	}
+	if rv := <-asked; rv != "0" {
+		t.Errorf("the identity read asked resourceVersion %q, want 0 (the server's cache)", rv)
+	}
+}
