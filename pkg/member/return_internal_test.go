@@ -107,6 +107,76 @@ func TestMemberBackWithItsIdentityUnreadableIsReconnected(t *testing.T) {
 	}
 }
 
+// statusServer answers every request with a Status of code, as an API
+// server answers a read of kube-system that RBAC forbids (403) or of a
+// cluster without it (404).
+func statusServer(t *testing.T, code int) *httptest.Server {
+	t.Helper()
+	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_, _ = fmt.Fprintf(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","code":%d}`, code)
+	}))
+	t.Cleanup(server.Close)
+	return server
+}
+
+// TestReplacedClusterAtTheSameAddressIsNotResumedWhenKubeSystemIsUnreadable:
+// a member whose credentials may not read kube-system (403), or whose
+// cluster has none (404), is identified by its server URL and CA. At its
+// return after losing its connections, that identity is the same
+// whatever cluster now answers at the address, so it vouches for none:
+// the member is reconnected, as with the identity check off, and not
+// Ready with the cache of the cluster that was there.
+func TestReplacedClusterAtTheSameAddressIsNotResumedWhenKubeSystemIsUnreadable(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{http.StatusForbidden, http.StatusNotFound} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			t.Parallel()
+			pool := newQuietPool(t, false)
+			m := newTestMember(t, pool, statusServer(t, code).URL)
+			admitted, err := m.identify(t.Context())
+			if err != nil {
+				t.Fatalf("identity at admission: %v, want the URL and CA's hash", err)
+			}
+			m.clusterID = admitted
+			// The address now reaches another cluster, which answers
+			// the same.
+			reconnected, state := backAfterLosingConnections(t, m)
+			if !reconnected {
+				t.Error("a member identified by its URL and CA kept its cluster at its return: another cluster at that address would be taken for the old one")
+			}
+			if state == fleetv1alpha1.MemberStateReady {
+				t.Error("a member identified by its URL and CA is Ready at its return with the cache of the cluster that was there")
+			}
+		})
+	}
+}
+
+// TestMemberBackWhoseKubeSystemIsNowUnreadableIsReconnected: a member
+// admitted with its kube-system UID whose address answers, at its return,
+// that kube-system is forbidden (403) or missing (404) reaches another
+// cluster, or one whose rights changed: the fallback identity is not the
+// UID admitted, and the member is reconnected.
+func TestMemberBackWhoseKubeSystemIsNowUnreadableIsReconnected(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{http.StatusForbidden, http.StatusNotFound} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			t.Parallel()
+			pool := newQuietPool(t, false)
+			m := newTestMember(t, pool, statusServer(t, code).URL)
+			m.clusterID = "the-admitted-one"
+			reconnected, state := backAfterLosingConnections(t, m)
+			if !reconnected {
+				t.Error("a member whose kube-system became unreadable kept its cluster at its return")
+			}
+			if state == fleetv1alpha1.MemberStateReady {
+				t.Error("a member whose kube-system became unreadable is Ready at its return")
+			}
+		})
+	}
+}
+
 // TestFlappingMemberHoldsNoCallOnceBack: a member flapping between
 // Unhealthy and back (a failed probe, a byte, a success, in any order, from
 // many goroutines) never leaves an informer's call held once it is back,

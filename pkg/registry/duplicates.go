@@ -126,7 +126,7 @@ func (r *Registry) lockedSetDuplicate(c *Cluster, keeper string) {
 	if keeper == "" {
 		// Accepted again: the member pool builds its member anew.
 		next.Refusal = nil
-		next.generation++
+		next.generation = r.lockedNextGeneration()
 		if next.Ownership != NotOwned {
 			next.State, next.Probe = fleetv1alpha1.MemberStatePending, nil
 		}

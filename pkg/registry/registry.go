@@ -100,8 +100,10 @@ type Cluster struct {
 	// works alone.
 	Ownership Ownership
 
-	// generation counts the accepted registrations of the name, so that
-	// a refusal of an older kubeconfig is not pinned on a newer one.
+	// generation numbers the name's accepted registration, so that a
+	// refusal of an older kubeconfig is not pinned on a newer one, and a
+	// subscriber tells a new kubeconfig from the one it has. It is the
+	// registry's, never repeated (see Registry.generations).
 	generation int64
 	// taken are the claims from outside the fleet namespace on a name a
 	// Secret of the fleet namespace claims: they change nothing, until
@@ -176,7 +178,11 @@ type Registry struct {
 	recorded map[string]string
 	// claimed maps each source to the name it claims.
 	claimed map[Source]string
-	subs    map[*Subscription]struct{}
+	// generations is the last generation given, to any name: one removed
+	// and registered again does not start over, so a subscriber that sees
+	// both in one event tells them apart.
+	generations int64
+	subs        map[*Subscription]struct{}
 	// unsynced are the formats whose first pass has not ended.
 	unsynced map[string]struct{}
 	synced   chan struct{}
@@ -458,7 +464,7 @@ func (r *Registry) lockedSet(cur, next *Cluster) {
 	case !next.Accepted():
 		next.State, next.Probe = "", nil
 	case !wasAccepted || otherKubeconfig:
-		next.generation++
+		next.generation = r.lockedNextGeneration()
 		if !wasAccepted && next.Ownership != NotOwned {
 			next.State, next.Probe = fleetv1alpha1.MemberStatePending, nil
 		}
@@ -468,6 +474,12 @@ func (r *Registry) lockedSet(cur, next *Cluster) {
 		r.lockedResolve(cur.ClusterID) // a duplicate of it may take its cluster
 	}
 	r.lockedResolve(next.ClusterID)
+}
+
+// lockedNextGeneration returns a generation no registration had.
+func (r *Registry) lockedNextGeneration() int64 {
+	r.generations++
+	return r.generations
 }
 
 func (r *Registry) lockedPublish(name string, c *Cluster) {

@@ -163,6 +163,46 @@ func TestRefuseAppliesOnlyToItsRegistration(t *testing.T) {
 	}
 }
 
+// A Secret deleted and at once created again with another kubeconfig,
+// both while a subscriber is busy, reach it as one event: its
+// generations must differ, or the member pool takes the new kubeconfig
+// for the one it runs (it skips an event of the same generation as
+// "only state or labels changed") and keeps the old member for ever.
+func TestRegistrationAgainAfterRemovalHasANewGeneration(t *testing.T) {
+	r := New("native")
+	s := r.Subscribe(t.Context())
+	r.claim("a", claimOf(secret("native", "a"), "old", nil))
+	if e := next(t, s); !e.Registered() {
+		t.Fatalf("first event = %+v, want a registered", e)
+	}
+	r.withdraw(secret("native", "a"))
+	r.claim("a", claimOf(secret("native", "a"), "new", nil))
+	e := next(t, s)
+	_, was, _ := e.Old.Registration()
+	reg, now, ok := e.New.Registration()
+	if !ok || string(reg.Kubeconfig) != "new" {
+		t.Fatalf("folded event's registration = %q (accepted %v), want the new kubeconfig", reg.Kubeconfig, ok)
+	}
+	if now == was {
+		t.Fatalf("the registration after the removal has the removed one's generation %d: a subscriber cannot tell the new kubeconfig from the old", now)
+	}
+}
+
+// A refusal of a registration that was removed is not pinned on the
+// registration of the same name that came after it.
+func TestRefuseOfARemovedRegistrationSparesTheNextOne(t *testing.T) {
+	r := New("native")
+	r.claim("a", claimOf(secret("native", "a"), "bad", nil))
+	c, _ := r.Get("a")
+	_, removed, _ := c.Registration()
+	r.withdraw(secret("native", "a"))
+	r.claim("a", claimOf(secret("native", "a"), "good", nil))
+	r.Refuse("a", removed, &kubeconfig.RefusedError{Reason: "KubeconfigInvalid"})
+	if c, _ = r.Get("a"); !c.Accepted() {
+		t.Fatalf("the refusal of the removed kubeconfig refused the one registered after it: %v", c.Refusal)
+	}
+}
+
 func TestSyncedWaitsForEveryFormat(t *testing.T) {
 	r := New("native", "argocd")
 	r.markSynced("native")
