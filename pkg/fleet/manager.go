@@ -401,6 +401,13 @@ func (m *Manager) GetClusterEventRecorder(ctx context.Context, clusterName, name
 	return cl.GetEventRecorder(name), nil
 }
 
+// MemberReadyOn returns a channel closed once member clusterName, running
+// cl (the cluster it was engaged with), has been Ready: a probe succeeded
+// while cl ran. It is nil when cl is not the member's cluster now.
+func (m *Manager) MemberReadyOn(clusterName string, cl cluster.Cluster) <-chan struct{} {
+	return m.pool.ReadyOn(clusterName, cl)
+}
+
 // MemberState returns the state of member clusterName, and false if no
 // such member is registered, or runs on this replica.
 func (m *Manager) MemberState(clusterName string) (fleetv1alpha1.MemberState, bool) {

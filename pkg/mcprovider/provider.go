@@ -22,7 +22,9 @@
 // # Lifecycle
 //
 // Start hands multicluster-runtime every member this replica owns as the
-// fleet engages it (fleet.Manager.EngageMembers), under a context that
+// fleet engages it (fleet.Manager.EngageMembers), once it has answered a
+// probe on that connection (multicluster-runtime's controller waits for
+// a cluster's cache under its lock), under a context that
 // ends when the member leaves, is disconnected, moves to another replica
 // or the filter stops accepting it. A member whose credentials are
 // rotated in place keeps its cluster.Cluster and is not engaged again.
@@ -177,6 +179,19 @@ type engager struct {
 }
 
 func (e *engager) Engage(ctx context.Context, clusterName string, cl cluster.Cluster) error {
+	// multicluster-runtime's controller engages a cluster under its lock,
+	// and waits there for the cluster's cache to sync: a member that never
+	// answers would hold every later member's engagement. It is handed
+	// over once it answered a probe.
+	ready := e.p.mgr.MemberReadyOn(clusterName, cl)
+	if ready == nil {
+		return errNotCurrent
+	}
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	e.p.begin(ctx, clusterName)
 	if err := e.aware.Engage(ctx, multicluster.ClusterName(clusterName), cl); err != nil {
 		return err
@@ -224,6 +239,10 @@ func (p *Provider) end(ctx context.Context, clusterName string) {
 		q.Drop(clusterName)
 	}
 }
+
+// errNotCurrent refuses the engagement of a cluster the member no longer
+// runs: its engagement is ending.
+var errNotCurrent = errors.New("mcprovider: the member runs another cluster now")
 
 // String names multicluster-runtime among the fleet's controllers, as in
 // MemberCluster status.

@@ -136,7 +136,7 @@ func TestMemberBackWithAnotherIdentityIsReconnected(t *testing.T) {
 		informers := newInitialSyncs(1, time.Hour).forMember(m.awaitFirstDial, m.away)
 		informers.informers = append(informers.informers, &gatedListerWatcher{})
 		informers.informers[0].busy.Add(1) // waiting in a held call
-		m.conn.Store(&connection{ctx: ctx, informers: informers, end: end, ended: ctx.Done()})
+		m.conn.Store(&connection{ctx: ctx, informers: informers, end: end, ended: ctx.Done(), ready: make(chan struct{})})
 		m.connLostAt.Store(time.Now().UnixNano())
 
 		m.report(registry.ProbeResult{Time: time.Now()}, fleetv1alpha1.MemberStateReady)

@@ -117,6 +117,11 @@ type connection struct {
 	// ended is closed once the connection ended: its cache stops.
 	ended <-chan struct{}
 
+	// ready is closed once the member has been Ready on this connection:
+	// a probe succeeded while its cluster ran.
+	ready     chan struct{}
+	readyOnce sync.Once
+
 	// indexMu guards indexed, the number of the pool's indexes applied to
 	// this connection's cache.
 	indexMu sync.Mutex
@@ -308,7 +313,7 @@ func (m *member) connect(ctx context.Context, refresh bool) (refreshed bool, err
 	}
 	ctx, end := context.WithCancelCause(ctx)
 	defer end(nil)
-	conn := &connection{cluster: cl, ctx: ctx, informers: informers, end: end, ended: ctx.Done()}
+	conn := &connection{cluster: cl, ctx: ctx, informers: informers, end: end, ended: ctx.Done(), ready: make(chan struct{})}
 	if err := conn.applyIndexes(ctx, m.pool.indexesSnapshot()); err != nil {
 		m.log.Error(err, "Applying field indexes")
 	}
@@ -399,6 +404,7 @@ func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberS
 		result.Kubeconfig = c.fingerprint
 	}
 	old := m.state.Swap(state)
+	m.noteReady(state)
 	if result.Err == nil && old == fleetv1alpha1.MemberStateReady {
 		// A blip: the informers retry soon enough.
 		if lost := m.connLostAt.Load(); lost != 0 && lost < result.Time.UnixNano() {
@@ -463,9 +469,18 @@ func (m *member) setAway(away bool) {
 
 func (m *member) setState(s fleetv1alpha1.MemberState) {
 	m.setAway(s == fleetv1alpha1.MemberStateUnhealthy)
-	if old := m.state.Swap(s); old != s {
+	old := m.state.Swap(s)
+	m.noteReady(s)
+	if old != s {
 		m.log.Info("Member state changed", "from", old, "to", s)
 		m.pool.report(m.name, s, nil)
+	}
+}
+
+// noteReady tells the current connection, if any, that m is in state s.
+func (m *member) noteReady(s fleetv1alpha1.MemberState) {
+	if conn := m.conn.Load(); conn != nil && s == fleetv1alpha1.MemberStateReady {
+		conn.readyOnce.Do(func() { close(conn.ready) })
 	}
 }
 

@@ -221,7 +221,7 @@ func TestProbeUnderWayWhenConnectionsDropProvesNothing(t *testing.T) {
 	// Its one informer is in no call: it sleeps in backoff.
 	informers := pool.initialSyncs.forMember(m.awaitFirstDial, m.away)
 	informers.newInformer(&toolscache.ListWatch{}, &metav1.PartialObjectMetadata{}, 0, toolscache.Indexers{})
-	m.conn.Store(&connection{ctx: ctx, informers: informers, end: end})
+	m.conn.Store(&connection{ctx: ctx, informers: informers, end: end, ready: make(chan struct{})})
 	probeStart := clk.Now()
 	clk.Step(time.Millisecond)
 	m.connLostAt.Store(clk.Now().UnixNano()) // as a closing connection does

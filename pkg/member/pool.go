@@ -368,6 +368,22 @@ func (p *Pool) Get(name string) (cluster.Cluster, error) {
 	return nil, fmt.Errorf("%w: %q", ErrClusterNotConnected, name)
 }
 
+// ReadyOn returns a channel closed once member name, running cl, has been
+// Ready: a probe succeeded while cl ran. It is nil when cl is not the
+// member's cluster now.
+func (p *Pool) ReadyOn(name string, cl cluster.Cluster) <-chan struct{} {
+	p.mu.Lock()
+	m, ok := p.members[name]
+	p.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if conn := m.conn.Load(); conn != nil && conn.cluster == cl {
+		return conn.ready
+	}
+	return nil
+}
+
 // GetRunning returns the running cluster of member name like Get, but
 // only while the member runs kubeconfig, byte for byte: built from it, or
 // rotated to it in place. Otherwise it returns an error wrapping
