@@ -39,11 +39,15 @@ func (m *member) identify(ctx context.Context) (string, error) {
 		h.Write([]byte(cfg.Host))
 		h.Write([]byte{0})
 		h.Write(cfg.CAData)
-		return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+		return addressIdentity + hex.EncodeToString(h.Sum(nil)), nil
 	default:
 		return "", fmt.Errorf("reading Namespace kube-system to identify the cluster: %w", err)
 	}
 }
+
+// addressIdentity prefixes the identity of a cluster whose kube-system
+// could not be read: a hash of its server URL and CA.
+const addressIdentity = "sha256:"
 
 // admit decides, before the member is engaged, whether it may be: it
 // reads the cluster's identity and reports it to the registry, which

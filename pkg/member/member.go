@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -428,7 +429,8 @@ func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberS
 // call (held, or a handshake that waited through the freeze), so none
 // sleeps in backoff; and the member reaches the cluster it was admitted
 // for (a server replaced while away is not taken for the old one). With
-// the identity check off, nothing was read to compare: it never keeps.
+// the identity check off, or only the address's hash for identity,
+// nothing vouches for the cluster: it never keeps.
 func (m *member) keeps(conn *connection) bool {
 	if conn.informers.idle() {
 		return false
@@ -441,6 +443,11 @@ func (m *member) keeps(conn *connection) bool {
 	m.pool.mu.Lock()
 	admitted := m.clusterID
 	m.pool.mu.Unlock()
+	if strings.HasPrefix(admitted, addressIdentity) {
+		// Only the address was read (kube-system unreadable): it vouches
+		// for no cluster behind it.
+		return false
+	}
 	id, err := m.identify(conn.ctx)
 	return err == nil && id == admitted
 }
