@@ -119,3 +119,40 @@ func TestRefusalThenGoodKubeconfigAtOnceIsAccepted(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyRefusalThenGoodKubeconfigIsAccepted: a kubeconfig refused by
+// policy (an exec plugin user) as the member is built, followed by a good
+// one under the same name, at once or once the refusal is recorded, is
+// accepted and handed to MCR: the refusal of the bad one is not pinned on
+// the good one.
+func TestPolicyRefusalThenGoodKubeconfigIsAccepted(t *testing.T) {
+	t.Parallel()
+	f, p, _, _ := reviewMCR(t, fleettest.FleetOptions{}, "r", "", 0, "")
+	f.Start(t)
+	a := &awareRec{}
+	runProvider(t, p, a)
+	host := suite.Members[0].Config.Host
+	bad := fleettest.HostileKubeconfig(host, `{exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/true}}`)
+	for i, wait := range []bool{false, true} {
+		name := suite.Name(fmt.Sprint("rv-polgood-", i))
+		f.Register(t, name, bad)
+		if wait {
+			poll.Until(t, "the exec kubeconfig refused", func() bool {
+				c, ok := f.Manager.Registry().Get(name)
+				return ok && !c.Accepted()
+			})
+		}
+		if err := suite.HubClient.Delete(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.Namespace, Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+		f.Register(t, name, suite.Kubeconfigs[i])
+		deadline := time.Now().Add(30 * time.Second)
+		for len(liveOf(a.of(name))) != 1 {
+			if time.Now().After(deadline) {
+				reg, _ := f.Manager.Registry().Get(name)
+				t.Fatalf("refusal recorded first: %v; good kubeconfig after an exec one not handed over within 30s; refusal %v", wait, reg.Refusal)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
