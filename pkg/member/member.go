@@ -405,7 +405,6 @@ func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberS
 		result.Kubeconfig = c.fingerprint
 	}
 	old := m.state.Swap(state)
-	m.noteReady(state)
 	if result.Err == nil && old == fleetv1alpha1.MemberStateReady {
 		// A blip: the informers retry soon enough.
 		if lost := m.connLostAt.Load(); lost != 0 && lost < result.Time.UnixNano() {
@@ -422,6 +421,7 @@ func (m *member) report(result registry.ProbeResult, state fleetv1alpha1.MemberS
 		m.log.Info("Member state changed", kv...)
 	}
 	m.pool.report(m.name, state, &result)
+	m.noteReady(state)
 }
 
 // keeps reports whether conn may go on after the member's return with
@@ -476,15 +476,15 @@ func (m *member) setAway(away bool) {
 
 func (m *member) setState(s fleetv1alpha1.MemberState) {
 	m.setAway(s == fleetv1alpha1.MemberStateUnhealthy)
-	old := m.state.Swap(s)
-	m.noteReady(s)
-	if old != s {
+	if old := m.state.Swap(s); old != s {
 		m.log.Info("Member state changed", "from", old, "to", s)
 		m.pool.report(m.name, s, nil)
 	}
+	m.noteReady(s)
 }
 
-// noteReady tells the current connection, if any, that m is in state s.
+// noteReady tells the current connection, if any, that m is in state s,
+// once the pool has published it.
 func (m *member) noteReady(s fleetv1alpha1.MemberState) {
 	if conn := m.conn.Load(); conn != nil && s == fleetv1alpha1.MemberStateReady {
 		conn.readyOnce.Do(func() { close(conn.ready) })
