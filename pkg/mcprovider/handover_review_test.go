@@ -1,6 +1,7 @@
 package mcprovider_test
 
 import (
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -13,9 +14,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	mcluster "sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
 	fleetv1alpha1 "github.com/fleetkube/fleet-manager/api/v1alpha1"
+	"github.com/fleetkube/fleet-manager/internal/controlplane"
 	"github.com/fleetkube/fleet-manager/internal/fleettest"
 	"github.com/fleetkube/fleet-manager/internal/poll"
 	"github.com/fleetkube/fleet-manager/pkg/engage"
@@ -88,6 +91,49 @@ func newSAToken(t *testing.T, i int, ns string) string {
 	return req.Status.Token
 }
 
+// hangConnected makes proxy's member hang, connections it has included:
+// Hang affects new connections only, so the established ones are cut.
+func hangConnected(t *testing.T, proxy *controlplane.Proxy) {
+	t.Helper()
+	proxy.Hang(true)
+	proxy.Down()
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// probesOf returns how many probes member name has made.
+func probesOf(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range families {
+		if f.GetName() != "fleet_member_probes_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cluster" && l.GetValue() == name {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
+
+// awaitProbes waits until member name has made n more probes: what the
+// member's state, and so its hand-over, follows has happened n times
+// since, the evidence a check that nothing was handed over waits for.
+func awaitProbes(t *testing.T, name string, n int) {
+	t.Helper()
+	start := probesOf(t, name)
+	poll.Until(t, fmt.Sprintf("%d more probes of %s", n, name), func() bool { return probesOf(t, name) >= start+float64(n) })
+}
+
 // --- attacks ---------------------------------------------------------------
 
 // TestNeverReadyMemberIsNotHandedOverAndItsWaitEndsWhenItLeaves: a member
@@ -106,7 +152,7 @@ func TestNeverReadyMemberIsNotHandedOverAndItsWaitEndsWhenItLeaves(t *testing.T)
 	runProvider(t, p, a)
 	poll.Until(t, "MCR engagement under way", func() bool { return mcrUnderWay(f, name) })
 	poll.Until(t, "provider waiting in Engage", func() bool { return engagerWaits() >= 1 })
-	time.Sleep(3 * time.Second)
+	awaitProbes(t, name, 5)
 	if es := a.of(name); len(es) != 0 {
 		t.Fatalf("a member never Ready was handed to MCR %d times", len(es))
 	}
@@ -141,14 +187,9 @@ func TestReadyThenUnhealthyMemberIsHandedOverOnceAndFreedWhenItLeaves(t *testing
 	a := &awareRec{}
 	runProvider(t, p, a)
 	poll.Until(t, "handed over", func() bool { return len(a.of(name)) == 1 })
-	// Hang affects new connections only: cut the established ones.
-	proxy.Hang(true)
-	proxy.Down()
-	if err := proxy.Up(); err != nil {
-		t.Fatal(err)
-	}
+	hangConnected(t, proxy)
 	f.WaitState(t, name, fleetv1alpha1.MemberStateUnhealthy)
-	time.Sleep(time.Second)
+	awaitProbes(t, name, 3)
 	if es := a.of(name); len(es) != 1 || es[0].ctx.Err() != nil {
 		t.Fatalf("Unhealthy member: %d engagements; want the first, alive", len(es))
 	}
@@ -192,7 +233,7 @@ func TestTokenRotatedWhileWaitingIsHandedOverOnceWithTheSameCluster(t *testing.T
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second)
+	awaitProbes(t, name, 3)
 	es := a.of(name)
 	cl, err := p.Get(t.Context(), mcluster.ClusterName(name))
 	if len(es) != 1 || es[0].ctx.Err() != nil || err != nil || es[0].cl != cl {
@@ -219,7 +260,7 @@ func TestRepointedWhileWaitingEndsTheOldWaitAndEngagesTheNewClusterOnce(t *testi
 	updateSecret(t, f, name, suite.Kubeconfigs[2])
 	poll.Until(t, "the new cluster handed over", func() bool { return len(a.of(name)) >= 1 })
 	poll.Until(t, "no goroutine left in Engage", func() bool { return engagerWaits() == 0 })
-	time.Sleep(2 * time.Second)
+	awaitProbes(t, name, 3)
 	es := a.of(name)
 	cl, err := p.Get(t.Context(), mcluster.ClusterName(name))
 	if len(es) != 1 || es[0].ctx.Err() != nil || err != nil || es[0].cl != cl {
@@ -247,21 +288,16 @@ func TestMemberDisconnectedAfterReadyIsNotHandedOverAgainBeforeItAnswers(t *test
 	a := &awareRec{}
 	runProvider(t, p, a)
 	poll.Until(t, "handed over", func() bool { return len(a.of(name)) == 1 })
-	// Hang affects new connections only: cut the established ones.
-	proxy.Hang(true)
-	proxy.Down()
-	if err := proxy.Up(); err != nil {
-		t.Fatal(err)
-	}
+	hangConnected(t, proxy)
 	f.WaitState(t, name, fleetv1alpha1.MemberStateDisconnected)
 	poll.Until(t, "first engagement ended", func() bool { return a.of(name)[0].ctx.Err() != nil })
-	time.Sleep(3 * time.Second)
+	awaitProbes(t, name, 3)
 	if n := len(a.of(name)); n != 1 {
 		t.Fatalf("a member Disconnected and still hung was handed over again (%d engagements)", n)
 	}
 	proxy.Hang(false)
 	poll.Until(t, "handed over again once it answers", func() bool { return len(liveOf(a.of(name))) == 1 })
-	time.Sleep(time.Second)
+	awaitProbes(t, name, 3)
 	if es := a.of(name); len(es) != 2 {
 		t.Fatalf("after its return: %d engagements, want 2", len(es))
 	}

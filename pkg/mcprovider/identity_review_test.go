@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	mcluster "sigs.k8s.io/multicluster-runtime/pkg/multicluster"
@@ -57,19 +56,15 @@ func TestAddressIdentifiedMemberReconnectedAtItsReturnIsHandedOverOnlyOnceReady(
 	runProvider(t, p, a)
 	poll.Until(t, "handed over", func() bool { return len(a.of(name)) == 1 })
 	first := a.of(name)[0]
-	proxy.Hang(true)
-	proxy.Down()
-	if err := proxy.Up(); err != nil {
-		t.Fatal(err)
-	}
+	hangConnected(t, proxy)
 	f.WaitState(t, name, fleetv1alpha1.MemberStateUnhealthy)
-	time.Sleep(time.Second)
+	awaitProbes(t, name, 3)
 	proxy.Hang(false)
 	poll.Until(t, "reconnected at its return: a new cluster handed over, the old engagement ended", func() bool {
 		live := liveOf(a.of(name))
 		return first.ctx.Err() != nil && len(live) == 1 && live[0].cl != first.cl
 	})
-	time.Sleep(2 * time.Second)
+	awaitProbes(t, name, 3)
 	es := a.of(name)
 	cl, err := p.Get(t.Context(), mcluster.ClusterName(name))
 	if len(es) != 2 || len(liveOf(es)) != 1 || err != nil || liveOf(es)[0].cl != cl {

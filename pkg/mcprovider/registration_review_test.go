@@ -109,14 +109,7 @@ func TestRefusalThenGoodKubeconfigAtOnceIsAccepted(t *testing.T) {
 			}
 			f.Register(t, name, suite.Kubeconfigs[i])
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for len(liveOf(a.of(name))) != 1 {
-			if time.Now().After(deadline) {
-				reg, _ := f.Manager.Registry().Get(name)
-				t.Fatalf("%s: good kubeconfig after a bad one not handed over within 30s; refusal %v", how, reg.Refusal)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		awaitHandedOver(t, f, a, name, fmt.Sprintf("%s: a good kubeconfig after a bad one", how))
 	}
 }
 
@@ -146,13 +139,21 @@ func TestPolicyRefusalThenGoodKubeconfigIsAccepted(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.Register(t, name, suite.Kubeconfigs[i])
-		deadline := time.Now().Add(30 * time.Second)
-		for len(liveOf(a.of(name))) != 1 {
-			if time.Now().After(deadline) {
-				reg, _ := f.Manager.Registry().Get(name)
-				t.Fatalf("refusal recorded first: %v; good kubeconfig after an exec one not handed over within 30s; refusal %v", wait, reg.Refusal)
-			}
-			time.Sleep(20 * time.Millisecond)
+		awaitHandedOver(t, f, a, name, fmt.Sprintf("refusal recorded first: %v; a good kubeconfig after an exec one", wait))
+	}
+}
+
+// awaitHandedOver waits until member name has one live engagement with
+// a, and fails saying what and the registration's refusal if it has none
+// within 30 s.
+func awaitHandedOver(t *testing.T, f *fleettest.Fleet, a *awareRec, name, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(liveOf(a.of(name))) != 1 {
+		if time.Now().After(deadline) {
+			reg, _ := f.Manager.Registry().Get(name)
+			t.Fatalf("%s: not handed over within 30s; refusal %v", what, reg.Refusal)
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
