@@ -205,12 +205,15 @@ func TestReadyOfNewContentFollowsTheMembersWrites(t *testing.T) {
 		}
 	}
 	// Member runs make a revision of each content they see: the objects
-	// changed one after another may make several. The last changed copy
-	// carries the revision of the last content.
+	// changed one after another may make several. The last content's is
+	// the newest, once the last changed copy carries its number (a copy
+	// applied before its revision was made keeps its older number until
+	// it is labelled).
 	var final int64
-	f.waitCopy(0, "web-4", "labelled with its revision", func(cm *corev1.ConfigMap) bool {
-		final, _ = strconv.ParseInt(cm.Labels[fleetv1alpha1.RevisionLabel], 10, 64)
-		return final > first.Status.Revision
+	f.waitCopy(0, "web-4", "labelled with the newest revision", func(cm *corev1.ConfigMap) bool {
+		final = newestRevision(t, f, "web")
+		n, _ := strconv.ParseInt(cm.Labels[fleetv1alpha1.RevisionLabel], 10, 64)
+		return n > first.Status.Revision && n == final
 	})
 	f.waitStatus("web", "Ready at the last content's revision", func(p *fleetv1alpha1.Propagation) bool {
 		return p.Status.Revision >= final && readyWithMembers(memberCount)(p)
@@ -460,4 +463,19 @@ func TestRevisionLabelOfAReportedDriftIsNotLeftStale(t *testing.T) {
 	if cm := f.copyIn(0, "web"); cm.Labels[fleetv1alpha1.RevisionLabel] != want {
 		t.Errorf("east's copy holds the content of revision %s (v %s) and carries revision label %q, Ready says %s: the label is stale", want, cm.Data["v"], cm.Labels[fleetv1alpha1.RevisionLabel], want)
 	}
+}
+
+// newestRevision returns the number of Propagation name's newest
+// revision on the hub, 0 if none.
+func newestRevision(t *testing.T, f *testFleet, name string) int64 {
+	t.Helper()
+	var revs fleetv1alpha1.PropagationRevisionList
+	if err := f.hub.Client.List(t.Context(), &revs, client.InNamespace(f.team), client.MatchingLabels{fleetv1alpha1.PropagationLabel: name}); err != nil {
+		t.Fatal(err)
+	}
+	var newest int64
+	for _, r := range revs.Items {
+		newest = max(newest, r.Revision)
+	}
+	return newest
 }
