@@ -435,17 +435,13 @@ func (m *member) keeps(conn *connection) bool {
 	if conn.informers.idle() {
 		return false
 	}
-	if m.pool.opts.AllowDuplicateClusters {
-		// No identity was read at admission: nothing vouches that the
-		// address still reaches the same cluster.
-		return false
-	}
 	m.pool.mu.Lock()
 	admitted := m.clusterID
 	m.pool.mu.Unlock()
-	if strings.HasPrefix(admitted, addressIdentity) {
-		// Only the address was read (kube-system unreadable): it vouches
-		// for no cluster behind it.
+	// With the identity check off nothing was read at admission (""),
+	// with kube-system unreadable only the address: neither vouches that
+	// the address still reaches the same cluster.
+	if admitted == "" || strings.HasPrefix(admitted, addressIdentity) {
 		return false
 	}
 	id, err := m.identify(conn.ctx)
