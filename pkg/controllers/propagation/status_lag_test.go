@@ -160,44 +160,45 @@ func TestReadyFollowsTheLastMemberWrite(t *testing.T) {
 // is in) is written at once, not after the status interval from the sum
 // before (issue 41's status lag). A change that writes nothing in the
 // members (spec.drift) keeps the members' runs short, so that a sum
-// held to the interval is told from one that is not.
+// held to the interval is told from one that is not. A sum held to the
+// interval holds every change; so the fastest of three is judged, which
+// a loaded machine slows down only if it slows down all three.
 func TestReadyIsWrittenAsTheLastMemberResultComesIn(t *testing.T) {
 	suite.Need(t)
 	t.Parallel()
 	f, recorded := recordedFleet(t)
 	f.configMap("web", map[string]string{"v": "1"}, map[string]string{"app": "web"})
 	f.propagation("web", nil)
-	readyAt := func(generation int64) func() (statusWrite, bool) {
-		return func() (statusWrite, bool) {
+	readyAt := func(generation int64) statusWrite {
+		var ready statusWrite
+		poll.Until(t, fmt.Sprintf("a status write that says Ready for generation %d", generation), func() bool {
 			for _, w := range recorded() {
 				if w.ready && w.generation == generation && w.observedGeneration == generation {
-					return w, true
+					ready = w
+					return true
 				}
 			}
-			return statusWrite{}, false
-		}
+			return false
+		})
+		return ready
 	}
-	var first statusWrite
-	poll.Until(t, "a status write that says Ready for generation 1", func() bool {
-		var ok bool
-		first, ok = readyAt(1)()
-		return ok
-	})
-	f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Drift = fleetv1alpha1.DriftReport })
-	var second statusWrite
-	poll.Until(t, "a status write that says Ready for generation 2", func() bool {
-		var ok bool
-		second, ok = readyAt(2)()
-		return ok
-	})
+	before := readyAt(1)
+	fastest := time.Duration(1<<63 - 1)
+	for i, drift := range []fleetv1alpha1.DriftPolicy{fleetv1alpha1.DriftReport, fleetv1alpha1.DriftCorrect, fleetv1alpha1.DriftReport} {
+		generation := int64(i + 2)
+		f.editPropagation("web", func(p *fleetv1alpha1.Propagation) { p.Spec.Drift = drift })
+		ready := readyAt(generation)
+		gap := ready.at.Sub(before.at)
+		t.Logf("Ready for generation %d written %s after Ready for generation %d", generation, gap.Round(time.Millisecond), generation-1)
+		fastest = min(fastest, gap)
+		before = ready
+	}
 	// A sum held to the interval comes at least StatusInterval after the
-	// one that wrote Ready for generation 1; the margin is for a loaded
-	// machine, where three short runs and a sum take longer.
+	// one that wrote Ready for the generation before; the margin is for a
+	// loaded machine, where three short runs and a sum take longer.
 	const margin = 150 * time.Millisecond
-	if gap := second.at.Sub(first.at); gap >= propagation.StatusInterval-margin {
-		t.Errorf("Ready for generation 2 was written %s after Ready for generation 1: the sum that completes the picture waited for the status interval (%s)", gap.Round(time.Millisecond), propagation.StatusInterval)
-	} else {
-		t.Logf("Ready for generation 2 written %s after Ready for generation 1", gap.Round(time.Millisecond))
+	if fastest >= propagation.StatusInterval-margin {
+		t.Errorf("Ready for a new generation was written %s after Ready for the one before, at the fastest of three changes: the sum that completes the picture waited for the status interval (%s)", fastest.Round(time.Millisecond), propagation.StatusInterval)
 	}
 }
 
