@@ -60,6 +60,11 @@ type childReport struct {
 	// CPUFraction is the CPU time over a window, as a fraction of one
 	// core ("idle").
 	CPUFraction float64 `json:"cpuFraction,omitempty"`
+	// AllocBytesPerSecond is what the process allocated per second over
+	// the same window, and Collections the collections that ran in it
+	// ("idle"): what the collector's share of the idle CPU follows.
+	AllocBytesPerSecond float64 `json:"allocBytesPerSecond,omitempty"`
+	Collections         int     `json:"collections,omitempty"`
 	// Address is where a metered child serves its readings ("serving").
 	Address string `json:"address,omitempty"`
 }
@@ -148,11 +153,17 @@ func reportIdleCPU(ctx context.Context, window time.Duration) error {
 	if err != nil {
 		return err
 	}
+	gc := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(gc)
+	allocated, cycles := gc[0].Value.Uint64(), gc[1].Value.Uint64()
 	start, began := cpuSeconds(), time.Now()
 	select {
 	case <-ctx.Done():
 	case <-time.After(window):
-		report(childReport{Event: "idle", CPUFraction: (cpuSeconds() - start) / time.Since(began).Seconds()})
+		seconds := time.Since(began).Seconds()
+		cpu := cpuSeconds() - start
+		metrics.Read(gc)
+		report(childReport{Event: "idle", CPUFraction: cpu / seconds, AllocBytesPerSecond: float64(gc[0].Value.Uint64()-allocated) / seconds, Collections: int(gc[1].Value.Uint64() - cycles)})
 	}
 	return stopProfile()
 }

@@ -33,7 +33,7 @@ const (
 func (b *bench) benchThousand(ctx context.Context) error {
 	n := thousandMembers
 	health := member.DefaultHealthOptions()
-	t := b.res.table(thousandTable, fmt.Sprintf("A fleet-manager process (ConfigMap controller, 2 workers, default probe settings, %s) of %d members registered before it starts, many names over %d member API servers, each member with a client certificate of its own and caching %d ConfigMaps of 256 bytes. Settled: from the moment the manager leads and runs its controllers, a few hundred milliseconds after the process starts, until every member's objects were reconciled. RSS: %s after that, no collection forced. Idle CPU: the process's CPU time over %s after that, in one core; probes are the members over the probe interval (%s), of which reviews are the members over the review interval (%s) and the rest HTTP/2 PINGs, and the CPU per probe is the idle CPU over them, an upper bound. Removed: all %d registration Secrets are deleted at once; once the process serves no member, and its goroutines and open sockets have not changed for a second, they are compared with those of a process of the same fleet namespace with no member, read %s after its start.",
+	t := b.res.table(thousandTable, fmt.Sprintf("A fleet-manager process (ConfigMap controller, 2 workers, default probe settings, %s) of %d members registered before it starts, many names over %d member API servers, each member with a client certificate of its own and caching %d ConfigMaps of 256 bytes. Settled: from the moment the manager leads and runs its controllers, a few hundred milliseconds after the process starts, until every member's objects were reconciled. RSS: %s after that, no collection forced. Idle CPU: the process's CPU time over %s after that, in one core; probes are the members over the probe interval (%s), of which reviews are the members over the review interval (%s) and the rest HTTP/2 PINGs, and the CPU per probe is the idle CPU over them, an upper bound. Allocated while idle and collections: what the process allocated per second, and the collections its collector ran, over the same window; the collector's share of the idle CPU follows them. Removed: all %d registration Secrets are deleted at once; once the process serves no member, and its goroutines and open sockets have not changed for a second, they are compared with those of a process of the same fleet namespace with no member, read %s after its start.",
 		gogcLabel(""), n, len(b.lab.servers), thousandObjects, childIdle, idleCPUWindow, health.Interval, health.ReviewInterval, n, childIdle))
 	ns, err := b.lab.newNamespace(ctx)
 	if err != nil {
@@ -99,6 +99,8 @@ func (b *bench) benchThousand(ctx context.Context) error {
 	t.add("probes", "/s", probes, nil)
 	t.add("of which reviews", "/s", float64(n)/health.ReviewInterval.Seconds(), nil)
 	t.add("CPU per probe, at most", "µs", 1e6*idle.CPUFraction/probes, nil)
+	t.add("allocated while idle", "KiB/s", idle.AllocBytesPerSecond/1024, nil)
+	t.add("collections while idle", "collections", float64(idle.Collections), nil)
 
 	if err := b.lab.hubClient.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: memberSecrets}); err != nil {
 		return err
