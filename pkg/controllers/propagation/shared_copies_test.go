@@ -221,7 +221,15 @@ func TestReadyOfNewContentFollowsTheMembersWrites(t *testing.T) {
 	last := lastMemberWrite(t, f.team, changed)
 	for _, w := range recorded() {
 		if w.ready && w.revision >= final && w.at.Before(last) {
-			t.Errorf("a status write said Ready at revision %d %s before the last member write for it", w.revision, last.Sub(w.at).Round(time.Millisecond))
+			t.Errorf("a status write said Ready at revision %d %s before the last member write for it; the member writes after it:", w.revision, last.Sub(w.at).Round(time.Millisecond))
+			for i := range memberCount {
+				for _, mw := range memberWrites(t, i, w.at) {
+					if mw.Namespace == f.team {
+						t.Errorf("  member %d, %s after: %s", i, mw.Time.Sub(w.at).Round(time.Millisecond), mw)
+					}
+				}
+			}
+			break
 		}
 	}
 }
