@@ -45,3 +45,41 @@ func TestRelabelOwed(t *testing.T) {
 		}
 	}
 }
+
+// TestBehind: under strategy All, a member whose last run applied the
+// content of a revision older than the newest is behind (its run of the
+// newest has not reported: Ready waits for it); one at the newest, one
+// whose content no revision holds, one of a content that came back (the
+// newest revision holds it again), or one under another strategy is not.
+func TestBehind(t *testing.T) {
+	all := &fleetv1alpha1.Propagation{}
+	paused := &fleetv1alpha1.Propagation{Spec: fleetv1alpha1.PropagationSpec{Paused: true}}
+	rev := func(n int64, hash string) fleetv1alpha1.PropagationRevision {
+		return fleetv1alpha1.PropagationRevision{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{fleetv1alpha1.RevisionHashLabel: hash}}, Revision: n}
+	}
+	of := func(hash string) memberResult {
+		return memberResult{result: fleetv1alpha1.ResultApplied, available: metav1.ConditionTrue, revision: hash, labelled: 1}
+	}
+	revs := []fleetv1alpha1.PropagationRevision{rev(1, "a"), rev(2, "b"), rev(3, "c")}
+	for _, tc := range []struct {
+		name string
+		p    *fleetv1alpha1.Propagation
+		res  memberResult
+		revs []fleetv1alpha1.PropagationRevision
+		want bool
+	}{
+		{"revision 2 of 3", all, of("b"), revs, true},
+		{"revision 1 of 3", all, of("a"), revs, true},
+		{"the newest", all, of("c"), revs, false},
+		{"content no revision holds", all, of("d"), revs, false},
+		{"content that came back as revision 4", all, of("a"), append(revs[:3:3], rev(4, "a")), false},
+		{"no result's content", all, of(""), revs, false},
+		{"no revision", all, of("b"), nil, false},
+		{"paused", paused, of("b"), revs, false},
+		{"pinned", &fleetv1alpha1.Propagation{Spec: fleetv1alpha1.PropagationSpec{Revision: ptr.To[int64](2)}}, of("a"), revs, false},
+	} {
+		if got := tc.res.behind(tc.p, tc.revs); got != tc.want {
+			t.Errorf("%s: behind = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

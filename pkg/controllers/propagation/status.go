@@ -292,6 +292,9 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 	// may not reach is not selected.
 	selectorErr := membersSelectorError(p)
 	reach := r.tenancy.reachOf(ctx, p.Namespace)
+	// A member in maintenance keeps the revision it has; one whose
+	// maintenance cannot be read is not judged behind (as before).
+	maintenance, maintenanceErr := r.maintenances(ctx)
 	var listed []fleetv1alpha1.MemberPropagationStatus
 	for _, c := range members {
 		res, has := results[c.Name]
@@ -335,6 +338,11 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 			// Ready never comes before a write the member still owes.
 			entry.Result, entry.Reason = fleetv1alpha1.ResultPending, "Applying"
 			entry.Message = fmt.Sprintf("applied; labelling its copies with revision %d", entry.Revision)
+		case selected && maintenanceErr == nil && maintenance[c.Name] == "" && res.behind(p, revs):
+			// Its last run applied an older revision's content: its run
+			// of the newest is under way, and Ready waits for it.
+			entry.Result, entry.Reason = fleetv1alpha1.ResultPending, "Applying"
+			entry.Message = fmt.Sprintf("applied revision %d; applying revision %d", entry.Revision, revs[len(revs)-1].Revision)
 		case selected:
 			entry.Result, entry.Reason, entry.Message, entry.DriftedFields = res.result, res.reason, res.message, res.drifted
 			entry.ObservedGeneration, entry.LastTransitionTime, entry.Available = res.generation, res.since, res.available
@@ -605,6 +613,19 @@ func (a memberResult) relabelOwed(p *fleetv1alpha1.Propagation, revs []fleetv1al
 		return newest.Revision
 	}
 	return 0
+}
+
+// behind reports whether a member's run under strategy All applied the
+// content of a revision older than p's newest: the hub's content changed
+// since, and the member's run of it has not reported yet. Content no
+// revision holds (applied before its revision was made, or of a pruned
+// one) is not behind: see unlabelled.
+func (a memberResult) behind(p *fleetv1alpha1.Propagation, revs []fleetv1alpha1.PropagationRevision) bool {
+	if !allAtOnce(&p.Spec) || a.revision == "" || len(revs) == 0 {
+		return false
+	}
+	n := revisions.Number(revs, a.revision)
+	return n != 0 && n < revs[len(revs)-1].Revision
 }
 
 // unlabelled reports whether a member's run under strategy All applied
