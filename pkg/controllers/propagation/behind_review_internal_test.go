@@ -50,7 +50,7 @@ func TestBehindOfAPrunedRevision(t *testing.T) {
 		{"content that came back, pruned", applied("a", 1), []fleetv1alpha1.PropagationRevision{reviewRev(3, "a")}, false},
 		{"unlabelled, no revision holds it", applied("c", 0), []fleetv1alpha1.PropagationRevision{reviewRev(2, "b")}, false},
 	} {
-		if got := tc.res.behind(all, tc.revs); got != tc.want {
+		if got := tc.res.behind(all, tc.revs, tc.revs[len(tc.revs)-1].Revision); got != tc.want {
 			t.Errorf("%s: behind = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -73,7 +73,7 @@ func TestBehindOfRefusedContentThatCameBack(t *testing.T) {
 	if atHubContent.relabelOwed(all, revs) != 0 {
 		t.Fatal("relabelOwed judges it: the test is of behind alone")
 	}
-	if atHubContent.behind(all, revs) {
+	if atHubContent.behind(all, revs, 2) {
 		t.Error("a member that applied the hub's current content (a, its revision 3 refused) is judged behind revision 2 (b), which no member will apply")
 	}
 }
@@ -90,7 +90,7 @@ func TestFailedResultIsNotBehind(t *testing.T) {
 	all := &fleetv1alpha1.Propagation{}
 	revs := []fleetv1alpha1.PropagationRevision{reviewRev(1, "a"), reviewRev(2, "b"), reviewRev(3, "c")}
 	failed := memberResult{result: fleetv1alpha1.ResultFailed, reason: fleetv1alpha1.ReasonInvalid, available: metav1.ConditionFalse, revision: "b", labelled: 2, failedRuns: 1}
-	if failed.behind(all, revs) {
+	if failed.behind(all, revs, 3) {
 		t.Error("a failed member is judged behind: status lists it Pending \"applied revision 2\" instead of Failed")
 	}
 }

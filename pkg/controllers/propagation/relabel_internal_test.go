@@ -71,14 +71,18 @@ func TestBehind(t *testing.T) {
 		{"revision 2 of 3", all, of("b"), revs, true},
 		{"revision 1 of 3", all, of("a"), revs, true},
 		{"the newest", all, of("c"), revs, false},
-		{"content no revision holds", all, of("d"), revs, false},
+		{"content no revision holds, unlabelled", all, memberResult{result: fleetv1alpha1.ResultApplied, available: metav1.ConditionTrue, revision: "d"}, revs, false},
 		{"content that came back as revision 4", all, of("a"), append(revs[:3:3], rev(4, "a")), false},
 		{"no result's content", all, of(""), revs, false},
 		{"no revision", all, of("b"), nil, false},
 		{"paused", paused, of("b"), revs, false},
 		{"pinned", &fleetv1alpha1.Propagation{Spec: fleetv1alpha1.PropagationSpec{Revision: ptr.To[int64](2)}}, of("a"), revs, false},
 	} {
-		if got := tc.res.behind(tc.p, tc.revs); got != tc.want {
+		newest := int64(0)
+		if len(tc.revs) > 0 {
+			newest = tc.revs[len(tc.revs)-1].Revision
+		}
+		if got := tc.res.behind(tc.p, tc.revs, newest); got != tc.want {
 			t.Errorf("%s: behind = %v, want %v", tc.name, got, tc.want)
 		}
 	}
