@@ -292,19 +292,6 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 	// may not reach is not selected.
 	selectorErr := membersSelectorError(p)
 	reach := r.tenancy.reachOf(ctx, p.Namespace)
-	// The revision a member should hold: the newest, or for a member in
-	// maintenance the one it is given. Members whose maintenance cannot
-	// be read are not judged behind (as before).
-	maintenance, maintenanceErr := r.maintenances(ctx)
-	targetOf := func(member string) int64 {
-		if maintenance[member] != "" {
-			return assignedRevision(p, member)
-		}
-		if len(revs) == 0 {
-			return 0
-		}
-		return revs[len(revs)-1].Revision
-	}
 	var listed []fleetv1alpha1.MemberPropagationStatus
 	for _, c := range members {
 		res, has := results[c.Name]
@@ -348,11 +335,6 @@ func (r *reconciler) status(ctx context.Context, p *fleetv1alpha1.Propagation, m
 			// Ready never comes before a write the member still owes.
 			entry.Result, entry.Reason = fleetv1alpha1.ResultPending, "Applying"
 			entry.Message = fmt.Sprintf("applied; labelling its copies with revision %d", entry.Revision)
-		case selected && maintenanceErr == nil && res.behind(p, revs, targetOf(c.Name)):
-			// Its last run applied an older revision's content: its run
-			// of the one it should hold is under way, and Ready waits.
-			entry.Result, entry.Reason = fleetv1alpha1.ResultPending, "Applying"
-			entry.Message = fmt.Sprintf("applied revision %d; applying revision %d", entry.Revision, targetOf(c.Name))
 		case selected:
 			entry.Result, entry.Reason, entry.Message, entry.DriftedFields = res.result, res.reason, res.message, res.drifted
 			entry.ObservedGeneration, entry.LastTransitionTime, entry.Available = res.generation, res.since, res.available
@@ -623,30 +605,6 @@ func (a memberResult) relabelOwed(p *fleetv1alpha1.Propagation, revs []fleetv1al
 		return newest.Revision
 	}
 	return 0
-}
-
-// behind reports whether a member's run under strategy All applied the
-// content of a revision older than target, the one the member should
-// hold (p's newest, or for a member in maintenance the one it is given):
-// the hub's content changed since, and its run of it has not reported.
-// Its revision is the newest holding its content, or, once that was
-// pruned, the one its copies were labelled with. Not behind: a failed
-// run (counted failed), and content applied before any revision held it
-// (labelled 0: see unlabelled and relabelOwed).
-func (a memberResult) behind(p *fleetv1alpha1.Propagation, revs []fleetv1alpha1.PropagationRevision, target int64) bool {
-	if !allAtOnce(&p.Spec) || a.revision == "" || a.labelled == 0 || a.result == fleetv1alpha1.ResultFailed || target == 0 {
-		return false
-	}
-	for _, rev := range revs {
-		if rev.Revision == target && rev.Labels[fleetv1alpha1.RevisionHashLabel] == a.revision {
-			return false
-		}
-	}
-	n := revisions.Number(revs, a.revision)
-	if n == 0 {
-		n = a.labelled
-	}
-	return n < target
 }
 
 // unlabelled reports whether a member's run under strategy All applied
